@@ -1,0 +1,53 @@
+package firstboot
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Host is the machine firstboot acts on. Production uses the real root;
+// tests point Root at a temporary directory and Exec at a fake.
+type Host struct {
+	// Root prefixes every file path.
+	Root string
+	// Exec runs a program and returns its combined output.
+	Exec func(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// RealHost acts on this machine.
+func RealHost() *Host {
+	return &Host{Root: "/", Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, name, args...).CombinedOutput()
+	}}
+}
+
+// Path maps an absolute path onto the host root.
+func (h *Host) Path(p string) string { return filepath.Join(h.Root, p) }
+
+func (h *Host) run(ctx context.Context, name string, args ...string) error {
+	out, err := h.Exec(ctx, name, args...)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// writeIfChanged writes a file only when its content differs; it reports
+// whether it wrote.
+func (h *Host) writeIfChanged(p string, data []byte, mode os.FileMode) (bool, error) {
+	full := h.Path(p)
+	if old, err := os.ReadFile(full); err == nil && string(old) == string(data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return false, err
+	}
+	if err := writeFileSync(full, data, mode); err != nil {
+		return false, fmt.Errorf("write %s: %w", p, err)
+	}
+	return true, os.Chmod(full, mode)
+}

@@ -1,0 +1,139 @@
+package firstboot
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// States a node reports.
+const (
+	StateWaiting       = "waiting-for-config"
+	StateConfigInvalid = "config-invalid"
+	StateProvisioned   = "provisioned"
+	StateVerified      = "verified"
+	StateFailed        = "failed"
+)
+
+// StatusFile is where firstboot publishes the node's status.
+const StatusFile = "/run/terrarium/status.json"
+
+// Status is the content of status.json.
+type Status struct {
+	Name         string   `json:"name"`
+	Version      string   `json:"version"`
+	Slot         string   `json:"slot"`
+	Boot         int      `json:"boot"`
+	State        string   `json:"state"`
+	Mode         string   `json:"mode,omitempty"`
+	Hostname     string   `json:"hostname,omitempty"`
+	Addresses    []string `json:"addresses,omitempty"`
+	ConfigDigest string   `json:"configDigest,omitempty"`
+	StateCreated string   `json:"stateCreated,omitempty"`
+	Healthy      *bool    `json:"healthy,omitempty"`
+	Blessed      string   `json:"blessed,omitempty"`
+	Message      string   `json:"message,omitempty"`
+}
+
+// publish writes status.json, then prints the banner and the file's
+// content (read back) on the console.
+func (r *runner) publish() {
+	r.status.Addresses = addresses()
+	data, err := json.Marshal(r.status)
+	if err != nil {
+		return
+	}
+	path := r.o.Host.Path(StatusFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		if err := writeFileSync(path, append(data, '\n'), 0o644); err != nil {
+			r.o.Log.Error("write status", "err", err)
+		}
+	}
+	written, err := os.ReadFile(path)
+	if err != nil {
+		r.o.Log.Error("read back status", "err", err)
+		return
+	}
+	fmt.Fprint(r.o.Console, Banner(r.status))
+	fmt.Fprintf(r.o.Console, "terrarium-status: %s", written)
+}
+
+func addresses() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ip, _, _ := net.ParseCIDR(a.String()); ip != nil && ip.IsLinkLocalUnicast() {
+				continue
+			}
+			out = append(out, a.String()+" ("+ifc.Name+")")
+		}
+	}
+	return out
+}
+
+// Banner draws the console banner.
+func Banner(s Status) string {
+	rows := [][2]string{
+		{"version", fmt.Sprintf("%s %s (slot %s, boot %d)", s.Name, s.Version, s.Slot, s.Boot)},
+		{"hostname", orDash(s.Hostname)},
+		{"addresses", orDash(strings.Join(s.Addresses, ", "))},
+		{"state", s.State + modeNote(s)},
+	}
+	if s.Message != "" {
+		rows = append(rows, [2]string{"note", s.Message})
+	}
+	const width = 66
+	var b strings.Builder
+	title := " Terrarium "
+	b.WriteString("╭" + strings.Repeat("─", 3) + title + strings.Repeat("─", width-3-len(title)) + "╮\n")
+	for _, row := range rows {
+		line := fmt.Sprintf(" %-10s %s", row[0], row[1])
+		for _, part := range wrap(line, width-1) {
+			b.WriteString("│" + part + strings.Repeat(" ", width-len([]rune(part))) + "│\n")
+		}
+	}
+	b.WriteString("╰" + strings.Repeat("─", width) + "╯\n")
+	return b.String()
+}
+
+func modeNote(s Status) string {
+	var notes []string
+	if s.Healthy != nil {
+		notes = append(notes, map[bool]string{true: "healthy", false: "UNHEALTHY"}[*s.Healthy])
+	}
+	if s.Blessed != "" {
+		notes = append(notes, "boot "+s.Blessed)
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, ", ") + ")"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func wrap(s string, n int) []string {
+	var out []string
+	r := []rune(s)
+	for len(r) > n {
+		out = append(out, string(r[:n]))
+		r = append([]rune("            "), r[n:]...)
+	}
+	return append(out, string(r))
+}

@@ -1,0 +1,161 @@
+// Package layout is Terrarium's on-disk contract: partition labels and types,
+// sizes and alignment, ESP paths, boot entry names and the layout of
+// TERRA-STATE. Both imagebuild (which writes disks) and firstboot and the
+// initramfs (which read them) import it, so the two sides cannot drift.
+//
+// Partitions are always found by GPT partition label, never by number.
+package layout
+
+import (
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// Partition labels (GPT partition names). TERRA-STATE is created on first
+// boot, never by the image builder.
+const (
+	LabelESP   = "EFI"
+	LabelSlotA = "TERRA-A"
+	LabelSlotB = "TERRA-B"
+	LabelState = "TERRA-STATE"
+
+	// LabelConfig is the filesystem label of a config disk.
+	LabelConfig = "TERRA-CONFIG"
+	// LabelConfigFAT is LabelConfig as FAT stores it: FAT labels hold 11
+	// characters, and every FAT formatter (mkfs.fat -n, Windows) truncates
+	// TERRA-CONFIG to this.
+	LabelConfigFAT = "TERRA-CONFI"
+	// LabelESPFS is the FAT volume label of the ESP.
+	LabelESPFS = "TERRA-EFI"
+	// LabelStateFS is the ext4 volume label of TERRA-STATE.
+	LabelStateFS = "TERRA-STATE"
+)
+
+// GPT partition type GUIDs, from the Discoverable Partitions Specification.
+const (
+	TypeESP        = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+	TypeRootX86_64 = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
+	TypeVar        = "4D21B016-B534-45C2-A9FB-5C16E091FD2D"
+)
+
+// Sizes and alignment.
+const (
+	MiB = int64(1) << 20
+	// Alignment of every partition start and size.
+	Alignment = MiB
+	// SectorSize is the logical sector size Terrarium writes.
+	SectorSize = 512
+	// FirstPartitionOffset is where the first partition starts (1 MiB).
+	FirstPartitionOffset = MiB
+	// GPTReserve is what the backup GPT needs at the end of the disk,
+	// rounded up to the alignment.
+	GPTReserve = MiB
+	// MinStateSize is the smallest TERRA-STATE the initramfs will create.
+	MinStateSize = 512 * MiB
+)
+
+// Slot is an A/B system slot.
+type Slot string
+
+// The two slots.
+const (
+	SlotA Slot = "a"
+	SlotB Slot = "b"
+)
+
+// Slots lists both slots in order.
+func Slots() []Slot { return []Slot{SlotA, SlotB} }
+
+// Label is the GPT partition label of the slot.
+func (s Slot) Label() string {
+	if s == SlotB {
+		return LabelSlotB
+	}
+	return LabelSlotA
+}
+
+// Valid reports whether s names a slot.
+func (s Slot) Valid() bool { return s == SlotA || s == SlotB }
+
+// Other returns the other slot.
+func (s Slot) Other() Slot {
+	if s == SlotA {
+		return SlotB
+	}
+	return SlotA
+}
+
+// ESP paths (FAT, forward slashes, relative to the ESP root).
+const (
+	ESPBootloader       = "EFI/BOOT/BOOTX64.EFI"
+	ESPSystemdBoot      = "EFI/systemd/systemd-bootx64.efi"
+	ESPLoaderConf       = "loader/loader.conf"
+	ESPEntriesDir       = "loader/entries"
+	ESPEntryTokenPrefix = "terrarium-"
+)
+
+// KernelPath is the ESP path of the slot's kernel.
+func (s Slot) KernelPath() string { return fmt.Sprintf("terrarium/%s/vmlinuz", s) }
+
+// InitrdPath is the ESP path of the slot's initramfs.
+func (s Slot) InitrdPath() string { return fmt.Sprintf("terrarium/%s/initrd.img", s) }
+
+// EntryID is the Boot Loader Spec entry id of the slot (the file name
+// without boot counter and without ".conf").
+func (s Slot) EntryID() string { return ESPEntryTokenPrefix + string(s) }
+
+// EntryFile is the entry file name with an initial boot counter of tries
+// (tries <= 0 means no counting: the entry is already blessed).
+func (s Slot) EntryFile(tries int) string {
+	if tries <= 0 {
+		return s.EntryID() + ".conf"
+	}
+	return fmt.Sprintf("%s+%d.conf", s.EntryID(), tries)
+}
+
+// Kernel command line keys that the initramfs and firstboot read.
+const (
+	CmdlineSlot = "terrarium.slot"
+	// CmdlineResetState asks the initramfs to recreate TERRA-STATE (factory reset).
+	CmdlineResetState = "terrarium.reset-state"
+	// CmdlineRescue drops into the rescue shell before switch_root.
+	CmdlineRescue = "terrarium.rescue"
+)
+
+// Paths inside a slot's root filesystem.
+const (
+	// ReleaseFile describes the slot's build: version, bundle, inputs.
+	ReleaseFile = "/usr/lib/terrarium/release.json"
+	// StateMount is where the initramfs mounts TERRA-STATE in the real root.
+	StateMount = "/state"
+)
+
+// TERRA-STATE layout, relative to its root.
+const (
+	StateVarDir     = "var"       // bind-mounted on /var
+	StateEtcUpper   = "etc/upper" // /etc overlay upper dir
+	StateEtcWork    = "etc/work"  // /etc overlay work dir
+	StateTerrarium  = "terrarium" // firstboot's own state
+	StateJournal    = "terrarium/journal.json"
+	StateMarkerFile = "terrarium/created" // written once, when STATE is created
+	// StateUnformattedMagic is written at offset 0 of a freshly created
+	// TERRA-STATE partition; only a partition carrying it (and no ext4) is
+	// ever formatted implicitly.
+	StateUnformattedMagic = "TERRARIUM-STATE-UNFORMATTED\x00"
+)
+
+// StableGUID derives a deterministic RFC 4122 (version 5 style) GUID from
+// an image id and a name, so the same build inputs give the same GPT.
+func StableGUID(imageID, name string) string {
+	sum := sha256.Sum256([]byte("terrarium\x00" + imageID + "\x00" + name))
+	var u uuid.UUID
+	copy(u[:], sum[:16])
+	u[6] = (u[6] & 0x0f) | 0x50
+	u[8] = (u[8] & 0x3f) | 0x80
+	return u.String()
+}
+
+// AlignUp rounds n up to a multiple of Alignment.
+func AlignUp(n int64) int64 { return (n + Alignment - 1) / Alignment * Alignment }

@@ -1,0 +1,127 @@
+package qemu
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// args returns QEMU's arguments (without the binary) for a Config that has
+// been through withDefaults.
+func (c Config) args() []string {
+	a := []string{
+		"-machine", "q35",
+		"-accel", "tcg",
+		"-m", strconv.Itoa(c.MemoryMiB),
+		"-smp", strconv.Itoa(c.CPUs),
+		"-nodefaults",
+		"-no-user-config",
+		"-display", "none",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + escape(c.OVMFCode),
+		"-drive", "if=pflash,format=raw,unit=1,file=" + escape(filepath.Join(c.Dir, VarsFile)),
+		"-device", "qemu-xhci,id=xhci",
+	}
+	for i := range c.HotplugPorts {
+		a = append(a, "-device", fmt.Sprintf("pcie-root-port,id=%s,chassis=%d", hotplugPort(i), i+1))
+	}
+	a = append(a,
+		"-serial", "stdio",
+		"-qmp", "unix:"+escape(filepath.Join(c.Dir, QMPSocket))+",server=on,wait=off",
+	)
+	for _, d := range c.Disks {
+		for _, node := range d.blockdevs() {
+			a = append(a, "-blockdev", mustJSON(node))
+		}
+		a = append(a, "-device", d.deviceArg(""))
+	}
+	a = append(a, c.Network.args()...)
+	for _, f := range c.FwCfg {
+		v := "name=" + escape(f.Name)
+		if f.File != "" {
+			v += ",file=" + escape(f.File)
+		} else {
+			v += ",string=" + escape(f.String)
+		}
+		a = append(a, "-fw_cfg", v)
+	}
+	return append(a, c.ExtraArgs...)
+}
+
+func hotplugPort(i int) string { return "hp" + strconv.Itoa(i) }
+
+// escape doubles commas, QEMU's escape in option values.
+func escape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only maps of strings and bools are marshalled
+	}
+	return string(b)
+}
+
+func (d Disk) fileNode() string   { return d.ID + "-file" }
+func (d Disk) formatNode() string { return d.ID + "-fmt" }
+
+// blockdevs returns the protocol node and the format node on top of it, as
+// blockdev-add arguments (also usable as -blockdev JSON).
+func (d Disk) blockdevs() []map[string]any {
+	return []map[string]any{
+		{"driver": "file", "node-name": d.fileNode(), "filename": d.Path, "read-only": d.ReadOnly},
+		{"driver": d.Format, "node-name": d.formatNode(), "file": d.fileNode(), "read-only": d.ReadOnly},
+	}
+}
+
+// deviceProps returns the device_add properties for d; bus is the parent
+// bus for PCI disks ("" for the default).
+func (d Disk) deviceProps(bus string) map[string]string {
+	p := map[string]string{"id": d.ID, "drive": d.formatNode()}
+	switch d.Bus {
+	case BusUSB:
+		p["driver"] = "usb-storage"
+		p["bus"] = "xhci.0"
+	case BusNVMe:
+		p["driver"] = "nvme"
+	default:
+		p["driver"] = "virtio-blk-pci"
+	}
+	if bus != "" && d.Bus != BusUSB {
+		p["bus"] = bus
+	}
+	if d.Serial != "" {
+		p["serial"] = d.Serial
+	}
+	return p
+}
+
+// deviceArg renders deviceProps as a -device value.
+func (d Disk) deviceArg(bus string) string {
+	p := d.deviceProps(bus)
+	parts := []string{p["driver"]}
+	for _, k := range []string{"bus", "id", "drive", "serial"} {
+		if v, ok := p[k]; ok {
+			parts = append(parts, k+"="+escape(v))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (n Network) args() []string {
+	if n.Mode == NetNone {
+		return []string{"-nic", "none"}
+	}
+	dev := "virtio-net-pci,netdev=net0,id=nic0,romfile="
+	if n.MAC != "" {
+		dev += ",mac=" + n.MAC
+	}
+	a := []string{
+		"-netdev", "user,id=net0,restrict=on",
+		"-device", dev,
+	}
+	if n.Capture != "" {
+		a = append(a, "-object", "filter-dump,id=dump0,netdev=net0,file="+escape(n.Capture))
+	}
+	return a
+}

@@ -1,0 +1,226 @@
+// Package qemu launches and drives QEMU virtual machines for integration
+// tests: an x86_64 q35 machine under TCG with OVMF firmware, disks, an
+// optional restricted user-mode network, a serial console that tests can
+// match against, and a QMP connection for control and hot-plug.
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+)
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	DefaultBinary       = "qemu-system-x86_64"
+	DefaultOVMFCode     = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	DefaultOVMFVars     = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	DefaultMemoryMiB    = 2048
+	DefaultCPUs         = 2
+	DefaultHotplugPorts = 2
+)
+
+// Files inside Config.Dir.
+const (
+	VarsFile    = "efivars.fd"
+	QMPSocket   = "qmp.sock"
+	ConsoleFile = "console.log"
+)
+
+// Config describes a machine. Only Dir is required.
+type Config struct {
+	Binary   string // default DefaultBinary
+	OVMFCode string // default DefaultOVMFCode
+	// OVMFVars is the UEFI variable store template. It is copied to
+	// Dir/efivars.fd only if that file does not exist yet, so a machine
+	// restarted with the same Dir keeps its UEFI variables.
+	OVMFVars  string
+	Dir       string // required: state dir (efivars.fd, qmp.sock, console.log)
+	MemoryMiB int    // default DefaultMemoryMiB
+	CPUs      int    // default DefaultCPUs
+	Disks     []Disk // attached at start, in order
+	Network   Network
+	FwCfg     []FwCfg
+	// HotplugPorts is the number of empty pcie-root-port devices (ids hp0,
+	// hp1, ...) for hot-plugging virtio and NVMe disks. Default
+	// DefaultHotplugPorts; negative means none.
+	HotplugPorts int
+	ExtraArgs    []string
+	Logger       *slog.Logger // default: discard
+}
+
+// Bus is how a disk is attached.
+type Bus int
+
+const (
+	BusVirtio Bus = iota // virtio-blk-pci (default)
+	BusUSB               // usb-storage on the qemu-xhci controller
+	BusNVMe              // nvme; needs Disk.Serial
+)
+
+func (b Bus) String() string {
+	switch b {
+	case BusVirtio:
+		return "virtio"
+	case BusUSB:
+		return "usb"
+	case BusNVMe:
+		return "nvme"
+	}
+	return fmt.Sprintf("Bus(%d)", int(b))
+}
+
+// Disk is a disk image attached to the machine.
+type Disk struct {
+	// ID is the QEMU device id; the block nodes are ID-file and ID-fmt.
+	// Default for Config.Disks: "disk<index>". Required for HotplugDisk.
+	ID       string
+	Path     string
+	Format   string // "raw" or "qcow2"; required, never probed
+	Bus      Bus
+	ReadOnly bool
+	Serial   string
+}
+
+// NetMode selects the network setup.
+type NetMode int
+
+const (
+	// NetNone gives the machine no NIC at all.
+	NetNone NetMode = iota
+	// NetRestricted is user-mode networking with restrict=on: the guest gets
+	// DHCP from QEMU on 10.0.2.0/24 but has no route out of the VM.
+	NetRestricted
+)
+
+// Network configures the machine's single NIC (virtio-net-pci, no option ROM).
+type Network struct {
+	Mode NetMode
+	MAC  string // optional
+	// Capture, if set, is a pcap file receiving every packet on the netdev
+	// (filter-dump), so tests can prove nothing left the test subnet.
+	Capture string
+}
+
+// FwCfg is a -fw_cfg item: exactly one of File and String is set. Name
+// should start with "opt/".
+type FwCfg struct {
+	Name   string
+	File   string
+	String string
+}
+
+// idRE accepts ids that are valid as QEMU device ids and, with the "-file"
+// suffix, as block node names (at most 31 characters).
+var idRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,25}$`)
+
+var macRE = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
+
+// maxSocketPath is the limit of sockaddr_un.sun_path, including the NUL.
+const maxSocketPath = 108
+
+// withDefaults returns cfg with defaults filled in, or an error if cfg is
+// invalid.
+func (c Config) withDefaults() (Config, error) {
+	if c.Dir == "" {
+		return c, errors.New("config: Dir is required")
+	}
+	dir, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return c, fmt.Errorf("config: Dir: %w", err)
+	}
+	c.Dir = dir
+	if n := len(filepath.Join(c.Dir, QMPSocket)); n >= maxSocketPath {
+		return c, fmt.Errorf("config: Dir %s is too long for a unix socket path (%d bytes)", c.Dir, n)
+	}
+	c.Binary = orDefault(c.Binary, DefaultBinary)
+	c.OVMFCode = orDefault(c.OVMFCode, DefaultOVMFCode)
+	c.OVMFVars = orDefault(c.OVMFVars, DefaultOVMFVars)
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = DefaultMemoryMiB
+	}
+	if c.CPUs == 0 {
+		c.CPUs = DefaultCPUs
+	}
+	if c.MemoryMiB < 0 || c.CPUs < 0 {
+		return c, fmt.Errorf("config: negative MemoryMiB %d or CPUs %d", c.MemoryMiB, c.CPUs)
+	}
+	switch {
+	case c.HotplugPorts == 0:
+		c.HotplugPorts = DefaultHotplugPorts
+	case c.HotplugPorts < 0:
+		c.HotplugPorts = 0
+	}
+	disks := make([]Disk, len(c.Disks))
+	seen := map[string]bool{}
+	for i, d := range c.Disks {
+		if d.ID == "" {
+			d.ID = fmt.Sprintf("disk%d", i)
+		}
+		if err := d.validate(); err != nil {
+			return c, fmt.Errorf("config: disk %d: %w", i, err)
+		}
+		if seen[d.ID] {
+			return c, fmt.Errorf("config: disk %d: duplicate id %q", i, d.ID)
+		}
+		seen[d.ID] = true
+		disks[i] = d
+	}
+	c.Disks = disks
+	if err := c.Network.validate(); err != nil {
+		return c, fmt.Errorf("config: network: %w", err)
+	}
+	for i, f := range c.FwCfg {
+		if f.Name == "" || (f.File == "") == (f.String == "") {
+			return c, fmt.Errorf("config: fw_cfg %d (%q): need a Name and exactly one of File and String", i, f.Name)
+		}
+	}
+	return c, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func (d Disk) validate() error {
+	if !idRE.MatchString(d.ID) {
+		return fmt.Errorf("id %q: want a letter then up to 25 letters, digits, '-', '.', '_'", d.ID)
+	}
+	if d.Path == "" {
+		return fmt.Errorf("%s: Path is required", d.ID)
+	}
+	if d.Format != "raw" && d.Format != "qcow2" {
+		return fmt.Errorf("%s: Format %q: want raw or qcow2", d.ID, d.Format)
+	}
+	switch d.Bus {
+	case BusVirtio, BusUSB:
+	case BusNVMe:
+		if d.Serial == "" {
+			return fmt.Errorf("%s: NVMe disks need a Serial", d.ID)
+		}
+	default:
+		return fmt.Errorf("%s: unknown bus %v", d.ID, d.Bus)
+	}
+	return nil
+}
+
+func (n Network) validate() error {
+	switch n.Mode {
+	case NetNone:
+		if n.MAC != "" || n.Capture != "" {
+			return errors.New("MAC and Capture need Mode NetRestricted")
+		}
+	case NetRestricted:
+		if n.MAC != "" && !macRE.MatchString(n.MAC) {
+			return fmt.Errorf("MAC %q: want xx:xx:xx:xx:xx:xx", n.MAC)
+		}
+	default:
+		return fmt.Errorf("unknown mode %d", int(n.Mode))
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Terrarium's build and tests need. Idempotent:
+# a machine that already has them does no work and touches no network.
+set -euo pipefail
+
+pkgs=(
+  mmdebstrap          # trixie rootfs
+  squashfs-tools      # mksquashfs / unsquashfs (slot images)
+  qemu-utils          # qemu-img (qcow2)
+  qemu-system-x86     # QEMU under TCG for the boot tests
+  ovmf                # UEFI firmware for QEMU
+  gdisk               # sgdisk -v (validating our GPT)
+  dosfstools          # fsck.fat -n (validating our ESP / config disks)
+  xorriso             # hybrid ISO (later rows)
+  e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
+  zstd
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "deps: all ${#pkgs[@]} Debian packages present"
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
