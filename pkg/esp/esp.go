@@ -86,10 +86,20 @@ func Write(imagePath string, size int64, c Contents) error {
 	if err != nil {
 		return fmt.Errorf("create ESP image %s: %w", imagePath, err)
 	}
-	defer d.Close()
+	if err := writeFS(d, c); err != nil {
+		d.Close()
+		return fmt.Errorf("write ESP %s: %w", imagePath, err)
+	}
+	if err := d.Close(); err != nil {
+		return fmt.Errorf("write ESP %s: %w", imagePath, err)
+	}
+	return fixFAT32(imagePath)
+}
+
+func writeFS(d *disk.Disk, c Contents) error {
 	fs, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat32, VolumeLabel: layout.LabelESPFS, Reproducible: true})
 	if err != nil {
-		return fmt.Errorf("format ESP %s: %w", imagePath, err)
+		return fmt.Errorf("format: %w", err)
 	}
 	files := c.Files()
 	names := make([]string, 0, len(files))
@@ -99,7 +109,7 @@ func Write(imagePath string, size int64, c Contents) error {
 	sort.Strings(names)
 	for _, n := range names {
 		if err := writeFile(fs, n, files[n]); err != nil {
-			return fmt.Errorf("write ESP %s: %s: %w", imagePath, n, err)
+			return fmt.Errorf("%s: %w", n, err)
 		}
 	}
 	return nil

@@ -24,6 +24,7 @@ func Defaults(log *slog.Logger) Options {
 		BootLoader:       &ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
 		Reboot:           func(ctx context.Context) error { return RealHost().run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
+		AddressWait:      30 * time.Second,
 		TrialRebootDelay: 10 * time.Second,
 		Now:              time.Now,
 	}

@@ -34,6 +34,8 @@ type Options struct {
 	// Reboot restarts the machine (after a failed trial boot).
 	Reboot       func(ctx context.Context) error
 	PollInterval time.Duration
+	// AddressWait bounds the wait for configured interfaces' addresses.
+	AddressWait time.Duration
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
 	// person to read the console) before it reboots into the fallback.
 	TrialRebootDelay time.Duration
@@ -133,6 +135,7 @@ func (r *runner) run(ctx context.Context) error {
 	if err := r.saveJournal(); err != nil {
 		return err
 	}
+	r.waitForAddresses(ctx, cfg)
 	return r.healthAndBless(ctx, cfg)
 }
 
@@ -213,4 +216,21 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 		r.say("%s: %s", p.Name, result)
 	}
 	return nil
+}
+
+// waitForAddresses gives configured interfaces a moment (DHCP) to get
+// their addresses, so the banner shows them. It never fails the boot: a
+// DHCP server that is down must not roll the node back.
+func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config) {
+	if len(cfg.Network.Interfaces) == 0 {
+		return
+	}
+	deadline := r.o.Now().Add(r.o.AddressWait)
+	for len(addresses()) == 0 && r.o.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

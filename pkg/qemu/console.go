@@ -145,13 +145,8 @@ func (c *console) failure(res []*regexp.Regexp, cause error) error {
 // tail returns the last n lines of cleaned output.
 func (c *console) tail(n int) string {
 	c.mu.Lock()
-	s := strings.TrimRight(string(c.clean), "\n")
-	c.mu.Unlock()
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	defer c.mu.Unlock()
+	return lastLines(string(c.clean), n)
 }
 
 // stripper removes \r, other control characters and ANSI escape sequences

@@ -173,7 +173,11 @@ func (v *VM) reap(outR *os.File, readerDone <-chan struct{}) {
 	outR.Close()
 	v.waitErr = err
 	v.log.Debug("qemu exited", "state", v.cmd.ProcessState.String())
-	v.console.finish("QEMU exited (" + v.cmd.ProcessState.String() + ")")
+	why := "QEMU exited (" + v.cmd.ProcessState.String() + ")"
+	if tail := lastLines(v.Stderr(), 5); tail != "" {
+		why += "; its stderr ends:\n" + tail
+	}
+	v.console.finish(why)
 	close(v.exited)
 }
 
@@ -301,6 +305,15 @@ func (v *VM) SendConsole(s string) error {
 		return fmt.Errorf("qemu console input: %w", err)
 	}
 	return nil
+}
+
+// lastLines returns the last n lines of s, ignoring trailing newlines.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // tailBuffer is an io.Writer keeping the last max bytes written.

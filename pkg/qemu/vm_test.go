@@ -123,7 +123,16 @@ func TestDevices(t *testing.T) {
 		}
 	}
 
-	// Both root ports take a PCI disk; a third has nowhere to go.
+	checkHotplug(ctx, t, vm)
+	if err := vm.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkHotplug plugs PCI disks into both root ports, checks that a third
+// and broken disks fail cleanly, and pulls the USB disk "stick".
+func checkHotplug(ctx context.Context, t *testing.T, vm *VM) {
+	t.Helper()
 	hot := []Disk{
 		{ID: "hv", Path: makeImage(t, "hv.img", "raw"), Format: "raw"},
 		{ID: "hn", Path: makeImage(t, "hn.img", "raw"), Format: "raw", Bus: BusNVMe, Serial: "HOT1"},
@@ -138,11 +147,31 @@ func TestDevices(t *testing.T) {
 		t.Errorf("third PCI hot-plug: err = %v", err)
 	}
 	// A failed device_add leaves no block nodes behind.
-	bad := Disk{ID: "bad", Path: "/nonexistent.img", Format: "raw", Bus: BusUSB}
-	if err := vm.HotplugDisk(ctx, bad); err == nil {
+	missing := Disk{ID: "missing", Path: "/nonexistent.img", Format: "raw", Bus: BusUSB}
+	if err := vm.HotplugDisk(ctx, missing); err == nil {
 		t.Error("hot-plugging a missing file succeeded")
 	}
-	blocks = queryBlock(ctx, t, vm)
+	// device_add fails (the NIC has id nic0): the block nodes are removed.
+	clash := Disk{ID: "nic0", Path: makeImage(t, "clash.img", "raw"), Format: "raw", Bus: BusUSB}
+	if err := vm.HotplugDisk(ctx, clash); err == nil || !strings.Contains(err.Error(), "device_add") {
+		t.Errorf("hot-plug with a clashing device id: err = %v", err)
+	}
+	c, err := vm.QMP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []struct {
+		NodeName string `json:"node-name"`
+	}
+	if err := c.Execute(ctx, "query-named-block-nodes", nil, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if strings.HasPrefix(n.NodeName, "nic0-") || strings.HasPrefix(n.NodeName, "missing-") {
+			t.Errorf("block node %s left behind by a failed hot-plug", n.NodeName)
+		}
+	}
+	blocks := queryBlock(ctx, t, vm)
 	for _, id := range []string{"hv", "hn"} {
 		if findBlock(blocks, id) == nil {
 			t.Errorf("%s not in query-block after hot-plug", id)
@@ -155,9 +184,6 @@ func TestDevices(t *testing.T) {
 	}
 	if b := findBlock(queryBlock(ctx, t, vm), "stick"); b != nil {
 		t.Errorf("stick still attached after unplug: %+v", b)
-	}
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -269,7 +269,8 @@ func (c *Client) WaitEvent(ctx context.Context, name string) (Event, error) {
 	return ev, nil
 }
 
-// WaitEventFunc is WaitEvent with an arbitrary predicate.
+// WaitEventFunc is WaitEvent with an arbitrary predicate. match is called
+// with the client's lock held and must not call the Client.
 func (c *Client) WaitEventFunc(ctx context.Context, match func(Event) bool) (Event, error) {
 	for {
 		c.mu.Lock()
@@ -311,7 +312,9 @@ func (c *Client) Close() error {
 			c.closeErr = fmt.Errorf("%w: by Close", ErrClosed)
 		}
 		c.mu.Unlock()
-		err = c.conn.Close()
+		if cerr := c.conn.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = fmt.Errorf("qmp close: %w", cerr)
+		}
 		<-c.done
 	})
 	return err

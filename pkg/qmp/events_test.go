@@ -172,6 +172,9 @@ func TestConnectionDrop(t *testing.T) {
 			if _, err := c.WaitEvent(testCtx(t), "SHUTDOWN"); !errors.Is(err, ErrClosed) {
 				t.Errorf("WaitEvent after drop err = %v, want ErrClosed", err)
 			}
+			if err := c.Close(); err != nil {
+				t.Errorf("Close after the connection ended: %v", err)
+			}
 		})
 	}
 }

@@ -1,0 +1,130 @@
+package qemutests
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+)
+
+var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32)}
+
+// TestProvisionThenReboot: first boot provisions from the attached config
+// disk and blesses the boot; the second boot finds STATE intact (same
+// filesystem, marker from the first boot) and only verifies.
+func TestProvisionThenReboot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
+	defer cancel()
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	cfg := m.configDisk("config.img", goodConfig)
+
+	vm := m.boot(ctx, configAttached(cfg))
+	expect(ctx, t, vm, `terrarium-init: created TERRA-STATE`)
+	expect(ctx, t, vm, `formatting TERRA-STATE .* \(reason: new partition\)`)
+	expect(ctx, t, vm, `hostname\s+node-1`)
+	s1 := expectStatus(ctx, t, vm, "provisioned", "failed")
+	if s1.State != "provisioned" || s1.Mode != "provision" || s1.Hostname != "node-1" || s1.Boot != 1 {
+		t.Fatalf("first boot status = %+v, want provisioned node-1 on boot 1", s1)
+	}
+	if s1.Healthy == nil || !*s1.Healthy || s1.Blessed != "blessed" {
+		t.Fatalf("first boot not blessed: %+v", s1)
+	}
+	if len(s1.Addresses) == 0 || !strings.HasPrefix(s1.Addresses[0], "10.0.2.") {
+		t.Errorf("first boot addresses = %v, want a DHCP address in 10.0.2.0/24", s1.Addresses)
+	}
+	if err := vm.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := m.inspectState()
+	uuid1 := st.fsUUID()
+	marker := st.readFile("/terrarium/created")
+	if !strings.Contains(marker, "created=") {
+		t.Fatalf("STATE marker missing after first boot: %q", marker)
+	}
+
+	vm = m.boot(ctx, configAttached(cfg))
+	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
+	s2 := expectStatus(ctx, t, vm, "verified", "provisioned", "failed")
+	if s2.State != "verified" || s2.Mode != "verify" || s2.Boot != 2 {
+		t.Fatalf("second boot status = %+v, want verified on boot 2", s2)
+	}
+	if s2.StateCreated != s1.StateCreated || s2.Blessed != "good" {
+		t.Fatalf("second boot: stateCreated %q (first %q), blessed %q (want good)", s2.StateCreated, s1.StateCreated, s2.Blessed)
+	}
+	if strings.Contains(vm.Console(), "formatting TERRA-STATE") {
+		t.Fatal("second boot formatted TERRA-STATE")
+	}
+	if err := vm.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st = m.inspectState()
+	if uuid2 := st.fsUUID(); uuid2 != uuid1 {
+		t.Fatalf("STATE filesystem changed across reboot: %s -> %s", uuid1, uuid2)
+	}
+	if got := st.readFile("/terrarium/created"); got != marker {
+		t.Fatalf("STATE marker changed: %q -> %q", marker, got)
+	}
+	journal := st.readFile("/terrarium/journal.json")
+	for _, want := range []string{`"mode": "provision"`, `"mode": "verify"`, `"result": "verified"`} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("journal lacks %s:\n%s", want, journal)
+		}
+	}
+	n := checkCapture(t, m.capture, testSubnet)
+	t.Logf("network capture: %d packets, all inside %s", n, testSubnet)
+	if n == 0 {
+		t.Error("captured no packets at all: DHCP should have been seen")
+	}
+}
+
+// TestHotplugConfig: with no config disk the console asks for one; a USB
+// stick plugged in later (over QMP) is found and provisioning completes.
+func TestHotplugConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	cfg := m.configDisk("config.img", goodConfig)
+
+	vm := m.boot(ctx)
+	expect(ctx, t, vm, `no config disk found: insert a disk or USB stick labelled TERRA-CONFIG`)
+	if s := expectStatus(ctx, t, vm, "waiting-for-config"); s.Hostname != "" {
+		t.Fatalf("waiting node already has a hostname: %+v", s)
+	}
+	if err := vm.HotplugDisk(ctx, qemu.Disk{ID: "stick", Path: cfg, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}); err != nil {
+		t.Fatalf("hot-plug config stick: %v", err)
+	}
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	if s.State != "provisioned" || s.Hostname != "node-1" {
+		t.Fatalf("after hot-plug: %+v", s)
+	}
+}
+
+// TestBadConfig: a config with a misspelt field and a bad address is
+// reported field by field on the console, and nothing is applied.
+func TestBadConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	bad := strings.Replace(goodConfig, `      dhcp: true`, "      dhcp: false\n      adresses: [10.0.2.300/24]", 1)
+	cfg := m.configDisk("bad.img", bad)
+
+	vm := m.boot(ctx, configAttached(cfg))
+	expect(ctx, t, vm, `the config is invalid; nothing was applied`)
+	expect(ctx, t, vm, `\$\.network\.interfaces\[0\]\.adresses: unknown field; did you mean "addresses"\?`)
+	s := expectStatus(ctx, t, vm, "config-invalid")
+	if s.Hostname != "" || !strings.Contains(s.Message, "adresses") {
+		t.Fatalf("status = %+v, want config-invalid naming the field and no hostname", s)
+	}
+	if err := vm.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	journal := m.inspectState().readFile("/terrarium/journal.json")
+	if strings.Contains(journal, `"applied"`) || strings.Contains(journal, `"provisioned"`) {
+		t.Fatalf("a bad config applied something:\n%s", journal)
+	}
+	if hosts := m.inspectState().readFile("/etc/upper/hostname"); strings.Contains(hosts, "node-1") {
+		t.Fatal("hostname was written from a bad config")
+	}
+}

@@ -1,0 +1,122 @@
+package qemutests
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/terrarium-os/terrarium/pkg/layout"
+)
+
+// stateDisk is a stopped machine's disk, flattened to raw for inspection
+// of TERRA-STATE with debugfs (read-only).
+type stateDisk struct {
+	t      *testing.T
+	raw    string
+	offset int64
+}
+
+func (m *machine) inspectState() *stateDisk {
+	m.t.Helper()
+	raw := filepath.Join(m.dir, "inspect.raw")
+	os.Remove(raw)
+	if out, err := exec.Command("qemu-img", "convert", "-O", "raw", m.disk, raw).CombinedOutput(); err != nil {
+		m.t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	m.t.Cleanup(func() { os.Remove(raw) })
+	d, err := diskfs.Open(raw, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer d.Close()
+	pt, err := d.GetPartitionTable()
+	if err != nil {
+		m.t.Fatalf("read GPT: %v", err)
+	}
+	for _, p := range pt.(*gpt.Table).Partitions {
+		if p.Name == layout.LabelState {
+			return &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize}
+		}
+	}
+	m.t.Fatalf("no %s partition on %s", layout.LabelState, m.disk)
+	return nil
+}
+
+func (s *stateDisk) debugfs(req string) string {
+	s.t.Helper()
+	out, err := exec.Command("debugfs", "-R", req, fmt.Sprintf("%s?offset=%d", s.raw, s.offset)).Output()
+	if err != nil {
+		s.t.Fatalf("debugfs %q: %v", req, err)
+	}
+	return string(out)
+}
+
+func (s *stateDisk) readFile(p string) string { return s.debugfs("cat " + p) }
+
+var uuidRE = regexp.MustCompile(`Filesystem UUID:\s+(\S+)`)
+
+func (s *stateDisk) fsUUID() string {
+	s.t.Helper()
+	m := uuidRE.FindStringSubmatch(s.debugfs("stats"))
+	if m == nil {
+		s.t.Fatal("debugfs stats: no filesystem UUID")
+	}
+	return m[1]
+}
+
+// checkCapture asserts that every IP packet in a pcap file stayed on the
+// test network: IPv4 inside subnet (or DHCP's 0.0.0.0/broadcast), IPv6
+// link-local or multicast only.
+func checkCapture(t *testing.T, path string, subnet *net.IPNet) (packets int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read capture: %v", err)
+	}
+	if len(data) < 24 || binary.LittleEndian.Uint32(data) != 0xa1b2c3d4 {
+		t.Fatalf("%s is not a little-endian pcap file", path)
+	}
+	ok4 := func(ip net.IP) bool {
+		return subnet.Contains(ip) || ip.Equal(net.IPv4zero) || ip.Equal(net.IPv4bcast)
+	}
+	ok6 := func(ip net.IP) bool { return ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() }
+	for off := 24; off+16 <= len(data); {
+		n := int(binary.LittleEndian.Uint32(data[off+8:]))
+		if off+16+n > len(data) {
+			break
+		}
+		frame := data[off+16 : off+16+n]
+		off += 16 + n
+		if len(frame) < 14 {
+			continue
+		}
+		payload := frame[14:]
+		switch binary.BigEndian.Uint16(frame[12:14]) {
+		case 0x0800:
+			if len(payload) < 20 {
+				continue
+			}
+			src, dst := net.IP(payload[12:16]), net.IP(payload[16:20])
+			if !ok4(src) || !ok4(dst) {
+				t.Errorf("packet %d left the test network: %s -> %s", packets, src, dst)
+			}
+		case 0x86dd:
+			if len(payload) < 40 {
+				continue
+			}
+			src, dst := net.IP(payload[8:24]), net.IP(payload[24:40])
+			if !ok6(src) || !ok6(dst) {
+				t.Errorf("IPv6 packet %d left the link: %s -> %s", packets, src, dst)
+			}
+		}
+		packets++
+	}
+	return packets
+}

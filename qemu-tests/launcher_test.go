@@ -1,0 +1,145 @@
+// Package qemutests boots real Terrarium images in QEMU (UEFI via OVMF,
+// TCG: no KVM here) and asserts what a person at the console would see.
+//
+// Fixtures, set by `make qemu-test`:
+//
+//	TERRARIUM_IMAGE  the default image (qcow2) built by `make image`
+//	TERRARIUM_BIN    the directory holding imagebuild, firstboot, terrarium-init
+//
+// Each machine boots from a copy-on-write qcow2 overlay of the image, grown
+// to 8 GiB so the initramfs has room to create TERRA-STATE; config disks are
+// FAT images written by pkg/configdisk; the network, when present, is
+// QEMU's restricted user network (10.0.2.0/24, no route out), captured to a
+// pcap file that the tests read to prove nothing left the subnet.
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+)
+
+// Boot timeouts under TCG: a boot to the banner takes about a minute here.
+const (
+	bootTimeout = 6 * time.Minute
+	diskSize    = "8G"
+)
+
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: run these tests with `make qemu-test` (it builds the image first)", name)
+	}
+	return v
+}
+
+// machine is one test machine: its state dir, boot disk and config disk.
+type machine struct {
+	t       *testing.T
+	dir     string
+	disk    string
+	capture string
+}
+
+// newMachine makes an 8 GiB copy-on-write boot disk over image.
+func newMachine(t *testing.T, image string) *machine {
+	t.Helper()
+	dir := t.TempDir()
+	m := &machine{t: t, dir: dir, disk: filepath.Join(dir, "boot.qcow2"), capture: filepath.Join(dir, "net.pcap")}
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", image, m.disk, diskSize).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	return m
+}
+
+// configDisk writes a config disk holding yaml as is (no validation, so
+// tests can hand the node a bad config).
+func (m *machine) configDisk(name, yaml string) string {
+	m.t.Helper()
+	p := filepath.Join(m.dir, name)
+	if err := configdisk.Write(p, []byte(yaml)); err != nil {
+		m.t.Fatal(err)
+	}
+	return p
+}
+
+// boot starts the machine with extra disks; it is stopped at test end.
+func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
+	m.t.Helper()
+	disks := append([]qemu.Disk{{ID: "boot", Path: m.disk, Format: "qcow2"}}, extra...)
+	vm, err := qemu.Start(ctx, qemu.Config{
+		Dir:     filepath.Join(m.dir, "vm"),
+		Disks:   disks,
+		Network: qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture},
+	})
+	if err != nil {
+		m.t.Fatalf("start QEMU: %v", err)
+	}
+	m.t.Cleanup(func() {
+		if m.t.Failed() {
+			m.t.Logf("console log: %s", vm.ConsoleLog())
+		}
+		vm.Close()
+	})
+	return vm
+}
+
+func configAttached(path string) qemu.Disk {
+	return qemu.Disk{ID: "config", Path: path, Format: "raw", ReadOnly: true}
+}
+
+var statusRE = regexp.MustCompile(`terrarium-status: (\{.*\})`)
+
+// expectStatus waits for the next status line whose state is one of states.
+func expectStatus(ctx context.Context, t *testing.T, vm *qemu.VM, states ...string) firstboot.Status {
+	t.Helper()
+	for {
+		m, err := vm.Expect(ctx, statusRE)
+		if err != nil {
+			t.Fatalf("waiting for status %v: %v", states, err)
+		}
+		var s firstboot.Status
+		if err := json.Unmarshal([]byte(m[1]), &s); err != nil {
+			t.Fatalf("status line is not JSON: %v: %s", err, m[1])
+		}
+		for _, want := range states {
+			if s.State == want {
+				return s
+			}
+		}
+		t.Logf("status %s (waiting for %v)", s.State, states)
+	}
+}
+
+func expect(ctx context.Context, t *testing.T, vm *qemu.VM, pattern string) []string {
+	t.Helper()
+	m, err := vm.Expect(ctx, regexp.MustCompile(pattern))
+	if err != nil {
+		t.Fatalf("waiting for %q: %v", pattern, err)
+	}
+	return m
+}
+
+const goodConfig = `apiVersion: terrarium.dev/v1alpha1
+kind: MachineConfig
+hostname: node-1
+network:
+  interfaces:
+    - name: "en*"
+      dhcp: true
+admin:
+  name: admin
+  sshAuthorizedKeys:
+    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@terrarium
+`
