@@ -18,7 +18,7 @@ import (
 // stateDisk is a stopped machine's disk, flattened to raw for inspection
 // of TERRA-STATE with debugfs (read-only).
 type stateDisk struct {
-	t      *testing.T
+	t      testing.TB
 	raw    string
 	offset int64
 }

@@ -34,7 +34,7 @@ const (
 	diskSize    = "8G"
 )
 
-func fixture(t *testing.T, name string) string {
+func fixture(t testing.TB, name string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
@@ -45,14 +45,14 @@ func fixture(t *testing.T, name string) string {
 
 // machine is one test machine: its state dir, boot disk and config disk.
 type machine struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	disk    string
 	capture string
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
-func newMachine(t *testing.T, image string) *machine {
+func newMachine(t testing.TB, image string) *machine {
 	t.Helper()
 	dir := t.TempDir()
 	m := &machine{t: t, dir: dir, disk: filepath.Join(dir, "boot.qcow2"), capture: filepath.Join(dir, "net.pcap")}

@@ -14,6 +14,7 @@ pkgs=(
   xorriso             # hybrid ISO (later rows)
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
   zstd
+  bc                  # scripts/bench.sh arithmetic
 )
 
 missing=()
