@@ -56,6 +56,9 @@ func write(path string, config []byte) error {
 	return f.Close()
 }
 
+// maxConfigSize is the largest machine.yaml Read accepts.
+const maxConfigSize = 1 << 20
+
 // ErrNoConfig means the disk has no machine.yaml.
 var ErrNoConfig = errors.New("no " + FileName + " on the config disk")
 
@@ -76,7 +79,17 @@ func Read(path string) ([]byte, error) {
 		return nil, fmt.Errorf("config disk %s: %w", path, ErrNoConfig)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config disk %s: %w", path, err)
+	}
+	if fi.Size() > maxConfigSize {
+		return nil, fmt.Errorf("config disk %s: %s is %d bytes, more than the %d allowed", path, FileName, fi.Size(), maxConfigSize)
+	}
+	// Never hand go-diskfs a buffer larger than what is left of the file:
+	// its FAT reader (v1.9.4) then fills the buffer from the rest of the
+	// cluster, past the end of the file.
+	data, err := io.ReadAll(io.LimitReader(f, fi.Size()))
 	if err != nil {
 		return nil, fmt.Errorf("read %s from %s: %w", FileName, path, err)
 	}

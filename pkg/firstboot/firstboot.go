@@ -155,6 +155,8 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, er
 			cfg, perr := machineconfig.Parse(from+":"+"machine.yaml", data)
 			if perr == nil {
 				r.say("config from %s is valid (%s)", from, cfg.Digest())
+				// The note about a missing or invalid config is settled.
+				r.status.Message = ""
 				return cfg, cfg.Digest(), nil
 			}
 			problem = perr.Error()

@@ -98,9 +98,17 @@ func Banner(s Status) string {
 	title := " Terrarium "
 	b.WriteString("╭" + strings.Repeat("─", 3) + title + strings.Repeat("─", width-3-len(title)) + "╮\n")
 	for _, row := range rows {
-		line := fmt.Sprintf(" %-10s %s", row[0], row[1])
-		for _, part := range wrap(line, width-1) {
-			b.WriteString("│" + part + strings.Repeat(" ", width-len([]rune(part))) + "│\n")
+		// A value of several lines (an invalid config's problems) gets a
+		// row per line, so no newline breaks the box.
+		for i, text := range strings.Split(row[1], "\n") {
+			label := row[0]
+			if i > 0 {
+				label = ""
+			}
+			line := fmt.Sprintf(" %-10s %s", label, text)
+			for _, part := range wrap(line, width-1) {
+				b.WriteString("│" + part + strings.Repeat(" ", width-len([]rune(part))) + "│\n")
+			}
 		}
 	}
 	b.WriteString("╰" + strings.Repeat("─", width) + "╯\n")

@@ -1,0 +1,169 @@
+package firstboot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadJournalMissing(t *testing.T) {
+	j, err := LoadJournal(filepath.Join(t.TempDir(), "state", "terrarium", "journal.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j == nil || j.Provisioned != nil || len(j.Boots) != 0 {
+		t.Errorf("LoadJournal(missing) = %+v, want an empty journal", j)
+	}
+}
+
+func TestLoadJournalErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "journal.json")
+	if err := os.WriteFile(bad, []byte(`{"boots": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadJournal(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("LoadJournal(corrupt) = %v, want an error naming the file", err)
+	}
+	// A directory cannot be read as a file: not "missing".
+	if _, err := LoadJournal(dir); err == nil {
+		t.Error("LoadJournal(dir) succeeded")
+	}
+}
+
+func TestJournalRoundTrip(t *testing.T) {
+	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	j := &Journal{
+		Provisioned: &Provisioned{ConfigDigest: "sha256:abc", At: at, Boot: 1},
+		Boots: []BootRecord{
+			{Boot: 1, BootID: "id-1", Slot: "a", Mode: "provision", Result: StateProvisioned, Steps: []StepRecord{
+				{Name: "hostname", Result: "applied", At: at},
+				{Name: "health", Result: "failed", Detail: "health check failed: x", At: at.Add(time.Second)},
+			}},
+			{Boot: 2, BootID: "id-2", Slot: "b", Steps: []StepRecord{}},
+		},
+	}
+	path := filepath.Join(t.TempDir(), "state", "terrarium", "journal.json")
+	if err := j.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary file left: %v", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(data), "}\n") || !strings.Contains(string(data), "\n  \"boots\": [") {
+		t.Errorf("journal is not indented JSON ending in a newline:\n%s", data)
+	}
+	got, err := LoadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, j) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, j)
+	}
+
+	// Saving again replaces the file.
+	j.Provisioned = nil
+	if err := j.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err = LoadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Provisioned != nil || len(got.Boots) != 2 {
+		t.Errorf("after second Save: %+v", got)
+	}
+}
+
+func TestJournalCurrent(t *testing.T) {
+	j := &Journal{}
+	r1 := j.Current("id-1", "a")
+	if r1.Boot != 1 || r1.BootID != "id-1" || r1.Slot != "a" || r1.Steps == nil || len(r1.Steps) != 0 {
+		t.Errorf("first record = %+v", r1)
+	}
+	r1.Steps = append(r1.Steps, StepRecord{Name: "hostname", Result: "applied"})
+	// The same boot id gets the same record back.
+	if again := j.Current("id-1", "a"); again != r1 || len(again.Steps) != 1 {
+		t.Errorf("Current(same id) = %+v, want the existing record", again)
+	}
+	r2 := j.Current("id-2", "b")
+	if r2.Boot != 2 || r2.Slot != "b" || len(r2.Steps) != 0 {
+		t.Errorf("second record = %+v", r2)
+	}
+	if len(j.Boots) != 2 {
+		t.Errorf("%d boots", len(j.Boots))
+	}
+	// Only the latest record is reused: an old boot id (a clock or
+	// boot_id collision) starts a new record.
+	if r := j.Current("id-1", "a"); r.Boot != 3 {
+		t.Errorf("Current(older id) = %+v, want a new record 3", r)
+	}
+	// An empty boot id (unreadable boot_id) is still a boot.
+	if r := j.Current("", "a"); r.Boot != 4 {
+		t.Errorf("Current(\"\") = %+v", r)
+	}
+}
+
+func TestJournalKeepsLastBoots(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.json")
+	j := &Journal{}
+	for i := 1; i <= maxBoots+5; i++ {
+		j.Current(fmt.Sprintf("id-%d", i), "a")
+		if err := j.Save(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := LoadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Boots) != maxBoots || maxBoots != 100 {
+		t.Fatalf("journal keeps %d boots, want 100", len(got.Boots))
+	}
+	if first, last := got.Boots[0], got.Boots[len(got.Boots)-1]; first.Boot != 6 || first.BootID != "id-6" || last.Boot != 105 {
+		t.Errorf("kept boots %d..%d, want 6..105", first.Boot, last.Boot)
+	}
+	// Numbering continues after trimming.
+	if r := got.Current("id-new", "a"); r.Boot != 106 {
+		t.Errorf("next boot = %d, want 106", r.Boot)
+	}
+
+	// A journal that grew past the limit in one go is trimmed on Save.
+	big := &Journal{}
+	for i := 1; i <= 250; i++ {
+		big.Current(fmt.Sprintf("id-%d", i), "b")
+	}
+	cur := &big.Boots[len(big.Boots)-1]
+	if err := big.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if len(big.Boots) != maxBoots || big.Boots[0].Boot != 151 {
+		t.Errorf("after Save: %d boots from %d", len(big.Boots), big.Boots[0].Boot)
+	}
+	// The current record (held by the runner) is still the journal's last.
+	cur.Result = "changed"
+	if big.Boots[len(big.Boots)-1].Result != "changed" {
+		t.Error("trimming detached the current record")
+	}
+}
+
+func TestJournalSaveError(t *testing.T) {
+	dir := t.TempDir()
+	// A file where the journal's directory should be.
+	blocker := filepath.Join(dir, "state")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&Journal{}).Save(filepath.Join(blocker, "terrarium", "journal.json")); err == nil {
+		t.Error("Save below a file succeeded")
+	}
+}
