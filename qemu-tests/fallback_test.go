@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -25,12 +26,12 @@ func TestFallbackToSlotA(t *testing.T) {
 	vm := m.boot(ctx, configAttached(m.configDisk("config.img", goodConfig)))
 
 	for try := 1; try <= 2; try++ {
-		expect(ctx, t, vm, `terrarium: Terrarium 0\.1\.0, slot b, boot `+string(rune('0'+try)))
+		expect(ctx, t, vm, fmt.Sprintf(`terrarium: Terrarium 0\.1\.0, slot b, boot %d`, try))
+		expect(ctx, t, vm, `rebooting in 10s so the boot loader counts the failed try`)
 		s := expectStatus(ctx, t, vm, "provisioned", "verified", "failed")
 		if s.Slot != "b" || s.Healthy == nil || *s.Healthy || s.Blessed != "not blessed" {
 			t.Fatalf("try %d on slot B: %+v, want unhealthy and not blessed", try, s)
 		}
-		expect(ctx, t, vm, `rebooting in 10s so the boot loader counts the failed try`)
 	}
 	start := time.Now()
 	expect(ctx, t, vm, `terrarium: Terrarium 0\.1\.0, slot a, boot 3`)

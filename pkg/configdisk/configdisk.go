@@ -28,7 +28,11 @@ const Size = 16 * layout.MiB
 func Write(path string, config []byte) error {
 	tmp := path + ".partial"
 	os.Remove(tmp)
-	if err := write(tmp, config); err != nil {
+	err := write(tmp, config)
+	if err == nil {
+		err = freeRootCluster(tmp)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write config disk %s: %w", path, err)
 	}

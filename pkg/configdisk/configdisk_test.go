@@ -148,63 +148,11 @@ func TestReadErrors(t *testing.T) {
 func TestFsckAcceptsImage(t *testing.T) {
 	fsck, err := exec.LookPath("fsck.fat")
 	if err != nil {
-		t.Skip("fsck.fat not installed")
+		t.Fatal("fsck.fat not installed: run make deps")
 	}
 	path := writeSample(t)
-	out, err := exec.Command(fsck, "-n", path).CombinedOutput()
-	if err == nil {
-		return
-	}
-	// Known defect: go-diskfs (v1.9.4, filesystem/fat16/fat16.go) marks
-	// cluster 2 as end-of-chain for the root directory, as on FAT32, although
-	// a FAT16 root directory lives in its fixed region. fsck.fat reports the
-	// cluster as allocated but unused ("Reclaimed 1 unused cluster"). Check
-	// that this is the only complaint: free the cluster in a copy and fsck
-	// that. Once the image is fixed, the strict check above passes.
-	if !strings.Contains(string(out), "Reclaimed 1 unused cluster") {
-		t.Fatalf("fsck.fat -n: %v\n%s", err, out)
-	}
-	img, rerr := os.ReadFile(path)
-	if rerr != nil {
-		t.Fatal(rerr)
-	}
-	freeStrayRootCluster(t, img)
-	fixed := filepath.Join(t.TempDir(), "fixed.img")
-	if err := os.WriteFile(fixed, img, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out2, err2 := exec.Command(fsck, "-n", fixed).CombinedOutput(); err2 != nil {
-		t.Fatalf("fsck.fat -n: %v\n%s\nand with cluster 2 freed: %v\n%s", err, out, err2, out2)
-	}
-	t.Skipf("known bug: the FAT16 image has a stray allocated cluster 2 (go-diskfs marks it for the root directory); fsck.fat -n says:\n%s", out)
-}
-
-// freeStrayRootCluster frees FAT16 cluster 2 in every FAT copy of img,
-// after checking that no root directory entry uses it.
-func freeStrayRootCluster(t *testing.T, img []byte) {
-	t.Helper()
-	le := binary.LittleEndian
-	bps := int(le.Uint16(img[11:]))
-	reserved := int(le.Uint16(img[14:]))
-	nfats := int(img[16])
-	rootEntries := int(le.Uint16(img[17:]))
-	fatSize := int(le.Uint16(img[22:]))
-	rootStart := (reserved + nfats*fatSize) * bps
-	for i := 0; i < rootEntries; i++ {
-		e := img[rootStart+i*32 : rootStart+i*32+32]
-		if e[0] == 0 {
-			break
-		}
-		if e[0] != 0xE5 && e[11] != 0x0F && le.Uint16(e[26:]) == 2 {
-			t.Fatalf("root entry %q uses cluster 2", e[:11])
-		}
-	}
-	for n := 0; n < nfats; n++ {
-		fat := (reserved + n*fatSize) * bps
-		if v := le.Uint16(img[fat+4:]); v < 0xFFF8 {
-			t.Fatalf("FAT %d: cluster 2 = %#x, want end of chain", n, v)
-		}
-		le.PutUint16(img[fat+4:], 0)
+	if out, err := exec.Command(fsck, "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("fsck.fat -n %s: %v\n%s", path, err, out)
 	}
 }
 
@@ -262,31 +210,6 @@ func TestWriteFailureKeepsOldImage(t *testing.T) {
 	}
 	if !bytes.Equal(old, now) {
 		t.Error("a failed Write changed the existing image")
-	}
-	if got, err := Read(path); err != nil || string(got) != sampleConfig {
-		t.Errorf("Read after failed Write = %q, %v", got, err)
-	}
-}
-
-func TestWriteUnwritableDir(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.img")
-	if err := Write(path, []byte(sampleConfig)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o555); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Chmod(dir, 0o755) })
-	if f, err := os.Create(filepath.Join(dir, "probe")); err == nil {
-		f.Close()
-		t.Skip("directory permissions are not enforced (running as root)")
-	}
-	if err := Write(path, []byte("hostname: other\n")); err == nil {
-		t.Fatal("Write into a read-only directory succeeded")
-	}
-	if _, err := os.Stat(path + ".partial"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s.partial left behind: %v", path, err)
 	}
 	if got, err := Read(path); err != nil || string(got) != sampleConfig {
 		t.Errorf("Read after failed Write = %q, %v", got, err)

@@ -115,7 +115,7 @@ func copyInto(ctx context.Context, f *os.File, p Placed) error {
 		return err
 	}
 	if fi.Size() > p.Size {
-		return fmt.Errorf("%s is %d MiB, larger than the %d MiB partition (raise the size in the build spec)", p.Source, fi.Size()>>20, p.Size>>20)
+		return fmt.Errorf("%s is %d bytes, larger than the %d MiB partition (raise the size in the build spec)", p.Source, fi.Size(), p.Size>>20)
 	}
 	buf := make([]byte, 4<<20)
 	off := p.Start

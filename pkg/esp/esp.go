@@ -130,6 +130,9 @@ func writeFile(fs filesystem.FileSystem, name, source string) error {
 			return err
 		}
 		defer hf.Close()
+		if fi, err := hf.Stat(); err != nil || fi.Size() == 0 {
+			return fmt.Errorf("%s is empty or unreadable", host)
+		}
 		r = hf
 	}
 	if _, err := io.Copy(f, r); err != nil {

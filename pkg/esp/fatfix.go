@@ -6,10 +6,11 @@ import (
 	"os"
 )
 
-// fixFAT32 corrects two details go-diskfs gets wrong, which fsck.fat
-// reports: the ".." entry of a directory in the root must point to cluster
-// 0 (not the root's cluster), and FSInfo must carry the free cluster count
-// and next free cluster instead of "unknown".
+// fixFAT32 corrects three details go-diskfs gets wrong, which fsck.fat
+// reports: at some sizes (64, 129, 194, 259 MiB) the FAT has no room for
+// the last clusters; the ".." entry of a directory in the root must point to
+// cluster 0 (not the root's cluster); and FSInfo must carry the free cluster
+// count and next free cluster instead of "unknown".
 func fixFAT32(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -18,6 +19,9 @@ func fixFAT32(path string) error {
 	defer f.Close()
 	v, err := readFAT32(f)
 	if err != nil {
+		return fmt.Errorf("fix FAT32 %s: %w", path, err)
+	}
+	if err := v.fitClusters(f); err != nil {
 		return fmt.Errorf("fix FAT32 %s: %w", path, err)
 	}
 	if err := v.fixDotDot(f); err != nil {
@@ -31,6 +35,7 @@ func fixFAT32(path string) error {
 
 type fat32 struct {
 	bps, spc, fsInfo int64
+	fatSize          int64 // sectors per FAT
 	fatStart         int64 // bytes
 	dataStart        int64 // bytes
 	rootCluster      uint32
@@ -44,8 +49,8 @@ func readFAT32(f *os.File) (*fat32, error) {
 		return nil, err
 	}
 	le := binary.LittleEndian
-	v := &fat32{bps: int64(le.Uint16(bs[11:])), spc: int64(bs[13]), fsInfo: int64(le.Uint16(bs[48:]))}
-	reserved, nfats, fatSize := int64(le.Uint16(bs[14:])), int64(bs[16]), int64(le.Uint32(bs[36:]))
+	v := &fat32{bps: int64(le.Uint16(bs[11:])), spc: int64(bs[13]), fsInfo: int64(le.Uint16(bs[48:])), fatSize: int64(le.Uint32(bs[36:]))}
+	reserved, nfats, fatSize := int64(le.Uint16(bs[14:])), int64(bs[16]), v.fatSize
 	total := int64(le.Uint32(bs[32:]))
 	if v.bps == 0 || v.spc == 0 || fatSize == 0 {
 		return nil, fmt.Errorf("not a FAT32 boot sector")
@@ -54,6 +59,7 @@ func readFAT32(f *os.File) (*fat32, error) {
 	v.dataStart = (reserved + nfats*fatSize) * v.bps
 	v.rootCluster = le.Uint32(bs[44:])
 	v.clusters = uint32((total*v.bps - v.dataStart) / (v.spc * v.bps))
+	v.clusters = min(v.clusters, uint32(fatSize*v.bps/4)-2)
 	raw := make([]byte, (int64(v.clusters)+2)*4)
 	if _, err := f.ReadAt(raw, v.fatStart); err != nil {
 		return nil, err
@@ -63,6 +69,26 @@ func readFAT32(f *os.File) (*fat32, error) {
 		v.fat[i] = le.Uint32(raw[i*4:]) & 0x0FFFFFFF
 	}
 	return v, nil
+}
+
+// fitClusters shrinks the volume's sector count so every data cluster has
+// a FAT entry (the last sectors of the partition stay unused).
+func (v *fat32) fitClusters(f *os.File) error {
+	want := uint32(v.dataStart/v.bps + int64(v.clusters)*v.spc)
+	b := make([]byte, 4)
+	if _, err := f.ReadAt(b, 32); err != nil {
+		return err
+	}
+	if binary.LittleEndian.Uint32(b) <= want {
+		return nil
+	}
+	binary.LittleEndian.PutUint32(b, want)
+	for _, sector := range []int64{0, 6} { // boot sector and its backup
+		if _, err := f.WriteAt(b, sector*v.bps+32); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (v *fat32) clusterOffset(c uint32) int64 {

@@ -121,6 +121,9 @@ func Parse(path string) (*Spec, error) {
 	s.dir = abs
 	s.setDefaults()
 	if err := s.Validate(); err != nil {
+		if p, ok := err.(strictyaml.Problems); ok {
+			err = p.WithLines(data)
+		}
 		return nil, fileError(path, err)
 	}
 	return &s, nil
