@@ -15,6 +15,8 @@ pkgs=(
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
   zstd
   bc                  # scripts/bench.sh arithmetic
+  skopeo              # a real registry client for the registry tests
+  containerd          # ctr: containerd pulling through our registry in tests
 )
 
 missing=()

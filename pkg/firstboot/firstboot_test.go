@@ -97,6 +97,7 @@ func TestFirstRunProvisions(t *testing.T) {
 		"networkctl reload",
 		"useradd --create-home --shell /bin/bash --groups sudo --comment Terrarium admin ops",
 		"usermod --lock ops",
+		"systemctl try-restart terrarium-registry.service",
 	}
 	if got := e.commands(); !reflect.DeepEqual(got, wantCmds) {
 		t.Errorf("commands:\n%q\nwant:\n%q", got, wantCmds)
@@ -111,7 +112,7 @@ func TestFirstRunProvisions(t *testing.T) {
 	if rec.Boot != 1 || rec.BootID != "11111111-1111-1111-1111-111111111111" || rec.Slot != "a" || rec.Mode != "provision" || rec.Result != StateProvisioned {
 		t.Errorf("boot record = %+v", rec)
 	}
-	wantSteps := []string{"hostname=applied", "network=applied", "admin-user=applied", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=applied", "network=applied", "admin-user=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -204,7 +205,7 @@ func TestSecondBootVerifies(t *testing.T) {
 	if rec.Boot != 2 || rec.BootID != "22222222-2222-2222-2222-222222222222" || rec.Mode != "verify" || rec.Result != StateVerified {
 		t.Errorf("boot record = %+v", rec)
 	}
-	wantSteps := []string{"hostname=verified", "network=verified", "admin-user=verified", "health=passed", "bless=good"}
+	wantSteps := []string{"hostname=verified", "network=verified", "admin-user=verified", "registry-mirrors=verified", "health=passed", "bless=good"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -237,7 +238,7 @@ func TestRerunInSameBootReusesRecord(t *testing.T) {
 	if len(j.Boots) != 1 {
 		t.Fatalf("journal has %d boots, want 1", len(j.Boots))
 	}
-	if j.Boots[0].Mode != "verify" || len(j.Boots[0].Steps) != 10 {
+	if j.Boots[0].Mode != "verify" || len(j.Boots[0].Steps) != 12 {
 		t.Errorf("record = %+v", j.Boots[0])
 	}
 	if s := e.status(); s.Boot != 1 {
@@ -281,7 +282,7 @@ func TestVerifyHealsDrift(t *testing.T) {
 		t.Errorf("ops is %d times in /etc/passwd", n)
 	}
 	rec := e.lastBoot()
-	wantSteps := []string{"hostname=healed", "network=healed", "admin-user=healed", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=healed", "network=healed", "admin-user=healed", "registry-mirrors=verified", "health=passed", "bless=blessed"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -320,7 +321,7 @@ func TestVerifyHealsOnlyWhatDrifted(t *testing.T) {
 	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname node-1"}) {
 		t.Errorf("commands = %q", got)
 	}
-	wantSteps := []string{"hostname=healed", "network=verified", "admin-user=verified", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=healed", "network=verified", "admin-user=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
 	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -411,7 +412,7 @@ func TestMinimalConfig(t *testing.T) {
 	if err := e.run(minimalConfig); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely"}) {
+	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl try-restart terrarium-registry.service"}) {
 		t.Errorf("commands = %q", got)
 	}
 	if e.exists("/etc/systemd/network") || e.exists("/etc/sudoers.d") {
@@ -450,7 +451,7 @@ func TestWaitsForConfigDisk(t *testing.T) {
 	if !strings.Contains(statuses[0].Message, "TERRA-CONFIG") {
 		t.Errorf("waiting message = %q", statuses[0].Message)
 	}
-	wantSteps := []string{"config=waiting", "hostname=applied", "network=applied", "admin-user=applied", "health=passed", "bless=blessed"}
+	wantSteps := []string{"config=waiting", "hostname=applied", "network=applied", "admin-user=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
 	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}

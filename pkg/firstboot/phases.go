@@ -26,6 +26,7 @@ func phases() []phase {
 		{Name: "hostname", Apply: applyHostname, Verify: verifyHostname},
 		{Name: "network", Apply: applyNetwork, Verify: verifyNetwork},
 		{Name: "admin-user", Apply: applyAdmin, Verify: verifyAdmin},
+		{Name: "registry-mirrors", Apply: applyRegistry, Verify: verifyRegistry},
 	}
 }
 

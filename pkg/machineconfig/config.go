@@ -48,6 +48,9 @@ type Config struct {
 	Network Network `yaml:"network,omitempty"`
 	// Admin is the login user. When nil, the node has no login user.
 	Admin *Admin `yaml:"admin,omitempty"`
+	// Registry configures the node's registry cache; absent, the node
+	// serves its own images on loopback only.
+	Registry *Registry `yaml:"registry,omitempty"`
 }
 
 // Network is the network configuration of a node.

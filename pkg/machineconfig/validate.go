@@ -25,6 +25,9 @@ func (c *Config) validate() strictyaml.Problems {
 	if c.Admin != nil {
 		validateAdmin(&ps, root.Field("admin"), *c.Admin)
 	}
+	if c.Registry != nil {
+		validateRegistry(&ps, root.Field("registry"), *c.Registry)
+	}
 	return ps
 }
 
