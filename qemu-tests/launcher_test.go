@@ -49,6 +49,12 @@ type machine struct {
 	dir     string
 	disk    string
 	capture string
+	// net is the management NIC: QEMU's restricted network (DHCP, no
+	// route out), captured; forward holds hostfwd rules into it.
+	mac     string
+	forward []string
+	// link is an optional second NIC on a private link to another VM.
+	link *qemu.Network
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
@@ -81,7 +87,8 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 	vm, err := qemu.Start(ctx, qemu.Config{
 		Dir:     filepath.Join(m.dir, "vm"),
 		Disks:   disks,
-		Network: qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture},
+		Network: qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
+		Link:    m.link,
 	})
 	if err != nil {
 		m.t.Fatalf("start QEMU: %v", err)
@@ -143,3 +150,5 @@ admin:
   sshAuthorizedKeys:
     - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@terrarium
 `
+
+var statusProvisionedRE = regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"`)

@@ -36,7 +36,7 @@ raw_alloc=$(du -k "$work/out-warm/terrarium.raw" | cut -f1)
 
 echo "bench: boots" >&2
 boot=$(TERRARIUM_IMAGE="$work/out-warm/terrarium.qcow2" go test -run '^$' -bench BootToProvisioned -benchtime="${runs}x" -timeout 60m -v ./qemu-tests/ 2>&1 | tee "$work/boot.log" | grep -E "BenchmarkBootToProvisioned" | tail -1)
-timeline=$(sed -n '/median of/,/provisioned .*s (+/p' "$work/boot.log" | sed 's/^ *bench_test.go:[0-9]*: //')
+timeline=$(awk '/median of/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$work/boot.log" | sed -n '/median of/,/provisioned .*s (+/p' | sed 's/^ *//; s/^bench_test.go:[0-9]*: //')
 
 c=$(printf '%s\n' "${cold[@]}" | median); b=$(printf '%s\n' "${base[@]}" | median); w=$(printf '%s\n' "${warm[@]}" | median)
 cat <<EOF2

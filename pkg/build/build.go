@@ -52,6 +52,7 @@ type run struct {
 	man   *Manifest
 
 	base   *rootfs.Base
+	bundle *bundleLayout
 	initrd string
 	slots  map[layout.Slot]string
 	esp    string
@@ -85,6 +86,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}{
 		{"rootfs base (mmdebstrap)", r.buildBase},
 		{"initramfs", r.buildInitramfs},
+		{"bundles (OCI layout)", r.buildBundles},
 		{"slot images (mksquashfs)", r.buildSlots},
 		{"EFI system partition", r.buildESP},
 		{"raw disk image", r.buildRaw},
@@ -163,6 +165,9 @@ func (r *run) buildSlots(ctx context.Context) (string, error) {
 	in := rootfs.SlotInputs{
 		Base: r.base, Overlay: r.spec.Resolve(r.spec.OS.Overlay), Firstboot: r.in.Firstboot,
 		Release: r.release(nil), Enable: r.spec.OS.Enable,
+	}
+	if r.bundle != nil {
+		in.BundleDir, in.BundleKey = r.bundle.dir, r.bundle.key
 	}
 	a, cached, err := rootfs.BuildSlot(ctx, r.opt.Cache, in, r.spec.Epoch(), r.opt.Log)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/terrarium-os/terrarium/pkg/bundle"
 	"github.com/terrarium-os/terrarium/pkg/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/rootfs"
 	"github.com/terrarium-os/terrarium/pkg/spec"
@@ -24,7 +25,9 @@ type Manifest struct {
 	BaseKey         string            `json:"rootfsBaseKey"`
 	Packages        map[string]string `json:"packages"`
 	Partitions      []PartitionInfo   `json:"partitions"`
-	Outputs         map[string]Output `json:"outputs"`
+	// Bundle lists every image the slot carries, with its digest.
+	Bundle  *bundle.Manifest  `json:"bundle,omitempty"`
+	Outputs map[string]Output `json:"outputs"`
 }
 
 // PartitionInfo records one partition of the image.
@@ -54,6 +57,15 @@ func (m *Manifest) addBase(b *rootfs.Base) error {
 	}
 	m.Packages, m.BaseKey, m.Kernel = pkgs, b.Key, b.KernelVersion()
 	return nil
+}
+
+func (m *Manifest) addBundle(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	m.Bundle = &bundle.Manifest{}
+	return json.Unmarshal(data, m.Bundle)
 }
 
 func (m *Manifest) addPartitions(placed []diskimage.Placed) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/mirrors"
+	"github.com/terrarium-os/terrarium/pkg/registryd"
 )
 
 // Where the registry phase writes.
@@ -19,17 +20,6 @@ const (
 	registryPKIDir     = "/etc/terrarium/pki"
 )
 
-// RegistryConfig is what `firstboot registry` reads: derived from the
-// machine config by the registry phase.
-type RegistryConfig struct {
-	Serve    bool     `json:"serve,omitempty"`
-	Listen   string   `json:"listen,omitempty"`
-	Peers    []string `json:"peers,omitempty"`
-	CAFile   string   `json:"caFile,omitempty"`
-	CertFile string   `json:"certFile,omitempty"`
-	KeyFile  string   `json:"keyFile,omitempty"`
-}
-
 // registryFiles renders every file of the registry phase: hosts.toml per
 // upstream, PKI material and registry.json. Modes go with the content.
 func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.FileMode, error) {
@@ -38,7 +28,7 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 		r = *c.Registry
 	}
 	files, modes := map[string]string{}, map[string]os.FileMode{}
-	rc := RegistryConfig{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers}
+	rc := registryd.Config{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers}
 	add := func(path, content string, mode os.FileMode) {
 		files[path], modes[path] = content, mode
 	}

@@ -36,7 +36,10 @@ func (c Config) args() []string {
 		}
 		a = append(a, "-device", d.deviceArg(""))
 	}
-	a = append(a, c.Network.args()...)
+	a = append(a, c.Network.args(0)...)
+	if c.Link != nil {
+		a = append(a, c.Link.args(1)...)
+	}
 	for _, f := range c.FwCfg {
 		v := "name=" + escape(f.Name)
 		if f.File != "" {
@@ -108,20 +111,31 @@ func (d Disk) deviceArg(bus string) string {
 	return strings.Join(parts, ",")
 }
 
-func (n Network) args() []string {
+func (n Network) args(i int) []string {
 	if n.Mode == NetNone {
+		if i > 0 {
+			return nil
+		}
 		return []string{"-nic", "none"}
 	}
-	dev := "virtio-net-pci,netdev=net0,id=nic0,romfile="
+	id := fmt.Sprintf("net%d", i)
+	dev := fmt.Sprintf("virtio-net-pci,netdev=%s,id=nic%d,romfile=", id, i)
 	if n.MAC != "" {
 		dev += ",mac=" + n.MAC
 	}
-	a := []string{
-		"-netdev", "user,id=net0,restrict=on",
-		"-device", dev,
+	netdev := "user,id=" + id + ",restrict=on"
+	for _, f := range n.Forward {
+		netdev += ",hostfwd=" + f
 	}
+	switch n.Mode {
+	case NetListen:
+		netdev = "socket,id=" + id + ",listen=" + n.Peer
+	case NetConnect:
+		netdev = "socket,id=" + id + ",connect=" + n.Peer
+	}
+	a := []string{"-netdev", netdev, "-device", dev}
 	if n.Capture != "" {
-		a = append(a, "-object", "filter-dump,id=dump0,netdev=net0,file="+escape(n.Capture))
+		a = append(a, "-object", fmt.Sprintf("filter-dump,id=dump%d,netdev=%s,file=%s", i, id, escape(n.Capture)))
 	}
 	return a
 }

@@ -42,7 +42,10 @@ type Config struct {
 	CPUs      int    // default DefaultCPUs
 	Disks     []Disk // attached at start, in order
 	Network   Network
-	FwCfg     []FwCfg
+	// Link is an optional second NIC (e.g. a private link between two
+	// VMs next to a restricted management network).
+	Link  *Network
+	FwCfg []FwCfg
 	// HotplugPorts is the number of empty pcie-root-port devices (ids hp0,
 	// hp1, ...) for hot-plugging virtio and NVMe disks. Default
 	// DefaultHotplugPorts; negative means none.
@@ -93,6 +96,12 @@ const (
 	// NetRestricted is user-mode networking with restrict=on: the guest gets
 	// DHCP from QEMU on 10.0.2.0/24 but has no route out of the VM.
 	NetRestricted
+	// NetListen and NetConnect join two VMs on a private point-to-point
+	// Ethernet link (a TCP socket between the QEMU processes on loopback):
+	// no DHCP, no router, no route out. One VM listens on Peer
+	// (127.0.0.1:port), the other connects to it.
+	NetListen
+	NetConnect
 )
 
 // Network configures the machine's single NIC (virtio-net-pci, no option ROM).
@@ -102,6 +111,12 @@ type Network struct {
 	// Capture, if set, is a pcap file receiving every packet on the netdev
 	// (filter-dump), so tests can prove nothing left the test subnet.
 	Capture string
+	// Peer is the loopback address of the link (NetListen, NetConnect).
+	Peer string
+	// Forward holds QEMU hostfwd rules for NetRestricted, e.g.
+	// "tcp:127.0.0.1:2222-:22": the host reaches a guest port; the guest
+	// still has no route out.
+	Forward []string
 }
 
 // FwCfg is a -fw_cfg item: exactly one of File and String is set. Name
@@ -169,6 +184,11 @@ func (c Config) withDefaults() (Config, error) {
 		disks[i] = d
 	}
 	c.Disks = disks
+	if c.Link != nil {
+		if err := c.Link.validate(); err != nil {
+			return c, fmt.Errorf("link: %w", err)
+		}
+	}
 	if err := c.Network.validate(); err != nil {
 		return c, fmt.Errorf("config: network: %w", err)
 	}
@@ -215,9 +235,12 @@ func (n Network) validate() error {
 		if n.MAC != "" || n.Capture != "" {
 			return errors.New("MAC and Capture need Mode NetRestricted")
 		}
-	case NetRestricted:
+	case NetRestricted, NetListen, NetConnect:
 		if n.MAC != "" && !macRE.MatchString(n.MAC) {
 			return fmt.Errorf("MAC %q: want xx:xx:xx:xx:xx:xx", n.MAC)
+		}
+		if (n.Mode == NetRestricted) != (n.Peer == "") {
+			return errors.New("Peer is needed by (only) NetListen and NetConnect")
 		}
 	default:
 		return fmt.Errorf("unknown mode %d", int(n.Mode))

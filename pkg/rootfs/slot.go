@@ -24,7 +24,13 @@ type SlotInputs struct {
 	Release   release.Release
 	// Enable lists systemd units enabled in the image.
 	Enable []string
+	// BundleDir is the OCI layout of the slot's images (optional) and
+	// BundleKey its content key.
+	BundleDir, BundleKey string
 }
+
+// BundlePath is where the slot carries its OCI layout.
+const BundlePath = "usr/lib/terrarium/bundle"
 
 // SlotImage is the file name of the squashfs in a slot cache entry.
 const SlotImage = "slot.squashfs"
@@ -48,7 +54,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	}
 	k := cache.NewKey("slot/v1").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
-		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339))
+		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
+		String("bundle", in.BundleKey)
 	if in.Overlay != "" {
 		k.Tree("overlay", in.Overlay)
 	}
@@ -118,6 +125,15 @@ func customize(ctx context.Context, root string, in SlotInputs, rel []byte) erro
 	}
 	if err := os.WriteFile(relPath, rel, 0o644); err != nil {
 		return err
+	}
+	if in.BundleDir != "" {
+		dst := filepath.Join(root, BundlePath)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := copyTree(ctx, in.BundleDir, dst); err != nil {
+			return err
+		}
 	}
 	if len(in.Enable) > 0 {
 		cmd := exec.CommandContext(ctx, "chroot", append([]string{root, "systemctl", "enable"}, in.Enable...)...)

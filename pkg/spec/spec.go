@@ -47,13 +47,16 @@ type Spec struct {
 	Version string `yaml:"version"`
 	// SourceDateEpoch fixes every timestamp in the outputs. The
 	// SOURCE_DATE_EPOCH environment variable overrides it.
-	SourceDateEpoch int64    `yaml:"sourceDateEpoch,omitempty"`
-	OS              OS       `yaml:"os"`
-	Kernel          Kernel   `yaml:"kernel,omitempty"`
-	Boot            Boot     `yaml:"boot,omitempty"`
-	Disk            Disk     `yaml:"disk,omitempty"`
-	SlotB           SlotB    `yaml:"slotB,omitempty"`
-	Outputs         []string `yaml:"outputs,omitempty"`
+	SourceDateEpoch int64  `yaml:"sourceDateEpoch,omitempty"`
+	OS              OS     `yaml:"os"`
+	Kernel          Kernel `yaml:"kernel,omitempty"`
+	Boot            Boot   `yaml:"boot,omitempty"`
+	Disk            Disk   `yaml:"disk,omitempty"`
+	SlotB           SlotB  `yaml:"slotB,omitempty"`
+	// Bundles are bundle files whose images the slot carries as one OCI
+	// layout, served by the node's registry.
+	Bundles []string `yaml:"bundles,omitempty"`
+	Outputs []string `yaml:"outputs,omitempty"`
 
 	// dir is the directory relative paths are resolved against.
 	dir string
@@ -219,6 +222,11 @@ func (s *Spec) Validate() error {
 		p.Addf(root.Field("sourceDateEpoch"), "must be a Unix time in seconds, not negative")
 	}
 	s.validateOS(&p, root.Field("os"))
+	for i, b := range s.Bundles {
+		if fi, err := os.Stat(s.Resolve(b)); err != nil || fi.IsDir() {
+			p.Addf(root.Field("bundles").Index(i), "%q is not a bundle file (paths are relative to the spec file)", b)
+		}
+	}
 	s.validateBoot(&p, root)
 	for i, o := range s.Outputs {
 		if o != OutputRaw && o != OutputQCOW2 {

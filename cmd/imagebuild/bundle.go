@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/terrarium-os/terrarium/pkg/bundle"
+	"github.com/terrarium-os/terrarium/pkg/bundledisk"
+	"github.com/terrarium-os/terrarium/pkg/cache"
+)
+
+func bundleCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "bundle", Short: "Bundles of container images"}
+	var out, cacheDir string
+	disk := &cobra.Command{
+		Use:   "disk BUNDLE.yaml",
+		Short: "Write a TERRA-BUNDLE disk (ext4 with an OCI layout) that nodes add to their registry cache",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			m, err := bundledisk.Write(cmd.Context(), args[0], out,
+				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			for _, img := range m.Images {
+				fmt.Printf("  %-50s %s\n", img.Name, img.Digest)
+			}
+			fmt.Printf("wrote %s: %d images, %d blobs, %.1f MiB; attach it to a node (disk or USB stick)\n", out, len(m.Images), m.Blobs, float64(m.Size)/(1<<20))
+			return nil
+		},
+	}
+	disk.Flags().StringVarP(&out, "out", "o", "bundle.img", "disk image to write")
+	disk.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache")
+	cmd.AddCommand(disk)
+	return cmd
+}

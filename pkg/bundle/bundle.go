@@ -1,0 +1,219 @@
+// Package bundle reads image bundles and turns them into one OCI image
+// layout.
+//
+// A bundle is a versioned YAML document listing container images under their
+// full upstream names, each with exactly one source:
+//
+//	apiVersion: terrarium.dev/v1alpha1
+//	kind: Bundle
+//	name: test-apps
+//	version: 0.1.0
+//	platforms: [linux/amd64]               # the default
+//	images:
+//	  - name: registry.k8s.io/pause:3.10
+//	    source:
+//	      registry: {ref: registry.k8s.io/pause@sha256:<digest>}  # pinned
+//	  - name: docker.io/library/hello:1.0
+//	    source:
+//	      build: {go: ./testimages/hello}  # a Go main package
+//	      digest: sha256:<digest>          # optional pin, for any source
+//	  - name: quay.io/x/y:1
+//	    source:
+//	      layout: {path: ./oci, ref: quay.io/x/y:1}
+//	  - name: ghcr.io/x/z:1
+//	    source:
+//	      tarball: {path: ./z.tar}         # docker save or OCI archive
+//
+// Parse reads and validates a bundle. Resolve turns every image into a
+// v1.Image (or, for several platforms, a v1.ImageIndex) backed by a
+// content-addressed cache, so a rebuild pulls and builds nothing it already
+// has. WriteLayout writes the resolved images into a single OCI image
+// layout, each named by the annotations containerd imports images by.
+package bundle
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/terrarium-os/terrarium/pkg/strictyaml"
+)
+
+// APIVersion and Kind identify a bundle document.
+const (
+	APIVersion = "terrarium.dev/v1alpha1"
+	Kind       = "Bundle"
+)
+
+// DefaultPlatform is the platform of a bundle that names none.
+const DefaultPlatform = "linux/amd64"
+
+// Bundle is a versioned list of container images.
+type Bundle struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	// Name of the bundle, e.g. "test-apps".
+	Name string `yaml:"name"`
+	// Version of the bundle, e.g. "0.1.0".
+	Version string `yaml:"version"`
+	// Platforms every image is resolved for, as os/arch[/variant]; the
+	// default is [linux/amd64].
+	Platforms []string `yaml:"platforms,omitempty"`
+	// Images in the bundle, each under its full upstream name.
+	Images []Image `yaml:"images"`
+
+	// dir is the directory relative source paths are resolved against.
+	dir string
+	// file is the path the bundle was parsed from, for messages.
+	file string
+}
+
+// Image is one image of a bundle.
+type Image struct {
+	// Name is the full upstream reference with a tag and a registry host,
+	// e.g. registry.k8s.io/pause:3.10 or docker.io/library/nginx:1.27.
+	Name   string `yaml:"name"`
+	Source Source `yaml:"source"`
+}
+
+// Source says where an image comes from. Exactly one of Registry, Build,
+// Layout and Tarball is set.
+type Source struct {
+	Registry *RegistrySource `yaml:"registry,omitempty"`
+	Build    *BuildSource    `yaml:"build,omitempty"`
+	Layout   *LayoutSource   `yaml:"layout,omitempty"`
+	Tarball  *TarballSource  `yaml:"tarball,omitempty"`
+	// Digest optionally pins what the source resolves to, after platform
+	// selection (for a registry index narrowed to one platform, that
+	// platform's image manifest): resolving to anything else is an error.
+	Digest string `yaml:"digest,omitempty"`
+}
+
+// RegistrySource pulls an image from a registry.
+type RegistrySource struct {
+	// Ref is the image reference, pinned by digest:
+	// registry.k8s.io/pause@sha256:<digest>.
+	Ref string `yaml:"ref"`
+	// Insecure allows plain HTTP and skips TLS verification.
+	Insecure bool `yaml:"insecure,omitempty"`
+}
+
+// BuildSource builds a minimal image from a Go main package.
+type BuildSource struct {
+	// Go is the main package's directory, relative to the bundle file.
+	Go string `yaml:"go"`
+	// Entrypoint of the image; the default is ["/<binary name>"].
+	Entrypoint []string `yaml:"entrypoint,omitempty"`
+	// Env holds KEY=value entries of the image's environment.
+	Env []string `yaml:"env,omitempty"`
+}
+
+// LayoutSource reads an image from an OCI image layout directory.
+type LayoutSource struct {
+	// Path of the layout directory, relative to the bundle file.
+	Path string `yaml:"path"`
+	// Ref picks the image by its org.opencontainers.image.ref.name (or
+	// io.containerd.image.name) annotation; without it the layout must
+	// hold a single image.
+	Ref string `yaml:"ref,omitempty"`
+}
+
+// TarballSource reads an image from a `docker save` archive or an OCI
+// archive (a tar of an OCI image layout).
+type TarballSource struct {
+	// Path of the archive, relative to the bundle file.
+	Path string `yaml:"path"`
+	// Ref picks the image when the archive holds several.
+	Ref string `yaml:"ref,omitempty"`
+}
+
+// Parse reads a bundle file strictly (unknown fields are errors), fills in
+// defaults and validates it. Its errors name the file, the field's path and
+// line, e.g. "bundles/x.yaml: $.images[2].source.registry.ref: ...".
+func Parse(path string) (*Bundle, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	var b Bundle
+	if err := strictyaml.Unmarshal(data, &b); err != nil {
+		return nil, fileError(path, err)
+	}
+	abs, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", path, err)
+	}
+	b.dir, b.file = abs, path
+	b.setDefaults()
+	if err := b.Validate(); err != nil {
+		if p, ok := err.(strictyaml.Problems); ok {
+			err = p.WithLines(data)
+		}
+		return nil, fileError(path, err)
+	}
+	return &b, nil
+}
+
+func fileError(path string, err error) error {
+	if p, ok := err.(strictyaml.Problems); ok {
+		return p.WithFile(path)
+	}
+	return fmt.Errorf("bundle %s: %w", path, err)
+}
+
+// Dir is the directory the bundle's relative paths are resolved against:
+// the bundle file's directory, or the working directory for a bundle that
+// was not parsed from a file.
+func (b *Bundle) Dir() string { return b.dir }
+
+// File is the path the bundle was parsed from, or "" for a bundle built in
+// code.
+func (b *Bundle) File() string { return b.file }
+
+// Abs makes a bundle-relative path absolute.
+func (b *Bundle) Abs(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	if b.dir == "" {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return filepath.Join(b.dir, p)
+}
+
+func (b *Bundle) setDefaults() {
+	if len(b.Platforms) == 0 {
+		b.Platforms = []string{DefaultPlatform}
+	}
+}
+
+// label names the bundle in messages: its file, or its name.
+func (b *Bundle) label() string {
+	if b.file != "" {
+		return b.file
+	}
+	if b.Name != "" {
+		return "bundle " + b.Name
+	}
+	return "bundle"
+}
+
+// kinds lists the source kinds that are set, in declaration order.
+func (s Source) kinds() []string {
+	var k []string
+	if s.Registry != nil {
+		k = append(k, "registry")
+	}
+	if s.Build != nil {
+		k = append(k, "build")
+	}
+	if s.Layout != nil {
+		k = append(k, "layout")
+	}
+	if s.Tarball != nil {
+		k = append(k, "tarball")
+	}
+	return k
+}

@@ -1,0 +1,159 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/match"
+)
+
+// KeyAnnotation marks each entry of the cache layout's index.json with the
+// key of the recipe (source, platforms, build inputs) that produced it.
+const KeyAnnotation = "dev.terrarium.bundle.key"
+
+// store is the cache: an OCI image layout whose index.json maps recipe keys
+// to manifests. Blobs are content-addressed and written atomically, so
+// several processes may fill it at once; index.json is only touched under
+// an exclusive lock on <dir>/.lock.
+type store struct {
+	dir string
+}
+
+func openStore(dir string) (*store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cache %s: %w", dir, err)
+	}
+	s := &store{dir: dir}
+	err := s.locked(func() error {
+		if _, err := os.Stat(filepath.Join(dir, "index.json")); err == nil {
+			return nil
+		}
+		_, err := layout.Write(dir, empty.Index)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// locked runs fn holding the cache's lock.
+func (s *store) locked(fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing unlocks too
+	return fn()
+}
+
+// lookup returns the artifact stored under key when it and all its blobs
+// are present.
+func (s *store) lookup(key string) (artifact, bool, error) {
+	var found *v1.Descriptor
+	err := s.locked(func() error {
+		idx, err := layout.Path(s.dir).ImageIndex()
+		if err != nil {
+			return err
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return err
+		}
+		for i, d := range im.Manifests {
+			if d.Annotations[KeyAnnotation] == key {
+				found = &im.Manifests[i]
+			}
+		}
+		return nil
+	})
+	if err != nil || found == nil {
+		return artifact{}, false, wrapCache(s.dir, err)
+	}
+	a, err := s.load(*found)
+	if err != nil {
+		return artifact{}, false, nil // damaged entry: resolve again
+	}
+	bs, err := a.blobs()
+	if err != nil || !present(s.dir, bs) {
+		return artifact{}, false, nil
+	}
+	return a, true, nil
+}
+
+func wrapCache(dir string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("cache %s: %w", dir, err)
+}
+
+// present reports whether every blob is in the layout at dir with its size.
+func present(dir string, bs []blob) bool {
+	for _, b := range bs {
+		fi, err := os.Stat(filepath.Join(dir, "blobs", b.digest.Algorithm, b.digest.Hex))
+		if err != nil || fi.Size() != b.size {
+			return false
+		}
+	}
+	return true
+}
+
+// put copies the artifact into the cache under key and returns it read
+// back from the cache.
+func (s *store) put(ctx context.Context, key string, a artifact, progress func(done, total int64)) (artifact, error) {
+	bs, err := a.blobs()
+	if err != nil {
+		return artifact{}, err
+	}
+	if err := copyBlobs(ctx, s.dir, bs, progress); err != nil {
+		return artifact{}, err
+	}
+	desc, err := a.descriptor()
+	if err != nil {
+		return artifact{}, err
+	}
+	desc.Annotations = map[string]string{KeyAnnotation: key}
+	err = s.locked(func() error {
+		p := layout.Path(s.dir)
+		if err := p.RemoveDescriptors(match.Annotation(KeyAnnotation, key)); err != nil {
+			return err
+		}
+		return p.AppendDescriptor(desc)
+	})
+	if err != nil {
+		return artifact{}, wrapCache(s.dir, err)
+	}
+	return s.load(desc)
+}
+
+// load opens the artifact of an index.json entry.
+func (s *store) load(desc v1.Descriptor) (artifact, error) {
+	idx, err := layout.Path(s.dir).ImageIndex()
+	if err != nil {
+		return artifact{}, wrapCache(s.dir, err)
+	}
+	var a artifact
+	switch {
+	case desc.MediaType.IsIndex():
+		a.index, err = idx.ImageIndex(desc.Digest)
+	case desc.MediaType.IsImage():
+		a.image, err = idx.Image(desc.Digest)
+	default:
+		err = fmt.Errorf("unsupported media type %q", desc.MediaType)
+	}
+	if err != nil {
+		return artifact{}, wrapCache(s.dir, fmt.Errorf("%s: %w", desc.Digest, err))
+	}
+	return a, nil
+}

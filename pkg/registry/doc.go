@@ -1,0 +1,10 @@
+// Package registry serves the container images baked into a Terrarium node
+// image over the pull side of the OCI Distribution API, so containerd (through
+// certs.d mirrors) and other nodes can pull them without any network access.
+//
+// Content comes from Stores: a read-only OCI image layout (OpenLayout), and a
+// writable on-disk Cache (OpenCache) that holds side-loaded bundles and
+// content pulled through from peer nodes. Every manifest and blob is hashed
+// and compared with its digest before this process serves it for the first
+// time; content that does not match is never served.
+package registry

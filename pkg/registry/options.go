@@ -1,0 +1,123 @@
+package registry
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+)
+
+// Option configures New, OpenLayout or OpenCache. Only WithLogger applies to
+// the stores; the others configure a Server.
+type Option func(*options) error
+
+type options struct {
+	log           *slog.Logger
+	stores        []Store
+	cache         *Cache
+	peers         []*url.URL
+	peerTLS       *tls.Config
+	verifiedLimit int
+	serverOnly    []string // server options given, to reject them for stores
+}
+
+const defaultVerifiedLimit = 1 << 16
+
+func applyOptions(opts []Option) (*options, error) {
+	o := &options{verifiedLimit: defaultVerifiedLimit}
+	for _, opt := range opts {
+		if err := opt(o); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	return o, nil
+}
+
+// storeOptions applies options for a store constructor.
+func storeOptions(opts []Option, what string) (*options, error) {
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.serverOnly) > 0 {
+		return nil, fmt.Errorf("%s: options %s only apply to a server", what, strings.Join(o.serverOnly, ", "))
+	}
+	return o, nil
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("WithLogger: nil logger")
+		}
+		o.log = l
+		return nil
+	}
+}
+
+// WithStores adds stores, consulted in order (before the cache).
+func WithStores(stores ...Store) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithStores")
+		for i, s := range stores {
+			if s == nil {
+				return fmt.Errorf("WithStores: store %d is nil", i)
+			}
+		}
+		o.stores = append(o.stores, stores...)
+		return nil
+	}
+}
+
+// WithCache sets the writable cache: it is consulted after the stores, and
+// content fetched from peers is kept in it.
+func WithCache(c *Cache) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithCache")
+		if c == nil {
+			return errors.New("WithCache: nil cache")
+		}
+		o.cache = c
+		return nil
+	}
+}
+
+// WithPeers sets the base URLs of other nodes' registries (for example
+// "https://10.0.0.11:5443"), asked in order for content that no local store
+// has. tlsConfig (may be nil) is used for https peers. Requires WithCache.
+func WithPeers(peers []string, tlsConfig *tls.Config) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithPeers")
+		for _, p := range peers {
+			u, err := url.Parse(strings.TrimSuffix(p, "/"))
+			if err != nil {
+				return fmt.Errorf("WithPeers: %w", err)
+			}
+			if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("WithPeers: %q is not an http(s) base URL", p)
+			}
+			o.peers = append(o.peers, u)
+		}
+		o.peerTLS = tlsConfig
+		return nil
+	}
+}
+
+// WithVerifiedLimit bounds how many verified digests are remembered
+// (default 65536); beyond it the oldest are hashed again when next served.
+func WithVerifiedLimit(n int) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithVerifiedLimit")
+		if n < 1 {
+			return fmt.Errorf("WithVerifiedLimit: %d is not positive", n)
+		}
+		o.verifiedLimit = n
+		return nil
+	}
+}

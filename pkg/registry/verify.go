@@ -1,0 +1,198 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// ErrDigestMismatch is matched by errors for content whose hash is not its
+// digest.
+var ErrDigestMismatch = errors.New("content does not match its digest")
+
+// hashBufSize is the read size used when hashing files.
+const hashBufSize = 1 << 20
+
+// matchDigest hashes r to EOF and compares the result with want.
+func matchDigest(r io.Reader, want v1.Hash) error {
+	h, err := v1.Hasher(want.Algorithm)
+	if err != nil {
+		return fmt.Errorf("digest %s: %w", want, err)
+	}
+	if _, err := io.CopyBuffer(h, r, make([]byte, hashBufSize)); err != nil {
+		return fmt.Errorf("hash %s: %w", want, err)
+	}
+	return compareSum(h, want)
+}
+
+func compareSum(h hash.Hash, want v1.Hash) error {
+	got := fmt.Sprintf("%x", h.Sum(nil))
+	if got != want.Hex {
+		return fmt.Errorf("%w: want %s, got %s:%s", ErrDigestMismatch, want, want.Algorithm, got)
+	}
+	return nil
+}
+
+// ctxReader stops reading once ctx is done.
+type ctxReader struct {
+	ctx context.Context //nolint:containedctx // lives only for one copy
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// Stats counts what a Server has done since it was created.
+type Stats struct {
+	// Verifications counts content hashed before first being served.
+	Verifications int64
+	// VerifiedBytes is the total size of that content.
+	VerifiedBytes int64
+	// Mismatches counts content that did not match its digest.
+	Mismatches int64
+	// PeerFetches counts manifests and blobs fetched from peers.
+	PeerFetches int64
+}
+
+type counters struct {
+	verifications, verifiedBytes, mismatches, peerFetches atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Verifications: c.verifications.Load(),
+		VerifiedBytes: c.verifiedBytes.Load(),
+		Mismatches:    c.mismatches.Load(),
+		PeerFetches:   c.peerFetches.Load(),
+	}
+}
+
+// verifier remembers which content has been hashed, in a bounded map, and
+// makes concurrent first requests for the same content hash it once.
+type verifier struct {
+	limit int
+	stats *counters
+
+	mu       sync.Mutex
+	results  map[string]bool // key → content matched its digest
+	order    []string        // insertion order, for eviction
+	inflight map[string]*flight
+}
+
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+func newVerifier(limit int, stats *counters) *verifier {
+	return &verifier{
+		limit:    limit,
+		stats:    stats,
+		results:  map[string]bool{},
+		inflight: map[string]*flight{},
+	}
+}
+
+// verify checks c against want unless the outcome for key is remembered,
+// and reports whether it hashed c. rememberBad controls whether a mismatch
+// is remembered too (it should not be for content about to be deleted).
+// c's offset is left at the start.
+func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.Hash, rememberBad bool) (bool, error) {
+	for {
+		v.mu.Lock()
+		if ok, known := v.results[key]; known {
+			v.mu.Unlock()
+			if ok {
+				return false, nil
+			}
+			return false, fmt.Errorf("%s: %w", want, ErrDigestMismatch)
+		}
+		f, busy := v.inflight[key]
+		if !busy {
+			f = &flight{done: make(chan struct{})}
+			v.inflight[key] = f
+			v.mu.Unlock()
+			break
+		}
+		v.mu.Unlock()
+		select {
+		case <-f.done:
+			if f.err == nil || errors.Is(f.err, ErrDigestMismatch) {
+				return false, f.err
+			}
+			// The other request failed for its own reasons: try ourselves.
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+
+	err := v.hash(ctx, c, want)
+	v.mu.Lock()
+	f := v.inflight[key]
+	delete(v.inflight, key)
+	switch {
+	case err == nil:
+		v.store(key, true)
+	case errors.Is(err, ErrDigestMismatch) && rememberBad:
+		v.store(key, false)
+	}
+	f.err = err
+	close(f.done)
+	v.mu.Unlock()
+	return true, err
+}
+
+func (v *verifier) hash(ctx context.Context, c *Content, want v1.Hash) error {
+	v.stats.verifications.Add(1)
+	v.stats.verifiedBytes.Add(c.Size)
+	if _, err := c.Body.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("seek %s: %w", want, err)
+	}
+	err := matchDigest(ctxReader{ctx: ctx, r: c.Body}, want)
+	if errors.Is(err, ErrDigestMismatch) {
+		v.stats.mismatches.Add(1)
+	}
+	if _, serr := c.Body.Seek(0, io.SeekStart); serr != nil && err == nil {
+		err = fmt.Errorf("seek %s: %w", want, serr)
+	}
+	return err
+}
+
+// markGood records content known to match (it was hashed while written).
+func (v *verifier) markGood(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.store(key, true)
+}
+
+// forget drops what is known about key.
+func (v *verifier) forget(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.results, key)
+	v.order = slices.DeleteFunc(v.order, func(k string) bool { return k == key })
+}
+
+// store records a result, evicting the oldest entries beyond the limit.
+// v.mu must be held.
+func (v *verifier) store(key string, ok bool) {
+	if _, known := v.results[key]; !known {
+		v.order = append(v.order, key)
+	}
+	v.results[key] = ok
+	for len(v.order) > v.limit {
+		delete(v.results, v.order[0])
+		v.order = v.order[1:]
+	}
+}

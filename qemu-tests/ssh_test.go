@@ -1,0 +1,106 @@
+package qemutests
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// sshKey is a throwaway admin key: the machine config authorizes it, the
+// test logs in with it through a QEMU hostfwd port, as an operator would.
+type sshKey struct {
+	signer     ssh.Signer
+	authorized string
+}
+
+func newSSHKey(t testing.TB) sshKey {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sshKey{signer: signer, authorized: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " qemu-test"}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// forwardSSH makes the machine's SSH reachable on a local port.
+func (m *machine) forwardSSH() int {
+	port := freePort(m.t)
+	m.forward = append(m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-:22", port))
+	return port
+}
+
+type sshClient struct {
+	t testing.TB
+	c *ssh.Client
+}
+
+// dialSSH logs in as admin, retrying while sshd starts.
+func dialSSH(ctx context.Context, t testing.TB, port int, key sshKey) *sshClient {
+	t.Helper()
+	cfg := &ssh.ClientConfig{
+		User:            "admin",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key.signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // a fresh VM's host key is new by definition
+		Timeout:         20 * time.Second,
+	}
+	var last error
+	for ctx.Err() == nil {
+		c, err := ssh.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), cfg)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return &sshClient{t: t, c: c}
+		}
+		last = err
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("ssh admin@127.0.0.1:%d: %v", port, last)
+	return nil
+}
+
+// run executes cmd, failing the test on a non-zero exit.
+func (s *sshClient) run(cmd string) string {
+	s.t.Helper()
+	out, err := s.try(cmd)
+	if err != nil {
+		s.t.Fatalf("ssh %q: %v\n%s", cmd, err, out)
+	}
+	return out
+}
+
+func (s *sshClient) try(cmd string) (string, error) {
+	sess, err := s.c.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer sess.Close()
+	var buf bytes.Buffer
+	sess.Stdout, sess.Stderr = &buf, &buf
+	err = sess.Run(cmd)
+	return buf.String(), err
+}
