@@ -41,9 +41,12 @@ func TestRegistryAirGapped(t *testing.T) {
 	ssh := dialSSH(ctx, t, port, key)
 	ssh.run("systemctl is-active terrarium-registry.service containerd.service")
 	for _, img := range bundleImages {
-		out := ssh.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d " + img)
-		if !strings.Contains(out, "done") {
-			t.Errorf("pull %s: %s", img, out)
+		ssh.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d " + img)
+	}
+	listed := ssh.run("sudo ctr -n test images ls -q")
+	for _, img := range bundleImages {
+		if !strings.Contains(listed, img) {
+			t.Errorf("containerd lacks %s after the pull; it has:\n%s", img, listed)
 		}
 	}
 	out := ssh.run("sudo ctr -n test run --rm docker.io/library/hello:1.0 hello-1")
