@@ -36,8 +36,9 @@ qemu-test: image
 
 test: deps vet unit qemu-test
 
-bench: deps bin
+bench: image
 	bash scripts/bench.sh
+	bash scripts/bench-registry.sh
 
 clean:
 	rm -rf $(BIN) $(OUT)

@@ -43,7 +43,7 @@ func TestRegistryAirGapped(t *testing.T) {
 	for _, img := range bundleImages {
 		ssh.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d " + img)
 	}
-	listed := ssh.run("sudo ctr -n test images ls -q")
+	listed := ssh.run("sudo ctr -n test images ls")
 	for _, img := range bundleImages {
 		if !strings.Contains(listed, img) {
 			t.Errorf("containerd lacks %s after the pull; it has:\n%s", img, listed)

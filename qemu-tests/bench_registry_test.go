@@ -1,0 +1,61 @@
+package qemutests
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// BenchmarkBundleReadyVsImport measures, inside a booted appliance, how
+// long after its start the node's registry makes every bundle image
+// pullable (systemd's start → READY=1 of terrarium-registry.service), and,
+// as the k3s-style baseline on the same machine, how long `ctr images
+// import` of the same images (an OCI archive of the slot's bundle, on
+// tmpfs) takes before they are usable. Reports both and their ratio.
+func BenchmarkBundleReadyVsImport(b *testing.B) {
+	image := fixture(b, "TERRARIUM_IMAGE")
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		m := newMachine(b, image)
+		key := newSSHKey(b)
+		port := m.forwardSSH()
+		vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig("bench-1", key.authorized, ""))))
+		if _, err := vm.Expect(ctx, statusProvisionedRE); err != nil {
+			b.Fatal(err)
+		}
+		ssh := dialSSH(ctx, b, port, key)
+		props := ssh.run("systemctl show -p ExecMainStartTimestampMonotonic -p ActiveEnterTimestampMonotonic terrarium-registry.service")
+		start, ready := monotonic(b, props, "ExecMainStartTimestampMonotonic"), monotonic(b, props, "ActiveEnterTimestampMonotonic")
+		readyMs := float64(ready-start) / 1000
+		ssh.run("sudo tar -C /usr/lib/terrarium/bundle -cf /run/bundle.tar .")
+		out := ssh.run(`sudo sh -c 's=$(date +%s%N); ctr -n k3s-style images import --all-platforms /run/bundle.tar >/dev/null; e=$(date +%s%N); echo $(( (e-s)/1000 ))'`)
+		importUs, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if err != nil {
+			b.Fatalf("import timing %q: %v", out, err)
+		}
+		importMs := float64(importUs) / 1000
+		for _, img := range bundleImages { // both ways really give usable images
+			ssh.run("sudo ctr -n pulled images pull --hosts-dir /etc/containerd/certs.d " + img)
+		}
+		b.ReportMetric(readyMs, "ms-registry-ready")
+		b.ReportMetric(importMs, "ms-ctr-import")
+		b.ReportMetric(importMs/readyMs, "x-faster")
+		b.ReportMetric(0, "ns/op")
+		vm.Close()
+		cancel()
+	}
+}
+
+func monotonic(b *testing.B, props, key string) int64 {
+	for _, line := range strings.Split(props, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	b.Fatalf("no %s in:\n%s", key, props)
+	return 0
+}
