@@ -138,17 +138,21 @@ func expect(ctx context.Context, t *testing.T, vm *qemu.VM, pattern string) []st
 	return m
 }
 
-const goodConfig = `apiVersion: terrarium.dev/v1alpha1
-kind: MachineConfig
-hostname: node-1
-network:
-  interfaces:
-    - name: "en*"
-      dhcp: true
-admin:
-  name: admin
-  sshAuthorizedKeys:
-    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@terrarium
-`
+// goodConfig provisions node-1 with DHCP and an admin whose key nobody
+// holds (tests that log in use adminConfig with a key of their own).
+var goodConfig = adminConfig("node-1", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@terrarium", "")
 
 var statusProvisionedRE = regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"`)
+
+// seen waits until the whole console so far matches re, wherever the
+// Expect cursor is.
+func seen(ctx context.Context, t testing.TB, vm *qemu.VM, re *regexp.Regexp) {
+	t.Helper()
+	for !re.MatchString(vm.Console()) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("console never showed %q", re)
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -125,7 +126,9 @@ func TestPeerPull(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	expect(ctx, t, cpVM, `bundle disk \S+ added 1 images to the cache`)
+	// The side-load may finish before or after provisioning: look at the
+	// whole console, not just what follows the status line.
+	seen(ctx, t, cpVM, regexp.MustCompile(`bundle disk \S+ added 1 images to the cache`))
 
 	w := dialSSH(ctx, t, workerPort, key)
 	// The worker's image does not carry this image (only test-apps); the

@@ -99,6 +99,12 @@ func (s *sshClient) try(cmd string) (string, error) {
 		return "", err
 	}
 	defer sess.Close()
+	// A terminal, as an operator has: Debian's sudo runs commands on a pty
+	// of its own (use_pty) and, without one on our side, output written
+	// after it exits can be lost.
+	if err := sess.RequestPty("xterm", 50, 200, ssh.TerminalModes{ssh.ECHO: 0}); err != nil {
+		return "", err
+	}
 	var buf bytes.Buffer
 	sess.Stdout, sess.Stderr = &buf, &buf
 	err = sess.Run(cmd)
