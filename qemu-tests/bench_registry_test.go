@@ -9,10 +9,12 @@ import (
 
 // BenchmarkBundleReadyVsImport measures, inside a booted appliance, how
 // long after its start the node's registry makes every bundle image
-// pullable (systemd's start → READY=1 of terrarium-registry.service), and,
-// as the k3s-style baseline on the same machine, how long `ctr images
-// import` of the same images (an OCI archive of the slot's bundle, on
-// tmpfs) takes before they are usable. Reports both and their ratio.
+// pullable (systemd's exec → READY=1 of terrarium-registry.service; at boot,
+// when every service starts at once, and again on a restart once the boot
+// settled), and, as the k3s-style baseline on the same machine in the same
+// settled conditions, how long `ctr images import` of the same images (an
+// OCI archive of the slot's bundle, on tmpfs) takes before they are usable.
+// The ratio compares the settled figures.
 func BenchmarkBundleReadyVsImport(b *testing.B) {
 	image := fixture(b, "TERRARIUM_IMAGE")
 	for i := 0; i < b.N; i++ {
@@ -25,9 +27,11 @@ func BenchmarkBundleReadyVsImport(b *testing.B) {
 			b.Fatal(err)
 		}
 		ssh := dialSSH(ctx, b, port, key)
-		props := ssh.run("systemctl show -p ExecMainStartTimestampMonotonic -p ActiveEnterTimestampMonotonic terrarium-registry.service")
-		start, ready := monotonic(b, props, "ExecMainStartTimestampMonotonic"), monotonic(b, props, "ActiveEnterTimestampMonotonic")
-		readyMs := float64(ready-start) / 1000
+		bootMs := registryReadyMs(b, ssh)
+		// The same start again once the boot has settled, in the same
+		// conditions as the import below.
+		ssh.run("sudo systemctl restart terrarium-registry.service")
+		readyMs := registryReadyMs(b, ssh)
 		ssh.run("sudo tar -C /usr/lib/terrarium/bundle -cf /run/bundle.tar .")
 		out := ssh.run(`sudo sh -c 's=$(date +%s%N); ctr -n k3s-style images import --all-platforms /run/bundle.tar >/dev/null; e=$(date +%s%N); echo $(( (e-s)/1000 ))'`)
 		importUs, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
@@ -38,6 +42,7 @@ func BenchmarkBundleReadyVsImport(b *testing.B) {
 		for _, img := range bundleImages { // both ways really give usable images
 			ssh.run("sudo ctr -n pulled images pull --hosts-dir /etc/containerd/certs.d " + img)
 		}
+		b.ReportMetric(bootMs, "ms-registry-ready-at-boot")
 		b.ReportMetric(readyMs, "ms-registry-ready")
 		b.ReportMetric(importMs, "ms-ctr-import")
 		b.ReportMetric(importMs/readyMs, "x-faster")
@@ -45,6 +50,14 @@ func BenchmarkBundleReadyVsImport(b *testing.B) {
 		vm.Close()
 		cancel()
 	}
+}
+
+// registryReadyMs is systemd's view of the registry's last start: from
+// exec to READY=1.
+func registryReadyMs(b *testing.B, ssh *sshClient) float64 {
+	props := ssh.run("sudo systemctl --no-pager show -p ExecMainStartTimestampMonotonic -p ActiveEnterTimestampMonotonic terrarium-registry.service")
+	start, ready := monotonic(b, props, "ExecMainStartTimestampMonotonic"), monotonic(b, props, "ActiveEnterTimestampMonotonic")
+	return float64(ready-start) / 1000
 }
 
 func monotonic(b *testing.B, props, key string) int64 {

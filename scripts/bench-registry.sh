@@ -19,14 +19,14 @@ log=$(mktemp /tmp/terrarium-regbench.XXXXXX.log)
 echo "bench: blob GET comparison" >&2
 TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -benchtime 3s -count 3 ./pkg/registry | tee "$log" >&2
 echo "bench: bundle ready vs ctr import (QEMU)" >&2
-TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 go test -run '^$' -bench BundleReadyVsImport -benchtime 3x -timeout 60m ./qemu-tests/ | tee -a "$log" >&2
+TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 go test -run '^$' -bench BundleReadyVsImport -benchtime 1x -count 3 -timeout 60m ./qemu-tests/ | tee -a "$log" >&2
 
 med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbs() { grep -E "BenchmarkCompare/$1-" "$log" | awk '{for(i=1;i<=NF;i++) if($i=="MB/s") print $(i-1)}' | med; }
 t1=$(mbs blob1GiB/terrarium); d1=$(mbs blob1GiB/distribution)
 ts=$(mbs small4KiB/terrarium); ds=$(mbs small4KiB/distribution)
-ready=$(grep BundleReadyVsImport "$log" | grep -oE '[0-9.]+ ms-registry-ready' | cut -d' ' -f1)
-imp=$(grep BundleReadyVsImport "$log" | grep -oE '[0-9.]+ ms-ctr-import' | cut -d' ' -f1)
+ready=$(grep BundleReadyVsImport "$log" | grep -oE '[0-9.]+ ms-registry-ready([[:space:]]|$)' | cut -d' ' -f1 | med)
+imp=$(grep BundleReadyVsImport "$log" | grep -oE '[0-9.]+ ms-ctr-import' | cut -d' ' -f1 | med)
 cat <<EOF2
 | figure | terrarium | baseline | ratio |
 |---|---|---|---|
