@@ -134,7 +134,7 @@ func TestPeerPull(t *testing.T) {
 	// The worker's image does not carry this image (only test-apps); the
 	// pull by its upstream name succeeds through the peer.
 	w.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d quay.io/terrarium/sideloaded:1.0")
-	if out := w.run("sudo ctr -n test images ls"); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {
+	if out := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`)); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {
 		t.Fatalf("worker's containerd lacks the side-loaded image after the pull:\n%s", out)
 	}
 	c := dialSSH(ctx, t, cpPort, key)

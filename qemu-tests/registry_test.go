@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -43,13 +44,13 @@ func TestRegistryAirGapped(t *testing.T) {
 	for _, img := range bundleImages {
 		ssh.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d " + img)
 	}
-	listed := ssh.run("sudo ctr -n test images ls")
+	listed := ssh.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`))
 	for _, img := range bundleImages {
 		if !strings.Contains(listed, img) {
 			t.Errorf("containerd lacks %s after the pull; it has:\n%s", img, listed)
 		}
 	}
-	out := ssh.run("sudo ctr -n test run --rm docker.io/library/hello:1.0 hello-1")
+	out := ssh.output("sudo ctr -n test run --rm docker.io/library/hello:1.0 hello-{try}", regexp.MustCompile(`hello from terrarium`))
 	if !strings.Contains(out, "hello from terrarium") {
 		t.Fatalf("container output = %q, want the greeting", out)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +110,23 @@ func (s *sshClient) try(cmd string) (string, error) {
 	sess.Stdout, sess.Stderr = &buf, &buf
 	err = sess.Run(cmd)
 	return buf.String(), err
+}
+
+// output runs cmd until its output matches complete (up to 5 times) and
+// returns the last output. Debian's sudo relays a command's output through
+// a pty of its own (use_pty), and now and then the output of a short
+// command is lost on the way; a command whose output is asserted on is
+// therefore run until its output is whole (e.g. shows its header). A
+// command that really prints something else fails every try.
+func (s *sshClient) output(cmd string, complete *regexp.Regexp) string {
+	s.t.Helper()
+	var out string
+	for try := 0; try < 5; try++ {
+		out = s.run(strings.ReplaceAll(cmd, "{try}", fmt.Sprint(try)))
+		if complete.MatchString(out) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	return out
 }
