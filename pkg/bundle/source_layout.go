@@ -67,15 +67,7 @@ func readLayout(dir, ref string, platforms []v1.Platform) (artifact, error) {
 	if err != nil {
 		return artifact{}, err
 	}
-	var a artifact
-	switch {
-	case desc.MediaType.IsIndex():
-		a.index, err = idx.ImageIndex(desc.Digest)
-	case desc.MediaType.IsImage():
-		a.image, err = idx.Image(desc.Digest)
-	default:
-		err = fmt.Errorf("unsupported media type %q", desc.MediaType)
-	}
+	a, err := artifactOf(idx, desc)
 	if err == nil {
 		a, err = selectPlatforms(a, platforms)
 	}

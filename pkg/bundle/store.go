@@ -143,7 +143,17 @@ func (s *store) load(desc v1.Descriptor) (artifact, error) {
 	if err != nil {
 		return artifact{}, wrapCache(s.dir, err)
 	}
+	a, err := artifactOf(idx, desc)
+	if err != nil {
+		return artifact{}, wrapCache(s.dir, fmt.Errorf("%s: %w", desc.Digest, err))
+	}
+	return a, nil
+}
+
+// artifactOf opens the image or index an index.json entry names.
+func artifactOf(idx v1.ImageIndex, desc v1.Descriptor) (artifact, error) {
 	var a artifact
+	var err error
 	switch {
 	case desc.MediaType.IsIndex():
 		a.index, err = idx.ImageIndex(desc.Digest)
@@ -152,8 +162,5 @@ func (s *store) load(desc v1.Descriptor) (artifact, error) {
 	default:
 		err = fmt.Errorf("unsupported media type %q", desc.MediaType)
 	}
-	if err != nil {
-		return artifact{}, wrapCache(s.dir, fmt.Errorf("%s: %w", desc.Digest, err))
-	}
-	return a, nil
+	return a, err
 }

@@ -7,7 +7,6 @@ package mirrors
 import (
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -47,14 +46,4 @@ func hostsTOML(upstream string, peers []Peer) string {
 		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n", "https://"+p.Addr, p.CAFile)
 	}
 	return b.String()
-}
-
-// Paths lists the files Files writes, sorted.
-func Paths() []string {
-	var out []string
-	for p := range Files(nil) {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
 }
