@@ -7,7 +7,7 @@ SPEC ?= os/terrarium.yaml
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image test unit qemu-test vet bench clean
+.PHONY: all deps bin image pin test unit qemu-test vet bench clean
 
 all: image
 
@@ -23,9 +23,17 @@ bin:
 image: deps bin
 	$(BIN)/imagebuild build --spec $(SPEC) --out $(OUT)
 
-vet:
-	@test -z "$$(gofmt -l cmd pkg qemu-tests)" || { gofmt -l cmd pkg qemu-tests; echo "gofmt: files above need formatting"; exit 1; }
+# After changing components/versions.yaml: align the components' go.mod
+# files, rebuild the Kubernetes bundle's images and pin their digests.
+pin: deps bin
+	$(BIN)/imagebuild components pin
+
+vet: bin
+	@test -z "$$(gofmt -l cmd pkg qemu-tests components)" || { gofmt -l cmd pkg qemu-tests components; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	cd components/cni-plugins && GOWORK=off $(GO) vet ./flannel
+	cd components/pause && GOWORK=off $(GO) vet .
+	$(BIN)/imagebuild components check
 
 unit: bin
 	$(GO) test -count=1 ./cmd/... ./pkg/...
@@ -34,7 +42,7 @@ qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -count=1 -timeout 80m -v ./qemu-tests/...
 
-test: deps vet unit qemu-test
+test: deps bin vet unit qemu-test
 
 bench: image
 	bash scripts/bench.sh

@@ -17,6 +17,9 @@ pkgs=(
   bc                  # scripts/bench.sh arithmetic
   skopeo              # a real registry client for the registry tests
   containerd          # ctr: containerd pulling through our registry in tests
+  gcc                 # cgo: runc (components/runc)
+  pkg-config          # cgo: runc finds libseccomp
+  libseccomp-dev      # runc's seccomp support
 )
 
 missing=()

@@ -51,13 +51,14 @@ type run struct {
 	work  string
 	man   *Manifest
 
-	base   *rootfs.Base
-	bundle *bundleLayout
-	initrd string
-	slots  map[layout.Slot]string
-	esp    string
-	placed []diskimage.Placed
-	size   int64
+	base     *rootfs.Base
+	bundle   *bundleLayout
+	programs []rootfs.Program
+	initrd   string
+	slots    map[layout.Slot]string
+	esp      string
+	placed   []diskimage.Placed
+	size     int64
 }
 
 // Run builds the image s describes.
@@ -86,6 +87,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}{
 		{"rootfs base (mmdebstrap)", r.buildBase},
 		{"initramfs", r.buildInitramfs},
+		{"components (go build)", r.buildComponents},
 		{"bundles (OCI layout)", r.buildBundles},
 		{"slot images (mksquashfs)", r.buildSlots},
 		{"EFI system partition", r.buildESP},
@@ -164,7 +166,7 @@ func (r *run) release(faults []string) release.Release {
 func (r *run) buildSlots(ctx context.Context) (string, error) {
 	in := rootfs.SlotInputs{
 		Base: r.base, Overlay: r.spec.Resolve(r.spec.OS.Overlay), Firstboot: r.in.Firstboot,
-		Release: r.release(nil), Enable: r.spec.OS.Enable,
+		Release: r.release(nil), Enable: r.spec.OS.Enable, Programs: r.programs,
 	}
 	if r.bundle != nil {
 		in.BundleDir, in.BundleKey = r.bundle.dir, r.bundle.key

@@ -26,8 +26,10 @@ type Manifest struct {
 	Packages        map[string]string `json:"packages"`
 	Partitions      []PartitionInfo   `json:"partitions"`
 	// Bundle lists every image the slot carries, with its digest.
-	Bundle  *bundle.Manifest  `json:"bundle,omitempty"`
-	Outputs map[string]Output `json:"outputs"`
+	Bundle *bundle.Manifest `json:"bundle,omitempty"`
+	// Components lists the programs built from pinned sources.
+	Components []ComponentProgram `json:"components,omitempty"`
+	Outputs    map[string]Output  `json:"outputs"`
 }
 
 // PartitionInfo records one partition of the image.

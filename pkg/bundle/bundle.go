@@ -59,6 +59,11 @@ type Bundle struct {
 	// Platforms every image is resolved for, as os/arch[/variant]; the
 	// default is [linux/amd64].
 	Platforms []string `yaml:"platforms,omitempty"`
+	// SourceDateEpoch is the time (Unix seconds) stamped into the images
+	// the bundle builds. Set it when the bundle pins the digests of built
+	// images, so that they do not depend on the build spec that uses the
+	// bundle; without it, builds use the spec's (or SOURCE_DATE_EPOCH).
+	SourceDateEpoch int64 `yaml:"sourceDateEpoch,omitempty"`
 	// Images in the bundle, each under its full upstream name.
 	Images []Image `yaml:"images"`
 
@@ -74,6 +79,12 @@ type Image struct {
 	// e.g. registry.k8s.io/pause:3.10 or docker.io/library/nginx:1.27.
 	Name   string `yaml:"name"`
 	Source Source `yaml:"source"`
+	// Alternatives are other sources of the same image, used instead of
+	// Source when a build asks for their kind (WithPreferredSource): a
+	// bundle that builds its images can list where a connected host would
+	// pull them from. A registry alternative may name a tag before its
+	// digest is known, but is only used once it is pinned.
+	Alternatives []Source `yaml:"alternatives,omitempty"`
 }
 
 // Source says where an image comes from. Exactly one of Registry, Build,
@@ -98,14 +109,38 @@ type RegistrySource struct {
 	Insecure bool `yaml:"insecure,omitempty"`
 }
 
-// BuildSource builds a minimal image from a Go main package.
+// BuildSource builds a minimal image from Go source: either a main package
+// of the bundle's own (Go), or programs of a component (a nested module
+// under components/ that pins an upstream project; see pkg/gobuild).
 type BuildSource struct {
 	// Go is the main package's directory, relative to the bundle file.
-	Go string `yaml:"go"`
-	// Entrypoint of the image; the default is ["/<binary name>"].
+	Go string `yaml:"go,omitempty"`
+	// Component is a component's directory, relative to the bundle file.
+	Component string `yaml:"component,omitempty"`
+	// Programs are the component's programs the image carries.
+	Programs []string `yaml:"programs,omitempty"`
+	// BinDir is where the programs go in the image: the default is /usr/local/bin
+	// for a component's programs and / for a Go package.
+	BinDir string `yaml:"binDir,omitempty"`
+	// Debian adds a first layer of Debian packages (userland that a
+	// program execs, such as iptables for kube-proxy).
+	Debian *DebianLayer `yaml:"debian,omitempty"`
+	// Entrypoint of the image; the default is [<binDir>/<first program>].
 	Entrypoint []string `yaml:"entrypoint,omitempty"`
 	// Env holds KEY=value entries of the image's environment.
 	Env []string `yaml:"env,omitempty"`
+}
+
+// DebianLayer is a layer of Debian packages, unpacked without maintainer
+// scripts (mmdebstrap --variant=extract), with documentation stripped.
+type DebianLayer struct {
+	Suite  string `yaml:"suite"`
+	Mirror string `yaml:"mirror,omitempty"`
+	// Packages to unpack, with their dependencies; pkg=version pins one.
+	Packages []string `yaml:"packages"`
+	// Links are symbolic links to add (path in the image: target), for
+	// what maintainer scripts would have set up, such as alternatives.
+	Links map[string]string `yaml:"links,omitempty"`
 }
 
 // LayoutSource reads an image from an OCI image layout directory.

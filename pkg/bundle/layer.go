@@ -39,6 +39,11 @@ func rootLayer(binaryName string, binary []byte, epoch time.Time) (v1.Layer, err
 		{name: "etc/passwd", mode: 0o644, data: []byte(passwd)},
 		{name: binaryName, mode: 0o755, data: binary},
 	}
+	return filesLayer(files, epoch)
+}
+
+// filesLayer makes a reproducible layer of files, in the order given.
+func filesLayer(files []layerFile, epoch time.Time) (v1.Layer, error) {
 	compressed, err := gzipTar(files, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("image layer: %w", err)

@@ -31,6 +31,18 @@ type options struct {
 	epoch    time.Time
 	compiler Compiler
 	goCmd    string
+	// artifacts holds built programs and Debian layers.
+	artifacts *cache.Cache
+	// preferred is the source kind to use where an image has it.
+	preferred string
+}
+
+// artifactCache is the cache of built programs and Debian layers.
+func (o options) artifactCache() (*cache.Cache, error) {
+	if o.artifacts != nil {
+		return o.artifacts, nil
+	}
+	return cache.New(cache.DefaultDir())
 }
 
 func newOptions(opts []Option) options {
@@ -112,4 +124,17 @@ func WithCompiler(c Compiler) Option {
 // sources; the default is "go" from $PATH.
 func WithGoCommand(path string) Option {
 	return func(o *options) { o.goCmd = path }
+}
+
+// WithArtifactCache keeps the programs that component sources build, and
+// their Debian layers, in c; the default is the cache at $TERRARIUM_CACHE.
+func WithArtifactCache(c *cache.Cache) Option {
+	return func(o *options) { o.artifacts = c }
+}
+
+// WithPreferredSource resolves each image from its first source of kind
+// ("registry", "build", "layout" or "tarball") where it lists one among its
+// alternatives, and from its source otherwise.
+func WithPreferredSource(kind string) Option {
+	return func(o *options) { o.preferred = kind }
 }

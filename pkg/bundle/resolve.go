@@ -3,6 +3,9 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -73,6 +76,9 @@ func Resolve(ctx context.Context, b *Bundle, opts ...Option) ([]Resolved, error)
 	if err != nil {
 		return nil, err
 	}
+	if bb.SourceDateEpoch > 0 {
+		o.epoch = time.Unix(bb.SourceDateEpoch, 0).UTC()
+	}
 	r := &resolver{opts: o, store: st, bundle: &bb, platforms: plats}
 	out := make([]Resolved, 0, len(bb.Images))
 	for _, img := range bb.Images {
@@ -93,7 +99,11 @@ type resolver struct {
 }
 
 func (r *resolver) resolve(ctx context.Context, img Image) (Resolved, error) {
-	src := r.source(img)
+	chosen, err := r.pick(img)
+	if err != nil {
+		return Resolved{}, err
+	}
+	src := r.source(chosen)
 	key, err := src.key(ctx)
 	if err != nil {
 		return Resolved{}, fmt.Errorf("%s: %w", src, err)
@@ -114,7 +124,7 @@ func (r *resolver) resolve(ctx context.Context, img Image) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, fmt.Errorf("%s: %w", src, err)
 	}
-	if pin := img.Source.Digest; pin != "" && pin != desc.Digest.String() {
+	if pin := chosen.Digest; pin != "" && pin != desc.Digest.String() {
 		return Resolved{}, fmt.Errorf("resolved to %s but the bundle pins %s", desc.Digest, pin)
 	}
 	r.opts.log.Info("resolved image", "image", img.Name, "digest", desc.Digest.String(),
@@ -148,12 +158,34 @@ func (r *resolver) produce(ctx context.Context, name string, src source, key str
 	return stored, nil
 }
 
-func (r *resolver) source(img Image) source {
-	s, b := img.Source, r.bundle
+// pick chooses the image's source: its first alternative of the preferred
+// kind, if one was asked for and it has one, else its source.
+func (r *resolver) pick(img Image) (Source, error) {
+	want := r.opts.preferred
+	if want == "" || slices.Contains(img.Source.kinds(), want) {
+		return img.Source, nil
+	}
+	for i, alt := range img.Alternatives {
+		if !slices.Contains(alt.kinds(), want) {
+			continue
+		}
+		if alt.Registry != nil && !strings.Contains(alt.Registry.Ref, "@") && alt.Digest == "" {
+			return Source{}, fmt.Errorf("alternatives[%d]: %s is not pinned; add the digest it must resolve to (digest: sha256:...) before pulling it", i, alt.Registry.Ref)
+		}
+		return alt, nil
+	}
+	return img.Source, nil
+}
+
+func (r *resolver) source(s Source) source {
+	b := r.bundle
 	switch {
 	case s.Registry != nil:
-		return &registrySource{ref: s.Registry.Ref, insecure: s.Registry.Insecure,
+		return &registrySource{ref: s.Registry.Ref, pin: s.Digest, insecure: s.Registry.Insecure,
 			platforms: r.platforms, keychain: r.opts.keychain}
+	case s.Build != nil && s.Build.Component != "":
+		return &componentSource{spec: *s.Build, dir: b.Abs(s.Build.Component), platforms: r.platforms,
+			epoch: r.opts.epoch, cache: r.opts.artifactCache, log: r.opts.log}
 	case s.Build != nil:
 		return &buildSource{spec: *s.Build, dir: b.Abs(s.Build.Go), platforms: r.platforms,
 			epoch: r.opts.epoch, compiler: r.opts.compiler, goCmd: r.opts.goCmd, log: r.opts.log}

@@ -14,11 +14,14 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/cache"
 )
 
-// registrySource pulls an image pinned by digest. Its cache key is the
-// digest and the platforms: pinned content never changes, so a cached
-// image is used without asking the registry.
+// registrySource pulls an image pinned by digest: either in its reference
+// (name@sha256:...) or, for a reference by tag, by the digest the image
+// must resolve to (pin). Its cache key is that digest and the platforms:
+// pinned content never changes, so a cached image is used without asking
+// the registry.
 type registrySource struct {
 	ref       string
+	pin       string
 	insecure  bool
 	platforms []v1.Platform
 	keychain  authn.Keychain
@@ -26,29 +29,34 @@ type registrySource struct {
 
 func (s *registrySource) String() string { return "registry " + s.ref }
 
-func (s *registrySource) parse() (name.Digest, error) {
+func (s *registrySource) parse() (name.Reference, error) {
 	opts := []name.Option{name.StrictValidation}
 	if s.insecure {
 		opts = append(opts, name.Insecure)
 	}
 	ref, err := name.ParseReference(s.ref, opts...)
 	if err != nil {
-		return name.Digest{}, fmt.Errorf("invalid reference: %w", err)
+		return nil, fmt.Errorf("invalid reference: %w", err)
 	}
-	d, ok := ref.(name.Digest)
-	if !ok {
-		return name.Digest{}, fmt.Errorf("%q is not pinned; write it as name@sha256:<digest>", s.ref)
+	if _, ok := ref.(name.Digest); !ok && s.pin == "" {
+		return nil, fmt.Errorf("%q is not pinned; write it as name@sha256:<digest>", s.ref)
 	}
-	return d, nil
+	return ref, nil
 }
 
 func (s *registrySource) key(context.Context) (string, error) {
-	d, err := s.parse()
+	ref, err := s.parse()
 	if err != nil {
 		return "", err
 	}
-	return cache.NewKey("bundle-registry/v1").
-		String("digest", d.DigestStr()).
+	if d, ok := ref.(name.Digest); ok {
+		return cache.NewKey("bundle-registry/v1").
+			String("digest", d.DigestStr()).
+			Strings("platforms", platformStrings(s.platforms)).
+			Sum()
+	}
+	return cache.NewKey("bundle-registry-tag/v1").
+		String("resolves to", s.pin).
 		Strings("platforms", platformStrings(s.platforms)).
 		Sum()
 }

@@ -38,6 +38,9 @@ func (b *Bundle) Validate() error {
 		p.Addf(root.Field("version"), "%q is not a version (e.g. 0.1.0)", b.Version)
 	}
 	validatePlatforms(&p, root.Field("platforms"), b.Platforms)
+	if b.SourceDateEpoch < 0 {
+		p.Addf(root.Field("sourceDateEpoch"), "must be a Unix time in seconds, not negative")
+	}
 	if len(b.Images) == 0 {
 		p.Addf(root.Field("images"), "lists no images")
 	}
@@ -70,7 +73,16 @@ func validateImage(p *strictyaml.Problems, path strictyaml.Path, img Image) {
 	if msg := checkImageName(img.Name); msg != "" {
 		p.Addf(path.Field("name"), "%s", msg)
 	}
-	src, spath := img.Source, path.Field("source")
+	validateSource(p, path.Field("source"), img.Name, img.Source, false)
+	for i, alt := range img.Alternatives {
+		validateSource(p, path.Field("alternatives").Index(i), img.Name, alt, true)
+	}
+}
+
+// validateSource checks one source of an image; an alternative's registry
+// reference may be an unpinned tag.
+func validateSource(p *strictyaml.Problems, spath strictyaml.Path, imgName string, src Source, alternative bool) {
+	img := Image{Name: imgName}
 	switch kinds := src.kinds(); len(kinds) {
 	case 0:
 		p.Addf(spath, "image %q has no source; set one of registry, build, layout, tarball", img.Name)
@@ -79,7 +91,7 @@ func validateImage(p *strictyaml.Problems, path strictyaml.Path, img Image) {
 		p.Addf(spath, "image %q sets %s; set exactly one source", img.Name, strings.Join(kinds, " and "))
 	}
 	if r := src.Registry; r != nil {
-		if msg := checkRegistryRef(r.Ref); msg != "" {
+		if msg := checkRegistryRef(r.Ref); msg != "" && !(alternative && checkTagRef(r.Ref) == "") {
 			p.Addf(spath.Field("registry").Field("ref"), "%s", msg)
 		}
 	}
@@ -100,8 +112,32 @@ func validateImage(p *strictyaml.Problems, path strictyaml.Path, img Image) {
 }
 
 func validateBuild(p *strictyaml.Problems, path strictyaml.Path, bs *BuildSource) {
-	if bs.Go == "" {
-		p.Addf(path.Field("go"), "is required (the Go main package's directory, relative to the bundle file)")
+	switch {
+	case bs.Go == "" && bs.Component == "":
+		p.Addf(path, "needs go (a Go main package's directory) or component (a component's directory), relative to the bundle file")
+	case bs.Go != "" && bs.Component != "":
+		p.Addf(path, "has both go and component; keep one")
+	case bs.Component != "" && len(bs.Programs) == 0:
+		p.Addf(path.Field("programs"), "is required with component (the component's programs the image carries)")
+	case bs.Go != "" && len(bs.Programs) > 0:
+		p.Addf(path.Field("programs"), "only goes with component")
+	}
+	if bs.BinDir != "" && !strings.HasPrefix(bs.BinDir, "/") {
+		p.Addf(path.Field("binDir"), "%q is not an absolute path", bs.BinDir)
+	}
+	if d := bs.Debian; d != nil {
+		dp := path.Field("debian")
+		if d.Suite == "" {
+			p.Addf(dp.Field("suite"), "is required (e.g. trixie)")
+		}
+		if len(d.Packages) == 0 {
+			p.Addf(dp.Field("packages"), "is required (the packages to unpack)")
+		}
+		for l, t := range d.Links {
+			if strings.HasPrefix(l, "/") || strings.Contains(l, "..") || t == "" {
+				p.Addf(dp.Field("links").Field(l), "links are relative paths in the image with a target")
+			}
+		}
 	}
 	for i, e := range bs.Entrypoint {
 		if e == "" {
@@ -235,4 +271,18 @@ func knownVariant(arch, variant string) bool {
 		return variant == "v1" || variant == "v2" || variant == "v3" || variant == "v4"
 	}
 	return false
+}
+
+// checkTagRef returns what is wrong with s as a reference by tag, or "".
+func checkTagRef(s string) string {
+	if !hasTag(s) {
+		return fmt.Sprintf("%q has no tag", s)
+	}
+	if msg := checkHost(s); msg != "" {
+		return msg
+	}
+	if _, err := name.NewTag(s, name.StrictValidation); err != nil {
+		return fmt.Sprintf("%q is not a valid image reference: %v", s, err)
+	}
+	return ""
 }

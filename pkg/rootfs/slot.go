@@ -27,6 +27,16 @@ type SlotInputs struct {
 	// BundleDir is the OCI layout of the slot's images (optional) and
 	// BundleKey its content key.
 	BundleDir, BundleKey string
+	// Programs are built programs installed into the slot.
+	Programs []Program
+}
+
+// Program is a file installed into the slot.
+type Program struct {
+	// Src is the file; Dest its path in the slot, relative to the root.
+	Src, Dest string
+	// Key identifies Src's content (its build's cache key).
+	Key string
 }
 
 // BundlePath is where the slot carries its OCI layout.
@@ -56,6 +66,9 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey)
+	for _, p := range in.Programs {
+		k.String("program "+p.Dest, p.Key)
+	}
 	if in.Overlay != "" {
 		k.Tree("overlay", in.Overlay)
 	}
@@ -133,6 +146,15 @@ func customize(ctx context.Context, root string, in SlotInputs, rel []byte) erro
 		}
 		if err := copyTree(ctx, in.BundleDir, dst); err != nil {
 			return err
+		}
+	}
+	for _, p := range in.Programs {
+		dst := filepath.Join(root, p.Dest)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := installFile(p.Src, dst, 0o755); err != nil {
+			return fmt.Errorf("install %s: %w", p.Dest, err)
 		}
 	}
 	if len(in.Enable) > 0 {

@@ -56,13 +56,28 @@ type Spec struct {
 	// Bundles are bundle files whose images the slot carries as one OCI
 	// layout, served by the node's registry.
 	Bundles []string `yaml:"bundles,omitempty"`
-	Outputs []string `yaml:"outputs,omitempty"`
+	// Components are programs built from pinned Go sources and installed
+	// into the slot (node binaries such as kubelet and containerd).
+	Components []Component `yaml:"components,omitempty"`
+	Outputs    []string    `yaml:"outputs,omitempty"`
 
 	// dir is the directory relative paths are resolved against.
 	dir string
 }
 
 // OS is the root filesystem's content.
+// Component installs programs of a component (a nested Go module under
+// components/, see pkg/gobuild) into the slot.
+type Component struct {
+	// Component is the component's directory, relative to the spec file.
+	Component string `yaml:"component"`
+	// Programs to build and install.
+	Programs []string `yaml:"programs"`
+	// Dir is where they go in the slot: an absolute path under /usr, the
+	// part of the image that upgrades replace.
+	Dir string `yaml:"dir"`
+}
+
 type OS struct {
 	Suite  string `yaml:"suite"`
 	Mirror string `yaml:"mirror,omitempty"`
@@ -225,6 +240,18 @@ func (s *Spec) Validate() error {
 	for i, b := range s.Bundles {
 		if fi, err := os.Stat(s.Resolve(b)); err != nil || fi.IsDir() {
 			p.Addf(root.Field("bundles").Index(i), "%q is not a bundle file (paths are relative to the spec file)", b)
+		}
+	}
+	for i, c := range s.Components {
+		cp := root.Field("components").Index(i)
+		if fi, err := os.Stat(s.Resolve(c.Component)); c.Component == "" || err != nil || !fi.IsDir() {
+			p.Addf(cp.Field("component"), "%q is not a component directory (paths are relative to the spec file)", c.Component)
+		}
+		if len(c.Programs) == 0 {
+			p.Addf(cp.Field("programs"), "is required (the component's programs to install)")
+		}
+		if d := filepath.Clean(c.Dir); !strings.HasPrefix(d, "/usr/") || d != c.Dir {
+			p.Addf(cp.Field("dir"), "%q must be a clean absolute path under /usr/ (the rest of the tree is state or configuration)", c.Dir)
 		}
 	}
 	s.validateBoot(&p, root)

@@ -1,0 +1,3 @@
+module github.com/terrarium-os/terrarium/components/pause
+
+go 1.26.0
