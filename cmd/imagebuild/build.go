@@ -13,7 +13,7 @@ import (
 )
 
 func buildCmd() *cobra.Command {
-	var specPath, out, cacheDir, firstbootBin, initBin string
+	var specPath, out, cacheDir, firstbootBin, initBin, prefer string
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "build",
@@ -32,7 +32,7 @@ func buildCmd() *cobra.Command {
 				level = slog.LevelInfo
 			}
 			res, err := build.Run(cmd.Context(), s, build.Inputs{Firstboot: firstbootBin, Init: initBin}, build.Options{
-				OutDir: out, Cache: c, Progress: os.Stderr,
+				OutDir: out, Cache: c, Progress: os.Stderr, PreferSource: prefer,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 			})
 			if err != nil {
@@ -50,6 +50,7 @@ func buildCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache ($"+cache.EnvDir+")")
 	cmd.Flags().StringVar(&firstbootBin, "firstboot", besideSelf("firstboot"), "firstboot binary for the rootfs")
 	cmd.Flags().StringVar(&initBin, "init", besideSelf("terrarium-init"), "initramfs /init binary")
+	cmd.Flags().StringVar(&prefer, "prefer-source", "", "resolve bundle images from their alternative of this kind where they list one (registry: pull instead of build, on a connected host)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log each step")
 	return cmd
 }

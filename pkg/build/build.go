@@ -35,6 +35,9 @@ type Options struct {
 	Cache    *cache.Cache
 	Log      *slog.Logger
 	Progress io.Writer
+	// PreferSource picks the bundle images' alternatives of this source
+	// kind (see bundle.WithPreferredSource); "" uses their sources.
+	PreferSource string
 }
 
 // Result is what a build wrote.

@@ -29,7 +29,7 @@ func (r *run) buildBundles(ctx context.Context) (string, error) {
 	seen := map[string]string{}
 	opts := []bundle.Option{
 		bundle.WithCacheDir(filepath.Join(r.opt.Cache.Root(), "bundle-blobs")),
-		bundle.WithArtifactCache(r.opt.Cache),
+		bundle.WithArtifactCache(r.opt.Cache), bundle.WithPreferredSource(r.opt.PreferSource),
 		bundle.WithEpoch(r.spec.Epoch()), bundle.WithLogger(r.opt.Log),
 		bundle.WithProgress(r.imageProgress()),
 	}

@@ -76,6 +76,11 @@ func Resolve(ctx context.Context, b *Bundle, opts ...Option) ([]Resolved, error)
 	if err != nil {
 		return nil, err
 	}
+	switch o.preferred {
+	case "", "registry", "build", "layout", "tarball":
+	default:
+		return nil, fmt.Errorf("unknown source kind %q to prefer (registry, build, layout or tarball)", o.preferred)
+	}
 	if bb.SourceDateEpoch > 0 {
 		o.epoch = time.Unix(bb.SourceDateEpoch, 0).UTC()
 	}

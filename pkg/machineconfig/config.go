@@ -51,6 +51,9 @@ type Config struct {
 	// Registry configures the node's registry cache; absent, the node
 	// serves its own images on loopback only.
 	Registry *Registry `yaml:"registry,omitempty"`
+	// Cluster makes the node a Kubernetes node; absent, it runs no
+	// Kubernetes.
+	Cluster *Cluster `yaml:"cluster,omitempty"`
 }
 
 // Network is the network configuration of a node.

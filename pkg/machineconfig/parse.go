@@ -73,6 +73,9 @@ func setDefaults(c *Config) {
 	if c.Admin != nil && c.Admin.Name == "" {
 		c.Admin.Name = DefaultAdminName
 	}
+	if c.Cluster != nil {
+		c.Cluster.setDefaults()
+	}
 }
 
 // header is the outcome of checking apiVersion and kind before the rest.

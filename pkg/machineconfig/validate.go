@@ -28,6 +28,9 @@ func (c *Config) validate() strictyaml.Problems {
 	if c.Registry != nil {
 		validateRegistry(&ps, root.Field("registry"), *c.Registry)
 	}
+	if c.Cluster != nil {
+		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)
+	}
 	return ps
 }
 

@@ -1,0 +1,721 @@
+package apilb
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Generous bounds: the tests must pass on a loaded 2-core machine under
+// -race. Nothing waits this long when things work.
+const (
+	waitLong = 15 * time.Second
+	prompt   = 5 * time.Second
+)
+
+// apiServer is a stand-in kube-apiserver: HTTPS, /readyz answers with a
+// settable status and /id with the server's name.
+type apiServer struct {
+	name   string
+	srv    *httptest.Server
+	status atomic.Int32
+}
+
+func (a *apiServer) addr() string { return a.srv.Listener.Addr().String() }
+
+func newAPIServer(t *testing.T, name string) *apiServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newAPIServerOn(t, name, ln)
+}
+
+func newAPIServerOn(t *testing.T, name string, ln net.Listener) *apiServer {
+	t.Helper()
+	a := &apiServer{name: name}
+	a.status.Store(http.StatusOK)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		code := int(a.status.Load())
+		w.WriteHeader(code)
+		fmt.Fprintln(w, http.StatusText(code))
+	})
+	mux.HandleFunc("/id", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, name)
+	})
+	a.srv = httptest.NewUnstartedServer(mux)
+	a.srv.Listener.Close()
+	a.srv.Listener = ln
+	// Probes cut off when a server or the balancer stops are expected.
+	a.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	a.srv.StartTLS()
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// newTCPServer serves raw TCP on 127.0.0.1 with handle, one goroutine per
+// connection, and returns its address.
+func newTCPServer(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]bool{}
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+func echo(c net.Conn) { _, _ = io.Copy(c, c) }
+
+// echoUnlessTLS echoes, but holds a connection that starts with a TLS
+// record (a health probe) without answering, so probes never finish.
+func echoUnlessTLS(c net.Conn) {
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		return
+	}
+	if first[0] == 0x16 {
+		_, _ = io.Copy(io.Discard, c)
+		return
+	}
+	if _, err := c.Write(first[:]); err != nil {
+		return
+	}
+	_, _ = io.Copy(c, c)
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// startBalancer runs a Balancer for cfg on a fresh loopback listener until
+// the test ends, and checks ServeListener then returns nil.
+func startBalancer(t *testing.T, cfg Config) (*Balancer, string) {
+	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = testLogger(t)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.HealthTimeout == 0 {
+		cfg.HealthTimeout = prompt
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- b.ServeListener(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("ServeListener: %v", err)
+			}
+		case <-time.After(waitLong):
+			t.Errorf("ServeListener did not return after cancel")
+		}
+	})
+	return b, ln.Addr().String()
+}
+
+// waitFor polls cond until it holds or waitLong passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitHealth waits until a probe round has finished and each backend's
+// health is as in want (keyed by address).
+func waitHealth(t *testing.T, b *Balancer, want map[string]bool) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("backend health %v", want), func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.probed {
+			return false
+		}
+		for _, be := range b.backends {
+			if h, ok := want[be.addr]; ok && (!be.checked || be.healthy != h) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func status(t *testing.T, b *Balancer, addr string) BackendStatus {
+	t.Helper()
+	for _, s := range b.Status() {
+		if s.Address == addr {
+			return s
+		}
+	}
+	t.Fatalf("no status for %s in %+v", addr, b.Status())
+	return BackendStatus{}
+}
+
+// apiClient is what kubelet does: HTTPS to the API through the balancer,
+// one connection per request.
+func apiClient(lbAddr string) *http.Client {
+	d := net.Dialer{Timeout: prompt}
+	return &http.Client{
+		Timeout: waitLong,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, "tcp", lbAddr)
+			},
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+func getID(c *http.Client) (string, error) {
+	resp, err := c.Get("https://kubernetes/id")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s", resp.Status)
+	}
+	return string(body), nil
+}
+
+// openID opens a long-lived HTTPS connection through the balancer, asks
+// which backend it reached, and leaves the connection open.
+func openID(t *testing.T, lbAddr string) (string, net.Conn) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", lbAddr, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true})
+	if err := tc.SetDeadline(time.Now().Add(waitLong)); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://kubernetes/id", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Write(tc); err != nil {
+		t.Fatalf("send request through balancer: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), req)
+	if err != nil {
+		t.Fatalf("read response through balancer: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	return string(body), tc
+}
+
+// expectClosed checks c is closed by the other side promptly.
+func expectClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	start := time.Now()
+	if err := c.SetReadDeadline(time.Now().Add(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Read(make([]byte, 64))
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Fatalf("connection still open after %v", time.Since(start))
+	case err == nil:
+		t.Fatalf("read %d bytes, want the connection closed", n)
+	}
+}
+
+func TestClientReachesBackends(t *testing.T) {
+	a, bb := newAPIServer(t, "a"), newAPIServer(t, "b")
+	b, lb := startBalancer(t, Config{
+		Backends:       []string{a.addr(), bb.addr()},
+		HealthInterval: 50 * time.Millisecond,
+	})
+	waitHealth(t, b, map[string]bool{a.addr(): true, bb.addr(): true})
+
+	c := apiClient(lb)
+	seen := map[string]int{}
+	for range 6 {
+		id, err := getID(c)
+		if err != nil {
+			t.Fatalf("GET through balancer: %v", err)
+		}
+		seen[id]++
+	}
+	// Sequential short connections rotate between idle backends; whatever
+	// the timing of releases, no backend gets three in a row.
+	if seen["a"] == 0 || seen["b"] == 0 || len(seen) != 2 {
+		t.Errorf("backends used %v, want both a and b", seen)
+	}
+	for _, s := range b.Status() {
+		if !s.Healthy || s.LastError != "" || s.LastChecked.IsZero() {
+			t.Errorf("status %+v, want healthy and checked", s)
+		}
+	}
+}
+
+func TestFewestConnections(t *testing.T) {
+	a, bb := newAPIServer(t, "a"), newAPIServer(t, "b")
+	b, lb := startBalancer(t, Config{
+		Backends:       []string{a.addr(), bb.addr()},
+		HealthInterval: 50 * time.Millisecond,
+	})
+	waitHealth(t, b, map[string]bool{a.addr(): true, bb.addr(): true})
+
+	seen := map[string]int{}
+	var (
+		conns []net.Conn
+		ids   []string
+	)
+	for range 6 {
+		id, c := openID(t, lb)
+		seen[id]++
+		conns = append(conns, c)
+		ids = append(ids, id)
+	}
+	if seen["a"] != 3 || seen["b"] != 3 {
+		t.Errorf("long-lived connections per backend %v, want 3 each", seen)
+	}
+	for _, s := range b.Status() {
+		if s.ActiveConns != 3 {
+			t.Errorf("%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
+		}
+	}
+
+	// Unbalance them: close two of a's. New connections go to a until it
+	// has as many as b again.
+	var left []net.Conn
+	closed := 0
+	for i, c := range conns {
+		if ids[i] == "a" && closed < 2 {
+			c.Close()
+			closed++
+			continue
+		}
+		left = append(left, c)
+	}
+	waitFor(t, "closed connections released", func() bool {
+		return status(t, b, a.addr()).ActiveConns == 1
+	})
+	for range 2 {
+		id, c := openID(t, lb)
+		left = append(left, c)
+		if id != "a" {
+			t.Errorf("new connection went to %s, want a, which has fewer", id)
+		}
+	}
+	for _, s := range b.Status() {
+		if s.ActiveConns != 3 {
+			t.Errorf("%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
+		}
+	}
+
+	for _, c := range left {
+		c.Close()
+	}
+	waitFor(t, "all connections released", func() bool {
+		for _, s := range b.Status() {
+			if s.ActiveConns != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestUnhealthyBackendAvoided(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fail    func(*apiServer)
+		wantErr string
+	}{
+		{"readyz 500", func(a *apiServer) { a.status.Store(http.StatusInternalServerError) }, "500"},
+		{"server closed", func(a *apiServer) { a.srv.Close() }, "probe"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, bb := newAPIServer(t, "a"), newAPIServer(t, "b")
+			b, lb := startBalancer(t, Config{
+				Backends:       []string{a.addr(), bb.addr()},
+				HealthInterval: 50 * time.Millisecond,
+			})
+			waitHealth(t, b, map[string]bool{a.addr(): true, bb.addr(): true})
+
+			tc.fail(a)
+			waitHealth(t, b, map[string]bool{a.addr(): false, bb.addr(): true})
+			s := status(t, b, a.addr())
+			if s.Healthy || !strings.Contains(s.LastError, tc.wantErr) || s.LastChecked.IsZero() {
+				t.Errorf("status of failed backend %+v, want unhealthy with an error containing %q", s, tc.wantErr)
+			}
+
+			c := apiClient(lb)
+			for range 4 {
+				id, err := getID(c)
+				if err != nil {
+					t.Fatalf("GET through balancer: %v", err)
+				}
+				if id != "b" {
+					t.Errorf("connection went to %s, want only the healthy b", id)
+				}
+			}
+			// Long-lived ones too, though b then has more connections.
+			for range 3 {
+				if id, _ := openID(t, lb); id != "b" {
+					t.Errorf("long-lived connection went to %s, want only the healthy b", id)
+				}
+			}
+
+			if s := status(t, b, bb.addr()); !s.Healthy || s.LastError != "" {
+				t.Errorf("status of the healthy backend %+v", s)
+			}
+		})
+	}
+}
+
+func TestAllBackendsDown(t *testing.T) {
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	b, lb := startBalancer(t, Config{
+		Backends:       []string{addrA, addrB},
+		HealthInterval: 50 * time.Millisecond,
+		DialTimeout:    prompt,
+	})
+	waitHealth(t, b, map[string]bool{addrA: false, addrB: false})
+	for _, s := range b.Status() {
+		if s.LastError == "" {
+			t.Errorf("status %+v: unhealthy without an error", s)
+		}
+	}
+
+	// A client is accepted, then closed as soon as no backend takes it.
+	for range 3 {
+		c, err := net.DialTimeout("tcp", lb, prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectClosed(t, c)
+		c.Close()
+	}
+	if _, err := getID(apiClient(lb)); err == nil {
+		t.Fatal("GET through balancer succeeded with every backend down")
+	}
+
+	// One comes back on its address: connections work again.
+	ln, err := net.Listen("tcp", addrB)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addrB, err)
+	}
+	newAPIServerOn(t, "b", ln)
+	c := apiClient(lb)
+	waitFor(t, "a connection through the balancer", func() bool {
+		id, err := getID(c)
+		return err == nil && id == "b"
+	})
+	waitHealth(t, b, map[string]bool{addrA: false, addrB: true})
+	for range 3 {
+		if id, err := getID(c); err != nil || id != "b" {
+			t.Errorf("GET through balancer = %q, %v; want b", id, err)
+		}
+	}
+}
+
+func TestBeforeFirstProbe(t *testing.T) {
+	dead := freeAddr(t)
+	live := newTCPServer(t, echoUnlessTLS) // accepts TCP, never answers a probe
+	b, lb := startBalancer(t, Config{
+		Backends:       []string{dead, live},
+		HealthInterval: time.Hour,
+		HealthTimeout:  time.Hour,
+		DialTimeout:    prompt,
+	})
+
+	for i := range 4 { // from each rotating start, dead one first or not
+		c, err := net.DialTimeout("tcp", lb, prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprintf("hello %d", i)
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatalf("read echo through balancer: %v", err)
+		}
+		if string(got) != msg {
+			t.Errorf("echo %q, want %q", got, msg)
+		}
+		c.Close()
+	}
+
+	b.mu.Lock()
+	probed := b.probed
+	b.mu.Unlock()
+	if probed {
+		t.Error("a probe round finished, but the live backend never answers probes")
+	}
+	if s := status(t, b, live); !s.LastChecked.IsZero() || s.Healthy {
+		t.Errorf("live backend status %+v, want never checked", s)
+	}
+}
+
+func TestServeShutdown(t *testing.T) {
+	backend := newTCPServer(t, echo)
+	listen := freeAddr(t)
+	b, err := New(Config{
+		Listen:         listen,
+		Backends:       []string{backend},
+		HealthInterval: 50 * time.Millisecond,
+		HealthTimeout:  prompt,
+		Log:            testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- b.Serve(ctx) }()
+
+	var c net.Conn
+	waitFor(t, "the balancer to listen", func() bool {
+		select {
+		case err := <-errc:
+			t.Fatalf("Serve: %v", err)
+		default:
+		}
+		c, err = net.DialTimeout("tcp", listen, prompt)
+		return err == nil
+	})
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo through balancer: %q, %v", got, err)
+	}
+	waitFor(t, "the connection to be counted", func() bool { return b.Status()[0].ActiveConns == 1 })
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Serve after cancel = %v, want nil", err)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("Serve did not return after cancel")
+	}
+	expectClosed(t, c)
+	if n := b.Status()[0].ActiveConns; n != 0 {
+		t.Errorf("ActiveConns after Serve returned = %d, want 0", n)
+	}
+	if c2, err := net.DialTimeout("tcp", listen, prompt); err == nil {
+		c2.Close()
+		t.Error("the balancer's address still accepts connections after Serve returned")
+	}
+}
+
+func TestServeListenError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	b, err := New(Config{Listen: ln.Addr().String(), Backends: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Serve(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "listen "+ln.Addr().String()) {
+		t.Errorf("Serve on a busy address = %v, want a listen error naming it", err)
+	}
+}
+
+func TestHalfClose(t *testing.T) {
+	// The backend reads the whole request before it answers, as a client
+	// that shuts its write side expects.
+	backend := newTCPServer(t, func(c net.Conn) {
+		n, err := io.Copy(io.Discard, c)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "got %d bytes", n)
+	})
+	_, lb := startBalancer(t, Config{Backends: []string{backend}, HealthInterval: time.Hour})
+
+	c, err := net.DialTimeout("tcp", lb, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(make([]byte, 100000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read after half-close: %v", err)
+	}
+	if string(got) != "got 100000 bytes" {
+		t.Errorf("answer %q, want %q", got, "got 100000 bytes")
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ok := []string{"10.0.0.1:6443", "10.0.0.2:6443"}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"no backends", Config{Listen: "127.0.0.1:7445"}, []string{"no backends"}},
+		{"empty backends", Config{Listen: "127.0.0.1:7445", Backends: []string{}}, []string{"no backends"}},
+		{"backend without port", Config{Listen: "127.0.0.1:7445", Backends: []string{"10.0.0.2:6443", "10.0.0.1"}}, []string{`"10.0.0.1"`, "missing port"}},
+		{"backend with empty port", Config{Listen: "127.0.0.1:7445", Backends: []string{"10.0.0.1:"}}, []string{`"10.0.0.1:"`, "missing port"}},
+		{"backend without host", Config{Listen: "127.0.0.1:7445", Backends: []string{":6443"}}, []string{`":6443"`, "missing host"}},
+		{"backend port 0", Config{Listen: "127.0.0.1:7445", Backends: []string{"10.0.0.1:0"}}, []string{`"10.0.0.1:0"`}},
+		{"backend named port", Config{Listen: "127.0.0.1:7445", Backends: []string{"10.0.0.1:https"}}, []string{`"10.0.0.1:https"`, "not a number"}},
+		{"empty backend", Config{Listen: "127.0.0.1:7445", Backends: []string{""}}, []string{`backend ""`}},
+		{"duplicate backend", Config{Listen: "127.0.0.1:7445", Backends: []string{"10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.1:6443"}}, []string{"10.0.0.1:6443", "duplicate"}},
+		{"listen without port", Config{Listen: "127.0.0.1", Backends: ok}, []string{`"127.0.0.1"`, "listen"}},
+		{"listen empty", Config{Backends: ok}, []string{"listen address"}},
+		{"listen bad port", Config{Listen: "127.0.0.1:99999", Backends: ok}, []string{`"127.0.0.1:99999"`, "listen"}},
+		{"listen garbage", Config{Listen: "not an address", Backends: ok}, []string{`"not an address"`}},
+		{"negative interval", Config{Listen: "127.0.0.1:7445", Backends: ok, HealthInterval: -time.Second}, []string{"health interval", "-1s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := New(tc.cfg)
+			if err == nil {
+				t.Fatalf("New(%+v) = %v, want an error", tc.cfg, b)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	b, err := New(Config{
+		Listen:   "127.0.0.1:7445",
+		Backends: []string{"10.77.0.10:6443", "[fd00::a]:6443", "cp-1.local:6443"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.cfg.HealthInterval != DefaultHealthInterval || b.cfg.HealthTimeout != DefaultHealthTimeout || b.cfg.DialTimeout != DefaultDialTimeout {
+		t.Errorf("durations %v %v %v, want defaults", b.cfg.HealthInterval, b.cfg.HealthTimeout, b.cfg.DialTimeout)
+	}
+	st := b.Status()
+	if len(st) != 3 || st[1].Address != "[fd00::a]:6443" {
+		t.Fatalf("Status() = %+v", st)
+	}
+	for _, s := range st {
+		if s.Healthy || s.ActiveConns != 0 || !s.LastChecked.IsZero() {
+			t.Errorf("initial status %+v", s)
+		}
+	}
+	if _, err := New(Config{Listen: ":7445", Backends: []string{"10.0.0.1:6443"}}); err != nil {
+		t.Errorf("listen on all interfaces: %v", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// The probe must not go through a proxy whatever the environment says.
+	os.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+	os.Exit(m.Run())
+}

@@ -1,0 +1,146 @@
+// Package kubeadmconfig renders the kubeadm configuration (v1beta4) a node
+// hands to kubeadm's phases: InitConfiguration and ClusterConfiguration on
+// the init node, JoinConfiguration on the others, plus the kubelet's and
+// kube-proxy's component configuration. Everything is addressed by IP and
+// through the node-local API balancer; the Kubernetes version is the one
+// the slot's bundle carries, so kubeadm never looks anything up.
+package kubeadmconfig
+
+import (
+	"bytes"
+	"fmt"
+	"text/template"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+)
+
+// Input is what a node's kubeadm configuration is made of.
+type Input struct {
+	Cluster *machineconfig.Cluster
+	// NodeName is the node's name in the cluster (its hostname).
+	NodeName string
+	// KubernetesVersion is the version of the slot's bundle (v1.36.3).
+	KubernetesVersion string
+	// PodResolvConf is the resolv.conf kubelet hands pods whose DNS policy
+	// is Default (CoreDNS among them); see the firstboot package.
+	PodResolvConf string
+}
+
+// CRISocket is containerd's CRI endpoint.
+const CRISocket = "unix:///run/containerd/containerd.sock"
+
+// Render returns the multi-document YAML for kubeadm's --config.
+func Render(in Input) ([]byte, error) {
+	c := in.Cluster
+	if c == nil {
+		return nil, fmt.Errorf("no cluster section")
+	}
+	if in.KubernetesVersion == "" || in.NodeName == "" {
+		return nil, fmt.Errorf("kubeadm configuration needs the Kubernetes version and the node name")
+	}
+	// Joiners take the kubelet's and kube-proxy's configuration from the
+	// cluster (kubeadm uploads the init node's), so only init carries it.
+	tmpl := joinTemplate
+	if c.Role == machineconfig.RoleInit {
+		tmpl = initTemplate + components
+	}
+	t, err := template.New("kubeadm").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string]any{
+		"C":             c,
+		"NodeName":      in.NodeName,
+		"Version":       in.KubernetesVersion,
+		"Endpoint":      c.APIEndpoint(),
+		"Port":          machineconfig.APIServerPort,
+		"CRISocket":     CRISocket,
+		"TokenExpires":  c.TokenExpires.UTC().Format(time.RFC3339),
+		"ControlPlane":  c.IsControlPlane(),
+		"PodResolvConf": in.PodResolvConf,
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("render kubeadm configuration: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+const initTemplate = `# Written by Terrarium firstboot from the machine config; kubeadm reads it.
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+  - token: "{{.C.Token}}"
+    expires: "{{.TokenExpires}}"
+    usages: [signing, authentication]
+    groups: ["system:bootstrappers:kubeadm:default-node-token"]
+    description: "Terrarium join token (imagebuild config cluster)"
+localAPIEndpoint:
+  advertiseAddress: "{{.C.NodeIP}}"
+  bindPort: {{.Port}}
+nodeRegistration:
+  name: "{{.NodeName}}"
+  criSocket: "{{.CRISocket}}"
+  imagePullPolicy: IfNotPresent
+  kubeletExtraArgs:
+    - name: node-ip
+      value: "{{.C.NodeIP}}"
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: "{{.C.Name}}"
+kubernetesVersion: "{{.Version}}"
+imageRepository: registry.k8s.io
+certificatesDir: /etc/kubernetes/pki
+# Every node reaches the API through its own balancer on loopback.
+controlPlaneEndpoint: "{{.Endpoint}}"
+networking:
+  podSubnet: "{{.C.PodCIDR}}"
+  serviceSubnet: "{{.C.ServiceCIDR}}"
+  dnsDomain: cluster.local
+apiServer:
+  certSANs: ["127.0.0.1"{{range .C.ControlPlanes}}, "{{.}}"{{end}}]
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+`
+
+const joinTemplate = `# Written by Terrarium firstboot from the machine config; kubeadm reads it.
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "{{.Endpoint}}"
+    token: "{{.C.Token}}"
+    caCertHashes: ["{{.C.CACertHash}}"]
+nodeRegistration:
+  name: "{{.NodeName}}"
+  criSocket: "{{.CRISocket}}"
+  imagePullPolicy: IfNotPresent
+  kubeletExtraArgs:
+    - name: node-ip
+      value: "{{.C.NodeIP}}"
+{{- if .ControlPlane}}
+controlPlane:
+  localAPIEndpoint:
+    advertiseAddress: "{{.C.NodeIP}}"
+    bindPort: {{.Port}}
+{{- end}}
+timeouts:
+  discovery: 10m0s
+  tlsBootstrap: 10m0s
+`
+
+const components = `---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+containerRuntimeEndpoint: "{{.CRISocket}}"
+resolvConf: "{{.PodResolvConf}}"
+serializeImagePulls: false
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+`
