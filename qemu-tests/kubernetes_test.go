@@ -36,7 +36,7 @@ func TestKubernetesFromSource(t *testing.T) {
 		{"kubeadm version -o short", v.Kubernetes},
 		{"kubectl version --client", "Client Version: " + v.Kubernetes},
 		{"containerd --version", v.Containerd},
-		{"runc --version", "runc version " + strings.TrimPrefix(v.Runc, "v")},
+		{"/usr/sbin/runc --version", "runc version " + strings.TrimPrefix(v.Runc, "v")},
 	}
 	for _, c := range versions {
 		out := ssh.output(c.cmd, regexp.MustCompile(regexp.QuoteMeta(c.want)))

@@ -55,6 +55,8 @@ type machine struct {
 	forward []string
 	// link is an optional second NIC on a private link to another VM.
 	link *qemu.Network
+	// memMiB is the VM's memory; 0 is QEMU's default here (2 GiB).
+	memMiB int
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
@@ -85,10 +87,11 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 	m.t.Helper()
 	disks := append([]qemu.Disk{{ID: "boot", Path: m.disk, Format: "qcow2"}}, extra...)
 	vm, err := qemu.Start(ctx, qemu.Config{
-		Dir:     filepath.Join(m.dir, "vm"),
-		Disks:   disks,
-		Network: qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
-		Link:    m.link,
+		Dir:       filepath.Join(m.dir, "vm"),
+		MemoryMiB: m.memMiB,
+		Disks:     disks,
+		Network:   qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
+		Link:      m.link,
 	})
 	if err != nil {
 		m.t.Fatalf("start QEMU: %v", err)

@@ -49,6 +49,6 @@ func configCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(disk, validate)
+	cmd.AddCommand(disk, validate, clusterConfigCmd())
 	return cmd
 }

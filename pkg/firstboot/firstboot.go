@@ -193,7 +193,8 @@ func (r *runner) reportConfigProblem(problem string) {
 // apply runs each phase: provision applies; verify checks and heals what
 // drifted.
 func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
-	for _, p := range phases() {
+	r.watchHost(cfg)
+	for _, p := range phasesFor(cfg) {
 		if mode == "verify" {
 			if err := p.Verify(ctx, r.o.Host, cfg); err == nil {
 				if err := r.step(p.Name, "verified", ""); err != nil {
@@ -234,5 +235,31 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
+	}
+}
+
+// watchHost lets long phases report their steps: each goes to the
+// journal, the console and the published status.
+func (r *runner) watchHost(cfg *machineconfig.Config) {
+	h := r.o.Host
+	if cfg.Cluster != nil && r.status.Cluster == nil {
+		r.status.Cluster = &ClusterStatus{Role: cfg.Cluster.Role}
+	}
+	h.Progress = func(step, result, detail string) {
+		r.step(step, result, detail)
+		if detail != "" {
+			r.say("%s: %s: %s", step, result, detail)
+		} else {
+			r.say("%s: %s", step, result)
+		}
+		if result == "started" {
+			r.publish()
+		}
+	}
+	h.Cluster = func(update func(*ClusterStatus)) {
+		if r.status.Cluster == nil {
+			r.status.Cluster = &ClusterStatus{}
+		}
+		update(r.status.Cluster)
 	}
 }

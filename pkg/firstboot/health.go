@@ -38,7 +38,7 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 	if r.rel.HasFault("health") {
 		return fmt.Errorf("%w: this build carries the injected fault \"health\"", errUnhealthy)
 	}
-	for _, p := range phases() {
+	for _, p := range phasesFor(cfg) {
 		if err := p.Verify(ctx, r.o.Host, cfg); err != nil {
 			return fmt.Errorf("%w: %s: %v", errUnhealthy, p.Name, err)
 		}

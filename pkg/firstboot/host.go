@@ -16,6 +16,42 @@ type Host struct {
 	Root string
 	// Exec runs a program and returns its combined output.
 	Exec func(ctx context.Context, name string, args ...string) ([]byte, error)
+	// Progress, if set, hears about long steps as they start and end
+	// (firstboot records them in the journal and on the console).
+	Progress func(step, result, detail string)
+	// Cluster, if set, receives what a phase learns about the cluster.
+	Cluster func(update func(*ClusterStatus))
+}
+
+func (h *Host) progress(step, result, detail string) {
+	if h.Progress != nil {
+		h.Progress(step, result, detail)
+	}
+}
+
+func (h *Host) cluster(update func(*ClusterStatus)) {
+	if h.Cluster != nil {
+		h.Cluster(update)
+	}
+}
+
+// output runs a program and returns its output, failing with the output
+// in the error.
+func (h *Host) output(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := h.Exec(ctx, name, args...)
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, lastLines(string(out), 15))
+	}
+	return string(out), nil
+}
+
+// lastLines keeps the end of a long command output for an error message.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // RealHost acts on this machine.

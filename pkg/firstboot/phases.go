@@ -30,6 +30,14 @@ func phases() []phase {
 	}
 }
 
+// phasesFor are the phases of a config: the cluster's follow the node's.
+func phasesFor(c *machineconfig.Config) []phase {
+	if c.Cluster == nil {
+		return phases()
+	}
+	return append(phases(), clusterPhases()...)
+}
+
 func hostsFile(name string) string {
 	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + name + "\n"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,8 +39,10 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 	}
 	if r.Serve {
 		rc.CertFile, rc.KeyFile = registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem"
-		add(rc.CertFile, r.Certificate, 0o644)
-		add(rc.KeyFile, r.Key, 0o600)
+		if !issuesRegistryCert(c) {
+			add(rc.CertFile, r.Certificate, 0o644)
+			add(rc.KeyFile, r.Key, 0o600)
+		}
 	}
 	var peers []mirrors.Peer
 	for _, p := range r.Peers {
@@ -67,6 +70,13 @@ func applyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error 
 	}
 	sort.Strings(paths)
 	changed := false
+	if issuesRegistryCert(c) {
+		w, err := ensureRegistryCert(h, c, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem")
+		if err != nil {
+			return err
+		}
+		changed = w
+	}
 	for _, p := range paths {
 		w, err := h.writeIfChanged(p, []byte(files[p]), modes[p])
 		if err != nil {
@@ -96,5 +106,25 @@ func verifyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error
 			return fmt.Errorf("%s differs from the machine config", p)
 		}
 	}
+	if issuesRegistryCert(c) {
+		w, err := ensureRegistryCertCheck(h, c)
+		if err != nil || w {
+			return fmt.Errorf("the registry's certificate does not fit the cluster CA and address: %v", err)
+		}
+	}
 	return nil
+}
+
+// ensureRegistryCertCheck reports whether the issued certificate needs
+// replacing, without replacing it.
+func ensureRegistryCertCheck(h *Host, c *machineconfig.Config) (bool, error) {
+	ca, err := x509CA(c)
+	if err != nil {
+		return false, err
+	}
+	ap, err := netip.ParseAddrPort(c.Registry.Listen)
+	if err != nil {
+		return false, err
+	}
+	return registryCertFits(h, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem", ca, ap.Addr()) != nil, nil
 }

@@ -36,6 +36,22 @@ type Status struct {
 	Healthy      *bool    `json:"healthy,omitempty"`
 	Blessed      string   `json:"blessed,omitempty"`
 	Message      string   `json:"message,omitempty"`
+	// Cluster is the node's part in its Kubernetes cluster, if any.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+}
+
+// ClusterStatus is what the banner and `firstboot status` say about the
+// node's cluster.
+type ClusterStatus struct {
+	Role string `json:"role"`
+	// Step is the provisioning step in progress, or the last one done.
+	Step string `json:"step,omitempty"`
+	// APIUp says the API answered through the node's balancer.
+	APIUp bool `json:"apiUp"`
+	// Nodes is "<ready>/<total> Ready" as the API last said.
+	Nodes string `json:"nodes,omitempty"`
+	// AdminKubeconfig is where the admin kubeconfig is (init node).
+	AdminKubeconfig string `json:"adminKubeconfig,omitempty"`
 }
 
 // publish writes status.json, then prints the banner and the file's
@@ -89,6 +105,19 @@ func Banner(s Status) string {
 		{"hostname", orDash(s.Hostname)},
 		{"addresses", orDash(strings.Join(s.Addresses, ", "))},
 		{"state", s.State + modeNote(s)},
+	}
+	if c := s.Cluster; c != nil {
+		api := "down"
+		if c.APIUp {
+			api = "up"
+		}
+		rows = append(rows, [2]string{"cluster", fmt.Sprintf("%s, API %s, %s", c.Role, api, orDash(c.Nodes))})
+		if c.Step != "" {
+			rows = append(rows, [2]string{"step", c.Step})
+		}
+		if c.AdminKubeconfig != "" {
+			rows = append(rows, [2]string{"kubeconfig", c.AdminKubeconfig})
+		}
 	}
 	if s.Message != "" {
 		rows = append(rows, [2]string{"note", s.Message})

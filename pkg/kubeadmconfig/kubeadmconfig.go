@@ -86,6 +86,12 @@ nodeRegistration:
   kubeletExtraArgs:
     - name: node-ip
       value: "{{.C.NodeIP}}"
+# Generous: under emulation (QEMU without KVM) a control plane takes minutes.
+timeouts:
+  controlPlaneComponentHealthCheck: 20m0s
+  kubeletHealthCheck: 10m0s
+  kubernetesAPICall: 2m0s
+  etcdAPICall: 2m0s
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
@@ -128,8 +134,12 @@ controlPlane:
     bindPort: {{.Port}}
 {{- end}}
 timeouts:
-  discovery: 10m0s
-  tlsBootstrap: 10m0s
+  discovery: 15m0s
+  tlsBootstrap: 15m0s
+  controlPlaneComponentHealthCheck: 20m0s
+  kubeletHealthCheck: 10m0s
+  kubernetesAPICall: 2m0s
+  etcdAPICall: 2m0s
 `
 
 const components = `---

@@ -29,12 +29,17 @@ type Registry struct {
 	Key         string `yaml:"key,omitempty"`
 }
 
-func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry) {
+// validateRegistry checks r; ownCA says the node holds the cluster CA's
+// key (a control plane), so it issues its serving certificate itself when
+// the config carries none.
+func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ownCA bool) {
 	if r.Serve {
 		if _, err := netip.ParseAddrPort(r.Listen); err != nil {
 			ps.Addf(p.Field("listen"), "%s is not ip:port; serving to peers needs the node address, like 10.0.0.11:%d", quote(r.Listen), DefaultRegistryPort)
 		}
-		if r.Certificate == "" || r.Key == "" {
+		if r.Certificate == "" && r.Key == "" && ownCA {
+			// issued at first boot from the cluster CA
+		} else if r.Certificate == "" || r.Key == "" {
 			ps.Addf(p.Field("certificate"), "serve: true needs a certificate and key (PEM) signed by the cluster CA")
 		} else if _, err := tls.X509KeyPair([]byte(r.Certificate), []byte(r.Key)); err != nil {
 			ps.Addf(p.Field("certificate"), "certificate and key do not form a valid pair: %v", err)

@@ -26,7 +26,7 @@ func (c *Config) validate() strictyaml.Problems {
 		validateAdmin(&ps, root.Field("admin"), *c.Admin)
 	}
 	if c.Registry != nil {
-		validateRegistry(&ps, root.Field("registry"), *c.Registry)
+		validateRegistry(&ps, root.Field("registry"), *c.Registry, c.Cluster != nil && c.Cluster.PKI != nil)
 	}
 	if c.Cluster != nil {
 		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)

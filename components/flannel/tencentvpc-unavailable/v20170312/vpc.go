@@ -65,7 +65,9 @@ type CreateRoutesRequest struct {
 type CreateRoutesResponse struct{}
 
 // NewDescribeRouteTablesRequest returns an empty request.
-func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest { return &DescribeRouteTablesRequest{} }
+func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest {
+	return &DescribeRouteTablesRequest{}
+}
 
 // NewDeleteRoutesRequest returns an empty request.
 func NewDeleteRoutesRequest() *DeleteRoutesRequest { return &DeleteRoutesRequest{} }

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+)
+
+func clusterConfigCmd() *cobra.Command {
+	var (
+		o            clusterconfig.WriteOptions
+		cps, workers []string
+		sshKeys      []string
+		adminName    string
+	)
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Generate a cluster's secrets and one machine config and config disk per node",
+		Long: `Generates (or reuses) the cluster's secrets — cluster, front-proxy and etcd CAs,
+the service-account key, a bootstrap token, the certificate key — and writes a
+machine config and a TERRA-CONFIG disk for every node. Boot every node from the
+same image with its own disk, in any order: they form the cluster by themselves.
+
+Re-running with the same --secrets file reproduces the same node configs.`,
+		Example: `  imagebuild config cluster --name lab --interface 'en*' --prefix-length 24 \
+    --control-plane cp-1=10.77.0.10 --worker w-1=10.77.0.20 --ssh-key ~/.ssh/id_ed25519.pub`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Topology.ControlPlanes, err = parseNodes("--control-plane", cps); err != nil {
+				return err
+			}
+			if o.Topology.Workers, err = parseNodes("--worker", workers); err != nil {
+				return err
+			}
+			if len(sshKeys) > 0 {
+				a := &machineconfig.Admin{Name: adminName}
+				for _, f := range sshKeys {
+					b, err := os.ReadFile(f)
+					if err != nil {
+						return fmt.Errorf("--ssh-key: %w", err)
+					}
+					for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+						if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+							a.SSHAuthorizedKeys = append(a.SSHAuthorizedKeys, l)
+						}
+					}
+				}
+				o.Topology.Admin = a
+			}
+			if o.SecretsPath == "" {
+				o.SecretsPath = filepath.Join(o.OutDir, "secrets.yaml")
+			}
+			o.Now = time.Now().UTC().Truncate(time.Second)
+			w, err := clusterconfig.Write(o)
+			if err != nil {
+				return err
+			}
+			switch {
+			case w.SecretsCreated:
+				fmt.Printf("secrets: created %s (mode 0600). It holds the cluster's CA keys and join token: keep it private, and keep it to add nodes later.\n", w.SecretsPath)
+			case w.TokenRotated:
+				fmt.Printf("secrets: %s: new bootstrap token\n", w.SecretsPath)
+			default:
+				fmt.Printf("secrets: reused %s\n", w.SecretsPath)
+			}
+			fmt.Printf("CA hash %s; bootstrap token expires %s\n\n", w.CACertHash, w.TokenExpires.Format(time.RFC3339))
+			fmt.Printf("  %-16s %-13s %-15s %s\n", "NODE", "ROLE", "IP", "CONFIG DISK")
+			for _, n := range w.Nodes {
+				fmt.Printf("  %-16s %-13s %-15s %s\n", n.Hostname, n.Role, n.IP, n.Disk)
+			}
+			fmt.Println("\nConfig disks of control-plane nodes carry the CA keys: handle them like the secrets file.")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ClusterName, "name", machineconfig.DefaultClusterName, "cluster name")
+	f.StringArrayVar(&cps, "control-plane", nil, "a control-plane node as NAME=IP[@MAC] (repeat; the first forms the cluster; @MAC picks its cluster NIC)")
+	f.StringArrayVar(&workers, "worker", nil, "a worker node as NAME=IP[@MAC] (repeat)")
+	f.IntVar(&o.Topology.PrefixLength, "prefix-length", 24, "prefix length of the node network")
+	f.StringVar(&o.Topology.Interface, "interface", "en*", "the nodes' cluster link, by name or glob")
+	f.StringVar(&o.Topology.Gateway, "gateway", "", "default gateway (none: the cluster network is isolated)")
+	f.StringSliceVar(&o.Topology.DNS, "dns", nil, "DNS servers for the nodes (none needed)")
+	f.StringVar(&o.Topology.PodCIDR, "pod-cidr", "", "pod network (default "+machineconfig.DefaultPodCIDR+")")
+	f.StringVar(&o.Topology.ServiceCIDR, "service-cidr", "", "service network (default "+machineconfig.DefaultServiceCIDR+")")
+	f.StringArrayVar(&sshKeys, "ssh-key", nil, "authorized_keys file for the admin user (repeat)")
+	f.StringVar(&adminName, "admin", machineconfig.DefaultAdminName, "admin user name")
+	f.StringVar(&o.SecretsPath, "secrets", "", "cluster secrets file, reused when it exists (default OUT/secrets.yaml)")
+	f.StringVarP(&o.OutDir, "out", "o", "cluster", "directory for the node configs and disks")
+	f.DurationVar(&o.TokenTTL, "token-ttl", 24*time.Hour, "lifetime of a new bootstrap token")
+	f.BoolVar(&o.RotateToken, "rotate-token", false, "replace the bootstrap token of existing secrets")
+	return cmd
+}
+
+// parseNodes reads NAME=IP values.
+func parseNodes(flag string, vals []string) ([]clusterconfig.Node, error) {
+	var out []clusterconfig.Node
+	for _, v := range vals {
+		name, rest, ok := strings.Cut(v, "=")
+		ip, mac, _ := strings.Cut(rest, "@")
+		addr, err := netip.ParseAddr(ip)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("%s %q: write NAME=IP or NAME=IP@MAC, like cp-1=10.77.0.10", flag, v)
+		}
+		out = append(out, clusterconfig.Node{Hostname: name, IP: addr, MAC: mac})
+	}
+	return out, nil
+}

@@ -1,0 +1,595 @@
+package firstboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/addons"
+	"github.com/terrarium-os/terrarium/pkg/apilb"
+	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/layout"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+)
+
+// Where the cluster phases write.
+const (
+	KubeadmConfigFile  = "/etc/terrarium/kubeadm.yaml"
+	ClusterCAFile      = "/etc/terrarium/pki/cluster-ca.pem"
+	PodResolvConf      = "/etc/terrarium/pod-resolv.conf"
+	FlannelManifest    = "/etc/terrarium/addons/flannel.yaml"
+	CNIConflist        = "/etc/cni/net.d/10-flannel.conflist"
+	KubernetesPKIDir   = "/etc/kubernetes/pki"
+	AdminKubeconfig    = "/etc/kubernetes/admin.conf"
+	KubeletKubeconfig  = "/etc/kubernetes/kubelet.conf"
+	kubeadmProgressRel = "kubeadm.json"
+	bundleIndex        = "/usr/lib/terrarium/bundle/index.json"
+)
+
+// Timeouts of the cluster phases (emulated machines are slow).
+const (
+	apiWaitTimeout   = 30 * time.Minute
+	readyWaitTimeout = 15 * time.Minute
+	stepAttempts     = 3
+	stepRetryDelay   = 15 * time.Second
+)
+
+func clusterPhases() []phase {
+	return []phase{
+		{Name: "kubernetes-host", Apply: applyKubernetesHost, Verify: verifyKubernetesHost},
+		{Name: "kubernetes-pki", Apply: applyKubernetesPKI, Verify: verifyKubernetesPKI},
+		{Name: "kubernetes-config", Apply: applyKubeadmConfig, Verify: verifyKubeadmConfig},
+		{Name: "kubernetes", Apply: applyKubernetes, Verify: verifyKubernetes},
+	}
+}
+
+// hostFiles are the node-level files every cluster node needs.
+func hostFiles(c *machineconfig.Config) (map[string]string, error) {
+	cl := c.Cluster
+	lb, err := apilb.MarshalFile(apilb.File{
+		Listen: cl.APIEndpoint(), Backends: cl.APIBackends(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		apilb.ConfigFile: string(lb),
+		ClusterCAFile:    cl.CACert,
+		// Pods with dnsPolicy Default (CoreDNS) get this resolver: a
+		// loopback address inside the pod, where nothing answers, so
+		// names outside the cluster fail at once and no query leaves
+		// the node.
+		PodResolvConf: "# Terrarium: no upstream DNS (air-gapped)\nnameserver 127.0.0.53\n",
+		CNIConflist:   addons.FlannelConflist,
+	}, nil
+}
+
+func applyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil {
+		return nil
+	}
+	for _, m := range []string{"overlay", "br_netfilter", "vxlan"} {
+		if err := h.run(ctx, "modprobe", m); err != nil {
+			return err
+		}
+	}
+	if err := h.run(ctx, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
+		return err
+	}
+	files, err := hostFiles(c)
+	if err != nil {
+		return err
+	}
+	lbChanged := false
+	for _, p := range sortedKeys(files) {
+		w, err := h.writeIfChanged(p, []byte(files[p]), 0o644)
+		if err != nil {
+			return err
+		}
+		lbChanged = lbChanged || (w && p == apilb.ConfigFile)
+	}
+	if lbChanged {
+		if err := h.run(ctx, "systemctl", "enable", apilb.Unit); err != nil {
+			return err
+		}
+		return h.run(ctx, "systemctl", "restart", apilb.Unit)
+	}
+	return h.run(ctx, "systemctl", "start", apilb.Unit)
+}
+
+func verifyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil {
+		return nil
+	}
+	files, err := hostFiles(c)
+	if err != nil {
+		return err
+	}
+	for p, content := range files {
+		b, err := os.ReadFile(h.Path(p))
+		if err != nil {
+			return err
+		}
+		if string(b) != content {
+			return fmt.Errorf("%s differs from the machine config", p)
+		}
+	}
+	if err := h.run(ctx, "systemctl", "is-active", "--quiet", apilb.Unit); err != nil {
+		return fmt.Errorf("the local API balancer is not running: %w", err)
+	}
+	return nil
+}
+
+// pkiFiles are the CA files kubeadm finds pre-seeded on control planes,
+// with their modes: keys are readable by root only.
+func pkiFiles(c *machineconfig.Cluster) map[string]os.FileMode {
+	return map[string]os.FileMode{
+		"ca.crt": 0o644, "ca.key": 0o600,
+		"front-proxy-ca.crt": 0o644, "front-proxy-ca.key": 0o600,
+		"etcd/ca.crt": 0o644, "etcd/ca.key": 0o600,
+		"sa.pub": 0o644, "sa.key": 0o600,
+	}
+}
+
+func pkiContent(c *machineconfig.Cluster) map[string]string {
+	p := c.PKI
+	return map[string]string{
+		"ca.crt": c.CACert, "ca.key": p.CAKey,
+		"front-proxy-ca.crt": p.FrontProxyCA.Cert, "front-proxy-ca.key": p.FrontProxyCA.Key,
+		"etcd/ca.crt": p.EtcdCA.Cert, "etcd/ca.key": p.EtcdCA.Key,
+		"sa.pub": p.ServiceAccount.Cert, "sa.key": p.ServiceAccount.Key,
+	}
+}
+
+func applyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
+		return nil
+	}
+	content := pkiContent(c.Cluster)
+	for name, mode := range pkiFiles(c.Cluster) {
+		if _, err := h.writeIfChanged(filepath.Join(KubernetesPKIDir, name), []byte(content[name]), mode); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{KubernetesPKIDir, KubernetesPKIDir + "/etcd"} {
+		if err := os.Chmod(h.Path(d), 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func verifyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
+		return nil
+	}
+	content := pkiContent(c.Cluster)
+	for name, mode := range pkiFiles(c.Cluster) {
+		p := h.Path(filepath.Join(KubernetesPKIDir, name))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if string(b) != content[name] {
+			return fmt.Errorf("%s/%s differs from the machine config", KubernetesPKIDir, name)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != mode {
+			return fmt.Errorf("%s/%s has mode %v, want %v", KubernetesPKIDir, name, fi.Mode().Perm(), mode)
+		}
+	}
+	if fi, err := os.Stat(h.Path(KubernetesPKIDir)); err != nil || fi.Mode().Perm() != 0o700 {
+		return fmt.Errorf("%s must be readable by root only", KubernetesPKIDir)
+	}
+	return nil
+}
+
+// bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
+// the tag of its kube-apiserver image.
+func bundleKubernetesVersion(h *Host) (string, error) {
+	b, err := os.ReadFile(h.Path(bundleIndex))
+	if err != nil {
+		return "", fmt.Errorf("read the slot's bundle: %w", err)
+	}
+	var idx struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return "", fmt.Errorf("%s: %w", bundleIndex, err)
+	}
+	const prefix = "registry.k8s.io/kube-apiserver:"
+	for _, m := range idx.Manifests {
+		for _, k := range []string{"io.containerd.image.name", "org.opencontainers.image.ref.name"} {
+			if v, ok := strings.CutPrefix(m.Annotations[k], prefix); ok {
+				return v, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the slot's bundle (%s) carries no %s image: this image cannot run Kubernetes", bundleIndex, strings.TrimSuffix(prefix, ":"))
+}
+
+func kubeadmConfig(h *Host, c *machineconfig.Config) ([]byte, error) {
+	v, err := bundleKubernetesVersion(h)
+	if err != nil {
+		return nil, err
+	}
+	return kubeadmconfig.Render(kubeadmconfig.Input{
+		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf,
+	})
+}
+
+func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil {
+		return nil
+	}
+	b, err := kubeadmConfig(h, c)
+	if err != nil {
+		return err
+	}
+	if _, err := h.writeIfChanged(KubeadmConfigFile, b, 0o600); err != nil {
+		return err
+	}
+	if c.Cluster.Role == machineconfig.RoleInit {
+		m, err := addons.Flannel(addons.FlannelInput{PodCIDR: c.Cluster.PodCIDR, Image: flannelImage(h)})
+		if err != nil {
+			return err
+		}
+		if _, err := h.writeIfChanged(FlannelManifest, m, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func verifyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if c.Cluster == nil {
+		return nil
+	}
+	want, err := kubeadmConfig(h, c)
+	if err != nil {
+		return err
+	}
+	got, err := os.ReadFile(h.Path(KubeadmConfigFile))
+	if err != nil {
+		return err
+	}
+	if string(got) != string(want) {
+		return fmt.Errorf("%s differs from the machine config", KubeadmConfigFile)
+	}
+	return nil
+}
+
+// flannelImage is the flannel image the bundle carries.
+func flannelImage(h *Host) string {
+	b, _ := os.ReadFile(h.Path(bundleIndex))
+	const prefix = `"docker.io/flannel/flannel:`
+	if i := strings.Index(string(b), prefix); i >= 0 {
+		rest := string(b)[i+1:]
+		if j := strings.Index(rest, `"`); j > 0 {
+			return rest[:j]
+		}
+	}
+	return addons.DefaultFlannelImage
+}
+
+// kubeadmStep is one kubeadm phase (or our own step) of a role's sequence.
+type kubeadmStep struct {
+	name string
+	args []string // kubeadm arguments; nil for a step of our own
+	own  func(ctx context.Context, h *Host, c *machineconfig.Config) error
+}
+
+const ignorePreflight = "--ignore-preflight-errors=SystemVerification"
+
+func steps(c *machineconfig.Cluster) []kubeadmStep {
+	cfg := "--config=" + KubeadmConfigFile
+	k := func(args ...string) kubeadmStep {
+		return kubeadmStep{name: strings.Join(args[:len(args)], " "), args: append(args, cfg)}
+	}
+	switch c.Role {
+	case machineconfig.RoleInit:
+		pre := k("init", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			pre,
+			k("init", "phase", "certs", "all"),
+			k("init", "phase", "kubeconfig", "all"),
+			k("init", "phase", "etcd", "local"),
+			k("init", "phase", "control-plane", "all"),
+			k("init", "phase", "kubelet-start"),
+			k("init", "phase", "wait-control-plane"),
+			k("init", "phase", "upload-config", "all"),
+			k("init", "phase", "mark-control-plane"),
+			k("init", "phase", "bootstrap-token"),
+			k("init", "phase", "kubelet-finalize", "all"),
+			k("init", "phase", "addon", "coredns"),
+			k("init", "phase", "addon", "kube-proxy"),
+			{name: "pod network (flannel)", own: applyFlannel},
+			{name: "admin kubeconfig", own: installAdminKubeconfig},
+		}
+	case machineconfig.RoleControlPlane:
+		pre := k("join", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			{name: "wait for the API", own: waitForAPI},
+			pre,
+			k("join", "phase", "control-plane-prepare", "all"),
+			k("join", "phase", "kubelet-start"),
+			k("join", "phase", "etcd-join"),
+			k("join", "phase", "kubelet-wait-bootstrap"),
+			k("join", "phase", "control-plane-join", "all"),
+			k("join", "phase", "wait-control-plane"),
+		}
+	default:
+		pre := k("join", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			{name: "wait for the API", own: waitForAPI},
+			pre,
+			k("join", "phase", "kubelet-start"),
+			k("join", "phase", "kubelet-wait-bootstrap"),
+		}
+	}
+}
+
+// kubeadmProgress records the steps done, on TERRA-STATE: after a power
+// cut, provisioning resumes after the last step that completed.
+type kubeadmProgress struct {
+	// Config is the hash of the kubeadm configuration the steps ran with.
+	Config string   `json:"config"`
+	Done   []string `json:"done"`
+}
+
+func progressPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, kubeadmProgressRel))
+}
+
+func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
+	p := &kubeadmProgress{Config: cfgHash}
+	b, err := os.ReadFile(progressPath(h))
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var saved kubeadmProgress
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return nil, fmt.Errorf("%s: %w", progressPath(h), err)
+	}
+	if saved.Config == cfgHash {
+		return &saved, nil
+	}
+	return p, nil
+}
+
+func (p *kubeadmProgress) done(step string) bool {
+	for _, d := range p.Done {
+		if d == step {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *kubeadmProgress) save(h *Host, step string) error {
+	p.Done = append(p.Done, step)
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(progressPath(h)), 0o755); err != nil {
+		return err
+	}
+	return writeFileSync(progressPath(h), append(b, '\n'), 0o644)
+}
+
+func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	want, err := bundleKubernetesVersion(h)
+	if err != nil {
+		return err
+	}
+	out, err := h.output(ctx, "kubeadm", "version", "-o", "short")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(out); got != want {
+		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
+	}
+	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(cfg)
+	prog, err := loadProgress(h, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return err
+	}
+	if cl.Role != machineconfig.RoleInit && !prog.done("wait for the API") {
+		if err := cl.CheckToken(time.Now()); err != nil {
+			return err
+		}
+	}
+	for _, st := range steps(cl) {
+		if prog.done(st.name) {
+			continue
+		}
+		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
+		h.progress(st.name, "started", "")
+		var err error
+		for attempt := 1; attempt <= stepAttempts; attempt++ {
+			if st.own != nil {
+				err = st.own(ctx, h, c)
+			} else {
+				_, err = h.output(ctx, "kubeadm", st.args...)
+			}
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, stepAttempts, err))
+			if attempt < stepAttempts {
+				select {
+				case <-ctx.Done():
+				case <-time.After(stepRetryDelay):
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		if err := prog.save(h, st.name); err != nil {
+			return err
+		}
+		h.progress(st.name, "done", "")
+	}
+	h.cluster(func(s *ClusterStatus) { s.Step = "joined" })
+	if cl.Role == machineconfig.RoleInit {
+		h.cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
+	}
+	return nil
+}
+
+// waitForAPI waits until the API answers through the node's balancer:
+// nodes may boot in any order, and joiners wait for the init node.
+func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	deadline := time.Now().Add(apiWaitTimeout)
+	for {
+		_, err := h.output(ctx, "kubectl", "--server=https://"+c.Cluster.APIEndpoint(),
+			"--certificate-authority="+ClusterCAFile, "--request-timeout=5s", "get", "--raw=/readyz")
+		if err == nil {
+			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API (%s via 127.0.0.1:%d) did not answer within %s: %w",
+				strings.Join(c.Cluster.ControlPlanes, ", "), machineconfig.LocalAPIPort, apiWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func applyFlannel(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", FlannelManifest)
+	return err
+}
+
+// installAdminKubeconfig gives the admin user the admin kubeconfig (the
+// control-plane components never use it: kubeadm gives each its own).
+func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	name := adminName(c)
+	if name == "" {
+		return nil
+	}
+	b, err := os.ReadFile(h.Path(AdminKubeconfig))
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join("/home", name, ".kube", "config")
+	if _, err := h.writeIfChanged(dst, b, 0o600); err != nil {
+		return err
+	}
+	return h.run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+}
+
+// verifyKubernetes: kubelet runs, control planes have their static pods,
+// and the node is Ready. It waits for readiness (a fresh boot needs a
+// while), and reports the cluster's state.
+func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	if _, err := os.Stat(h.Path(KubeletKubeconfig)); err != nil {
+		return fmt.Errorf("the node has not joined: %w", err)
+	}
+	if cl.IsControlPlane() {
+		for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			if _, err := os.Stat(h.Path("/etc/kubernetes/manifests/" + m + ".yaml")); err != nil {
+				return fmt.Errorf("static pod %s is missing: %w", m, err)
+			}
+		}
+	}
+	if cl.Role == machineconfig.RoleInit {
+		h.cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
+	}
+	if err := h.run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
+		if err := h.run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
+		}
+	}
+	deadline := time.Now().Add(readyWaitTimeout)
+	for {
+		ready, total, mine, err := nodes(ctx, h, c)
+		if err == nil {
+			h.cluster(func(s *ClusterStatus) {
+				s.APIUp, s.Nodes = true, fmt.Sprintf("%d/%d nodes Ready", ready, total)
+			})
+			if mine {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("node %s is not Ready", c.Hostname)
+			}
+			return fmt.Errorf("after %s: %w", readyWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// nodes asks the API (with the kubelet's own credential) how many nodes
+// are Ready, and whether this one is.
+func nodes(ctx context.Context, h *Host, c *machineconfig.Config) (ready, total int, mine bool, err error) {
+	out, err := h.output(ctx, "kubectl", "--kubeconfig="+KubeletKubeconfig, "--request-timeout=10s", "get", "nodes",
+		`-o=jsonpath={range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	if err != nil {
+		h.cluster(func(s *ClusterStatus) { s.APIUp = false })
+		return 0, 0, false, err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		total++
+		if f[1] == "True" {
+			ready++
+			mine = mine || f[0] == c.Hostname
+		}
+	}
+	return ready, total, mine, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

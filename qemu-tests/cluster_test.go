@@ -1,0 +1,191 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+)
+
+// clusterSubnet is the private link between the VMs: the cluster network.
+var clusterSubnet = &net.IPNet{IP: net.IPv4(10, 77, 0, 0), Mask: net.CIDRMask(24, 32)}
+
+// clusterNode is one VM of the e2e cluster.
+type clusterNode struct {
+	name, ip, linkMAC, mgmtMAC string
+	m                          *machine
+	vm                         *qemu.VM
+	sshPort                    int
+	disk                       string
+}
+
+// withManagementNIC adds the test's management NIC (DHCP on QEMU's
+// restricted network, for SSH from the test) to a config written by
+// `imagebuild config cluster`, which configures only the cluster link.
+func withManagementNIC(t *testing.T, path, mac string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "  interfaces:\n", "  interfaces:\n    - macAddress: "+mac+"\n      dhcp: true\n", 1)
+	if s == string(b) {
+		t.Fatalf("%s has no network.interfaces to extend", path)
+	}
+	return s
+}
+
+// TestClusterFormation: from `imagebuild config cluster` to a working
+// two-node cluster, fully offline. Both VMs boot at the same time from the
+// default image on a private link with no route out, each with its own
+// config disk. The init VM is killed hard in the middle of its
+// provisioning and started again: it resumes. Then both nodes are Ready,
+// CoreDNS runs, a pod on the worker runs an image that only the control
+// plane has (side-loaded there), and a Service reaches it from the other
+// node. Every packet of the whole run stays inside the test networks.
+func TestClusterFormation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
+	defer cancel()
+	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
+	work := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(work, "admin.pub")
+	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
+	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "cluster", "--name", "e2e",
+		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--worker", w.name+"="+w.ip+"@"+w.linkMAC,
+		"--ssh-key", pub, "-o", filepath.Join(work, "cluster")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
+	}
+	t.Logf("imagebuild config cluster:\n%s", out)
+	if fi, err := os.Stat(filepath.Join(work, "cluster", "secrets.yaml")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secrets.yaml: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	bundleDisk := filepath.Join(work, "bundle.img")
+	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "bundle", "disk", "../bundles/sideload-test.yaml", "-o", bundleDisk).CombinedOutput(); err != nil {
+		t.Fatalf("imagebuild bundle disk: %v\n%s", err, out)
+	}
+
+	linkPort := freePort(t)
+	linkCap := filepath.Join(work, "link.pcap")
+	for _, n := range []*clusterNode{cp, w} {
+		n.m = newMachine(t, image)
+		n.m.mac = n.mgmtMAC
+		n.m.memMiB = 3072
+		n.sshPort = n.m.forwardSSH()
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
+	}
+	cp.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC, Capture: linkCap}
+	w.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC}
+
+	start := time.Now()
+	bootCP := func() *qemu.VM {
+		return cp.m.boot(ctx, configAttached(cp.disk), qemu.Disk{ID: "bundle", Path: bundleDisk, Format: "raw", ReadOnly: true})
+	}
+	cp.vm = bootCP()
+	w.vm = w.m.boot(ctx, configAttached(w.disk))
+
+	// Power cut: kill the init VM hard once kubeadm has started the
+	// control plane, then power it on again.
+	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`init phase kubelet-start: started`)); err != nil {
+		t.Fatalf("init node never reached kubelet-start: %v", err)
+	}
+	t.Logf("%s: power cut during kubelet-start, %s after power-on", cp.name, time.Since(start).Round(time.Second))
+	if err := cp.vm.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cp.vm.Wait(ctx)
+	cp.vm = bootCP()
+	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`init phase kubelet-start: started`)); err != nil {
+		t.Fatalf("after the power cut, the init node did not resume at kubelet-start: %v", err)
+	}
+	resumed := cp.vm.Console()
+	if strings.Contains(resumed, "init phase certs all: started") {
+		t.Errorf("after the power cut the init node ran the certs phase again; it should resume after the last completed step")
+	}
+
+	var wg sync.WaitGroup
+	for _, n := range []*clusterNode{cp, w} {
+		wg.Add(1)
+		go func(n *clusterNode) {
+			defer wg.Done()
+			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
+				t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
+				return
+			}
+			t.Logf("%s: provisioned, healthy and in the cluster %s after power-on", n.name, time.Since(start).Round(time.Second))
+		}(n)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	nodes := ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
+	if !regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`).MatchString(nodes) {
+		t.Fatalf("nodes are not both Ready:\n%s", nodes)
+	}
+	t.Logf("kubectl get nodes:\n%s", nodes)
+	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=10m deployment/coredns")
+
+	manifest := `apiVersion: v1
+kind: Pod
+metadata: {name: echo, labels: {app: echo}}
+spec:
+  nodeName: w-1
+  containers:
+    - name: echo
+      image: quay.io/terrarium/sideloaded:1.0
+      ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{port: 80, targetPort: 8080}]
+`
+	ssh.run("cat > /tmp/echo.yaml <<'EOF'\n" + manifest + "EOF\nkubectl apply -f /tmp/echo.yaml")
+	ssh.run("kubectl wait --for=condition=Ready --timeout=10m pod/echo")
+	ip := strings.TrimSpace(ssh.output("kubectl get service echo -o jsonpath='{.spec.clusterIP}{\"\\n\"}'", regexp.MustCompile(`^\d+\.\d+\.\d+\.\d+`)))
+	var got string
+	for try := 0; try < 30; try++ {
+		got, err = ssh.try("busybox wget -q -T 5 -O - http://" + ip + "/")
+		if err == nil && strings.Contains(got, "echo") {
+			break
+		}
+		time.Sleep(5 * time.Second)
+	}
+	if !strings.Contains(got, "echo") {
+		t.Fatalf("the echo Service (%s) did not answer from %s: %v %s", ip, cp.name, err, got)
+	}
+	t.Logf("Service %s on %s answered %q from %s", ip, w.name, strings.TrimSpace(got), cp.name)
+
+	for _, n := range []*clusterNode{cp, w} {
+		if err := n.vm.Quit(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	pkts := checkCapture(t, linkCap, clusterSubnet)
+	t.Logf("cluster link capture: %d packets, all inside %s", pkts, clusterSubnet)
+	for _, n := range []*clusterNode{cp, w} {
+		pkts := checkCapture(t, n.m.capture, testSubnet)
+		t.Logf("%s management capture: %d packets, all inside %s", n.name, pkts, testSubnet)
+	}
+}
