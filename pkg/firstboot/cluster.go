@@ -224,8 +224,19 @@ func kubeadmConfig(h *Host, c *machineconfig.Config) ([]byte, error) {
 		return nil, err
 	}
 	return kubeadmconfig.Render(kubeadmconfig.Input{
-		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf,
+		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: time.Now(),
 	})
+}
+
+// withoutTTL drops the render-time line, for comparing configurations.
+func withoutTTL(b []byte) string {
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, kubeadmconfig.TTLLine) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
@@ -236,6 +247,7 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 	if err != nil {
 		return err
 	}
+	// Rewritten every time: the token's TTL counts from now.
 	if _, err := h.writeIfChanged(KubeadmConfigFile, b, 0o600); err != nil {
 		return err
 	}
@@ -263,7 +275,7 @@ func verifyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) 
 	if err != nil {
 		return err
 	}
-	if string(got) != string(want) {
+	if withoutTTL(got) != withoutTTL(want) {
 		return fmt.Errorf("%s differs from the machine config", KubeadmConfigFile)
 	}
 	return nil
@@ -415,7 +427,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(cfg)
+	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
 	prog, err := loadProgress(h, hex.EncodeToString(sum[:]))
 	if err != nil {
 		return err
@@ -432,7 +444,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
 		h.progress(st.name, "started", "")
 		var err error
-		for attempt := 1; attempt <= stepAttempts; attempt++ {
+		for attempt := 1; attempt <= h.attempts(); attempt++ {
 			if st.own != nil {
 				err = st.own(ctx, h, c)
 			} else {
@@ -441,11 +453,11 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 			if err == nil || ctx.Err() != nil {
 				break
 			}
-			h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, stepAttempts, err))
-			if attempt < stepAttempts {
+			h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.attempts(), err))
+			if attempt < h.attempts() {
 				select {
 				case <-ctx.Done():
-				case <-time.After(stepRetryDelay):
+				case <-time.After(h.delay(stepRetryDelay)):
 				}
 			}
 		}
@@ -482,7 +494,7 @@ func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(5 * time.Second):
+		case <-time.After(h.delay(5 * time.Second)):
 		}
 	}
 }
@@ -557,7 +569,7 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(5 * time.Second):
+		case <-time.After(h.delay(5 * time.Second)):
 		}
 	}
 }

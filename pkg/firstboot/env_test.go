@@ -65,7 +65,12 @@ type env struct {
 	failCmd  map[string]error // command name -> error Exec returns
 	reboots  int
 	clockNow time.Time
+	// hostExec replaces exec as the host's Exec when set.
+	hostExec func(ctx context.Context, name string, args ...string) ([]byte, error)
+	attempts int
 }
+
+func (e *env) retryAttempts(n int) { e.attempts = n }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -187,7 +192,7 @@ func (e *env) now() time.Time {
 
 func (e *env) options(src func(ctx context.Context) ([]byte, string, bool, error)) Options {
 	return Options{
-		Host:         &Host{Root: e.root, Exec: e.exec},
+		Host:         e.host(),
 		Console:      &e.console,
 		Log:          slog.New(slog.DiscardHandler),
 		ConfigSource: src,
@@ -344,3 +349,11 @@ func (l *fakeLoader) blessCalls() []layout.Slot {
 }
 
 var errFake = errors.New("fake error")
+
+func (e *env) host() *Host {
+	ex := e.exec
+	if e.hostExec != nil {
+		ex = e.hostExec
+	}
+	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts}
+}

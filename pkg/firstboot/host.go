@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Host is the machine firstboot acts on. Production uses the real root;
@@ -21,6 +22,25 @@ type Host struct {
 	Progress func(step, result, detail string)
 	// Cluster, if set, receives what a phase learns about the cluster.
 	Cluster func(update func(*ClusterStatus))
+	// RetryDelay is the pause between attempts of a failed cluster step
+	// and between polls; 0 means the defaults (seconds).
+	RetryDelay time.Duration
+	// StepAttempts is how often a failing cluster step is tried; 0 means 3.
+	StepAttempts int
+}
+
+func (h *Host) attempts() int {
+	if h.StepAttempts > 0 {
+		return h.StepAttempts
+	}
+	return stepAttempts
+}
+
+func (h *Host) delay(def time.Duration) time.Duration {
+	if h.RetryDelay > 0 {
+		return h.RetryDelay
+	}
+	return def
 }
 
 func (h *Host) progress(step, result, detail string) {

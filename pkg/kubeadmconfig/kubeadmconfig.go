@@ -25,7 +25,15 @@ type Input struct {
 	// PodResolvConf is the resolv.conf kubelet hands pods whose DNS policy
 	// is Default (CoreDNS among them); see the firstboot package.
 	PodResolvConf string
+	// Now is the render time: kubeadm takes the token's lifetime as a TTL
+	// from when it creates it (the TTL line is the only one that changes
+	// between renders; see TTLLine).
+	Now time.Time
 }
+
+// TTLLine starts the one line of a rendered configuration that depends on
+// the render time.
+const TTLLine = "    ttl: "
 
 // CRISocket is containerd's CRI endpoint.
 const CRISocket = "unix:///run/containerd/containerd.sock"
@@ -49,6 +57,10 @@ func Render(in Input) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ttl := c.TokenExpires.Sub(in.Now).Truncate(time.Second)
+	if c.Role == machineconfig.RoleInit && ttl <= 0 {
+		return nil, c.CheckToken(in.Now)
+	}
 	data := map[string]any{
 		"C":             c,
 		"NodeName":      in.NodeName,
@@ -56,7 +68,7 @@ func Render(in Input) ([]byte, error) {
 		"Endpoint":      c.APIEndpoint(),
 		"Port":          machineconfig.APIServerPort,
 		"CRISocket":     CRISocket,
-		"TokenExpires":  c.TokenExpires.UTC().Format(time.RFC3339),
+		"TokenTTL":      ttl.String(),
 		"ControlPlane":  c.IsControlPlane(),
 		"PodResolvConf": in.PodResolvConf,
 	}
@@ -72,7 +84,7 @@ apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 bootstrapTokens:
   - token: "{{.C.Token}}"
-    expires: "{{.TokenExpires}}"
+    ttl: "{{.TokenTTL}}"
     usages: [signing, authentication]
     groups: ["system:bootstrappers:kubeadm:default-node-token"]
     description: "Terrarium join token (imagebuild config cluster)"

@@ -1,0 +1,154 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
+)
+
+// clusterConfig is a real init node's config from clusterconfig.
+func clusterConfig(t *testing.T, node string) string {
+	t.Helper()
+	dir := t.TempDir()
+	_, err := clusterconfig.Write(clusterconfig.WriteOptions{
+		Topology: clusterconfig.Topology{
+			ControlPlanes: []clusterconfig.Node{{Hostname: "cp-1", IP: netip.MustParseAddr("10.77.0.10")}},
+			Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
+			PrefixLength:  24, Interface: "en*",
+		},
+		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: 24 * time.Hour, Now: time.Now().UTC().Truncate(time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, node+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// clusterEnv is a fake machine with a Kubernetes bundle and fake kubeadm
+// and kubectl: kubeadm prints the bundle's version, kubectl reports both
+// nodes Ready. failOnce makes one kubeadm phase fail on its first run.
+func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
+	e := newEnv(t)
+	e.write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
+		`{"annotations":{"io.containerd.image.name":"docker.io/flannel/flannel:v0.28.10"}}]}`)
+	e.write(AdminKubeconfig, "admin kubeconfig\n")
+	e.write(KubeletKubeconfig, "kubelet kubeconfig\n")
+	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
+	}
+	var kubeadm []string
+	failed := false
+	inner := e.exec
+	exec := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if _, err := inner(ctx, name, args...); err != nil {
+			return nil, err
+		}
+		line := strings.Join(args, " ")
+		switch {
+		case name == "kubeadm" && line == "version -o short":
+			return []byte("v1.36.3\n"), nil
+		case name == "kubeadm":
+			kubeadm = append(kubeadm, strings.SplitN(line, " --", 2)[0])
+			if failOnce != "" && strings.HasPrefix(line, failOnce) && !failed {
+				failed = true
+				return []byte("simulated power cut\n"), errors.New("exit status 1")
+			}
+		case name == "kubectl" && strings.Contains(line, "get nodes"):
+			return []byte("cp-1 True\nw-1 True\n"), nil
+		}
+		return nil, nil
+	}
+	e.hostExec = exec
+	return e, func() []string { return kubeadm }
+}
+
+func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	got := strings.Join(kubeadm(), "\n")
+	for _, want := range []string{"init phase preflight", "init phase certs all", "init phase etcd local", "init phase kubelet-start",
+		"init phase wait-control-plane", "init phase bootstrap-token", "init phase addon kube-proxy"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
+		t.Errorf("phases out of order:\n%s", got)
+	}
+	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
+	if m := mode(t, e.path(KubernetesPKIDir+"/ca.key")); m != 0o600 {
+		t.Errorf("ca.key mode %o", m)
+	}
+	if m := mode(t, e.path(KubernetesPKIDir)); m != 0o700 {
+		t.Errorf("pki dir mode %o", m)
+	}
+	cfg := e.read(KubeadmConfigFile)
+	for _, want := range []string{`kubernetesVersion: "v1.36.3"`, `controlPlaneEndpoint: "127.0.0.1:7445"`, `advertiseAddress: "10.77.0.10"`} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("kubeadm.yaml lacks %s:\n%s", want, cfg)
+		}
+	}
+	if !strings.Contains(e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`) {
+		t.Errorf("apilb.json: %s", e.read("/etc/terrarium/apilb.json"))
+	}
+	if !strings.Contains(e.read(FlannelManifest), `"Network": "10.244.0.0/16"`) || !strings.Contains(e.read(FlannelManifest), "docker.io/flannel/flannel:v0.28.10") {
+		t.Errorf("flannel manifest:\n%s", e.read(FlannelManifest))
+	}
+	st := e.status()
+	if st.Cluster == nil || st.Cluster.Role != "init" || st.Cluster.Nodes != "2/2 nodes Ready" || st.Cluster.AdminKubeconfig != AdminKubeconfig {
+		t.Errorf("status cluster = %+v", st.Cluster)
+	}
+}
+
+// A power cut in the middle: the next run resumes at the step that did
+// not complete, and does not redo the ones that did.
+func TestInitNodeResumesAfterFailure(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "init phase etcd local")
+	e.retryAttempts(1)
+	cfg := clusterConfig(t, "cp-1")
+	if err := e.run(cfg); err == nil {
+		t.Fatal("Run succeeded although a phase failed")
+	}
+	first := len(kubeadm())
+	if err := e.run(cfg); err != nil {
+		t.Fatalf("second Run: %v\n%s", err, e.console.String())
+	}
+	resumed := kubeadm()[first:]
+	if len(resumed) == 0 || resumed[0] != "init phase etcd local" {
+		t.Fatalf("second run started with %v, want the failed etcd phase", resumed)
+	}
+	for _, r := range resumed {
+		if r == "init phase certs all" || r == "init phase preflight" {
+			t.Errorf("second run redid %q", r)
+		}
+	}
+}
+
+func TestWorkerJoins(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start,join phase kubelet-wait-bootstrap" {
+		t.Errorf("worker ran %s", got)
+	}
+	if e.exists(KubernetesPKIDir + "/ca.key") {
+		t.Error("a worker got the CA key")
+	}
+	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
+		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
+	}
+}
