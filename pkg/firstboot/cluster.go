@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -319,7 +320,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("init", "phase", "etcd", "local"),
 			k("init", "phase", "control-plane", "all"),
 			k("init", "phase", "kubelet-start"),
-			k("init", "phase", "wait-control-plane"),
+			{name: "wait for the control plane", own: waitForLocalAPI},
 			k("init", "phase", "upload-config", "all"),
 			k("init", "phase", "mark-control-plane"),
 			k("init", "phase", "bootstrap-token"),
@@ -340,7 +341,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("join", "phase", "etcd-join"),
 			k("join", "phase", "kubelet-wait-bootstrap"),
 			k("join", "phase", "control-plane-join", "all"),
-			k("join", "phase", "wait-control-plane"),
+			{name: "wait for the control plane", own: waitForLocalAPI},
 		}
 	default:
 		pre := k("join", "phase", "preflight")
@@ -479,17 +480,30 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 // waitForAPI waits until the API answers through the node's balancer:
 // nodes may boot in any order, and joiners wait for the init node.
 func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint())
+}
+
+// waitForLocalAPI waits until this control plane's own API server is
+// ready (kubeadm's wait-control-plane phase takes no configuration, so its
+// timeout cannot be raised for emulated machines).
+func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String())
+}
+
+// waitForReadyz polls an API server's /readyz, verifying it with the
+// cluster CA, until it answers.
+func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string) error {
 	deadline := time.Now().Add(apiWaitTimeout)
 	for {
-		_, err := h.output(ctx, "kubectl", "--server=https://"+c.Cluster.APIEndpoint(),
+		_, err := h.output(ctx, "kubectl", "--server=https://"+endpoint,
 			"--certificate-authority="+ClusterCAFile, "--request-timeout=5s", "get", "--raw=/readyz")
 		if err == nil {
 			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the API (%s via 127.0.0.1:%d) did not answer within %s: %w",
-				strings.Join(c.Cluster.ControlPlanes, ", "), machineconfig.LocalAPIPort, apiWaitTimeout, err)
+			return fmt.Errorf("the API at %s (control planes %s) did not answer within %s: %w",
+				endpoint, strings.Join(c.Cluster.ControlPlanes, ", "), apiWaitTimeout, err)
 		}
 		select {
 		case <-ctx.Done():

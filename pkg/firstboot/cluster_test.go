@@ -80,7 +80,7 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	}
 	got := strings.Join(kubeadm(), "\n")
 	for _, want := range []string{"init phase preflight", "init phase certs all", "init phase etcd local", "init phase kubelet-start",
-		"init phase wait-control-plane", "init phase bootstrap-token", "init phase addon kube-proxy"} {
+		"init phase bootstrap-token", "init phase addon kube-proxy"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
 		}
