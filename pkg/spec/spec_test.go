@@ -213,6 +213,7 @@ func TestParseInvalid(t *testing.T) {
 		{"default-b-slot-b-empty", []string{"$.boot.default"}},
 		{"unknown-output", []string{"$.outputs[1]"}},
 		{"bad-fault", []string{"$.slotB.faults[1]"}},
+		{"bad-components", []string{"$.components[0].component", "$.components[1].programs", "$.components[1].dir"}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
