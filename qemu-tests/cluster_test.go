@@ -119,6 +119,19 @@ func TestClusterFormation(t *testing.T) {
 		t.Errorf("after the power cut the init node ran the certs phase again; it should resume after the last completed step")
 	}
 
+	// On failure, what the nodes say about their kubelet and containers.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range []*clusterNode{cp, w} {
+			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			c := dialSSH(dctx, t, n.sshPort, key)
+			out, _ := c.try("sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/kubeadm.json")
+			t.Logf("%s diagnostics:\n%s", n.name, out)
+			dcancel()
+		}
+	})
 	var wg sync.WaitGroup
 	for _, n := range []*clusterNode{cp, w} {
 		wg.Add(1)

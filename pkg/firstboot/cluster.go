@@ -37,10 +37,13 @@ const (
 
 // Timeouts of the cluster phases (emulated machines are slow).
 const (
-	apiWaitTimeout   = 30 * time.Minute
-	readyWaitTimeout = 15 * time.Minute
-	stepAttempts     = 3
-	stepRetryDelay   = 15 * time.Second
+	apiWaitTimeout = 30 * time.Minute
+	// localAPIWaitTimeout bounds one wait for this node's API server;
+	// the step is retried (with diagnostics on the console) after it.
+	localAPIWaitTimeout = 8 * time.Minute
+	readyWaitTimeout    = 15 * time.Minute
+	stepAttempts        = 3
+	stepRetryDelay      = 15 * time.Second
 )
 
 func clusterPhases() []phase {
@@ -455,6 +458,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 				break
 			}
 			h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.attempts(), err))
+			h.progress(st.name, "diagnostics", diagnostics(ctx, h))
 			if attempt < h.attempts() {
 				select {
 				case <-ctx.Done():
@@ -464,6 +468,11 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		// kubeadm does not sync what it writes: without this, a power
+		// cut could keep the record of a step and lose its files.
+		if err := h.run(ctx, "sync"); err != nil {
+			return err
 		}
 		if err := prog.save(h, st.name); err != nil {
 			return err
@@ -480,20 +489,33 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 // waitForAPI waits until the API answers through the node's balancer:
 // nodes may boot in any order, and joiners wait for the init node.
 func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint())
+	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout)
 }
 
 // waitForLocalAPI waits until this control plane's own API server is
 // ready (kubeadm's wait-control-plane phase takes no configuration, so its
 // timeout cannot be raised for emulated machines).
 func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String())
+	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String(), localAPIWaitTimeout)
+}
+
+// diagnostics collects what helps a person see why a step fails: the
+// kubelet's last log lines and the containers it runs.
+func diagnostics(ctx context.Context, h *Host) string {
+	var b strings.Builder
+	if out, err := h.Exec(ctx, "journalctl", "-u", "kubelet.service", "--no-pager", "-n", "12", "-o", "cat"); err == nil {
+		b.WriteString("kubelet log:\n" + strings.TrimSpace(string(out)) + "\n")
+	}
+	if out, err := h.Exec(ctx, "ctr", "-n", "k8s.io", "containers", "ls"); err == nil {
+		b.WriteString("containers:\n" + strings.TrimSpace(string(out)))
+	}
+	return b.String()
 }
 
 // waitForReadyz polls an API server's /readyz, verifying it with the
 // cluster CA, until it answers.
-func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string) error {
-	deadline := time.Now().Add(apiWaitTimeout)
+func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		_, err := h.output(ctx, "kubectl", "--server=https://"+endpoint,
 			"--certificate-authority="+ClusterCAFile, "--request-timeout=5s", "get", "--raw=/readyz")
@@ -503,7 +525,7 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the API at %s (control planes %s) did not answer within %s: %w",
-				endpoint, strings.Join(c.Cluster.ControlPlanes, ", "), apiWaitTimeout, err)
+				endpoint, strings.Join(c.Cluster.ControlPlanes, ", "), timeout, err)
 		}
 		select {
 		case <-ctx.Done():
