@@ -7,7 +7,7 @@ SPEC ?= os/terrarium.yaml
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image pin test unit qemu-test e2e vet bench clean
+.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet bench bench-cluster clean
 
 all: image
 
@@ -49,7 +49,15 @@ test: deps bin vet unit qemu-test
 # across nodes): too long for CI under TCG, so not part of `make test`.
 e2e: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
-		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestCluster' ./qemu-tests/...
+		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestClusterFormation' ./qemu-tests/...
+
+# Three control planes and a worker (four VMs): longer still.
+e2e-ha: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterHA' ./qemu-tests/...
+
+bench-cluster: image
+	bash scripts/bench-cluster.sh
 
 bench: image
 	bash scripts/bench.sh

@@ -132,6 +132,8 @@ func (n Network) args(i int) []string {
 		netdev = "socket,id=" + id + ",listen=" + n.Peer
 	case NetConnect:
 		netdev = "socket,id=" + id + ",connect=" + n.Peer
+	case NetMulticast:
+		netdev = "socket,id=" + id + ",mcast=" + n.Peer + ",localaddr=127.0.0.1"
 	}
 	a := []string{"-netdev", netdev, "-device", dev}
 	if n.Capture != "" {

@@ -102,6 +102,10 @@ const (
 	// (127.0.0.1:port), the other connects to it.
 	NetListen
 	NetConnect
+	// NetMulticast joins any number of VMs on one private Ethernet segment
+	// (UDP multicast on the host's loopback, group:port in Peer, e.g.
+	// 230.0.77.1:7701): no DHCP, no router, no route out.
+	NetMulticast
 )
 
 // Network configures the machine's single NIC (virtio-net-pci, no option ROM).
@@ -235,12 +239,12 @@ func (n Network) validate() error {
 		if n.MAC != "" || n.Capture != "" {
 			return errors.New("MAC and Capture need Mode NetRestricted")
 		}
-	case NetRestricted, NetListen, NetConnect:
+	case NetRestricted, NetListen, NetConnect, NetMulticast:
 		if n.MAC != "" && !macRE.MatchString(n.MAC) {
 			return fmt.Errorf("MAC %q: want xx:xx:xx:xx:xx:xx", n.MAC)
 		}
 		if (n.Mode == NetRestricted) != (n.Peer == "") {
-			return errors.New("Peer is needed by (only) NetListen and NetConnect")
+			return errors.New("Peer is needed by (only) NetListen, NetConnect and NetMulticast")
 		}
 	default:
 		return fmt.Errorf("unknown mode %d", int(n.Mode))

@@ -1,0 +1,300 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/addons"
+	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+)
+
+// clusterResult is one measured cluster formation, written as JSON for
+// scripts/bench-cluster.sh.
+type clusterResult struct {
+	Method string `json:"method"`
+	// Seconds from power-on of both VMs.
+	APIReady      float64 `json:"apiReadySeconds"`
+	AllNodesReady float64 `json:"allNodesReadySeconds"`
+	// Phases of the init node: name and seconds from power-on at which
+	// each ended, in order.
+	Phases []phaseMark `json:"phases"`
+}
+
+type phaseMark struct {
+	Name string  `json:"name"`
+	End  float64 `json:"endSeconds"`
+}
+
+func writeResult(t *testing.T, r clusterResult) {
+	t.Helper()
+	dir := os.Getenv("TERRARIUM_BENCH_OUT")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	p := filepath.Join(dir, r.Method+".json")
+	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: API ready %.0f s, all nodes Ready %.0f s after power-on (%s)", r.Method, r.APIReady, r.AllNodesReady, p)
+	if len(r.Phases) > 0 {
+		tl := timeline(r)
+		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
+		t.Logf("timeline of the init node:\n%s", tl)
+	}
+}
+
+// timeline draws each phase of the init node as a bar on a time axis.
+func timeline(r clusterResult) string {
+	const width = 60
+	scale := float64(width) / r.AllNodesReady
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s %s\n", "step (init node)", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", r.AllNodesReady))
+	prev := 0.0
+	for _, p := range r.Phases {
+		if p.End < prev {
+			continue
+		}
+		from, to := int(prev*scale), int(p.End*scale)
+		if to > width {
+			to = width
+		}
+		bar := strings.Repeat(" ", from) + strings.Repeat("█", max(to-from, 0))
+		if to == from {
+			bar += "▏"
+		}
+		fmt.Fprintf(&b, "%-34s %-*s %5.1f s\n", trim(p.Name, 34), width, bar, p.End-prev)
+		prev = p.End
+	}
+	fmt.Fprintf(&b, "%-34s %*s\n", "API ready", int(r.APIReady*scale)+1, "▲")
+	fmt.Fprintf(&b, "%-34s %*s\n", "all nodes Ready", int(r.AllNodesReady*scale), "▲")
+	return b.String()
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// benchPair boots a control-plane VM and a worker VM at once on a private
+// link, with the given configs, and returns them with the power-on time.
+func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *clusterNode, start time.Time) {
+	image := fixture(t, "TERRARIUM_IMAGE")
+	cp = &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
+	w = &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
+	linkPort := freePort(t)
+	for n, cfg := range map[*clusterNode]string{cp: cpCfg, w: wCfg} {
+		n.m = newMachine(t, image)
+		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		n.sshPort = n.m.forwardSSH()
+		n.disk = n.m.configDisk("config.img", cfg)
+	}
+	cp.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+	w.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC}
+	start = time.Now()
+	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
+	w.vm = w.m.boot(ctx, configAttached(w.disk))
+	return cp, w, start
+}
+
+// initPhases reads the init node's journal: when each provisioning step
+// ended, relative to power-on (the guest's clock is the host's).
+func initPhases(t *testing.T, ssh *sshClient, start time.Time) []phaseMark {
+	t.Helper()
+	raw := ssh.output("sudo cat /state/terrarium/journal.json", regexp.MustCompile(`\}\s*$`))
+	var j firstboot.Journal
+	if err := json.Unmarshal([]byte(raw[strings.Index(raw, "{"):]), &j); err != nil {
+		t.Fatalf("journal: %v", err)
+	}
+	var out []phaseMark
+	for _, b := range j.Boots {
+		for _, s := range b.Steps {
+			if s.Result == "started" || s.Result == "diagnostics" {
+				continue
+			}
+			out = append(out, phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()})
+		}
+	}
+	sort.SliceStable(out, func(i, k int) bool { return out[i].End < out[k].End })
+	return out
+}
+
+// firstStep is when firstboot started (its boot record's first step).
+func firstStep(t *testing.T, ssh *sshClient, start time.Time) float64 {
+	p := initPhases(t, ssh, start)
+	if len(p) == 0 {
+		return 0
+	}
+	return p[0].End
+}
+
+// TestClusterBenchZeroTouch measures Terrarium's cluster formation: both
+// VMs powered on at once, nothing done by hand.
+func TestClusterBenchZeroTouch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	work := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(work, "admin.pub")
+	os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600)
+	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "config", "cluster", "--name", "bench",
+		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20",
+		"--ssh-key", pub, "-o", filepath.Join(work, "cluster")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
+	}
+	cp, w, start := benchPair(ctx, t,
+		withManagementNIC(t, filepath.Join(work, "cluster", "cp-1.yaml"), "52:54:00:00:00:10"),
+		withManagementNIC(t, filepath.Join(work, "cluster", "w-1.yaml"), "52:54:00:00:00:20"))
+	var mu sync.Mutex
+	var api, ready time.Time
+	var wg sync.WaitGroup
+	for _, n := range []*clusterNode{cp, w} {
+		wg.Add(1)
+		go func(n *clusterNode) {
+			defer wg.Done()
+			if n == cp {
+				if _, err := n.vm.Expect(ctx, regexp.MustCompile(`wait for the control plane: done`)); err != nil {
+					t.Errorf("%s: %v", n.name, err)
+					return
+				}
+				mu.Lock()
+				api = time.Now()
+				mu.Unlock()
+			}
+			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
+				t.Errorf("%s: %v", n.name, err)
+				return
+			}
+			mu.Lock()
+			if now := time.Now(); now.After(ready) {
+				ready = now
+			}
+			mu.Unlock()
+		}(n)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	ssh.run("kubectl wait --for=condition=Ready --timeout=10m node/cp-1 node/w-1")
+	phases := append([]phaseMark{{Name: "power-on → firstboot (boot)", End: firstStep(t, ssh, start)}}, initPhases(t, ssh, start)...)
+	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), AllNodesReady: ready.Sub(start).Seconds(), Phases: phases})
+}
+
+// plainConfig is a node without a cluster section: the same image, the
+// same network, an admin to run kubeadm by hand.
+func plainConfig(host, key, mgmtMAC, linkMAC, addr string) string {
+	return `apiVersion: terrarium.dev/v1alpha1
+kind: MachineConfig
+hostname: ` + host + `
+network:
+  interfaces:
+    - macAddress: ` + mgmtMAC + `
+      dhcp: true
+    - macAddress: ` + linkMAC + `
+      dhcp: false
+      addresses: [` + addr + `]
+admin:
+  name: admin
+  sshAuthorizedKeys:
+    - ` + key + `
+`
+}
+
+// TestClusterBenchKubeadm is the baseline: the same image, the same
+// images in the same registry cache, and a plain `kubeadm init` + `kubeadm
+// join` run over SSH as soon as each node can be logged into — what an
+// operator's script does. Firstboot provisions only the network and the
+// admin user.
+func TestClusterBenchKubeadm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	key := newSSHKey(t)
+	cp, w, start := benchPair(ctx, t,
+		plainConfig("cp-1", key.authorized, "52:54:00:00:00:10", "52:54:00:77:00:10", "10.77.0.10/24"),
+		plainConfig("w-1", key.authorized, "52:54:00:00:00:20", "52:54:00:77:00:20", "10.77.0.20/24"))
+	for _, n := range []*clusterNode{cp, w} {
+		if s := expectStatus(ctx, t, n.vm, "provisioned", "failed"); s.State != "provisioned" {
+			t.Fatalf("%s: %+v", n.name, s)
+		}
+	}
+	const token = "abcdef.0123456789abcdef"
+	cfg := `apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens: [{token: "` + token + `"}]
+localAPIEndpoint: {advertiseAddress: "10.77.0.10", bindPort: 6443}
+nodeRegistration:
+  name: cp-1
+  criSocket: unix:///run/containerd/containerd.sock
+  kubeletExtraArgs: [{name: node-ip, value: "10.77.0.10"}]
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: "` + kubernetesVersion(t) + `"
+controlPlaneEndpoint: "10.77.0.10:6443"
+networking: {podSubnet: "10.244.0.0/16", serviceSubnet: "10.96.0.0/12"}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+resolvConf: /etc/terrarium/pod-resolv.conf
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+`
+	flannel, err := addons.Flannel(addons.FlannelInput{PodCIDR: "10.244.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := "sudo mkdir -p /etc/cni/net.d /etc/terrarium && printf 'nameserver 127.0.0.53\\n' | sudo tee /etc/terrarium/pod-resolv.conf >/dev/null && " +
+		"sudo tee /etc/cni/net.d/10-flannel.conflist >/dev/null <<'EOF'\n" + addons.FlannelConflist + "EOF\n"
+	cpSSH, wSSH := dialSSH(ctx, t, cp.sshPort, key), dialSSH(ctx, t, w.sshPort, key)
+	cpSSH.run(prep)
+	wSSH.run(prep)
+	cpSSH.run("cat > /tmp/kubeadm.yaml <<'EOF'\n" + cfg + "EOF\nsudo kubeadm init --config /tmp/kubeadm.yaml --ignore-preflight-errors=SystemVerification")
+	api := time.Now()
+	cpSSH.run("mkdir -p ~/.kube && sudo cat /etc/kubernetes/admin.conf > ~/.kube/config")
+	cpSSH.run("cat > /tmp/flannel.yaml <<'EOF'\n" + string(flannel) + "EOF\nkubectl apply -f /tmp/flannel.yaml")
+	ca := cpSSH.output("sudo cat /etc/kubernetes/pki/ca.crt", regexp.MustCompile(`END CERTIFICATE`))
+	hash, err := machineconfig.CACertHash(ca[strings.Index(ca, "-----BEGIN"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wSSH.run("sudo kubeadm join 10.77.0.10:6443 --token " + token + " --discovery-token-ca-cert-hash " + hash + " --ignore-preflight-errors=SystemVerification")
+	cpSSH.run("kubectl wait --for=condition=Ready --timeout=20m node/cp-1 node/w-1")
+	ready := time.Now()
+	writeResult(t, clusterResult{Method: "kubeadm", APIReady: api.Sub(start).Seconds(), AllNodesReady: ready.Sub(start).Seconds()})
+}
+
+// kubernetesVersion is the image's Kubernetes version (its bundle's pin).
+func kubernetesVersion(t *testing.T) string {
+	b, err := os.ReadFile("../components/versions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^kubernetes:\s*(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("components/versions.yaml names no kubernetes version")
+	}
+	return string(m[1])
+}
+

@@ -1,0 +1,105 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+)
+
+// TestClusterHA: three control planes and a worker, booted at once on one
+// private segment with no route out. etcd has three members, and the
+// cluster keeps serving (through every node's local API balancer) when one
+// control-plane VM is stopped.
+func TestClusterHA(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)
+	defer cancel()
+	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
+	work := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(work, "admin.pub")
+	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*clusterNode{
+		{name: "cp-1", ip: "10.77.0.10"}, {name: "cp-2", ip: "10.77.0.11"}, {name: "cp-3", ip: "10.77.0.12"}, {name: "w-1", ip: "10.77.0.20"},
+	}
+	args := []string{"config", "cluster", "--name", "ha", "--ssh-key", pub, "-o", filepath.Join(work, "cluster")}
+	for i, n := range nodes {
+		n.linkMAC, n.mgmtMAC = fmt.Sprintf("52:54:00:77:00:%02x", 0x10+i), fmt.Sprintf("52:54:00:00:00:%02x", 0x10+i)
+		flag := "--control-plane"
+		if strings.HasPrefix(n.name, "w-") {
+			flag = "--worker"
+		}
+		args = append(args, flag, n.name+"="+n.ip+"@"+n.linkMAC)
+	}
+	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
+	}
+	group := fmt.Sprintf("230.0.77.1:%d", freePort(t))
+	linkCap := filepath.Join(work, "link.pcap")
+	start := time.Now()
+	for i, n := range nodes {
+		n.m = newMachine(t, image)
+		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		n.sshPort = n.m.forwardSSH()
+		n.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: n.linkMAC}
+		if i == 0 {
+			n.m.link.Capture = linkCap
+		}
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
+		n.vm = n.m.boot(ctx, configAttached(n.disk))
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func(n *clusterNode) {
+			defer wg.Done()
+			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
+				t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
+				return
+			}
+			t.Logf("%s: healthy in the cluster %s after power-on", n.name, time.Since(start).Round(time.Second))
+		}(n)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ssh := dialSSH(ctx, t, nodes[0].sshPort, key)
+	etcdctl := "kubectl -n kube-system exec etcd-cp-1 -- etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt " +
+		"--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt --key=/etc/kubernetes/pki/etcd/healthcheck-client.key member list"
+	members := ssh.output(etcdctl, regexp.MustCompile(`started`))
+	if n := strings.Count(members, ", started, "); n != 3 {
+		t.Fatalf("etcd has %d started members, want 3:\n%s", n, members)
+	}
+	t.Logf("etcd members:\n%s", members)
+
+	// Stop one control plane hard; the rest keep serving.
+	if err := nodes[1].vm.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cp-2 stopped")
+	ssh.run("kubectl run survivor --image=registry.k8s.io/pause:3.10.2 --restart=Never --overrides='{\"spec\":{\"nodeName\":\"w-1\"}}'")
+	ssh.run("kubectl wait --for=condition=Ready --timeout=10m pod/survivor")
+	w := dialSSH(ctx, t, nodes[3].sshPort, key)
+	w.output("sudo kubectl --kubeconfig /etc/kubernetes/kubelet.conf get nodes", regexp.MustCompile(`cp-1`))
+	t.Logf("with cp-2 stopped, a pod was scheduled and started, and the worker still reaches the API through its balancer")
+	for i, n := range nodes {
+		if i != 1 {
+			n.vm.Quit(ctx)
+		}
+	}
+	pkts := checkCapture(t, linkCap, clusterSubnet)
+	t.Logf("cluster segment capture: %d packets, all inside %s", pkts, clusterSubnet)
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Cluster formation under QEMU/TCG: Terrarium's zero-touch formation against
+# a plain `kubeadm init` + `kubeadm join` run over SSH on the same image with
+# the same images in the same registry cache. Both boot two VMs (control
+# plane + worker, 3 GiB each) at once on a private link with no route out.
+# Prints seconds from power-on to API ready and to all nodes Ready, the
+# ratio, and the init node's timeline. Takes about half an hour.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${BENCH_OUT:-out/bench-cluster}
+mkdir -p "$out"
+export TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 TERRARIUM_BENCH_OUT=$PWD/$out
+go test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterBench(ZeroTouch|Kubeadm)$' ./qemu-tests/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|bench_cluster_test' || true
+field() { sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p" "$out/$1.json"; }
+for m in terrarium kubeadm; do
+  [ -f "$out/$m.json" ] || { echo "bench-cluster: $m did not finish (see above)"; exit 1; }
+done
+printf '\n%-28s %12s %16s\n' "cluster formation (TCG)" "API ready" "all nodes Ready"
+for m in terrarium kubeadm; do
+  printf '%-28s %10.0f s %14.0f s\n' "$m" "$(field $m apiReadySeconds)" "$(field $m allNodesReadySeconds)"
+done
+echo "ratio (kubeadm / terrarium, all nodes Ready): $(echo "scale=2; $(field kubeadm allNodesReadySeconds) / $(field terrarium allNodesReadySeconds)" | bc)"
+echo
+cat "$out/terrarium-timeline.txt"
