@@ -297,4 +297,3 @@ func kubernetesVersion(t *testing.T) string {
 	}
 	return string(m[1])
 }
-
