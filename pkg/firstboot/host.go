@@ -2,7 +2,10 @@ package firstboot
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +30,33 @@ type Host struct {
 	RetryDelay time.Duration
 	// StepAttempts is how often a failing cluster step is tried; 0 means 3.
 	StepAttempts int
+	// Probe asks an HTTPS endpoint, verified by the PEM CA, for its status
+	// code; nil means a real HTTPS GET (tests fake it).
+	Probe func(ctx context.Context, url, caPEM string) (int, error)
+}
+
+// probe GETs url over HTTPS, trusting only caPEM, and returns the status.
+func (h *Host) probe(ctx context.Context, url, caPEM string) (int, error) {
+	if h.Probe != nil {
+		return h.Probe(ctx, url, caPEM)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+		return 0, fmt.Errorf("no CA certificate to verify %s with", url)
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 func (h *Host) attempts() int {
