@@ -90,15 +90,18 @@ func TestClusterFormation(t *testing.T) {
 		n.sshPort = n.m.forwardSSH()
 		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
 	}
-	cp.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC, Capture: linkCap}
-	w.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC}
+	// The worker listens and the control plane connects: when the control
+	// plane is powered on again after the cut, its new QEMU connects to the
+	// worker's, which accepts again. The capture is on the side that stays.
+	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: linkCap}
+	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
 
 	start := time.Now()
 	bootCP := func() *qemu.VM {
 		return cp.m.boot(ctx, configAttached(cp.disk), qemu.Disk{ID: "bundle", Path: bundleDisk, Format: "raw", ReadOnly: true})
 	}
-	cp.vm = bootCP()
 	w.vm = w.m.boot(ctx, configAttached(w.disk))
+	cp.vm = bootCP()
 
 	// Power cut: kill the init VM hard once kubeadm has started the
 	// control plane, then power it on again.
