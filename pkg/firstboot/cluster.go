@@ -352,8 +352,10 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			{name: "wait for the API", own: waitForAPI},
 			pre,
+			// kubelet-start waits for the TLS bootstrap on a worker;
+			// kubelet-wait-bootstrap is for control planes (it needs
+			// admin.conf).
 			k("join", "phase", "kubelet-start"),
-			k("join", "phase", "kubelet-wait-bootstrap"),
 		}
 	}
 }
