@@ -574,8 +574,22 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		return nil
 	}
 	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
-	if _, err := os.Stat(h.Path(KubeletKubeconfig)); err != nil {
-		return fmt.Errorf("the node has not joined: %w", err)
+	deadline := time.Now().Add(readyWaitTimeout)
+	// A joining kubelet writes its kubeconfig once its TLS bootstrap
+	// is done, a little after kubeadm returned.
+	for {
+		_, err := os.Stat(h.Path(KubeletKubeconfig))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the node has not joined (no kubelet kubeconfig after %s): %w", readyWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(5 * time.Second)):
+		}
 	}
 	if cl.IsControlPlane() {
 		for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
@@ -592,7 +606,6 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
 		}
 	}
-	deadline := time.Now().Add(readyWaitTimeout)
 	for {
 		ready, total, mine, err := nodes(ctx, h, c)
 		if err == nil {
