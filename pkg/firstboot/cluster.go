@@ -606,8 +606,15 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
 		}
 	}
-	for {
+	for polls := 1; ; polls++ {
 		ready, total, mine, err := nodes(ctx, h, c)
+		if polls%24 == 0 {
+			why := "node " + c.Hostname + " is not Ready yet"
+			if err != nil {
+				why = err.Error()
+			}
+			h.progress("node ready", "waiting", why+"\n"+diagnostics(ctx, h))
+		}
 		if err == nil {
 			h.cluster(func(s *ClusterStatus) {
 				s.APIUp, s.Nodes = true, fmt.Sprintf("%d/%d nodes Ready", ready, total)
@@ -630,11 +637,17 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 	}
 }
 
-// nodes asks the API (with the kubelet's own credential) how many nodes
-// are Ready, and whether this one is.
+// nodes asks the API how many nodes are Ready and whether this one is.
+// A control plane lists them all with the admin kubeconfig; a worker's
+// kubelet may only read its own Node (the Node authorizer), so a worker
+// reports itself alone.
 func nodes(ctx context.Context, h *Host, c *machineconfig.Config) (ready, total int, mine bool, err error) {
-	out, err := h.output(ctx, "kubectl", "--kubeconfig="+KubeletKubeconfig, "--request-timeout=10s", "get", "nodes",
-		`-o=jsonpath={range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	const jsonpath = `{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}`
+	args := []string{"--kubeconfig=" + KubeletKubeconfig, "--request-timeout=10s", "get", "node", c.Hostname, "-o=jsonpath=" + jsonpath}
+	if _, err := os.Stat(h.Path(AdminKubeconfig)); err == nil && c.Cluster.IsControlPlane() {
+		args = []string{"--kubeconfig=" + AdminKubeconfig, "--request-timeout=10s", "get", "nodes", "-o=jsonpath={range .items[*]}" + jsonpath + "{end}"}
+	}
+	out, err := h.output(ctx, "kubectl", args...)
 	if err != nil {
 		h.cluster(func(s *ClusterStatus) { s.APIUp = false })
 		return 0, 0, false, err

@@ -66,6 +66,8 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			}
 		case name == "kubectl" && strings.Contains(line, "get nodes"):
 			return []byte("cp-1 True\nw-1 True\n"), nil
+		case name == "kubectl" && strings.Contains(line, "get node w-1"):
+			return []byte("w-1 True\n"), nil
 		}
 		return nil, nil
 	}
