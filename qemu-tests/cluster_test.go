@@ -160,7 +160,7 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("nodes are not both Ready:\n%s", nodes)
 	}
 	t.Logf("kubectl get nodes:\n%s", nodes)
-	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=10m deployment/coredns")
+	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
 
 	manifest := `apiVersion: v1
 kind: Pod

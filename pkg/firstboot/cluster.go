@@ -256,7 +256,7 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 		return err
 	}
 	if c.Cluster.Role == machineconfig.RoleInit {
-		m, err := addons.Flannel(addons.FlannelInput{PodCIDR: c.Cluster.PodCIDR, Image: flannelImage(h)})
+		m, err := addons.Flannel(addons.FlannelInput{PodCIDR: c.Cluster.PodCIDR, Image: flannelImage(h), APIPort: machineconfig.LocalAPIPort})
 		if err != nil {
 			return err
 		}
