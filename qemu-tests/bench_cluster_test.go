@@ -261,7 +261,7 @@ apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
 `
-	flannel, err := addons.Flannel(addons.FlannelInput{PodCIDR: "10.244.0.0/16", APIPort: 6443})
+	flannel, err := addons.Flannel(addons.FlannelInput{PodCIDR: "10.244.0.0/16"})
 	if err != nil {
 		t.Fatal(err)
 	}

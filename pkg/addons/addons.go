@@ -43,7 +43,8 @@ var flannelTemplate string
 type FlannelInput struct {
 	PodCIDR string
 	Image   string
-	// APIPort is the node-local API balancer's port on 127.0.0.1.
+	// APIPort is the node-local API balancer's port on 127.0.0.1; 0
+	// leaves flannel on the kubernetes Service (through kube-proxy).
 	APIPort int
 }
 
@@ -52,9 +53,6 @@ type FlannelInput struct {
 func Flannel(in FlannelInput) ([]byte, error) {
 	if _, err := netip.ParsePrefix(in.PodCIDR); err != nil {
 		return nil, fmt.Errorf("flannel: pod CIDR %q: %w", in.PodCIDR, err)
-	}
-	if in.APIPort == 0 {
-		return nil, fmt.Errorf("flannel: no API port")
 	}
 	if in.Image == "" {
 		in.Image = DefaultFlannelImage
