@@ -32,6 +32,10 @@ const (
 	AdminKubeconfig    = "/etc/kubernetes/admin.conf"
 	KubeletKubeconfig  = "/etc/kubernetes/kubelet.conf"
 	kubeadmProgressRel = "kubeadm.json"
+	// The steps after which the bootstrap token is no longer needed: a
+	// joiner's wait for the API, the init node's creation of the token.
+	stepWaitForAPI     = "wait for the API"
+	stepBootstrapToken = "init phase bootstrap-token"
 	bundleIndex        = "/usr/lib/terrarium/bundle/index.json"
 )
 
@@ -228,7 +232,7 @@ func kubeadmConfig(h *Host, c *machineconfig.Config) ([]byte, error) {
 		return nil, err
 	}
 	return kubeadmconfig.Render(kubeadmconfig.Input{
-		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: time.Now(),
+		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: h.now(),
 	})
 }
 
@@ -337,7 +341,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		pre := k("join", "phase", "preflight")
 		pre.args = append(pre.args, ignorePreflight)
 		return []kubeadmStep{
-			{name: "wait for the API", own: waitForAPI},
+			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
 			k("join", "phase", "control-plane-prepare", "all"),
 			k("join", "phase", "kubelet-start"),
@@ -350,7 +354,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		pre := k("join", "phase", "preflight")
 		pre.args = append(pre.args, ignorePreflight)
 		return []kubeadmStep{
-			{name: "wait for the API", own: waitForAPI},
+			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
 			// kubelet-start waits for the TLS bootstrap on a worker;
 			// kubelet-wait-bootstrap is for control planes (it needs
@@ -389,6 +393,24 @@ func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
 		return &saved, nil
 	}
 	return p, nil
+}
+
+// tokenUsed reports whether the node is past the step that uses the
+// bootstrap token, with any configuration: the init node created it in the
+// cluster, a joiner reached the API with it. Its expiry no longer matters.
+func tokenUsed(h *Host, role string) bool {
+	b, err := os.ReadFile(progressPath(h))
+	if err != nil {
+		return false
+	}
+	var saved kubeadmProgress
+	if json.Unmarshal(b, &saved) != nil {
+		return false
+	}
+	if role == machineconfig.RoleInit {
+		return saved.done(stepBootstrapToken)
+	}
+	return saved.done(stepWaitForAPI)
 }
 
 func (p *kubeadmProgress) done(step string) bool {
@@ -437,11 +459,6 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	prog, err := loadProgress(h, hex.EncodeToString(sum[:]))
 	if err != nil {
 		return err
-	}
-	if cl.Role != machineconfig.RoleInit && !prog.done("wait for the API") {
-		if err := cl.CheckToken(time.Now()); err != nil {
-			return err
-		}
 	}
 	for _, st := range steps(cl) {
 		if prog.done(st.name) {

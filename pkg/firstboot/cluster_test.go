@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
 
 // clusterConfig is a real init node's config from clusterconfig.
@@ -152,5 +153,85 @@ func TestWorkerJoins(t *testing.T) {
 	}
 	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
 		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
+	}
+}
+
+// A joiner whose bootstrap token expired before it joined: the config is
+// refused before anything is applied, and the console says how to make a
+// new token. With a usable token (here: the clock set right) it joins.
+func TestExpiredTokenAppliesNothing(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	cfg := clusterConfig(t, "w-1")
+	e.mu.Lock()
+	e.clockNow = time.Now().Add(48 * time.Hour)
+	e.mu.Unlock()
+	calls := 0
+	src := func(ctx context.Context) ([]byte, string, bool, error) {
+		calls++
+		if calls == 3 {
+			if e.exists("/etc/hostname") || e.exists(KubeadmConfigFile) || len(kubeadm()) != 0 {
+				t.Errorf("applied something with an expired token; kubeadm ran %v", kubeadm())
+			}
+			if s := e.status(); s.State != StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
+				t.Errorf("status with an expired token = %+v", s)
+			}
+			e.mu.Lock()
+			e.clockNow = time.Now()
+			e.mu.Unlock()
+		}
+		return []byte(cfg), configFrom, true, nil
+	}
+	if err := e.runWith(src); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if calls < 3 {
+		t.Fatalf("the config source was polled %d times; the expired token was accepted", calls)
+	}
+	if !strings.Contains(e.console.String(), "--rotate-token") {
+		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
+	}
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+		t.Errorf("worker ran %s", got)
+	}
+}
+
+// Once the token has been used, its expiry does not matter: a joined
+// worker and an init node that created the token both verify on a boot
+// days later.
+func TestExpiredTokenAfterUseIsFine(t *testing.T) {
+	for _, node := range []string{"w-1", "cp-1"} {
+		t.Run(node, func(t *testing.T) {
+			e, _ := clusterEnv(t, "")
+			e.mu.Lock()
+			e.clockNow = time.Now()
+			e.mu.Unlock()
+			cfg := clusterConfig(t, node)
+			if err := e.run(cfg); err != nil {
+				t.Fatalf("first boot: %v\n%s", err, e.console.String())
+			}
+			e.setBootID("second-boot")
+			e.mu.Lock()
+			e.clockNow = time.Now().Add(72 * time.Hour)
+			e.mu.Unlock()
+			if err := e.run(cfg); err != nil {
+				t.Fatalf("boot after the token expired: %v\n%s", err, e.console.String())
+			}
+			if s := e.status(); s.State != StateVerified {
+				t.Errorf("status after the token expired = %+v, want verified", s)
+			}
+		})
+	}
+}
+
+// The steps that mark the token as used are steps of the roles.
+func TestTokenStepsExist(t *testing.T) {
+	for role, want := range map[string]string{"init": stepBootstrapToken, "worker": stepWaitForAPI, "controlplane": stepWaitForAPI} {
+		found := false
+		for _, st := range steps(&machineconfig.Cluster{Role: role}) {
+			found = found || st.name == want
+		}
+		if !found {
+			t.Errorf("role %s has no step %q", role, want)
+		}
 	}
 }

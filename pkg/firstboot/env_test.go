@@ -355,6 +355,6 @@ func (e *env) host() *Host {
 	if e.hostExec != nil {
 		ex = e.hostExec
 	}
-	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts,
+	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
 		Probe: func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil }}
 }

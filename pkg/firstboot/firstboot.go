@@ -154,6 +154,9 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, er
 		default:
 			cfg, perr := machineconfig.Parse(from+":"+"machine.yaml", data)
 			if perr == nil {
+				perr = r.admissible(cfg)
+			}
+			if perr == nil {
 				r.say("config from %s is valid (%s)", from, cfg.Digest())
 				// The note about a missing or invalid config is settled.
 				r.status.Message = ""
@@ -171,6 +174,18 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, er
 		case <-time.After(r.o.PollInterval):
 		}
 	}
+}
+
+// admissible reports what makes a valid config unusable on this machine
+// now, before anything is applied: a bootstrap token that expired before
+// it was used (the init node creates it in the cluster, the others join
+// with it; afterwards its expiry no longer matters).
+func (r *runner) admissible(cfg *machineconfig.Config) error {
+	cl := cfg.Cluster
+	if cl == nil || tokenUsed(r.o.Host, cl.Role) {
+		return nil
+	}
+	return cl.CheckToken(r.o.Now())
 }
 
 func (r *runner) reportConfigProblem(problem string) {

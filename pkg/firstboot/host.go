@@ -33,6 +33,15 @@ type Host struct {
 	// Probe asks an HTTPS endpoint, verified by the PEM CA, for its status
 	// code; nil means a real HTTPS GET (tests fake it).
 	Probe func(ctx context.Context, url, caPEM string) (int, error)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (h *Host) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
 }
 
 // probe GETs url over HTTPS, trusting only caPEM, and returns the status.

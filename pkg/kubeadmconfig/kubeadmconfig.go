@@ -57,10 +57,11 @@ func Render(in Input) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ttl := c.TokenExpires.Sub(in.Now).Truncate(time.Second)
-	if c.Role == machineconfig.RoleInit && ttl <= 0 {
-		return nil, c.CheckToken(in.Now)
-	}
+	// After the expiry the token has done its job (firstboot refuses a
+	// config whose token expired before it was used), but an init node
+	// still renders its configuration on every boot to verify it: a TTL of
+	// a second, never zero, which kubeadm reads as "never expires".
+	ttl := max(c.TokenExpires.Sub(in.Now).Truncate(time.Second), time.Second)
 	data := map[string]any{
 		"C":             c,
 		"NodeName":      in.NodeName,
