@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -525,10 +526,37 @@ func diagnostics(ctx context.Context, h *Host) string {
 	if out, err := h.Exec(ctx, "journalctl", "-u", "kubelet.service", "--no-pager", "-n", "12", "-o", "cat"); err == nil {
 		b.WriteString("kubelet log:\n" + strings.TrimSpace(string(out)) + "\n")
 	}
-	if out, err := h.Exec(ctx, "ctr", "-n", "k8s.io", "containers", "ls"); err == nil {
-		b.WriteString("containers:\n" + strings.TrimSpace(string(out)))
+	if out, err := h.Exec(ctx, "ctr", "-n", "k8s.io", "tasks", "ls"); err == nil {
+		b.WriteString("containers:\n" + strings.TrimSpace(string(out)) + "\n")
 	}
-	return b.String()
+	for _, pod := range []string{"etcd", "kube-apiserver"} {
+		if tail := podLogTail(h, pod, 8); tail != "" {
+			b.WriteString(pod + " log:\n" + tail + "\n")
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// podLogTail is the last n lines of the newest log of a static pod's
+// container (kubelet writes /var/log/pods/<ns>_<pod>-<node>_<uid>/<container>/<restart>.log).
+func podLogTail(h *Host, container string, n int) string {
+	logs, _ := filepath.Glob(h.Path("/var/log/pods/kube-system_" + container + "-*/" + container + "/*.log"))
+	var newest string
+	var newestTime time.Time
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil && fi.ModTime().After(newestTime) {
+			newest, newestTime = l, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitForReadyz polls an API server's /readyz, verifying it with the
@@ -537,10 +565,13 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 	deadline := time.Now().Add(timeout)
 	url := "https://" + endpoint + "/readyz"
 	for {
-		// 200 is ready; 401 and 403 come from an API server that is up
-		// but serves no anonymous /readyz: enough for what follows.
+		// Only 200 is ready. kubeadm's clusters serve /readyz to anonymous
+		// clients (system:public-info-viewer), but an API server that has
+		// just (re)started answers 403 until its RBAC bootstrap hook has
+		// run: proceeding then makes kubeadm's next phase fail with
+		// "forbidden". The local balancer (pkg/apilb) judges the same way.
 		code, err := h.probe(ctx, url, c.Cluster.CACert)
-		if err == nil && (code == 200 || code == 401 || code == 403) {
+		if err == nil && code == http.StatusOK {
 			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
 			return nil
 		}

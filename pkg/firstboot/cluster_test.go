@@ -235,3 +235,30 @@ func TestTokenStepsExist(t *testing.T) {
 		}
 	}
 }
+
+// An API server that answers 403 (just restarted, RBAC not bootstrapped
+// yet) or 500 (not ready) is waited for; only 200 is ready.
+func TestWaitForReadyzWantsOK(t *testing.T) {
+	c, err := machineconfig.Parse("w-1", []byte(clusterConfig(t, "w-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := []int{403, 500, 401, 200}
+	calls := 0
+	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond, Probe: func(ctx context.Context, url, caPEM string) (int, error) {
+		code := codes[min(calls, len(codes)-1)]
+		calls++
+		return code, nil
+	}}
+	if err := waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 4 {
+		t.Errorf("probed %d times, want 4 (403, 500 and 401 are not ready)", calls)
+	}
+	codes, calls = []int{403}, 0
+	err = waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "answered 403") {
+		t.Errorf("err = %v, want the API reported as answering 403", err)
+	}
+}
