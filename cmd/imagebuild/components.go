@@ -63,7 +63,7 @@ func componentsCmd() *cobra.Command {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			path, res, err := v.WriteBundle(ctx, dir, bundles,
+			path, res, err := v.WriteBundle(ctx, dir, bundles, log,
 				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithArtifactCache(c), bundle.WithLogger(log))
 			if err != nil {
 				return err

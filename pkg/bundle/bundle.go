@@ -141,6 +141,24 @@ type DebianLayer struct {
 	// Links are symbolic links to add (path in the image: target), for
 	// what maintainer scripts would have set up, such as alternatives.
 	Links map[string]string `yaml:"links,omitempty"`
+	// Lock lists the exact .deb files the layer is made of (Packages and
+	// their dependencies, as resolved by LockDebian; `make pin` writes it
+	// for the Kubernetes bundle). With a lock, a build fetches these files
+	// from Mirror, verifies each against its sha256 and keeps it in the
+	// cache by content: the layer no longer depends on what the archive
+	// holds on the day of the build. Without one, the packages are resolved
+	// in the archive at build time.
+	Lock []DebianPackage `yaml:"lock,omitempty"`
+}
+
+// DebianPackage is one .deb file of a locked Debian layer.
+type DebianPackage struct {
+	Package string `yaml:"package"`
+	Version string `yaml:"version"`
+	// File is the path under the mirror (the Filename field of the
+	// archive's Packages index): pool/main/g/glibc/libc6_..._amd64.deb.
+	File   string `yaml:"file"`
+	SHA256 string `yaml:"sha256"`
 }
 
 // LayoutSource reads an image from an OCI image layout directory.

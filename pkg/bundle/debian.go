@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -23,7 +25,7 @@ import (
 )
 
 const (
-	debianKeyVersion = "bundle-debian-layer/v1"
+	debianKeyVersion = "bundle-debian-layer/v2"
 	debianCacheKind  = "debian-layers"
 	debianLayerFile  = "layer.tar.gz"
 	defaultMirror    = "http://deb.debian.org/debian"
@@ -40,17 +42,25 @@ var debianDropped = []string{
 // maintainer scripts (not run by --variant=extract) would otherwise own.
 var mergedUsr = map[string]string{"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
 
-// debianLayerKey identifies a Debian layer.
+// debianLayerKey identifies a Debian layer: a locked layer by the
+// content of its .deb files, an unlocked one by what it asks the archive.
 func debianLayerKey(d DebianLayer, epoch time.Time) (string, error) {
 	links := make([]string, 0, len(d.Links))
 	for l, t := range d.Links {
 		links = append(links, l+"->"+t)
 	}
 	sort.Strings(links)
-	return cache.NewKey(debianKeyVersion).
-		String("suite", d.Suite).String("mirror", mirrorOf(d)).
-		Strings("packages", d.Packages).Strings("links", links).
-		String("epoch", epoch.UTC().Format(time.RFC3339)).Sum()
+	k := cache.NewKey(debianKeyVersion)
+	if len(d.Lock) > 0 {
+		sums := make([]string, len(d.Lock))
+		for i, p := range d.Lock {
+			sums[i] = p.SHA256
+		}
+		k.Strings("debs", sums)
+	} else {
+		k.String("suite", d.Suite).String("mirror", mirrorOf(d)).Strings("packages", d.Packages)
+	}
+	return k.Strings("links", links).String("epoch", epoch.UTC().Format(time.RFC3339)).Sum()
 }
 
 func mirrorOf(d DebianLayer) string {
@@ -60,15 +70,24 @@ func mirrorOf(d DebianLayer) string {
 	return d.Mirror
 }
 
-// debianLayerFromCache returns the Debian layer d, unpacking it with
-// mmdebstrap the first time.
+// debianLayerFromCache returns the Debian layer d, making it the first
+// time: from its locked .deb files, or (unlocked) from what the archive
+// resolves the packages to now.
 func debianLayerFromCache(ctx context.Context, c *cache.Cache, d DebianLayer, epoch time.Time, log *slog.Logger) (v1.Layer, error) {
 	key, err := debianLayerKey(d, epoch)
 	if err != nil {
 		return nil, err
 	}
 	dir, _, err := c.Fill(ctx, debianCacheKind, key, func(ctx context.Context, dir string) error {
-		return makeDebianLayer(ctx, d, epoch, filepath.Join(dir, debianLayerFile), log)
+		if len(d.Lock) == 0 {
+			log.Warn("Debian layer without a lock: its content depends on the archive on the day of the build", "packages", strings.Join(d.Packages, ","))
+			lock, err := LockDebian(ctx, d, log)
+			if err != nil {
+				return err
+			}
+			d.Lock = lock
+		}
+		return makeDebianLayer(ctx, c, d, epoch, filepath.Join(dir, debianLayerFile), log)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("debian layer %s: %w", strings.Join(d.Packages, ","), err)
@@ -76,36 +95,43 @@ func debianLayerFromCache(ctx context.Context, c *cache.Cache, d DebianLayer, ep
 	return tarball.LayerFromFile(filepath.Join(dir, debianLayerFile), tarball.WithMediaType(types.OCILayer))
 }
 
-// makeDebianLayer unpacks the packages with mmdebstrap into a tar and
-// rewrites it as a reproducible layer: entries sorted by name, owned by
-// root, with mtime epoch, documentation and package-manager state dropped,
-// and the merged-/usr and configured links added.
-func makeDebianLayer(ctx context.Context, d DebianLayer, epoch time.Time, out string, log *slog.Logger) error {
-	tmp, err := os.MkdirTemp("", "terrarium-debian-")
-	if err != nil {
-		return err
+// makeDebianLayer unpacks the locked .deb files (fetched and verified
+// through the cache) without maintainer scripts, as mmdebstrap's extract
+// variant does, and writes a reproducible layer: entries sorted by name,
+// owned by root, with mtime epoch, documentation and package-manager state
+// dropped, merged-/usr paths, and the merged-/usr and configured links.
+func makeDebianLayer(ctx context.Context, c *cache.Cache, d DebianLayer, epoch time.Time, out string, log *slog.Logger) error {
+	client := &http.Client{Timeout: 10 * time.Minute}
+	byName := map[string]tarEntry{}
+	owner := map[string]string{}
+	for i, p := range d.Lock {
+		deb, err := fetchDeb(ctx, c, client, mirrorOf(d), p)
+		if errors.Is(err, ErrDebGone) {
+			return fmt.Errorf("debian.lock[%d]: %w; %s", i, err, debGoneHint(d))
+		}
+		if err != nil {
+			return fmt.Errorf("debian.lock[%d] %s: %w", i, p.Package, err)
+		}
+		entries, err := debEntries(ctx, deb)
+		if err != nil {
+			return fmt.Errorf("debian.lock[%d] %s: %w", i, p.Package, err)
+		}
+		for _, e := range entries {
+			name := e.hdr.Name
+			if prev, ok := owner[name]; ok {
+				if e.hdr.Typeflag == tar.TypeDir {
+					continue
+				}
+				return fmt.Errorf("debian.lock[%d]: %s and %s both ship %s", i, prev, p.Package, name)
+			}
+			owner[name] = p.Package
+			byName[name] = e
+		}
 	}
-	defer os.RemoveAll(tmp)
-	raw := filepath.Join(tmp, "extract.tar")
-	log.Info("mmdebstrap (image layer)", "suite", d.Suite, "packages", strings.Join(d.Packages, ","))
-	cmd := exec.CommandContext(ctx, "mmdebstrap", "--variant=extract", "--include="+strings.Join(d.Packages, ","),
-		"--format=tar", "--quiet", d.Suite, raw, mirrorOf(d))
-	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mmdebstrap --variant=extract %s: %w\n%s", d.Suite, err, strings.TrimSpace(string(b)))
-	}
-	entries, err := readTarEntries(raw)
-	if err != nil {
-		return err
-	}
-	have := map[string]bool{}
-	for _, e := range entries {
-		have[strings.TrimSuffix(e.hdr.Name, "/")] = true
-	}
+	log.Info("unpacked Debian packages (image layer)", "debs", len(d.Lock), "entries", len(byName))
 	add := func(name, target string) {
-		if !have[name] {
-			entries = append(entries, tarEntry{hdr: &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}})
-			have[name] = true
+		if _, ok := byName[name]; !ok {
+			byName[name] = tarEntry{hdr: &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}}
 		}
 	}
 	for l, t := range mergedUsr {
@@ -114,8 +140,58 @@ func makeDebianLayer(ctx context.Context, d DebianLayer, epoch time.Time, out st
 	for l, t := range d.Links {
 		add(path.Clean(l), t)
 	}
+	entries := make([]tarEntry, 0, len(byName))
+	for _, e := range byName {
+		entries = append(entries, e)
+	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].hdr.Name < entries[j].hdr.Name })
 	return writeLayerFile(out, entries, epoch)
+}
+
+// debEntries reads the file-system tree of a .deb (dpkg-deb
+// --fsys-tarfile), normalized like readTarEntries, with paths of a
+// merged-/usr system (bin/x → usr/bin/x).
+func debEntries(ctx context.Context, deb string) ([]tarEntry, error) {
+	cmd := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", deb)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
+	}
+	entries, rerr := readTar(stdout, deb)
+	io.Copy(io.Discard, stdout)
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, strings.TrimSpace(stderr.String()))
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	out := entries[:0]
+	for _, e := range entries {
+		e.hdr.Name = usrMerged(e.hdr.Name)
+		if e.hdr.Typeflag == tar.TypeLink {
+			e.hdr.Linkname = usrMerged(e.hdr.Linkname)
+		}
+		if _, link := mergedUsr[strings.TrimSuffix(e.hdr.Name, "/")]; link {
+			continue // bin/ itself: a link to usr/bin in the image
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// usrMerged maps a path under /bin, /sbin, /lib or /lib64 to /usr.
+func usrMerged(name string) string {
+	for l, t := range mergedUsr {
+		if rest, ok := strings.CutPrefix(name, l+"/"); ok && rest != "" {
+			return t + "/" + rest
+		}
+	}
+	return name
 }
 
 // tarEntry is a header and, for a regular file, its content.
@@ -124,23 +200,19 @@ type tarEntry struct {
 	data []byte
 }
 
-// readTarEntries reads a tar whole, normalizing names to be relative
-// ("./usr/x" → "usr/x") and dropping debianDropped paths.
-func readTarEntries(p string) ([]tarEntry, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// readTar reads a tar stream whole, normalizing names to be relative
+// ("./usr/x" → "usr/x") and dropping debianDropped paths; label names the
+// stream in errors.
+func readTar(r io.Reader, label string) ([]tarEntry, error) {
 	var out []tarEntry
-	tr := tar.NewReader(f)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", p, err)
+			return nil, fmt.Errorf("read %s: %w", label, err)
 		}
 		name := strings.TrimPrefix(strings.TrimPrefix(h.Name, "./"), "/")
 		if name == "" || name == "." || dropped(name) {
@@ -156,7 +228,7 @@ func readTarEntries(p string) ([]tarEntry, error) {
 		e := tarEntry{hdr: h}
 		if h.Typeflag == tar.TypeReg {
 			if e.data, err = io.ReadAll(tr); err != nil {
-				return nil, fmt.Errorf("read %s from %s: %w", name, p, err)
+				return nil, fmt.Errorf("read %s from %s: %w", name, label, err)
 			}
 		}
 		out = append(out, e)

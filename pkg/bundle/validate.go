@@ -138,6 +138,7 @@ func validateBuild(p *strictyaml.Problems, path strictyaml.Path, bs *BuildSource
 				p.Addf(dp.Field("links").Field(l), "links are relative paths in the image with a target")
 			}
 		}
+		validateDebianLock(p, dp.Field("lock"), d.Lock)
 	}
 	for i, e := range bs.Entrypoint {
 		if e == "" {
@@ -285,4 +286,28 @@ func checkTagRef(s string) string {
 		return fmt.Sprintf("%q is not a valid image reference: %v", s, err)
 	}
 	return ""
+}
+
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// validateDebianLock checks a Debian layer's lock: every entry names a
+// package, a version, a file in the archive's pool and its sha256.
+func validateDebianLock(p *strictyaml.Problems, path strictyaml.Path, lock []DebianPackage) {
+	seen := map[string]bool{}
+	for i, d := range lock {
+		ip := path.Index(i)
+		if d.Package == "" || d.Version == "" {
+			p.Addf(ip, "package and version are required (run make pin to write the lock again)")
+		}
+		if !strings.HasPrefix(d.File, "pool/") || strings.Contains(d.File, "..") || !strings.HasSuffix(d.File, ".deb") {
+			p.Addf(ip.Field("file"), "%q is not a .deb under the archive's pool/", d.File)
+		}
+		if !sha256HexRE.MatchString(d.SHA256) {
+			p.Addf(ip.Field("sha256"), "%q is not a sha256 (64 lowercase hex digits)", d.SHA256)
+		}
+		if seen[d.Package] {
+			p.Addf(ip.Field("package"), "%s is locked twice", d.Package)
+		}
+		seen[d.Package] = true
+	}
 }

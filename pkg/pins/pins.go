@@ -7,6 +7,7 @@ package pins
 import (
 	"bytes"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/bundle"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,10 +139,31 @@ func (v *Versions) Images() []Image {
 // BundleFile is the Kubernetes bundle's file name for these pins.
 func (v *Versions) BundleFile() string { return "kubernetes-" + v.Kubernetes + ".yaml" }
 
+// Pinned is what `make pin` learns by building the bundle: each image's
+// digest and the exact Debian packages of its Debian layer, by image name.
+// Missing entries are rendered unpinned.
+type Pinned struct {
+	Digests map[string]string
+	Locks   map[string][]bundle.DebianPackage
+}
+
+// PinnedOf reads what a rendered bundle pins.
+func PinnedOf(b *bundle.Bundle) Pinned {
+	p := Pinned{Digests: map[string]string{}, Locks: map[string][]bundle.DebianPackage{}}
+	for _, img := range b.Images {
+		if img.Source.Digest != "" {
+			p.Digests[img.Name] = img.Source.Digest
+		}
+		if bs := img.Source.Build; bs != nil && bs.Debian != nil && len(bs.Debian.Lock) > 0 {
+			p.Locks[img.Name] = bs.Debian.Lock
+		}
+	}
+	return p
+}
+
 // RenderBundle renders the bundle template in dir (the components
-// directory) with these pins; digests maps image names to the digests they
-// build to (missing ones are left unpinned).
-func (v *Versions) RenderBundle(dir string, digests map[string]string) ([]byte, error) {
+// directory) with these pins and what building the images pinned.
+func (v *Versions) RenderBundle(dir string, pinned Pinned) ([]byte, error) {
 	p := filepath.Join(dir, BundleTemplate)
 	text, err := os.ReadFile(p)
 	if err != nil {
@@ -155,7 +177,9 @@ func (v *Versions) RenderBundle(dir string, digests map[string]string) ([]byte, 
 		*Versions
 		Images []Image
 		Digest func(string) string
-	}{v, v.Images(), func(name string) string { return digests[name] }}
+		Lock   func(string) []bundle.DebianPackage
+	}{v, v.Images(), func(name string) string { return pinned.Digests[name] },
+		func(name string) []bundle.DebianPackage { return pinned.Locks[name] }}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)

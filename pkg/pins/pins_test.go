@@ -48,14 +48,15 @@ func TestCommittedBundleIsRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digests := map[string]string{}
 	for _, img := range b.Images {
 		if img.Source.Digest == "" {
 			t.Errorf("%s: %s is not pinned; run make pin", path, img.Name)
 		}
-		digests[img.Name] = img.Source.Digest
+		if bs := img.Source.Build; bs != nil && bs.Debian != nil && len(bs.Debian.Lock) == 0 {
+			t.Errorf("%s: %s's Debian layer is not locked; run make pin", path, img.Name)
+		}
 	}
-	want, err := v.RenderBundle(componentsDir, digests)
+	want, err := v.RenderBundle(componentsDir, PinnedOf(b))
 	if err != nil {
 		t.Fatal(err)
 	}
