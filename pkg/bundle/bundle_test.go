@@ -11,7 +11,7 @@ import (
 )
 
 func TestParseErrors(t *testing.T) {
-	for _, name := range []string{"invalid", "unknown-fields", "no-images", "empty"} {
+	for _, name := range []string{"invalid", "unknown-fields", "no-images", "empty", "bad-lock"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse(filepath.Join("testdata", "parse", name+".yaml"))
 			if err == nil {
