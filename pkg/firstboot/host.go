@@ -53,7 +53,9 @@ func (h *Host) probe(ctx context.Context, url, caPEM string) (int, error) {
 	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
 		return 0, fmt.Errorf("no CA certificate to verify %s with", url)
 	}
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	// Generous: under emulation (TCG) a loaded API server takes seconds
+	// for a TLS handshake; the caller's deadline bounds the wait anyway.
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
