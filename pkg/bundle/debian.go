@@ -102,8 +102,12 @@ func debianLayerFromCache(ctx context.Context, c *cache.Cache, d DebianLayer, ep
 // dropped, merged-/usr paths, and the merged-/usr and configured links.
 func makeDebianLayer(ctx context.Context, c *cache.Cache, d DebianLayer, epoch time.Time, out string, log *slog.Logger) error {
 	client := &http.Client{Timeout: 10 * time.Minute}
-	byName := map[string]tarEntry{}
-	owner := map[string]string{}
+	// Each path with the package that ships it (for conflicts).
+	type owned struct {
+		tarEntry
+		pkg string
+	}
+	byName := map[string]owned{}
 	for i, p := range d.Lock {
 		deb, err := fetchDeb(ctx, c, client, mirrorOf(d), p)
 		if errors.Is(err, ErrDebGone) {
@@ -117,21 +121,19 @@ func makeDebianLayer(ctx context.Context, c *cache.Cache, d DebianLayer, epoch t
 			return fmt.Errorf("debian.lock[%d] %s: %w", i, p.Package, err)
 		}
 		for _, e := range entries {
-			name := e.hdr.Name
-			if prev, ok := owner[name]; ok {
+			if prev, ok := byName[e.hdr.Name]; ok {
 				if e.hdr.Typeflag == tar.TypeDir {
 					continue
 				}
-				return fmt.Errorf("debian.lock[%d]: %s and %s both ship %s", i, prev, p.Package, name)
+				return fmt.Errorf("debian.lock[%d]: %s and %s both ship %s", i, prev.pkg, p.Package, e.hdr.Name)
 			}
-			owner[name] = p.Package
-			byName[name] = e
+			byName[e.hdr.Name] = owned{e, p.Package}
 		}
 	}
 	log.Info("unpacked Debian packages (image layer)", "debs", len(d.Lock), "entries", len(byName))
 	add := func(name, target string) {
 		if _, ok := byName[name]; !ok {
-			byName[name] = tarEntry{hdr: &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}}
+			byName[name] = owned{tarEntry: tarEntry{hdr: &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}}}
 		}
 	}
 	for l, t := range mergedUsr {
@@ -142,14 +144,14 @@ func makeDebianLayer(ctx context.Context, c *cache.Cache, d DebianLayer, epoch t
 	}
 	entries := make([]tarEntry, 0, len(byName))
 	for _, e := range byName {
-		entries = append(entries, e)
+		entries = append(entries, e.tarEntry)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].hdr.Name < entries[j].hdr.Name })
 	return writeLayerFile(out, entries, epoch)
 }
 
 // debEntries reads the file-system tree of a .deb (dpkg-deb
-// --fsys-tarfile), normalized like readTarEntries, with paths of a
+// --fsys-tarfile), normalized by readTar, with paths of a
 // merged-/usr system (bin/x → usr/bin/x).
 func debEntries(ctx context.Context, deb string) ([]tarEntry, error) {
 	cmd := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", deb)

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/terrarium-os/terrarium/pkg/cache"
 )
 
@@ -183,11 +185,11 @@ func fileSHA256(p string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	h, _, err := v1.SHA256(f)
+	if err != nil {
 		return "", fmt.Errorf("hash %s: %w", p, err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return h.Hex, nil
 }
 
 // debGoneHint is the fix for a locked .deb the archive dropped.

@@ -377,11 +377,12 @@ func progressPath(h *Host) string {
 	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, kubeadmProgressRel))
 }
 
-func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
-	p := &kubeadmProgress{Config: cfgHash}
+// readProgress reads the saved progress, whatever configuration it ran
+// with; nil when there is none.
+func readProgress(h *Host) (*kubeadmProgress, error) {
 	b, err := os.ReadFile(progressPath(h))
 	if errors.Is(err, os.ErrNotExist) {
-		return p, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err
@@ -390,22 +391,28 @@ func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
 	if err := json.Unmarshal(b, &saved); err != nil {
 		return nil, fmt.Errorf("%s: %w", progressPath(h), err)
 	}
-	if saved.Config == cfgHash {
-		return &saved, nil
+	return &saved, nil
+}
+
+// loadProgress is the saved progress if it ran with the configuration
+// hashed cfgHash, else a fresh start.
+func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
+	saved, err := readProgress(h)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	if saved != nil && saved.Config == cfgHash {
+		return saved, nil
+	}
+	return &kubeadmProgress{Config: cfgHash}, nil
 }
 
 // tokenUsed reports whether the node is past the step that uses the
 // bootstrap token, with any configuration: the init node created it in the
 // cluster, a joiner reached the API with it. Its expiry no longer matters.
 func tokenUsed(h *Host, role string) bool {
-	b, err := os.ReadFile(progressPath(h))
-	if err != nil {
-		return false
-	}
-	var saved kubeadmProgress
-	if json.Unmarshal(b, &saved) != nil {
+	saved, err := readProgress(h)
+	if err != nil || saved == nil {
 		return false
 	}
 	if role == machineconfig.RoleInit {

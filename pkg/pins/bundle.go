@@ -57,15 +57,8 @@ func (v *Versions) WriteBundle(ctx context.Context, componentsDir, bundlesDir st
 	for _, r := range res {
 		pinned.Digests[r.Name] = r.Digest.String()
 	}
-	text, err := v.RenderBundle(componentsDir, pinned)
-	if err != nil {
+	if _, err := render(pinned, "pinned"); err != nil {
 		return "", nil, err
-	}
-	if err := os.WriteFile(partial, text, 0o644); err != nil {
-		return "", nil, fmt.Errorf("write bundle: %w", err)
-	}
-	if _, err := bundle.Parse(partial); err != nil {
-		return "", nil, fmt.Errorf("the pinned bundle is invalid (fix %s): %w", BundleTemplate, err)
 	}
 	if err := os.Rename(partial, final); err != nil {
 		return "", nil, fmt.Errorf("write bundle: %w", err)
