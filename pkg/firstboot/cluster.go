@@ -357,10 +357,11 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
-			// kubelet-start waits for the TLS bootstrap on a worker;
-			// kubelet-wait-bootstrap is for control planes (it needs
-			// admin.conf).
+			// Since kubeadm 1.31 kubelet-start only starts the kubelet;
+			// kubelet-wait-bootstrap waits for its TLS bootstrap and then
+			// deletes bootstrap-kubelet.conf, the token credential.
 			k("join", "phase", "kubelet-start"),
+			k("join", "phase", "kubelet-wait-bootstrap"),
 		}
 	}
 }

@@ -145,7 +145,7 @@ func TestWorkerJoins(t *testing.T) {
 	if err := e.run(clusterConfig(t, "w-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start,join phase kubelet-wait-bootstrap" {
 		t.Errorf("worker ran %s", got)
 	}
 	if e.exists(KubernetesPKIDir + "/ca.key") {
@@ -190,7 +190,7 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	if !strings.Contains(e.console.String(), "--rotate-token") {
 		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start,join phase kubelet-wait-bootstrap" {
 		t.Errorf("worker ran %s", got)
 	}
 }
