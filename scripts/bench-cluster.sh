@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Cluster formation under QEMU/TCG: Terrarium's zero-touch formation against
 # a plain `kubeadm init` + `kubeadm join` run over SSH on the same image with
-# the same images in the same registry cache. Both boot two VMs (control
-# plane + worker, 3 GiB each) at once on a private link with no route out.
-# Prints seconds from power-on to API ready and to all nodes Ready, the
-# ratio, and the init node's timeline. Takes about half an hour.
+# the same images in the same registry cache and the same leader-election
+# flags. Both boot two VMs (control plane + worker, 3 GiB each) at once on a
+# private link with no route out. Prints seconds from power-on to API ready
+# and to all nodes Ready, the ratio, and the init node's timeline. Takes
+# about 40 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${BENCH_OUT:-out/bench-cluster}

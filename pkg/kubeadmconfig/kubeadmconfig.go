@@ -53,7 +53,7 @@ func Render(in Input) ([]byte, error) {
 	if c.Role == machineconfig.RoleInit {
 		tmpl = initTemplate + components
 	}
-	t, err := template.New("kubeadm").Option("missingkey=error").Parse(leaderElection + tmpl)
+	t, err := template.New("kubeadm").Option("missingkey=error").Parse(tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -63,15 +63,16 @@ func Render(in Input) ([]byte, error) {
 	// a second, never zero, which kubeadm reads as "never expires".
 	ttl := max(c.TokenExpires.Sub(in.Now).Truncate(time.Second), time.Second)
 	data := map[string]any{
-		"C":             c,
-		"NodeName":      in.NodeName,
-		"Version":       in.KubernetesVersion,
-		"Endpoint":      c.APIEndpoint(),
-		"Port":          machineconfig.APIServerPort,
-		"CRISocket":     CRISocket,
-		"TokenTTL":      ttl.String(),
-		"ControlPlane":  c.IsControlPlane(),
-		"PodResolvConf": in.PodResolvConf,
+		"C":              c,
+		"NodeName":       in.NodeName,
+		"Version":        in.KubernetesVersion,
+		"Endpoint":       c.APIEndpoint(),
+		"Port":           machineconfig.APIServerPort,
+		"CRISocket":      CRISocket,
+		"TokenTTL":       ttl.String(),
+		"ControlPlane":   c.IsControlPlane(),
+		"PodResolvConf":  in.PodResolvConf,
+		"LeaderElection": LeaderElectionArgs,
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
@@ -130,18 +131,15 @@ etcd:
 # them) never run long enough. The cost: a control-plane failover takes up
 # to a minute instead of 15 s.
 controllerManager:
-  extraArgs:{{template "leaderElection"}}
+  extraArgs: {{.LeaderElection}}
 scheduler:
-  extraArgs:{{template "leaderElection"}}
+  extraArgs: {{.LeaderElection}}
 `
 
-const leaderElection = `{{define "leaderElection"}}
-    - name: leader-elect-lease-duration
-      value: 60s
-    - name: leader-elect-renew-deadline
-      value: 40s
-    - name: leader-elect-retry-period
-      value: 10s{{end}}`
+// LeaderElectionArgs are the controller manager's and the scheduler's
+// leader-election flags (kubeadm extraArgs, YAML flow style): a lease that
+// rides out a slow API server. See the ClusterConfiguration template.
+const LeaderElectionArgs = `[{name: leader-elect-lease-duration, value: 60s}, {name: leader-elect-renew-deadline, value: 40s}, {name: leader-elect-retry-period, value: 10s}]`
 
 const joinTemplate = `# Written by Terrarium firstboot from the machine config; kubeadm reads it.
 apiVersion: kubeadm.k8s.io/v1beta4
