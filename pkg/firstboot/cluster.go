@@ -24,15 +24,19 @@ import (
 
 // Where the cluster phases write.
 const (
-	KubeadmConfigFile  = "/etc/terrarium/kubeadm.yaml"
-	ClusterCAFile      = "/etc/terrarium/pki/cluster-ca.pem"
-	PodResolvConf      = "/etc/terrarium/pod-resolv.conf"
-	FlannelManifest    = "/etc/terrarium/addons/flannel.yaml"
-	CNIConflist        = "/etc/cni/net.d/10-flannel.conflist"
-	KubernetesPKIDir   = "/etc/kubernetes/pki"
-	AdminKubeconfig    = "/etc/kubernetes/admin.conf"
-	KubeletKubeconfig  = "/etc/kubernetes/kubelet.conf"
-	kubeadmProgressRel = "kubeadm.json"
+	KubeadmConfigFile = "/etc/terrarium/kubeadm.yaml"
+	ClusterCAFile     = "/etc/terrarium/pki/cluster-ca.pem"
+	PodResolvConf     = "/etc/terrarium/pod-resolv.conf"
+	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
+	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
+	KubernetesPKIDir  = "/etc/kubernetes/pki"
+	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
+	KubeletKubeconfig = "/etc/kubernetes/kubelet.conf"
+	// The kubelet's token credential for its TLS bootstrap, and the
+	// client certificate the bootstrap ends with.
+	BootstrapKubeconfig = "/etc/kubernetes/bootstrap-kubelet.conf"
+	KubeletClientCert   = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	kubeadmProgressRel  = "kubeadm.json"
 	// The steps after which the bootstrap token is no longer needed: a
 	// joiner's wait for the API, the init node's creation of the token.
 	stepWaitForAPI     = "wait for the API"
@@ -357,11 +361,13 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
-			// Since kubeadm 1.31 kubelet-start only starts the kubelet;
-			// kubelet-wait-bootstrap waits for its TLS bootstrap and then
-			// deletes bootstrap-kubelet.conf, the token credential.
+			// kubelet-start only starts the kubelet, and kubeadm's
+			// kubelet-wait-bootstrap cannot run alone on a worker (it
+			// wants admin.conf): our own step waits for the TLS
+			// bootstrap and deletes the token credential as kubeadm's
+			// would.
 			k("join", "phase", "kubelet-start"),
-			k("join", "phase", "kubelet-wait-bootstrap"),
+			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
 		}
 	}
 }
@@ -525,6 +531,32 @@ func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
 // timeout cannot be raised for emulated machines).
 func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String(), localAPIWaitTimeout)
+}
+
+// waitForKubeletBootstrap waits until a joining kubelet holds its client
+// certificate (its CSR signed by the controller manager), then deletes
+// bootstrap-kubelet.conf: the bootstrap token is not left on the node.
+func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	deadline := time.Now().Add(readyWaitTimeout)
+	for {
+		_, errConf := os.Stat(h.Path(KubeletKubeconfig))
+		_, errCert := os.Stat(h.Path(KubeletClientCert))
+		if errConf == nil && errCert == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the kubelet did not finish its TLS bootstrap (no %s) after %s; is the controller manager running on a control plane?", KubeletClientCert, readyWaitTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(5 * time.Second)):
+		}
+	}
+	if err := os.Remove(h.Path(BootstrapKubeconfig)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the bootstrap credential: %w", err)
+	}
+	return nil
 }
 
 // diagnostics collects what helps a person see why a step fails: the

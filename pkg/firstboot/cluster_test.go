@@ -61,6 +61,12 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			return []byte("v1.36.3\n"), nil
 		case name == "kubeadm":
 			kubeadm = append(kubeadm, strings.SplitN(line, " --", 2)[0])
+			if strings.HasPrefix(line, "join phase kubelet-start ") {
+				// The kubelet starts with the token credential and
+				// ends its TLS bootstrap with a client certificate.
+				e.write(BootstrapKubeconfig, "bootstrap token kubeconfig\n")
+				e.write(KubeletClientCert, "client certificate\n")
+			}
 			if failOnce != "" && strings.HasPrefix(line, failOnce) && !failed {
 				failed = true
 				return []byte("simulated power cut\n"), errors.New("exit status 1")
@@ -145,11 +151,17 @@ func TestWorkerJoins(t *testing.T) {
 	if err := e.run(clusterConfig(t, "w-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start,join phase kubelet-wait-bootstrap" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}
 	if e.exists(KubernetesPKIDir + "/ca.key") {
 		t.Error("a worker got the CA key")
+	}
+	if e.exists(BootstrapKubeconfig) {
+		t.Error("the bootstrap token credential is still on the worker after its TLS bootstrap")
+	}
+	if !strings.Contains(e.console.String(), "kubelet TLS bootstrap: done") {
+		t.Errorf("the console does not show the TLS bootstrap step:\n%s", e.console.String())
 	}
 	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
 		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
@@ -190,7 +202,7 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	if !strings.Contains(e.console.String(), "--rotate-token") {
 		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start,join phase kubelet-wait-bootstrap" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}
 }
