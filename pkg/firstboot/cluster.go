@@ -537,15 +537,36 @@ func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) erro
 // certificate (its CSR signed by the controller manager), then deletes
 // bootstrap-kubelet.conf: the bootstrap token is not left on the node.
 func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	deadline := time.Now().Add(readyWaitTimeout)
+	if err := waitForFiles(ctx, h, readyWaitTimeout, KubeletKubeconfig, KubeletClientCert); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("the kubelet did not finish its TLS bootstrap (no %s) after %s; is the controller manager running on a control plane?", KubeletClientCert, readyWaitTimeout)
+	}
+	if err := os.Remove(h.Path(BootstrapKubeconfig)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the bootstrap credential: %w", err)
+	}
+	return nil
+}
+
+// waitForFiles polls until every path exists, for up to timeout. After
+// the timeout it returns the first missing path's error; when ctx ends,
+// ctx's error.
+func waitForFiles(ctx context.Context, h *Host, timeout time.Duration, paths ...string) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		_, errConf := os.Stat(h.Path(KubeletKubeconfig))
-		_, errCert := os.Stat(h.Path(KubeletClientCert))
-		if errConf == nil && errCert == nil {
-			break
+		var missing error
+		for _, p := range paths {
+			if _, err := os.Stat(h.Path(p)); err != nil {
+				missing = err
+				break
+			}
+		}
+		if missing == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the kubelet did not finish its TLS bootstrap (no %s) after %s; is the controller manager running on a control plane?", KubeletClientCert, readyWaitTimeout)
+			return missing
 		}
 		select {
 		case <-ctx.Done():
@@ -553,10 +574,6 @@ func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Conf
 		case <-time.After(h.delay(5 * time.Second)):
 		}
 	}
-	if err := os.Remove(h.Path(BootstrapKubeconfig)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove the bootstrap credential: %w", err)
-	}
-	return nil
 }
 
 // diagnostics collects what helps a person see why a step fails: the
@@ -665,19 +682,11 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 	deadline := time.Now().Add(readyWaitTimeout)
 	// A joining kubelet writes its kubeconfig once its TLS bootstrap
 	// is done, a little after kubeadm returned.
-	for {
-		_, err := os.Stat(h.Path(KubeletKubeconfig))
-		if err == nil {
-			break
+	if err := waitForFiles(ctx, h, readyWaitTimeout, KubeletKubeconfig); err != nil {
+		if ctx.Err() != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the node has not joined (no kubelet kubeconfig after %s): %w", readyWaitTimeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(h.delay(5 * time.Second)):
-		}
+		return fmt.Errorf("the node has not joined (no kubelet kubeconfig after %s): %w", readyWaitTimeout, err)
 	}
 	if cl.IsControlPlane() {
 		for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
