@@ -264,6 +264,13 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 	if _, err := h.writeIfChanged(KubeadmConfigFile, b, 0o600); err != nil {
 		return err
 	}
+	if c.Cluster.IsControlPlane() {
+		for name, p := range kubeadmconfig.Patches() {
+			if _, err := h.writeIfChanged(filepath.Join(kubeadmconfig.PatchesDir, name), p, 0o644); err != nil {
+				return err
+			}
+		}
+	}
 	if c.Cluster.Role == machineconfig.RoleInit {
 		m, err := addons.Flannel(addons.FlannelInput{PodCIDR: c.Cluster.PodCIDR, Image: flannelImage(h), APIPort: machineconfig.LocalAPIPort})
 		if err != nil {
@@ -290,6 +297,14 @@ func verifyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) 
 	}
 	if withoutTTL(got) != withoutTTL(want) {
 		return fmt.Errorf("%s differs from the machine config", KubeadmConfigFile)
+	}
+	if c.Cluster.IsControlPlane() {
+		for name, p := range kubeadmconfig.Patches() {
+			f := filepath.Join(kubeadmconfig.PatchesDir, name)
+			if got, err := os.ReadFile(h.Path(f)); err != nil || string(got) != string(p) {
+				return fmt.Errorf("kubeadm patch %s is missing or differs from this image's", f)
+			}
+		}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
 
@@ -110,6 +111,15 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 			t.Errorf("kubeadm.yaml lacks %s:\n%s", want, cfg)
 		}
 	}
+	// The control plane's probes are patched, and kubeadm is told where.
+	if !strings.Contains(cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`) {
+		t.Errorf("kubeadm.yaml does not point at the patches:\n%s", cfg)
+	}
+	for name, want := range kubeadmconfig.Patches() {
+		if got := e.read(filepath.Join(kubeadmconfig.PatchesDir, name)); got != string(want) {
+			t.Errorf("patch %s = %q, want %q", name, got, want)
+		}
+	}
 	if !strings.Contains(e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`) {
 		t.Errorf("apilb.json: %s", e.read("/etc/terrarium/apilb.json"))
 	}
@@ -156,6 +166,9 @@ func TestWorkerJoins(t *testing.T) {
 	}
 	if e.exists(KubernetesPKIDir + "/ca.key") {
 		t.Error("a worker got the CA key")
+	}
+	if e.exists(kubeadmconfig.PatchesDir) || strings.Contains(e.read(KubeadmConfigFile), "patches:") {
+		t.Error("a worker got the control plane's kubeadm patches")
 	}
 	if e.exists(BootstrapKubeconfig) {
 		t.Error("the bootstrap token credential is still on the worker after its TLS bootstrap")

@@ -73,6 +73,7 @@ func Render(in Input) ([]byte, error) {
 		"ControlPlane":   c.IsControlPlane(),
 		"PodResolvConf":  in.PodResolvConf,
 		"LeaderElection": LeaderElectionArgs,
+		"PatchesDir":     PatchesDir,
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
@@ -100,6 +101,9 @@ nodeRegistration:
   kubeletExtraArgs:
     - name: node-ip
       value: "{{.C.NodeIP}}"
+# Patient probes for the control plane's static pods (see Patches).
+patches:
+  directory: "{{.PatchesDir}}"
 # Generous: under emulation (QEMU without KVM) a control plane takes minutes.
 timeouts:
   controlPlaneComponentHealthCheck: 20m0s
@@ -161,6 +165,9 @@ controlPlane:
   localAPIEndpoint:
     advertiseAddress: "{{.C.NodeIP}}"
     bindPort: {{.Port}}
+# Patient probes for the control plane's static pods (see Patches).
+patches:
+  directory: "{{.PatchesDir}}"
 {{- end}}
 timeouts:
   discovery: 15m0s
@@ -183,3 +190,38 @@ apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
 `
+
+// PatchesDir is where a control-plane node keeps the files of Patches; its
+// rendered configuration points kubeadm's phases at it.
+const PatchesDir = "/etc/terrarium/kubeadm-patches"
+
+// Patches returns kubeadm's patches for the control plane's static pods,
+// by file name (kubeadm's "target+patchtype.extension").
+//
+// kubeadm gives kube-apiserver and etcd 4 minutes to pass their startup
+// probes (24 × 10 s) and kills them after 80 s of failed liveness probes
+// (8 × 10 s). On a slow machine (a USB stick, a small NUC, emulation) right
+// after a power cut, kube-apiserver's post-start hooks can take longer than
+// that while etcd replays its log: the kubelet kills it, it starts over
+// under the same load, and the node loops for many minutes (make e2e showed
+// eight restarts in a row). These patches give both 15 minutes to start and
+// 3 minutes of failed liveness probes before a restart; readiness, which
+// only steers traffic, keeps kubeadm's values.
+func Patches() map[string][]byte {
+	return map[string][]byte{
+		"kube-apiserver+strategic.yaml": patientProbes("kube-apiserver"),
+		"etcd+strategic.yaml":           patientProbes("etcd"),
+	}
+}
+
+func patientProbes(container string) []byte {
+	return []byte(`# Written by Terrarium firstboot; kubeadm applies it to the static pod.
+spec:
+  containers:
+    - name: ` + container + `
+      startupProbe:
+        failureThreshold: 90
+      livenessProbe:
+        failureThreshold: 18
+`)
+}
