@@ -103,6 +103,9 @@ func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *cl
 	for n, cfg := range map[*clusterNode]string{cp: cpCfg, w: wCfg} {
 		n.m = newMachine(t, image)
 		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		if n == w {
+			n.m.yieldCPU()
+		}
 		n.sshPort = n.m.forwardSSH()
 		n.disk = n.m.configDisk("config.img", cfg)
 	}

@@ -87,6 +87,9 @@ func TestClusterFormation(t *testing.T) {
 		n.m = newMachine(t, image)
 		n.m.mac = n.mgmtMAC
 		n.m.memMiB = 3072
+		if n == w {
+			n.m.yieldCPU()
+		}
 		n.sshPort = n.m.forwardSSH()
 		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
 	}

@@ -52,6 +52,9 @@ func TestClusterHA(t *testing.T) {
 	for i, n := range nodes {
 		n.m = newMachine(t, image)
 		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		if strings.HasPrefix(n.name, "w-") {
+			n.m.yieldCPU()
+		}
 		n.sshPort = n.m.forwardSSH()
 		n.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: n.linkMAC}
 		if i == 0 {

@@ -57,6 +57,11 @@ type machine struct {
 	link *qemu.Network
 	// memMiB is the VM's memory; 0 is QEMU's default here (2 GiB).
 	memMiB int
+	// cpus is the VM's vCPU count (0: the qemu package's default, 2) and
+	// nice its QEMU's niceness: a worker VM that shares the host's two
+	// cores with a control-plane VM gets one vCPU and yields, as it would
+	// have its own CPU on real hardware.
+	cpus, nice int
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
@@ -89,6 +94,8 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 	vm, err := qemu.Start(ctx, qemu.Config{
 		Dir:       filepath.Join(m.dir, "vm"),
 		MemoryMiB: m.memMiB,
+		CPUs:      m.cpus,
+		Nice:      m.nice,
 		Disks:     disks,
 		Network:   qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
 		Link:      m.link,
@@ -159,3 +166,7 @@ func seen(ctx context.Context, t testing.TB, vm *qemu.VM, re *regexp.Regexp) {
 		}
 	}
 }
+
+// yieldCPU gives the machine one vCPU at niceness 10: a worker next to
+// control-plane VMs on the same two host cores (see cpus and nice).
+func (m *machine) yieldCPU() { m.cpus, m.nice = 1, 10 }

@@ -141,3 +141,12 @@ func (n Network) args(i int) []string {
 	}
 	return a
 }
+
+// argv is the command line that starts QEMU, under nice(1) if Nice is set.
+func (c Config) argv() []string {
+	argv := append([]string{c.Binary}, c.args()...)
+	if c.Nice > 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(c.Nice)}, argv...)
+	}
+	return argv
+}

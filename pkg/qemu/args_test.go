@@ -152,6 +152,20 @@ func TestArgsNoHotplugPorts(t *testing.T) {
 	}
 }
 
+func TestArgvNice(t *testing.T) {
+	cfg, err := Config{Dir: t.TempDir()}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.argv()[0]; got != DefaultBinary {
+		t.Errorf("argv[0] = %q without Nice, want %q", got, DefaultBinary)
+	}
+	cfg.Nice = 10
+	if got := strings.Join(cfg.argv()[:4], " "); got != "nice -n 10 "+DefaultBinary {
+		t.Errorf("argv starts %q with Nice 10", got)
+	}
+}
+
 func TestConfigInvalid(t *testing.T) {
 	disk := func(mod func(*Disk)) []Disk {
 		d := Disk{Path: "/x.img", Format: "raw"}
@@ -182,6 +196,7 @@ func TestConfigInvalid(t *testing.T) {
 		{"fw_cfg without value", Config{FwCfg: []FwCfg{{Name: "opt/x"}}}, "exactly one of File and String"},
 		{"fw_cfg with both", Config{FwCfg: []FwCfg{{Name: "opt/x", File: "/f", String: "s"}}}, "exactly one"},
 		{"negative memory", Config{MemoryMiB: -1}, "negative"},
+		{"nice above 19", Config{Nice: 20}, "Nice 20"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,8 +40,11 @@ type Config struct {
 	Dir       string // required: state dir (efivars.fd, qmp.sock, console.log)
 	MemoryMiB int    // default DefaultMemoryMiB
 	CPUs      int    // default DefaultCPUs
-	Disks     []Disk // attached at start, in order
-	Network   Network
+	// Nice, if positive, starts QEMU at that niceness (nice(1)): a VM that
+	// shares the host's cores with a more important one yields to it.
+	Nice    int
+	Disks   []Disk // attached at start, in order
+	Network Network
 	// Link is an optional second NIC (e.g. a private link between two
 	// VMs next to a restricted management network).
 	Link  *Network
@@ -165,6 +168,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MemoryMiB < 0 || c.CPUs < 0 {
 		return c, fmt.Errorf("config: negative MemoryMiB %d or CPUs %d", c.MemoryMiB, c.CPUs)
+	}
+	if c.Nice < 0 || c.Nice > 19 {
+		return c, fmt.Errorf("config: Nice %d is outside 0..19", c.Nice)
 	}
 	switch {
 	case c.HotplugPorts == 0:

@@ -57,7 +57,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	v := &VM{
 		cfg:    cfg,
-		argv:   append([]string{cfg.Binary}, cfg.args()...),
+		argv:   cfg.argv(),
 		log:    cfg.Logger,
 		stderr: &tailBuffer{max: 64 << 10},
 		exited: make(chan struct{}),
