@@ -38,6 +38,7 @@ vet: bin
 
 unit: bin
 	$(GO) test -count=1 ./cmd/... ./pkg/...
+	cd components/cni-plugins && GOWORK=off $(GO) test -count=1 ./flannel
 
 qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \

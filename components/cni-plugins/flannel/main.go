@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,10 +34,13 @@ type netConf struct {
 	Delegate map[string]any `json:"delegate"`
 }
 
-// lease is what flanneld wrote to subnet.env.
+// lease is what flanneld wrote to subnet.env: the cluster's pod network
+// and this node's subnet of it, both as network prefixes (flanneld writes
+// the subnet as the node's gateway address, 10.244.1.1/24; host-local wants
+// the network, 10.244.1.0/24).
 type lease struct {
-	network string
-	subnet  string
+	network netip.Prefix
+	subnet  netip.Prefix
 	mtu     int
 	ipMasq  bool
 }
@@ -63,10 +67,16 @@ func readLease(path string) (*lease, error) {
 			continue
 		}
 		switch k {
-		case "FLANNEL_NETWORK":
-			l.network = v
-		case "FLANNEL_SUBNET":
-			l.subnet = v
+		case "FLANNEL_NETWORK", "FLANNEL_SUBNET":
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s %q: %w", path, k, v, err)
+			}
+			if k == "FLANNEL_NETWORK" {
+				l.network = p.Masked()
+			} else {
+				l.subnet = p.Masked()
+			}
 		case "FLANNEL_MTU":
 			if l.mtu, err = strconv.Atoi(v); err != nil {
 				return nil, fmt.Errorf("%s: FLANNEL_MTU %q: %w", path, v, err)
@@ -78,7 +88,7 @@ func readLease(path string) (*lease, error) {
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if l.network == "" || l.subnet == "" {
+	if !l.network.IsValid() || !l.subnet.IsValid() {
 		return nil, fmt.Errorf("%s lacks FLANNEL_NETWORK or FLANNEL_SUBNET", path)
 	}
 	return l, nil
@@ -107,8 +117,8 @@ func delegateConf(c *netConf, l *lease) ([]byte, error) {
 	}
 	d["ipam"] = map[string]any{
 		"type":   "host-local",
-		"ranges": [][]map[string]string{{{"subnet": l.subnet}}},
-		"routes": []map[string]string{{"dst": l.network}},
+		"ranges": [][]map[string]string{{{"subnet": l.subnet.String()}}},
+		"routes": []map[string]string{{"dst": l.network.String()}},
 	}
 	return json.Marshal(d)
 }
