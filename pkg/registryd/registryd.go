@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/mirrors"
@@ -88,7 +89,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { errs <- registry.Serve(ctx, ln, srv) }()
 	o.Log.Info("registry: serving", "addr", o.Loopback, "bundle", o.BundleDir, "cache", o.CacheDir, "peers", cfg.Peers)
 	if cfg.Serve {
-		tln, err := tlsListener(cfg)
+		tln, err := tlsListener(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -138,16 +139,38 @@ func loadCA(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-func tlsListener(c Config) (net.Listener, error) {
+func tlsListener(ctx context.Context, c Config) (net.Listener, error) {
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("registry TLS certificate: %w", err)
 	}
-	ln, err := tls.Listen("tcp", c.Listen, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	ln, err := listenFreebind(ctx, c.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
-	return ln, nil
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+}
+
+// listenFreebind listens on addr even while no interface has its address
+// yet (IP_FREEBIND). The peer listener is on the node's cluster address,
+// which the network brings up on its own schedule; a plain bind failed
+// with "cannot assign requested address" and the service restarted until
+// the address came, close to systemd's start limit (seen in make e2e
+// after a power cut). Peers reach the listener once the address is up.
+func listenFreebind(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_FREEBIND, 1)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("set IP_FREEBIND: %w", serr)
+		}
+		return nil
+	}}
+	return lc.Listen(ctx, "tcp", addr)
 }
 
 // Notify returns an sd_notify READY=1 sender for $NOTIFY_SOCKET (a no-op

@@ -90,3 +90,22 @@ func TestBadConfigIsAnError(t *testing.T) {
 		t.Fatal("Run with peers but no CA file succeeded")
 	}
 }
+
+// The peer listener binds to the node's cluster address even before the
+// network has put it on an interface: 192.0.2.77 (TEST-NET-1) is on none
+// here, and a plain bind to it fails.
+func TestPeerListenerBindsBeforeTheAddressIsUp(t *testing.T) {
+	const addr = "192.0.2.77:0"
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("%s is configured on this machine; the test needs an address that is not", addr)
+	}
+	ln, err := listenFreebind(context.Background(), addr)
+	if err != nil {
+		t.Fatalf("listen with IP_FREEBIND on %s: %v", addr, err)
+	}
+	defer ln.Close()
+	if got := ln.Addr().(*net.TCPAddr).IP.String(); got != "192.0.2.77" {
+		t.Errorf("listening on %s, want 192.0.2.77", got)
+	}
+}
