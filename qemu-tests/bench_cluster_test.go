@@ -227,10 +227,11 @@ admin:
 // images in the same registry cache, and a plain `kubeadm init` + `kubeadm
 // join` run over SSH as soon as each node can be logged into — what an
 // operator's script does. Firstboot provisions only the network and the
-// admin user. It gets Terrarium's leader-election flags too (with
-// kubeadm's defaults the controller manager keeps losing its lease under
-// TCG and a worker may never finish its TLS bootstrap), so the ratio
-// compares the orchestration alone.
+// admin user. It gets Terrarium's leader-election flags and its kubeadm
+// patches for the control plane's probes too (with kubeadm's defaults the
+// controller manager keeps losing its lease under TCG and a worker may
+// never finish its TLS bootstrap), so the ratio compares the orchestration
+// alone.
 func TestClusterBenchKubeadm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
@@ -248,6 +249,7 @@ func TestClusterBenchKubeadm(t *testing.T) {
 kind: InitConfiguration
 bootstrapTokens: [{token: "` + token + `"}]
 localAPIEndpoint: {advertiseAddress: "10.77.0.10", bindPort: 6443}
+patches: {directory: "` + kubeadmconfig.PatchesDir + `"}
 nodeRegistration:
   name: cp-1
   criSocket: unix:///run/containerd/containerd.sock
@@ -279,6 +281,9 @@ mode: nftables
 	cpSSH, wSSH := dialSSH(ctx, t, cp.sshPort, key), dialSSH(ctx, t, w.sshPort, key)
 	cpSSH.run(prep)
 	wSSH.run(prep)
+	for name, p := range kubeadmconfig.Patches() {
+		cpSSH.run("sudo mkdir -p " + kubeadmconfig.PatchesDir + " && sudo tee " + kubeadmconfig.PatchesDir + "/" + name + " >/dev/null <<'EOF'\n" + string(p) + "EOF\n")
+	}
 	cpSSH.run("cat > /tmp/kubeadm.yaml <<'EOF'\n" + cfg + "EOF\nsudo kubeadm init --config /tmp/kubeadm.yaml --ignore-preflight-errors=SystemVerification")
 	api := time.Now()
 	cpSSH.run("mkdir -p ~/.kube && sudo cat /etc/kubernetes/admin.conf > ~/.kube/config")

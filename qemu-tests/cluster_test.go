@@ -133,9 +133,14 @@ func TestClusterFormation(t *testing.T) {
 		for _, n := range []*clusterNode{cp, w} {
 			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			c := dialSSH(dctx, t, n.sshPort, key)
-			out, _ := c.try("sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/kubeadm.json; " +
-				"K='sudo kubectl --kubeconfig /etc/kubernetes/admin.conf'; $K get pods -A -o wide; $K -n kube-system describe pods -l k8s-app=kube-dns | tail -25; " +
-				"$K -n kube-flannel logs -l app=flannel --tail=25; $K -n kube-system logs -l k8s-app=kube-proxy --tail=15")
+			// Into a file first, then read until whole (see sshClient.output).
+			if out, err := c.try("{ sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/kubeadm.json; " +
+				"K='sudo kubectl --kubeconfig /etc/kubernetes/admin.conf'; $K get pods -A -o wide; $K get events -A --sort-by=.lastTimestamp | tail -30; " +
+				"$K -n kube-system describe pods -l k8s-app=kube-dns | tail -25; " +
+				"$K -n kube-flannel logs -l app=flannel --tail=25; $K -n kube-system logs -l k8s-app=kube-proxy --tail=15; } > /tmp/diagnostics.txt 2>&1"); err != nil {
+				t.Logf("%s diagnostics: %v: %s", n.name, err, out)
+			}
+			out := c.output("cat /tmp/diagnostics.txt; echo '--- end of diagnostics'", regexp.MustCompile(`--- end of diagnostics`))
 			t.Logf("%s diagnostics:\n%s", n.name, out)
 			dcancel()
 		}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Cluster formation under QEMU/TCG: Terrarium's zero-touch formation against
 # a plain `kubeadm init` + `kubeadm join` run over SSH on the same image with
-# the same images in the same registry cache and the same leader-election
-# flags. Both boot two VMs (control plane + worker, 3 GiB each) at once on a
-# private link with no route out. Prints seconds from power-on to API ready
-# and to all nodes Ready, the ratio, and the init node's timeline. Takes
-# about 40 minutes.
+# the same images in the same registry cache, the same leader-election flags
+# and the same probe patches. Both boot two VMs at once (control plane: 2
+# vCPUs; worker: 1 vCPU at niceness 10; 3 GiB each) on a private link with
+# no route out. Prints seconds from power-on to API ready and to all nodes
+# Ready, the ratio, and the init node's timeline. Takes about 40 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${BENCH_OUT:-out/bench-cluster}

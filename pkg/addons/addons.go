@@ -1,6 +1,6 @@
 // Package addons renders the cluster add-ons that firstboot applies and
 // kubeadm does not: the pod network (flannel, from the bundle's image and
-// our CNI plugin in the slot).
+// our CNI plugin in the slot) and CoreDNS's air-gapped configuration.
 package addons
 
 import (
@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"fmt"
 	"net/netip"
+	"strings"
 	"text/template"
 )
 
@@ -67,3 +68,53 @@ func Flannel(in FlannelInput) ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// CoreDNSConfig is the coredns ConfigMap (kube-system) an init node creates
+// before kubeadm's CoreDNS add-on phase, which keeps a Corefile it finds
+// rather than writing its own.
+//
+// kubeadm's Corefile forwards names outside the cluster to the resolvers
+// of /etc/resolv.conf and runs the loop plugin. An air-gapped node has no
+// upstream: its pods' resolv.conf names a loopback address where nothing
+// answers, and inside CoreDNS's own pod that address is CoreDNS itself (it
+// listens on :53 on every address), so the loop plugin stops CoreDNS at
+// start ("Loop detected", make e2e) and it never becomes ready. This
+// Corefile is kubeadm's without forward and loop: names in the cluster
+// domain and reverse zones resolve, other names fail at once (SERVFAIL)
+// and no query leaves the node.
+func CoreDNSConfig(dnsDomain string) ([]byte, error) {
+	if dnsDomain == "" || strings.ContainsAny(dnsDomain, " \t\n{}") {
+		return nil, fmt.Errorf("coredns: DNS domain %q is not a domain name", dnsDomain)
+	}
+	return []byte(strings.ReplaceAll(coreDNSConfig, "DOMAIN", dnsDomain)), nil
+}
+
+const coreDNSConfig = `# Written by Terrarium firstboot: CoreDNS for an air-gapped cluster (no
+# upstream resolvers: names outside the cluster fail at once).
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health {
+           lameduck 5s
+        }
+        ready
+        kubernetes DOMAIN in-addr.arpa ip6.arpa {
+           pods insecure
+           fallthrough in-addr.arpa ip6.arpa
+           ttl 30
+        }
+        prometheus :9153
+        cache 30 {
+           disable success DOMAIN
+           disable denial DOMAIN
+        }
+        reload
+        loadbalance
+    }
+`

@@ -42,3 +42,42 @@ func TestFlannel(t *testing.T) {
 		t.Fatalf("conflist is not JSON: %v", err)
 	}
 }
+
+// The Corefile serves the cluster domain and never forwards: no forward
+// plugin (no upstream on an air-gapped node) and no loop plugin (which
+// stopped CoreDNS when its pods' resolver was CoreDNS itself).
+func TestCoreDNSConfig(t *testing.T) {
+	b, err := CoreDNSConfig("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Kind     string
+		Metadata struct{ Name, Namespace string }
+		Data     map[string]string
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatalf("not YAML: %v\n%s", err, b)
+	}
+	if cm.Kind != "ConfigMap" || cm.Metadata.Name != "coredns" || cm.Metadata.Namespace != "kube-system" {
+		t.Errorf("kubeadm looks for ConfigMap kube-system/coredns, got %s %s/%s", cm.Kind, cm.Metadata.Namespace, cm.Metadata.Name)
+	}
+	corefile := cm.Data["Corefile"]
+	for _, want := range []string{"kubernetes cluster.local in-addr.arpa ip6.arpa {", "ready\n", "health {", "disable success cluster.local"} {
+		if !strings.Contains(corefile, want) {
+			t.Errorf("Corefile lacks %q:\n%s", want, corefile)
+		}
+	}
+	for _, line := range strings.Split(corefile, "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) > 0 && (f[0] == "forward" || f[0] == "loop"):
+			t.Errorf("Corefile has %q", line)
+		}
+	}
+	if strings.Count(corefile, "{") != strings.Count(corefile, "}") {
+		t.Errorf("unbalanced braces:\n%s", corefile)
+	}
+	if _, err := CoreDNSConfig("a b"); err == nil {
+		t.Error("a DNS domain with a space was accepted")
+	}
+}

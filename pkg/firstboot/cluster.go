@@ -28,6 +28,7 @@ const (
 	ClusterCAFile     = "/etc/terrarium/pki/cluster-ca.pem"
 	PodResolvConf     = "/etc/terrarium/pod-resolv.conf"
 	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
+	CoreDNSManifest   = "/etc/terrarium/addons/coredns-config.yaml"
 	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
 	KubernetesPKIDir  = "/etc/kubernetes/pki"
 	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
@@ -279,6 +280,13 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 		if _, err := h.writeIfChanged(FlannelManifest, m, 0o644); err != nil {
 			return err
 		}
+		dns, err := addons.CoreDNSConfig(kubeadmconfig.DNSDomain)
+		if err != nil {
+			return err
+		}
+		if _, err := h.writeIfChanged(CoreDNSManifest, dns, 0o644); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -352,6 +360,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("init", "phase", "mark-control-plane"),
 			k("init", "phase", "bootstrap-token"),
 			k("init", "phase", "kubelet-finalize", "all"),
+			{name: "cluster DNS configuration", own: applyCoreDNSConfig},
 			k("init", "phase", "addon", "coredns"),
 			k("init", "phase", "addon", "kube-proxy"),
 			{name: "pod network (flannel)", own: applyFlannel},
@@ -660,6 +669,13 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 		case <-time.After(h.delay(5 * time.Second)):
 		}
 	}
+}
+
+// applyCoreDNSConfig creates CoreDNS's air-gapped Corefile before
+// kubeadm's add-on phase, which keeps it (see addons.CoreDNSConfig).
+func applyCoreDNSConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", CoreDNSManifest)
+	return err
 }
 
 func applyFlannel(ctx context.Context, h *Host, c *machineconfig.Config) error {

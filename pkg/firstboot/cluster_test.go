@@ -95,6 +95,9 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
 		}
 	}
+	if !strings.Contains(e.read(CoreDNSManifest), "name: coredns") || strings.Contains(e.read(CoreDNSManifest), "forward") {
+		t.Errorf("CoreDNS configuration:\n%s", e.read(CoreDNSManifest))
+	}
 	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
 		t.Errorf("phases out of order:\n%s", got)
 	}

@@ -35,6 +35,9 @@ type Input struct {
 // the render time.
 const TTLLine = "    ttl: "
 
+// DNSDomain is the cluster's DNS domain.
+const DNSDomain = "cluster.local"
+
 // CRISocket is containerd's CRI endpoint.
 const CRISocket = "unix:///run/containerd/containerd.sock"
 
@@ -74,6 +77,7 @@ func Render(in Input) ([]byte, error) {
 		"PodResolvConf":  in.PodResolvConf,
 		"LeaderElection": LeaderElectionArgs,
 		"PatchesDir":     PatchesDir,
+		"DNSDomain":      DNSDomain,
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
@@ -122,7 +126,7 @@ controlPlaneEndpoint: "{{.Endpoint}}"
 networking:
   podSubnet: "{{.C.PodCIDR}}"
   serviceSubnet: "{{.C.ServiceCIDR}}"
-  dnsDomain: cluster.local
+  dnsDomain: {{.DNSDomain}}
 apiServer:
   certSANs: ["127.0.0.1"{{range .C.ControlPlanes}}, "{{.}}"{{end}}]
 etcd:
