@@ -8,6 +8,7 @@ pkgs=(
   squashfs-tools      # mksquashfs / unsquashfs (slot images)
   qemu-utils          # qemu-img (qcow2)
   qemu-system-x86     # QEMU under TCG for the boot tests
+  qemu-user           # qemu-x86_64: TLS handshake cost under TCG (bench-cluster)
   ovmf                # UEFI firmware for QEMU
   gdisk               # sgdisk -v (validating our GPT)
   dosfstools          # fsck.fat -n (validating our ESP / config disks)

@@ -38,6 +38,16 @@ const TTLLine = "    ttl: "
 // DNSDomain is the cluster's DNS domain.
 const DNSDomain = "cluster.local"
 
+// EncryptionAlgorithm is the key type of the certificates kubeadm makes
+// (API server, etcd, front proxy, the components' kubeconfigs). kubeadm's
+// default is RSA 2048; every TLS handshake with the API server or etcd
+// then costs the server an RSA private-key operation, and on a slow node
+// (a small NUC, emulation) right after a power cut the API server spends
+// its time in handshakes from kubelets, controllers and health checks
+// until they time out. An ECDSA P-256 handshake costs a fraction of that
+// (BenchmarkMutualTLSHandshake), and the cluster's CAs are ECDSA P-256 already.
+const EncryptionAlgorithm = "ECDSA-P256"
+
 // CRISocket is containerd's CRI endpoint.
 const CRISocket = "unix:///run/containerd/containerd.sock"
 
@@ -66,18 +76,19 @@ func Render(in Input) ([]byte, error) {
 	// a second, never zero, which kubeadm reads as "never expires".
 	ttl := max(c.TokenExpires.Sub(in.Now).Truncate(time.Second), time.Second)
 	data := map[string]any{
-		"C":              c,
-		"NodeName":       in.NodeName,
-		"Version":        in.KubernetesVersion,
-		"Endpoint":       c.APIEndpoint(),
-		"Port":           machineconfig.APIServerPort,
-		"CRISocket":      CRISocket,
-		"TokenTTL":       ttl.String(),
-		"ControlPlane":   c.IsControlPlane(),
-		"PodResolvConf":  in.PodResolvConf,
-		"LeaderElection": LeaderElectionArgs,
-		"PatchesDir":     PatchesDir,
-		"DNSDomain":      DNSDomain,
+		"C":                   c,
+		"NodeName":            in.NodeName,
+		"Version":             in.KubernetesVersion,
+		"Endpoint":            c.APIEndpoint(),
+		"Port":                machineconfig.APIServerPort,
+		"CRISocket":           CRISocket,
+		"TokenTTL":            ttl.String(),
+		"ControlPlane":        c.IsControlPlane(),
+		"PodResolvConf":       in.PodResolvConf,
+		"LeaderElection":      LeaderElectionArgs,
+		"PatchesDir":          PatchesDir,
+		"DNSDomain":           DNSDomain,
+		"EncryptionAlgorithm": EncryptionAlgorithm,
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
@@ -121,6 +132,9 @@ clusterName: "{{.C.Name}}"
 kubernetesVersion: "{{.Version}}"
 imageRepository: registry.k8s.io
 certificatesDir: /etc/kubernetes/pki
+# Leaf keys and certificates: ECDSA P-256 like the CAs, not kubeadm's
+# RSA 2048 (see EncryptionAlgorithm).
+encryptionAlgorithm: {{.EncryptionAlgorithm}}
 # Every node reaches the API through its own balancer on loopback.
 controlPlaneEndpoint: "{{.Endpoint}}"
 networking:
