@@ -18,6 +18,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/addons"
 	"github.com/terrarium-os/terrarium/pkg/apilb"
 	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
@@ -734,8 +735,9 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
 		}
 	}
+	var client NodeReader
 	for polls := 1; ; polls++ {
-		ready, total, mine, err := nodes(ctx, h, c)
+		ready, total, mine, err := nodes(ctx, h, c, &client)
 		if polls%24 == 0 {
 			why := "node " + c.Hostname + " is not Ready yet"
 			if err != nil {
@@ -768,27 +770,39 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 // nodes asks the API how many nodes are Ready and whether this one is.
 // A control plane lists them all with the admin kubeconfig; a worker's
 // kubelet may only read its own Node (the Node authorizer), so a worker
-// reports itself alone.
-func nodes(ctx context.Context, h *Host, c *machineconfig.Config) (ready, total int, mine bool, err error) {
-	const jsonpath = `{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}`
-	args := []string{"--kubeconfig=" + KubeletKubeconfig, "--request-timeout=10s", "get", "node", c.Hostname, "-o=jsonpath=" + jsonpath}
+// reports itself alone. The client is made on the first call and kept, so
+// that polls share one connection (see pkg/kubeclient).
+func nodes(ctx context.Context, h *Host, c *machineconfig.Config, client *NodeReader) (ready, total int, mine bool, err error) {
+	all := false
 	if _, err := os.Stat(h.Path(AdminKubeconfig)); err == nil && c.Cluster.IsControlPlane() {
-		args = []string{"--kubeconfig=" + AdminKubeconfig, "--request-timeout=10s", "get", "nodes", "-o=jsonpath={range .items[*]}" + jsonpath + "{end}"}
+		all = true
 	}
-	out, err := h.output(ctx, "kubectl", args...)
+	if *client == nil {
+		kubeconfig := KubeletKubeconfig
+		if all {
+			kubeconfig = AdminKubeconfig
+		}
+		if *client, err = h.kubeClient(kubeconfig); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	var list []kubeclient.Node
+	if all {
+		list, err = (*client).Nodes(ctx)
+	} else {
+		var n kubeclient.Node
+		n, err = (*client).Node(ctx, c.Hostname)
+		list = []kubeclient.Node{n}
+	}
 	if err != nil {
 		h.cluster(func(s *ClusterStatus) { s.APIUp = false })
 		return 0, 0, false, err
 	}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
+	for _, n := range list {
 		total++
-		if f[1] == "True" {
+		if n.Ready {
 			ready++
-			mine = mine || f[0] == c.Hostname
+			mine = mine || n.Name == c.Hostname
 		}
 	}
 	return ready, total, mine, nil

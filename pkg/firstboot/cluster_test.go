@@ -37,9 +37,9 @@ func clusterConfig(t *testing.T, node string) string {
 	return string(b)
 }
 
-// clusterEnv is a fake machine with a Kubernetes bundle and fake kubeadm
-// and kubectl: kubeadm prints the bundle's version, kubectl reports both
-// nodes Ready. failOnce makes one kubeadm phase fail on its first run.
+// clusterEnv is a fake machine with a Kubernetes bundle, a fake kubeadm
+// that prints the bundle's version, and a fake API (env.host) that reports
+// both nodes Ready. failOnce makes one kubeadm phase fail on its first run.
 func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 	e := newEnv(t)
 	e.write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
@@ -72,10 +72,6 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 				failed = true
 				return []byte("simulated power cut\n"), errors.New("exit status 1")
 			}
-		case name == "kubectl" && strings.Contains(line, "get nodes"):
-			return []byte("cp-1 True\nw-1 True\n"), nil
-		case name == "kubectl" && strings.Contains(line, "get node w-1"):
-			return []byte("w-1 True\n"), nil
 		}
 		return nil, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 )
 
@@ -356,5 +357,24 @@ func (e *env) host() *Host {
 		ex = e.hostExec
 	}
 	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
-		Probe: func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil }}
+		Probe:      func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
+		KubeClient: func(kubeconfig string) (NodeReader, error) { return fakeAPI{kubeconfig: kubeconfig}, nil }}
+}
+
+// fakeAPI is a cluster of two Ready nodes, cp-1 and w-1, as the API shows
+// them: only the admin may list them.
+type fakeAPI struct{ kubeconfig string }
+
+func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
+	if f.kubeconfig != AdminKubeconfig {
+		return nil, fmt.Errorf("GET /api/v1/nodes: 403 Forbidden (as %s)", f.kubeconfig)
+	}
+	return []kubeclient.Node{{Name: "cp-1", Ready: true}, {Name: "w-1", Ready: true}}, nil
+}
+
+func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error) {
+	if name != "cp-1" && name != "w-1" {
+		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
+	}
+	return kubeclient.Node{Name: name, Ready: true}, nil
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 )
 
 // Host is the machine firstboot acts on. Production uses the real root;
@@ -33,6 +35,10 @@ type Host struct {
 	// Probe asks an HTTPS endpoint, verified by the PEM CA, for its status
 	// code; nil means a real HTTPS GET (tests fake it).
 	Probe func(ctx context.Context, url, caPEM string) (int, error)
+	// KubeClient returns a reader of the API's nodes with the credentials
+	// of a kubeconfig file; nil means a real client (pkg/kubeclient), with
+	// the kubeconfig and the files it names read under Root.
+	KubeClient func(kubeconfig string) (NodeReader, error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -68,6 +74,27 @@ func (h *Host) probe(ctx context.Context, url, caPEM string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// NodeReader reads the API's nodes (pkg/kubeclient.Client).
+type NodeReader interface {
+	Nodes(ctx context.Context) ([]kubeclient.Node, error)
+	Node(ctx context.Context, name string) (kubeclient.Node, error)
+}
+
+func (h *Host) kubeClient(kubeconfig string) (NodeReader, error) {
+	if h.KubeClient != nil {
+		return h.KubeClient(kubeconfig)
+	}
+	b, err := os.ReadFile(h.Path(kubeconfig))
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kubeconfig, err)
+	}
+	return c, nil
 }
 
 func (h *Host) attempts() int {

@@ -1,0 +1,257 @@
+// Package kubeclient asks a Kubernetes API server about its nodes, with the
+// credentials of a kubeconfig file as kubeadm writes them (one cluster, one
+// client certificate, inline or in files).
+//
+// firstboot polls node readiness every few seconds until its node is Ready.
+// Running kubectl for that costs a 50 MB program's start-up each time,
+// about half a second of CPU under emulation (QEMU without KVM), on a node
+// whose API server is starting on the same CPUs. This client keeps one
+// TLS connection for all polls and decodes only the fields it reads.
+package kubeclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// kubeconfig is the part of a kubeconfig file the client uses.
+type kubeconfig struct {
+	CurrentContext string `yaml:"current-context"`
+	Clusters       []struct {
+		Name    string `yaml:"name"`
+		Cluster struct {
+			Server                   string `yaml:"server"`
+			CertificateAuthority     string `yaml:"certificate-authority"`
+			CertificateAuthorityData string `yaml:"certificate-authority-data"`
+		} `yaml:"cluster"`
+	} `yaml:"clusters"`
+	Users []struct {
+		Name string `yaml:"name"`
+		User struct {
+			ClientCertificate     string `yaml:"client-certificate"`
+			ClientCertificateData string `yaml:"client-certificate-data"`
+			ClientKey             string `yaml:"client-key"`
+			ClientKeyData         string `yaml:"client-key-data"`
+		} `yaml:"user"`
+	} `yaml:"users"`
+	Contexts []struct {
+		Name    string `yaml:"name"`
+		Context struct {
+			Cluster string `yaml:"cluster"`
+			User    string `yaml:"user"`
+		} `yaml:"context"`
+	} `yaml:"contexts"`
+}
+
+// Client talks to one API server as one user.
+type Client struct {
+	server *url.URL
+	http   *http.Client
+}
+
+// Timeout bounds one request, TLS handshake included: generous, since a
+// loaded API server under emulation takes seconds for a handshake.
+const Timeout = 20 * time.Second
+
+// New reads the kubeconfig in data. Its current context (or its only
+// context) names the cluster and the user; the user must authenticate with
+// a client certificate. readFile reads the files a kubeconfig may refer to
+// (certificate-authority, client-certificate, client-key), so that a
+// caller can resolve them under another root.
+func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
+	var kc kubeconfig
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	clusterName, userName, err := kc.selected()
+	if err != nil {
+		return nil, err
+	}
+	var server, caData, caFile string
+	found := false
+	for _, c := range kc.Clusters {
+		if c.Name == clusterName {
+			server, caData, caFile, found = c.Cluster.Server, c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("kubeconfig: context names cluster %q, which is not in clusters", clusterName)
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("kubeconfig: cluster %q: server %q is not an https:// URL", clusterName, server)
+	}
+	caPEM, err := inlineOrFile(caData, caFile, readFile)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: cluster %q: certificate authority: %w", clusterName, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("kubeconfig: cluster %q: no PEM certificate in its certificate authority", clusterName)
+	}
+	var cert tls.Certificate
+	found = false
+	for _, us := range kc.Users {
+		if us.Name != userName {
+			continue
+		}
+		found = true
+		certPEM, err := inlineOrFile(us.User.ClientCertificateData, us.User.ClientCertificate, readFile)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: user %q: client certificate: %w", userName, err)
+		}
+		keyPEM, err := inlineOrFile(us.User.ClientKeyData, us.User.ClientKey, readFile)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: user %q: client key: %w", userName, err)
+		}
+		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			return nil, fmt.Errorf("kubeconfig: user %q: %w", userName, err)
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("kubeconfig: context names user %q, which is not in users", userName)
+	}
+	return &Client{server: u, http: &http.Client{
+		Timeout: Timeout,
+		Transport: &http.Transport{
+			Proxy: nil, // the API server is always reached directly
+			TLSClientConfig: &tls.Config{
+				RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			},
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     time.Minute,
+		},
+	}}, nil
+}
+
+// selected returns the cluster and user of the current context, or of the
+// only context when none is current.
+func (kc *kubeconfig) selected() (cluster, user string, err error) {
+	name := kc.CurrentContext
+	if name == "" {
+		if len(kc.Contexts) != 1 {
+			return "", "", fmt.Errorf("kubeconfig: no current-context and %d contexts", len(kc.Contexts))
+		}
+		name = kc.Contexts[0].Name
+	}
+	for _, c := range kc.Contexts {
+		if c.Name == name {
+			return c.Context.Cluster, c.Context.User, nil
+		}
+	}
+	return "", "", fmt.Errorf("kubeconfig: current-context %q is not in contexts", name)
+}
+
+// inlineOrFile decodes base64 data, or else reads the file.
+func inlineOrFile(data, file string, readFile func(string) ([]byte, error)) ([]byte, error) {
+	switch {
+	case data != "":
+		b, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			return nil, fmt.Errorf("decode base64: %w", err)
+		}
+		return b, nil
+	case file != "":
+		b, err := readFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", file, err)
+		}
+		return b, nil
+	}
+	return nil, errors.New("neither inline data nor a file")
+}
+
+// Node is what the client reads of a Node object.
+type Node struct {
+	Name  string
+	Ready bool
+}
+
+// nodeJSON is the part of a Node object Node comes from.
+type nodeJSON struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Status struct {
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func (n nodeJSON) node() Node {
+	out := Node{Name: n.Metadata.Name}
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			out.Ready = c.Status == "True"
+		}
+	}
+	return out
+}
+
+// Nodes lists every node. It needs a user allowed to list nodes (a
+// kubelet may only get its own).
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var list struct {
+		Items []nodeJSON `json:"items"`
+	}
+	if err := c.get(ctx, "/api/v1/nodes", &list); err != nil {
+		return nil, err
+	}
+	nodes := make([]Node, 0, len(list.Items))
+	for _, n := range list.Items {
+		nodes = append(nodes, n.node())
+	}
+	return nodes, nil
+}
+
+// Node gets one node by name.
+func (c *Client) Node(ctx context.Context, name string) (Node, error) {
+	var n nodeJSON
+	if err := c.get(ctx, "/api/v1/nodes/"+url.PathEscape(name), &n); err != nil {
+		return Node{}, err
+	}
+	return n.node(), nil
+}
+
+// CloseIdleConnections closes the kept-alive connection.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// get decodes the JSON answer to GET path into v.
+func (c *Client) get(ctx context.Context, path string, v any) error {
+	u := c.server.JoinPath(path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("GET %s: read answer: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body[:min(len(body), 300)])))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: decode answer: %w", u, err)
+	}
+	return nil
+}
