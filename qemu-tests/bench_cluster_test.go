@@ -230,8 +230,8 @@ admin:
 // admin user. It gets Terrarium's leader-election flags and its kubeadm
 // patches for the control plane's probes too (with kubeadm's defaults the
 // controller manager keeps losing its lease under TCG and a worker may
-// never finish its TLS bootstrap), so the ratio compares the orchestration
-// alone.
+// never finish its TLS bootstrap), and its certificates' key type, so the
+// ratio compares the orchestration alone.
 func TestClusterBenchKubeadm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
@@ -258,6 +258,7 @@ nodeRegistration:
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
 kubernetesVersion: "` + kubernetesVersion(t) + `"
+encryptionAlgorithm: ` + kubeadmconfig.EncryptionAlgorithm + `
 controlPlaneEndpoint: "10.77.0.10:6443"
 networking: {podSubnet: "10.244.0.0/16", serviceSubnet: "10.96.0.0/12"}
 controllerManager: {extraArgs: ` + kubeadmconfig.LeaderElectionArgs + `}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Cluster formation under QEMU/TCG: Terrarium's zero-touch formation against
 # a plain `kubeadm init` + `kubeadm join` run over SSH on the same image with
-# the same images in the same registry cache, the same leader-election flags
-# and the same probe patches. Both boot two VMs at once (control plane: 2
-# vCPUs; worker: 1 vCPU at niceness 10; 3 GiB each) on a private link with
-# no route out. Prints seconds from power-on to API ready and to all nodes
+# the same images in the same registry cache, the same leader-election
+# flags, the same probe patches and the same certificate key type. Both boot
+# two VMs at once (control plane: 2 vCPUs; worker: 1 vCPU at niceness 10;
+# 3 GiB each) on a private link with no route out. Prints seconds from power-on to API ready and to all nodes
 # Ready, the ratio, and the init node's timeline. Takes about 40 minutes.
 # First, the cost of one mutual-TLS handshake with kubeadm's default RSA
 # 2048 certificates against the ECDSA P-256 ones Terrarium has kubeadm make,
