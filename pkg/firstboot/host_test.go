@@ -142,6 +142,30 @@ func TestNetworkFiles(t *testing.T) {
 	if len(networkFiles(&machineconfig.Config{})) != 0 {
 		t.Error("files for a config without interfaces")
 	}
+	if strings.Contains(files[filepath.Join(networkDir, "10-terrarium-0.network")]+got1, "[Route]") {
+		t.Error("a route to a Service network on a node without a cluster")
+	}
+}
+
+// On a cluster node the cluster link routes the Service network, so that
+// the node itself reaches ClusterIPs without a default route; no other
+// link does.
+func TestNetworkFilesRouteServicesOnTheClusterLink(t *testing.T) {
+	cfg := &machineconfig.Config{
+		Network: machineconfig.Network{Interfaces: []machineconfig.Interface{
+			{MACAddress: "52:54:00:00:00:10", DHCP: true},
+			{MACAddress: "52:54:00:77:00:10", Addresses: []string{"10.77.0.10/24"}},
+		}},
+		Cluster: &machineconfig.Cluster{NodeIP: "10.77.0.10", ServiceCIDR: "10.96.0.0/12"},
+	}
+	files := networkFiles(cfg)
+	mgmt, link := files[filepath.Join(networkDir, "10-terrarium-0.network")], files[filepath.Join(networkDir, "10-terrarium-1.network")]
+	if want := "\n[Route]\nDestination=10.96.0.0/12\nPreferredSource=10.77.0.10\n"; !strings.Contains(link, want) {
+		t.Errorf("cluster link:\n%s\nwant it to contain:%s", link, want)
+	}
+	if strings.Contains(mgmt, "[Route]") {
+		t.Errorf("the other link routes too:\n%s", mgmt)
+	}
 }
 
 func TestApplyAdminChownsKeys(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -90,6 +91,16 @@ func networkFiles(c *machineconfig.Config) map[string]string {
 			fmt.Fprintf(&b, "DNS=%s\n", d)
 		}
 		b.WriteString("LinkLocalAddressing=no\nIPv6AcceptRA=no\n")
+		if cl := c.Cluster; cl != nil && hasAddress(ifc, cl.NodeIP) {
+			// The Service network on the cluster link. A process on the
+			// node (not in a pod) that connects to a ClusterIP needs a
+			// route to it before kube-proxy's rules can rewrite the
+			// destination to a pod: without one (an air-gapped node has
+			// no default route) the connect fails with "Network is
+			// unreachable". This route is narrower than the default route
+			// k3s's air-gap guide asks for, and leads nowhere else.
+			fmt.Fprintf(&b, "\n[Route]\nDestination=%s\nPreferredSource=%s\n", cl.ServiceCIDR, cl.NodeIP)
+		}
 		if ifc.DHCP {
 			// No NTP, no hostname from DHCP: the machine config is the
 			// only source of truth.
@@ -98,6 +109,20 @@ func networkFiles(c *machineconfig.Config) map[string]string {
 		files[filepath.Join(networkDir, fmt.Sprintf("10-terrarium-%d.network", i))] = b.String()
 	}
 	return files
+}
+
+// hasAddress reports whether one of ifc's static addresses is ip.
+func hasAddress(ifc machineconfig.Interface, ip string) bool {
+	want, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, a := range ifc.Addresses {
+		if p, err := netip.ParsePrefix(a); err == nil && p.Addr() == want {
+			return true
+		}
+	}
+	return false
 }
 
 func applyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {
