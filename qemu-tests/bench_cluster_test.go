@@ -295,7 +295,9 @@ mode: nftables
 		t.Fatal(err)
 	}
 	wSSH.run("sudo kubeadm join 10.77.0.10:6443 --token " + token + " --discovery-token-ca-cert-hash " + hash + " --ignore-preflight-errors=SystemVerification")
-	cpSSH.run("kubectl wait --for=condition=Ready --timeout=20m node/cp-1 node/w-1")
+	// kubeadm join returns before the kubelet has registered its Node, and
+	// kubectl wait fails at once on a Node that does not exist yet.
+	cpSSH.run("timeout 20m sh -c 'until kubectl get node w-1 >/dev/null 2>&1; do sleep 2; done' && kubectl wait --for=condition=Ready --timeout=20m node/cp-1 node/w-1")
 	ready := time.Now()
 	writeResult(t, clusterResult{Method: "kubeadm", APIReady: api.Sub(start).Seconds(), AllNodesReady: ready.Sub(start).Seconds()})
 }
