@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -91,7 +90,7 @@ func networkFiles(c *machineconfig.Config) map[string]string {
 			fmt.Fprintf(&b, "DNS=%s\n", d)
 		}
 		b.WriteString("LinkLocalAddressing=no\nIPv6AcceptRA=no\n")
-		if cl := c.Cluster; cl != nil && hasAddress(ifc, cl.NodeIP) {
+		if cl := c.Cluster; cl != nil && ifc.HasAddress(cl.NodeIP) {
 			// The Service network on the cluster link. A process on the
 			// node (not in a pod) that connects to a ClusterIP needs a
 			// route to it before kube-proxy's rules can rewrite the
@@ -109,20 +108,6 @@ func networkFiles(c *machineconfig.Config) map[string]string {
 		files[filepath.Join(networkDir, fmt.Sprintf("10-terrarium-%d.network", i))] = b.String()
 	}
 	return files
-}
-
-// hasAddress reports whether one of ifc's static addresses is ip.
-func hasAddress(ifc machineconfig.Interface, ip string) bool {
-	want, err := netip.ParseAddr(ip)
-	if err != nil {
-		return false
-	}
-	for _, a := range ifc.Addresses {
-		if p, err := netip.ParsePrefix(a); err == nil && p.Addr() == want {
-			return true
-		}
-	}
-	return false
 }
 
 func applyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {

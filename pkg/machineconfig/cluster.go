@@ -258,13 +258,26 @@ func (c *Cluster) CheckToken(now time.Time) error {
 func staticPrefixes(n Network) []netip.Prefix {
 	var out []netip.Prefix
 	for _, ifc := range n.Interfaces {
-		for _, a := range ifc.Addresses {
-			if p, err := netip.ParsePrefix(a); err == nil {
-				out = append(out, p)
-			}
+		out = append(out, ifc.prefixes()...)
+	}
+	return out
+}
+
+// prefixes lists the interface's valid static addresses with their subnets.
+func (i Interface) prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range i.Addresses {
+		if p, err := netip.ParsePrefix(a); err == nil {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// HasAddress reports whether ip is one of the interface's static addresses.
+func (i Interface) HasAddress(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && hasAddr(i.prefixes(), a)
 }
 
 func hasAddr(ps []netip.Prefix, a netip.Addr) bool {
