@@ -735,9 +735,9 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
 		}
 	}
-	var client NodeReader
+	poller := newNodePoller(h, c)
 	for polls := 1; ; polls++ {
-		ready, total, mine, err := nodes(ctx, h, c, &client)
+		ready, total, mine, err := poller.poll(ctx, c.Hostname)
 		if polls%24 == 0 {
 			why := "node " + c.Hostname + " is not Ready yet"
 			if err != nil {
@@ -767,45 +767,56 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 	}
 }
 
-// nodes asks the API how many nodes are Ready and whether this one is.
-// A control plane lists them all with the admin kubeconfig; a worker's
+// nodePoller asks the API how many nodes are Ready and whether this one
+// is. A control plane lists them all with the admin kubeconfig; a worker's
 // kubelet may only read its own Node (the Node authorizer), so a worker
-// reports itself alone. The client is made on the first call and kept, so
-// that polls share one connection (see pkg/kubeclient).
-func nodes(ctx context.Context, h *Host, c *machineconfig.Config, client *NodeReader) (ready, total int, mine bool, err error) {
-	all := false
+// reports itself alone. The client is made on the first poll that can
+// (the kubelet's credentials may not be there yet) and kept, so that polls
+// share one connection (see pkg/kubeclient).
+type nodePoller struct {
+	h          *Host
+	kubeconfig string
+	all        bool
+	client     NodeReader
+}
+
+func newNodePoller(h *Host, c *machineconfig.Config) *nodePoller {
+	p := &nodePoller{h: h, kubeconfig: KubeletKubeconfig}
 	if _, err := os.Stat(h.Path(AdminKubeconfig)); err == nil && c.Cluster.IsControlPlane() {
-		all = true
+		p.kubeconfig, p.all = AdminKubeconfig, true
 	}
-	if *client == nil {
-		kubeconfig := KubeletKubeconfig
-		if all {
-			kubeconfig = AdminKubeconfig
-		}
-		if *client, err = h.kubeClient(kubeconfig); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	var list []kubeclient.Node
-	if all {
-		list, err = (*client).Nodes(ctx)
-	} else {
-		var n kubeclient.Node
-		n, err = (*client).Node(ctx, c.Hostname)
-		list = []kubeclient.Node{n}
-	}
+	return p
+}
+
+func (p *nodePoller) poll(ctx context.Context, hostname string) (ready, total int, mine bool, err error) {
+	list, err := p.list(ctx, hostname)
 	if err != nil {
-		h.cluster(func(s *ClusterStatus) { s.APIUp = false })
+		p.h.cluster(func(s *ClusterStatus) { s.APIUp = false })
 		return 0, 0, false, err
 	}
 	for _, n := range list {
 		total++
 		if n.Ready {
 			ready++
-			mine = mine || n.Name == c.Hostname
+			mine = mine || n.Name == hostname
 		}
 	}
 	return ready, total, mine, nil
+}
+
+func (p *nodePoller) list(ctx context.Context, hostname string) ([]kubeclient.Node, error) {
+	if p.client == nil {
+		c, err := p.h.kubeClient(p.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		p.client = c
+	}
+	if p.all {
+		return p.client.Nodes(ctx)
+	}
+	n, err := p.client.Node(ctx, hostname)
+	return []kubeclient.Node{n}, err
 }
 
 func sortedKeys(m map[string]string) []string {
