@@ -3,6 +3,7 @@ package firstboot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,16 +13,28 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
 
-// clusterConfig is a real init node's config from clusterconfig.
+// clusterConfig is a real node's config from clusterconfig, in a cluster
+// of one control plane (cp-1) and one worker (w-1).
 func clusterConfig(t *testing.T, node string) string {
+	return clusterConfigWith(t, node, 1)
+}
+
+// clusterConfigWith is a node's config in a cluster of controlPlanes
+// control planes (cp-1 at 10.77.0.10, cp-2 at .11, ...) and a worker.
+func clusterConfigWith(t *testing.T, node string, controlPlanes int) string {
 	t.Helper()
 	dir := t.TempDir()
+	var cps []clusterconfig.Node
+	for i := range controlPlanes {
+		cps = append(cps, clusterconfig.Node{Hostname: fmt.Sprintf("cp-%d", i+1), IP: netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + i)})})
+	}
 	_, err := clusterconfig.Write(clusterconfig.WriteOptions{
 		Topology: clusterconfig.Topology{
-			ControlPlanes: []clusterconfig.Node{{Hostname: "cp-1", IP: netip.MustParseAddr("10.77.0.10")}},
+			ControlPlanes: cps,
 			Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
 			PrefixLength:  24, Interface: "en*",
 		},
@@ -177,6 +190,54 @@ func TestWorkerJoins(t *testing.T) {
 	}
 	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
 		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
+	}
+}
+
+// Control planes booted together take turns at etcd-join: while cp-3
+// holds the join lock, cp-2 waits (and says so) and runs no etcd-join; once
+// cp-3 releases it, cp-2 takes it, joins, and releases it in turn.
+func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	e.nodes = []string{"cp-1", "cp-2", "cp-3", "w-1"}
+	e.leases.put(kubeclient.Lease{Namespace: JoinLockNamespace, Name: JoinLockName, Holder: "cp-3", DurationSeconds: 180})
+	done := make(chan error, 1)
+	go func() { done <- e.run(clusterConfigWith(t, "cp-2", 3)) }()
+	waited := func() bool {
+		st := e.statusIfAny()
+		return st != nil && st.Cluster != nil && st.Cluster.Step == "join phase etcd-join: waiting for cp-3"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !waited() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !waited() {
+		t.Fatalf("cp-2 does not show it waits for cp-3; status %+v", e.statusIfAny())
+	}
+	for _, k := range kubeadm() {
+		if strings.HasPrefix(k, "join phase etcd-join") {
+			t.Fatal("cp-2 ran etcd-join while cp-3 held the lock")
+		}
+	}
+	held, _ := e.leases.get(JoinLockName)
+	held.Holder = ""
+	e.leases.swap(held)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	got := strings.Join(kubeadm(), ",")
+	want := "join phase preflight,join phase control-plane-prepare all,join phase kubelet-start,join phase etcd-join," +
+		"join phase kubelet-wait-bootstrap,join phase control-plane-join all"
+	if got != want {
+		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)
+	}
+	l, _ := e.leases.get(JoinLockName)
+	if l.Holder != "" || l.Transitions != 1 {
+		t.Errorf("join lock after cp-2's join: %+v, want released after one transition", l)
+	}
+	for _, line := range []string{"another control plane is joining etcd: cp-3", "took the join lock kube-system/terrarium-etcd-join"} {
+		if !strings.Contains(e.console.String(), line) {
+			t.Errorf("console lacks %q:\n%s", line, e.console.String())
+		}
 	}
 }
 

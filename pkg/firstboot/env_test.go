@@ -69,6 +69,10 @@ type env struct {
 	// hostExec replaces exec as the host's Exec when set.
 	hostExec func(ctx context.Context, name string, args ...string) ([]byte, error)
 	attempts int
+	// leases are the API's Leases (the join lock).
+	leases fakeLeases
+	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
+	nodes []string
 }
 
 func (e *env) retryAttempts(n int) { e.attempts = n }
@@ -279,6 +283,20 @@ func (e *env) status() Status {
 	return s
 }
 
+// statusIfAny is status.json while firstboot runs: nil when it is not
+// there (yet) or not whole.
+func (e *env) statusIfAny() *Status {
+	b, err := os.ReadFile(e.path(StatusFile))
+	if err != nil {
+		return nil
+	}
+	var s Status
+	if json.Unmarshal(b, &s) != nil {
+		return nil
+	}
+	return &s
+}
+
 // consoleStatuses parses every "terrarium-status: {json}" line on the
 // console, in order.
 func (e *env) consoleStatuses() []Status {
@@ -358,22 +376,113 @@ func (e *env) host() *Host {
 	}
 	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
 		Probe:      func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
-		KubeClient: func(kubeconfig string) (NodeReader, error) { return fakeAPI{kubeconfig: kubeconfig}, nil }}
+		KubeClient: func(kubeconfig string) (APIClient, error) {
+			nodes := e.nodes
+			if nodes == nil {
+				nodes = []string{"cp-1", "w-1"}
+			}
+			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
+		}}
 }
 
-// fakeAPI is a cluster of two Ready nodes, cp-1 and w-1, as the API shows
-// them: only the admin may list them.
-type fakeAPI struct{ kubeconfig string }
+// fakeAPI is a cluster of Ready nodes as the API shows them: only the
+// admin may list them, or write Leases.
+type fakeAPI struct {
+	kubeconfig string
+	leases     *fakeLeases
+	nodes      []string
+}
+
+// fakeLeases keeps Leases as the API does: a new resourceVersion at every
+// write, a conflict for a write at an old one.
+type fakeLeases struct {
+	mu      sync.Mutex
+	byName  map[string]kubeclient.Lease
+	version int
+}
+
+func (f *fakeLeases) get(name string) (kubeclient.Lease, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.byName[name]
+	return l, ok
+}
+
+// put writes a Lease as another node would.
+func (f *fakeLeases) put(l kubeclient.Lease) kubeclient.Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.putLocked(l)
+}
+
+func (f *fakeLeases) putLocked(l kubeclient.Lease) kubeclient.Lease {
+	if f.byName == nil {
+		f.byName = map[string]kubeclient.Lease{}
+	}
+	f.version++
+	l.ResourceVersion = fmt.Sprint(f.version)
+	f.byName[l.Name] = l
+	return l
+}
+
+func (f fakeAPI) admin() error {
+	if f.kubeconfig != AdminKubeconfig {
+		return &kubeclient.StatusError{Code: 403, Status: "403 Forbidden", Body: "as " + f.kubeconfig}
+	}
+	return nil
+}
+
+func (f fakeAPI) Lease(ctx context.Context, ns, name string) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	l, ok := f.leases.get(name)
+	if !ok || l.Namespace != ns {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+	}
+	return l, nil
+}
+
+func (f fakeAPI) CreateLease(ctx context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	if _, ok := f.leases.get(l.Name); ok {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return f.leases.put(l), nil
+}
+
+func (f fakeAPI) UpdateLease(ctx context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	return f.leases.swap(l)
+}
+
+// swap writes l if the stored Lease is still at l's version.
+func (f *fakeLeases) swap(l kubeclient.Lease) (kubeclient.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.byName[l.Name]; !ok || cur.ResourceVersion != l.ResourceVersion {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return f.putLocked(l), nil
+}
 
 func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
 	if f.kubeconfig != AdminKubeconfig {
 		return nil, fmt.Errorf("GET /api/v1/nodes: 403 Forbidden (as %s)", f.kubeconfig)
 	}
-	return []kubeclient.Node{{Name: "cp-1", Ready: true}, {Name: "w-1", Ready: true}}, nil
+	var out []kubeclient.Node
+	for _, n := range f.nodes {
+		out = append(out, kubeclient.Node{Name: n, Ready: true})
+	}
+	return out, nil
 }
 
 func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error) {
-	if name != "cp-1" && name != "w-1" {
+	if !slices.Contains(f.nodes, name) {
 		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
 	}
 	return kubeclient.Node{Name: name, Ready: true}, nil

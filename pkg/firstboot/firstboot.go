@@ -267,7 +267,7 @@ func (r *runner) watchHost(cfg *machineconfig.Config) {
 		} else {
 			r.say("%s: %s", step, result)
 		}
-		if result == "started" {
+		if result == "started" || result == "waiting" {
 			r.publish()
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/leaselock"
 )
 
 // Host is the machine firstboot acts on. Production uses the real root;
@@ -35,10 +36,10 @@ type Host struct {
 	// Probe asks an HTTPS endpoint, verified by the PEM CA, for its status
 	// code; nil means a real HTTPS GET (tests fake it).
 	Probe func(ctx context.Context, url, caPEM string) (int, error)
-	// KubeClient returns a reader of the API's nodes with the credentials
-	// of a kubeconfig file; nil means a real client (pkg/kubeclient), with
-	// the kubeconfig and the files it names read under Root.
-	KubeClient func(kubeconfig string) (NodeReader, error)
+	// KubeClient returns a client of the API with the credentials of a
+	// kubeconfig file; nil means a real client (pkg/kubeclient), with the
+	// kubeconfig and the files it names read under Root.
+	KubeClient func(kubeconfig string) (APIClient, error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -82,7 +83,16 @@ type NodeReader interface {
 	Node(ctx context.Context, name string) (kubeclient.Node, error)
 }
 
-func (h *Host) kubeClient(kubeconfig string) (NodeReader, error) {
+// APIClient is what firstboot asks of the API: node readiness, and the
+// Lease of the control planes' join lock.
+type APIClient interface {
+	NodeReader
+	leaselock.Store
+}
+
+var _ APIClient = (*kubeclient.Client)(nil)
+
+func (h *Host) kubeClient(kubeconfig string) (APIClient, error) {
 	if h.KubeClient != nil {
 		return h.KubeClient(kubeconfig)
 	}

@@ -10,6 +10,7 @@
 package kubeclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -232,26 +233,44 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // get decodes the JSON answer to GET path into v.
 func (c *Client) get(ctx context.Context, path string, v any) error {
+	return c.do(ctx, http.MethodGet, path, nil, v)
+}
+
+// do sends a request with an optional JSON body and decodes the JSON
+// answer into v. An answer other than 200 or 201 is a *StatusError.
+func (c *Client) do(ctx context.Context, method, path string, in, v any) error {
 	u := c.server.JoinPath(path)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode request: %w", method, u, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return fmt.Errorf("GET %s: read answer: %w", u, err)
+		return fmt.Errorf("%s %s: read answer: %w", method, u, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body[:min(len(body), 300)])))
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		return &StatusError{Method: method, URL: u.String(), Code: resp.StatusCode, Status: resp.Status,
+			Body: strings.TrimSpace(string(answer[:min(len(answer), 300)]))}
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: decode answer: %w", u, err)
+	if err := json.Unmarshal(answer, v); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, u, err)
 	}
 	return nil
 }

@@ -81,6 +81,13 @@ func apiServer(t *testing.T, p pki, conns *atomic.Int32) *httptest.Server {
 		}
 		fmt.Fprint(w, node("w-1", "True"))
 	})
+	return tlsServer(t, p, mux, conns)
+}
+
+// tlsServer serves mux over TLS with the PKI's server certificate, to
+// clients with a certificate of its CA only, and counts connections.
+func tlsServer(t *testing.T, p pki, mux *http.ServeMux, conns *atomic.Int32) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(mux)
 	cert, err := tls.X509KeyPair(p.serverCert, p.serverKey)
 	if err != nil {

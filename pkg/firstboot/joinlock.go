@@ -1,0 +1,46 @@
+package firstboot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/leaselock"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+)
+
+// The Lease control planes take in turn around their etcd join.
+const (
+	JoinLockNamespace = "kube-system"
+	JoinLockName      = "terrarium-etcd-join"
+)
+
+// withJoinLock runs fn while this node holds the cluster's join lock, a
+// Lease taken with the admin kubeconfig that kubeadm's
+// control-plane-prepare phase wrote (pkg/leaselock), held under the node's
+// name. While another control plane holds it, the console and the status
+// say which.
+func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step string, fn func(ctx context.Context) error) error {
+	client, err := h.kubeClient(AdminKubeconfig)
+	if err != nil {
+		return fmt.Errorf("the join lock needs the API: %w", err)
+	}
+	report := func(event, detail string) {
+		switch event {
+		case "waiting":
+			h.cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for " + detail })
+			h.progress(step, "waiting", "another control plane is joining etcd: "+detail)
+		case "acquired":
+			h.cluster(func(s *ClusterStatus) { s.Step = step })
+			h.progress(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
+		case "lost", "renew failed", "release failed":
+			h.progress(step, "lock", event+": "+detail)
+		}
+	}
+	lock, err := leaselock.New(client, JoinLockNamespace, JoinLockName, c.Hostname,
+		leaselock.WithPoll(h.delay(5*time.Second)), leaselock.WithClock(h.now), leaselock.WithReport(report))
+	if err != nil {
+		return err
+	}
+	return lock.Do(ctx, fn)
+}

@@ -1,0 +1,286 @@
+package firstboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/layout"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+)
+
+// kubeadmStep is one kubeadm phase (or our own step) of a role's sequence.
+type kubeadmStep struct {
+	name string
+	args []string // kubeadm arguments; nil for a step of our own
+	own  func(ctx context.Context, h *Host, c *machineconfig.Config) error
+	// oneAtATime: run while holding the cluster's join lock (see
+	// withJoinLock), never alongside the same step on another node.
+	oneAtATime bool
+}
+
+const ignorePreflight = "--ignore-preflight-errors=SystemVerification"
+
+func steps(c *machineconfig.Cluster) []kubeadmStep {
+	cfg := "--config=" + KubeadmConfigFile
+	k := func(args ...string) kubeadmStep {
+		return kubeadmStep{name: strings.Join(args[:len(args)], " "), args: append(args, cfg)}
+	}
+	switch c.Role {
+	case machineconfig.RoleInit:
+		pre := k("init", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			pre,
+			k("init", "phase", "certs", "all"),
+			k("init", "phase", "kubeconfig", "all"),
+			k("init", "phase", "etcd", "local"),
+			k("init", "phase", "control-plane", "all"),
+			k("init", "phase", "kubelet-start"),
+			{name: "wait for the control plane", own: waitForLocalAPI},
+			k("init", "phase", "upload-config", "all"),
+			k("init", "phase", "mark-control-plane"),
+			k("init", "phase", "bootstrap-token"),
+			k("init", "phase", "kubelet-finalize", "all"),
+			{name: "cluster DNS configuration", own: applyCoreDNSConfig},
+			k("init", "phase", "addon", "coredns"),
+			k("init", "phase", "addon", "kube-proxy"),
+			{name: "pod network (flannel)", own: applyFlannel},
+			{name: "admin kubeconfig", own: installAdminKubeconfig},
+		}
+	case machineconfig.RoleControlPlane:
+		pre := k("join", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			{name: stepWaitForAPI, own: waitForAPI},
+			pre,
+			k("join", "phase", "control-plane-prepare", "all"),
+			k("join", "phase", "kubelet-start"),
+			// kubeadm adds etcd members one at a time (etcd takes
+			// one learner at a time; two voters added before either
+			// starts lose the quorum): control planes booted together
+			// take turns.
+			oneAtATime(k("join", "phase", "etcd-join")),
+			k("join", "phase", "kubelet-wait-bootstrap"),
+			k("join", "phase", "control-plane-join", "all"),
+			{name: "wait for the control plane", own: waitForLocalAPI},
+		}
+	default:
+		pre := k("join", "phase", "preflight")
+		pre.args = append(pre.args, ignorePreflight)
+		return []kubeadmStep{
+			{name: stepWaitForAPI, own: waitForAPI},
+			pre,
+			// kubelet-start only starts the kubelet, and kubeadm's
+			// kubelet-wait-bootstrap cannot run alone on a worker (it
+			// wants admin.conf): our own step waits for the TLS
+			// bootstrap and deletes the token credential as kubeadm's
+			// would.
+			k("join", "phase", "kubelet-start"),
+			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
+		}
+	}
+}
+
+// kubeadmProgress records the steps done, on TERRA-STATE: after a power
+// cut, provisioning resumes after the last step that completed.
+type kubeadmProgress struct {
+	// Config is the hash of the kubeadm configuration the steps ran with.
+	Config string   `json:"config"`
+	Done   []string `json:"done"`
+}
+
+func progressPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, kubeadmProgressRel))
+}
+
+// readProgress reads the saved progress, whatever configuration it ran
+// with; nil when there is none.
+func readProgress(h *Host) (*kubeadmProgress, error) {
+	b, err := os.ReadFile(progressPath(h))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var saved kubeadmProgress
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return nil, fmt.Errorf("%s: %w", progressPath(h), err)
+	}
+	return &saved, nil
+}
+
+// loadProgress is the saved progress if it ran with the configuration
+// hashed cfgHash, else a fresh start.
+func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
+	saved, err := readProgress(h)
+	if err != nil {
+		return nil, err
+	}
+	if saved != nil && saved.Config == cfgHash {
+		return saved, nil
+	}
+	return &kubeadmProgress{Config: cfgHash}, nil
+}
+
+// tokenUsed reports whether the node is past the step that uses the
+// bootstrap token, with any configuration: the init node created it in the
+// cluster, a joiner reached the API with it. Its expiry no longer matters.
+func tokenUsed(h *Host, role string) bool {
+	saved, err := readProgress(h)
+	if err != nil || saved == nil {
+		return false
+	}
+	if role == machineconfig.RoleInit {
+		return saved.done(stepBootstrapToken)
+	}
+	return saved.done(stepWaitForAPI)
+}
+
+func (p *kubeadmProgress) done(step string) bool {
+	for _, d := range p.Done {
+		if d == step {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *kubeadmProgress) save(h *Host, step string) error {
+	p.Done = append(p.Done, step)
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(progressPath(h)), 0o755); err != nil {
+		return err
+	}
+	return writeFileSync(progressPath(h), append(b, '\n'), 0o644)
+}
+
+func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	want, err := bundleKubernetesVersion(h)
+	if err != nil {
+		return err
+	}
+	out, err := h.output(ctx, "kubeadm", "version", "-o", "short")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(out); got != want {
+		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
+	}
+	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
+	prog, err := loadProgress(h, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return err
+	}
+	for _, st := range steps(cl) {
+		if prog.done(st.name) {
+			continue
+		}
+		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
+		h.progress(st.name, "started", "")
+		run := func(ctx context.Context) error { return runStep(ctx, h, c, st) }
+		var err error
+		if st.oneAtATime {
+			err = withJoinLock(ctx, h, c, st.name, run)
+		} else {
+			err = run(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		// kubeadm does not sync what it writes: without this, a power
+		// cut could keep the record of a step and lose its files.
+		if err := h.run(ctx, "sync"); err != nil {
+			return err
+		}
+		if err := prog.save(h, st.name); err != nil {
+			return err
+		}
+		h.progress(st.name, "done", "")
+	}
+	h.cluster(func(s *ClusterStatus) { s.Step = "joined" })
+	if cl.Role == machineconfig.RoleInit {
+		h.cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
+	}
+	return nil
+}
+
+// applyCoreDNSConfig creates CoreDNS's air-gapped Corefile before
+// kubeadm's add-on phase, which keeps it (see addons.CoreDNSConfig).
+func applyCoreDNSConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", CoreDNSManifest)
+	return err
+}
+
+func applyFlannel(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", FlannelManifest)
+	return err
+}
+
+// installAdminKubeconfig gives the admin user the admin kubeconfig (the
+// control-plane components never use it: kubeadm gives each its own).
+func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	name := adminName(c)
+	if name == "" {
+		return nil
+	}
+	b, err := os.ReadFile(h.Path(AdminKubeconfig))
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join("/home", name, ".kube", "config")
+	if _, err := h.writeIfChanged(dst, b, 0o600); err != nil {
+		return err
+	}
+	return h.run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+}
+
+func oneAtATime(st kubeadmStep) kubeadmStep {
+	st.oneAtATime = true
+	return st
+}
+
+// runStep runs one step, up to h.attempts() times, with diagnostics on
+// the console after each failure.
+func runStep(ctx context.Context, h *Host, c *machineconfig.Config, st kubeadmStep) error {
+	var err error
+	for attempt := 1; attempt <= h.attempts(); attempt++ {
+		if st.own != nil {
+			err = st.own(ctx, h, c)
+		} else {
+			_, err = h.output(ctx, "kubeadm", st.args...)
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.attempts(), err))
+		h.progress(st.name, "diagnostics", diagnostics(ctx, h))
+		if attempt < h.attempts() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(h.delay(stepRetryDelay)):
+			}
+		}
+	}
+	return err
+}

@@ -1,0 +1,40 @@
+package kubeclient
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Sentinel errors a *StatusError unwraps to, by its status code.
+var (
+	// ErrNotFound: the object does not exist (404).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the object changed since it was read, or already
+	// exists (409): read it again and decide again.
+	ErrConflict = errors.New("conflict")
+)
+
+// StatusError is an API answer other than success.
+type StatusError struct {
+	Method, URL string
+	Code        int
+	Status      string
+	// Body is the start of the answer (the API's Status object).
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: %s: %s", e.Method, e.URL, e.Status, e.Body)
+}
+
+// Unwrap lets errors.Is match ErrNotFound and ErrConflict.
+func (e *StatusError) Unwrap() error {
+	switch e.Code {
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusConflict:
+		return ErrConflict
+	}
+	return nil
+}
