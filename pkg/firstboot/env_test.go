@@ -375,7 +375,7 @@ func (e *env) host() *Host {
 		ex = e.hostExec
 	}
 	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
-		Probe:      func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
+		Probe: func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
 		KubeClient: func(kubeconfig string) (APIClient, error) {
 			nodes := e.nodes
 			if nodes == nil {
