@@ -30,9 +30,10 @@ type clusterResult struct {
 	// Seconds from power-on of both VMs.
 	APIReady      float64 `json:"apiReadySeconds"`
 	AllNodesReady float64 `json:"allNodesReadySeconds"`
-	// Phases of the init node: name and seconds from power-on at which
-	// each ended, in order.
-	Phases []phaseMark `json:"phases"`
+	// Phases of the init node and of the worker: name and seconds from
+	// power-on at which each ended, in order.
+	Phases       []phaseMark `json:"phases"`
+	WorkerPhases []phaseMark `json:"workerPhases,omitempty"`
 }
 
 type phaseMark struct {
@@ -53,20 +54,23 @@ func writeResult(t *testing.T, r clusterResult) {
 	}
 	t.Logf("%s: API ready %.0f s, all nodes Ready %.0f s after power-on (%s)", r.Method, r.APIReady, r.AllNodesReady, p)
 	if len(r.Phases) > 0 {
-		tl := timeline(r)
+		tl := timeline(r, "init node", r.Phases)
+		if len(r.WorkerPhases) > 0 {
+			tl += "\n" + timeline(r, "worker", r.WorkerPhases)
+		}
 		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
-		t.Logf("timeline of the init node:\n%s", tl)
+		t.Logf("timelines:\n%s", tl)
 	}
 }
 
-// timeline draws each phase of the init node as a bar on a time axis.
-func timeline(r clusterResult) string {
+// timeline draws each phase of one node as a bar on a time axis.
+func timeline(r clusterResult, node string, phases []phaseMark) string {
 	const width = 60
 	scale := float64(width) / r.AllNodesReady
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %s\n", "step (init node)", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", r.AllNodesReady))
+	fmt.Fprintf(&b, "%-34s %s\n", "step ("+node+")", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", r.AllNodesReady))
 	prev := 0.0
-	for _, p := range r.Phases {
+	for _, p := range phases {
 		if p.End < prev {
 			continue
 		}
@@ -117,9 +121,9 @@ func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *cl
 	return cp, w, start
 }
 
-// initPhases reads the init node's journal: when each provisioning step
-// ended, relative to power-on (the guest's clock is the host's).
-func initPhases(t *testing.T, ssh *sshClient, start time.Time) []phaseMark {
+// nodePhases reads a node's journal: when each provisioning step ended,
+// relative to power-on (the guest's clock is the host's).
+func nodePhases(t *testing.T, ssh *sshClient, start time.Time) []phaseMark {
 	t.Helper()
 	raw := ssh.output("sudo cat /state/terrarium/journal.json", regexp.MustCompile(`\}\s*$`))
 	var j firstboot.Journal
@@ -141,7 +145,7 @@ func initPhases(t *testing.T, ssh *sshClient, start time.Time) []phaseMark {
 
 // firstStep is when firstboot started (its boot record's first step).
 func firstStep(t *testing.T, ssh *sshClient, start time.Time) float64 {
-	p := initPhases(t, ssh, start)
+	p := nodePhases(t, ssh, start)
 	if len(p) == 0 {
 		return 0
 	}
@@ -199,8 +203,11 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	}
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	ssh.run("kubectl wait --for=condition=Ready --timeout=10m node/cp-1 node/w-1")
-	phases := append([]phaseMark{{Name: "power-on → firstboot (boot)", End: firstStep(t, ssh, start)}}, initPhases(t, ssh, start)...)
-	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), AllNodesReady: ready.Sub(start).Seconds(), Phases: phases})
+	phases := append([]phaseMark{{Name: "power-on → firstboot (boot)", End: firstStep(t, ssh, start)}}, nodePhases(t, ssh, start)...)
+	wSSH := dialSSH(ctx, t, w.sshPort, key)
+	workerPhases := append([]phaseMark{{Name: "power-on → firstboot (boot)", End: firstStep(t, wSSH, start)}}, nodePhases(t, wSSH, start)...)
+	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), AllNodesReady: ready.Sub(start).Seconds(),
+		Phases: phases, WorkerPhases: workerPhases})
 }
 
 // plainConfig is a node without a cluster section: the same image, the

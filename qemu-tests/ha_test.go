@@ -68,6 +68,13 @@ func TestClusterHA(t *testing.T) {
 		wg.Add(1)
 		go func(n *clusterNode) {
 			defer wg.Done()
+			if n.name == "cp-2" || n.name == "cp-3" {
+				if _, err := n.vm.Expect(ctx, regexp.MustCompile(`join phase etcd-join: done`)); err != nil {
+					t.Errorf("%s: waiting for its etcd join: %v", n.name, err)
+					return
+				}
+				t.Logf("%s: joined etcd %s after power-on", n.name, time.Since(start).Round(time.Second))
+			}
 			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
 				t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
 				return
@@ -87,6 +94,12 @@ func TestClusterHA(t *testing.T) {
 		t.Fatalf("etcd has %d started members, want 3:\n%s", n, members)
 	}
 	t.Logf("etcd members:\n%s", members)
+	// cp-2 and cp-3 each took the join lock once, in turn, and released it
+	// (a takeover of a holder judged dead would count two transitions).
+	lease := ssh.output("kubectl -n kube-system get lease terrarium-etcd-join -o jsonpath='transitions={.spec.leaseTransitions} holder={.spec.holderIdentity}.'", regexp.MustCompile(`holder=[^\n]*\.`))
+	if !strings.Contains(lease, "transitions=1 holder=.") {
+		t.Errorf("join lock: %s, want one transition and no holder", lease)
+	}
 
 	// Stop one control plane hard; the rest keep serving.
 	if err := nodes[1].vm.Kill(); err != nil {

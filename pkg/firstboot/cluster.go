@@ -48,6 +48,16 @@ const (
 	readyWaitTimeout    = 15 * time.Minute
 	stepAttempts        = 3
 	stepRetryDelay      = 15 * time.Second
+	// apiPoll is the pause between two questions to the API (readyz,
+	// the nodes, the join lock): one request on a kept-alive connection,
+	// or one TLS handshake, costs the API server milliseconds even under
+	// emulation, and every poll saved is a node up sooner.
+	apiPoll = 2 * time.Second
+	// filePoll is the pause between two looks for a file.
+	filePoll = time.Second
+	// diagnosticsEvery is how often a long wait for the node's
+	// readiness shows the kubelet's log and the containers.
+	diagnosticsEvery = 2 * time.Minute
 )
 
 func clusterPhases() []phase {

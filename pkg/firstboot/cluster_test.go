@@ -110,6 +110,13 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
 		t.Errorf("phases out of order:\n%s", got)
 	}
+	// The pod network goes in once the admin may write (after
+	// upload-config), before the add-ons: no node is Ready without it.
+	cmds := strings.Join(e.commands(), "\n")
+	flannel := strings.Index(cmds, "apply --server-side --force-conflicts -f "+FlannelManifest)
+	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
+		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
+	}
 	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
 	if m := mode(t, e.path(KubernetesPKIDir+"/ca.key")); m != 0o600 {
 		t.Errorf("ca.key mode %o", m)

@@ -66,7 +66,7 @@ func waitForFiles(ctx context.Context, h *Host, timeout time.Duration, paths ...
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(5 * time.Second)):
+		case <-time.After(h.delay(filePoll)):
 		}
 	}
 }
@@ -137,7 +137,7 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(5 * time.Second)):
+		case <-time.After(h.delay(apiPoll)):
 		}
 	}
 }
@@ -178,7 +178,7 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 	poller := newNodePoller(h, c)
 	for polls := 1; ; polls++ {
 		ready, total, mine, err := poller.poll(ctx, c.Hostname)
-		if polls%24 == 0 {
+		if polls%int(diagnosticsEvery/apiPoll) == 0 {
 			why := "node " + c.Hostname + " is not Ready yet"
 			if err != nil {
 				why = err.Error()
@@ -202,7 +202,7 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(5 * time.Second)):
+		case <-time.After(h.delay(apiPoll)):
 		}
 	}
 }

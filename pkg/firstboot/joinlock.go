@@ -3,7 +3,6 @@ package firstboot
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/leaselock"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
@@ -38,7 +37,7 @@ func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step st
 		}
 	}
 	lock, err := leaselock.New(client, JoinLockNamespace, JoinLockName, c.Hostname,
-		leaselock.WithPoll(h.delay(5*time.Second)), leaselock.WithClock(h.now), leaselock.WithReport(report))
+		leaselock.WithPoll(h.delay(apiPoll)), leaselock.WithClock(h.now), leaselock.WithReport(report))
 	if err != nil {
 		return err
 	}

@@ -46,13 +46,16 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
 			k("init", "phase", "upload-config", "all"),
+			// The pod network as early as the admin may write (kubeadm
+			// binds the admin's group to cluster-admin when upload-config
+			// first uses admin.conf): no node is Ready before it runs.
+			{name: "pod network (flannel)", own: applyFlannel},
 			k("init", "phase", "mark-control-plane"),
 			k("init", "phase", "bootstrap-token"),
 			k("init", "phase", "kubelet-finalize", "all"),
 			{name: "cluster DNS configuration", own: applyCoreDNSConfig},
 			k("init", "phase", "addon", "coredns"),
 			k("init", "phase", "addon", "kube-proxy"),
-			{name: "pod network (flannel)", own: applyFlannel},
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		}
 	case machineconfig.RoleControlPlane:
