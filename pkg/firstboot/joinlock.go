@@ -29,6 +29,9 @@ func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step st
 		case "waiting":
 			h.cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for " + detail })
 			h.progress(step, "waiting", "another control plane is joining etcd: "+detail)
+		case "unreachable":
+			h.cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for the join lock" })
+			h.progress(step, "waiting", "cannot read the join lock yet (retrying): "+detail)
 		case "acquired":
 			h.cluster(func(s *ClusterStatus) { s.Step = step })
 			h.progress(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)

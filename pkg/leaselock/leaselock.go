@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,7 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithReport hears what the lock does: "waiting" (detail: the holder),
+// "unreachable" (detail: why the Lease could not be read or written),
 // "acquired", "renew failed", "lost" (detail: the new holder), "released",
 // "release failed".
 func WithReport(report func(event, detail string)) Option {
@@ -163,14 +165,18 @@ func (l *Lock) acquire(ctx context.Context) (kubeclient.Lease, error) {
 		if ctx.Err() != nil {
 			return kubeclient.Lease{}, fmt.Errorf("wait for lock %s/%s: %w", l.namespace, l.name, ctx.Err())
 		}
-		why := holder
-		if err != nil {
-			why = err.Error()
+		// Told once per holder, and once per spell of API errors (their
+		// texts vary from poll to poll), not at every poll.
+		var event, detail string
+		switch {
+		case err != nil:
+			event, detail = "unreachable", err.Error()
+		case holder != "":
+			event, detail = "waiting", holder
 		}
-		// Told once per holder (or error), not at every poll.
-		if why != "" && why != reported {
-			l.o.report("waiting", why)
-			reported = why
+		if event != "" && event+" "+detail != reported && !(event == "unreachable" && strings.HasPrefix(reported, "unreachable")) {
+			l.o.report(event, detail)
+			reported = event + " " + detail
 		}
 		select {
 		case <-ctx.Done():
