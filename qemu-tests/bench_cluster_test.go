@@ -125,9 +125,22 @@ func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *cl
 // relative to power-on (the guest's clock is the host's).
 func nodePhases(t *testing.T, ssh *sshClient, start time.Time) []phaseMark {
 	t.Helper()
-	raw := ssh.output("sudo cat /state/terrarium/journal.json", regexp.MustCompile(`\}\s*$`))
+	// Read until it parses: output relayed through sudo's pty is now and
+	// then cut short (see sshClient.output), more often the longer it is.
 	var j firstboot.Journal
-	if err := json.Unmarshal([]byte(raw[strings.Index(raw, "{"):]), &j); err != nil {
+	var err error
+	for try := 0; try < 5; try++ {
+		raw, _ := ssh.try("sudo cat /state/terrarium/journal.json")
+		if i := strings.Index(raw, "{"); i >= 0 {
+			if err = json.Unmarshal([]byte(raw[i:]), &j); err == nil {
+				break
+			}
+		} else {
+			err = fmt.Errorf("no JSON in %q", raw)
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
 		t.Fatalf("journal: %v", err)
 	}
 	var out []phaseMark
@@ -237,8 +250,9 @@ admin:
 // admin user. It gets Terrarium's leader-election flags and its kubeadm
 // patches for the control plane's probes too (with kubeadm's defaults the
 // controller manager keeps losing its lease under TCG and a worker may
-// never finish its TLS bootstrap), and its certificates' key type, so the
-// ratio compares the orchestration alone.
+// never finish its TLS bootstrap), its certificates' key type, and its
+// patient timeouts (kubeadm's 4-minute wait for the control plane failed
+// once under TCG), so the ratio compares the orchestration alone.
 func TestClusterBenchKubeadm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
@@ -257,6 +271,7 @@ kind: InitConfiguration
 bootstrapTokens: [{token: "` + token + `"}]
 localAPIEndpoint: {advertiseAddress: "10.77.0.10", bindPort: 6443}
 patches: {directory: "` + kubeadmconfig.PatchesDir + `"}
+timeouts: {controlPlaneComponentHealthCheck: 20m0s, kubeletHealthCheck: 10m0s}
 nodeRegistration:
   name: cp-1
   criSocket: unix:///run/containerd/containerd.sock

@@ -19,7 +19,10 @@ handshakes() { "$@" "$out/kubeadmconfig.test" -test.run '^$' -test.bench MutualT
 echo "mutual-TLS handshake, native:"; handshakes env
 echo "mutual-TLS handshake, TCG (qemu-x86_64 -cpu max):"; handshakes qemu-x86_64 -cpu max
 export TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 TERRARIUM_BENCH_OUT=$PWD/$out
-go test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterBench(ZeroTouch|Kubeadm)$' ./qemu-tests/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|bench_cluster_test' || true
+# The whole output (a failure's detail, the consoles' paths) goes to
+# test.log; the terminal gets the headlines.
+go test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterBench(ZeroTouch|Kubeadm)$' ./qemu-tests/ 2>&1 | tee "$out/test.log" |
+  grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok)|bench_cluster_test' || true
 field() { sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p" "$out/$1.json"; }
 for m in terrarium kubeadm; do
   [ -f "$out/$m.json" ] || { echo "bench-cluster: $m did not finish (see above)"; exit 1; }
