@@ -61,7 +61,7 @@ func TestClusterHA(t *testing.T) {
 			// vCPUs wait for host CPU spins on locks held by a
 			// descheduled sibling (run 2: cp-1 alone took 110 % of a
 			// host core once formed, and with 7 vCPUs the API timed out
-			// the joiners' requests for 20 minutes).
+			// the joiners' requests until the run was stopped).
 			n.m.cpus = 1
 		}
 		n.sshPort = n.m.forwardSSH()
