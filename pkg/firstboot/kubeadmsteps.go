@@ -49,11 +49,13 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// The pod network as early as the admin may write (kubeadm
 			// binds the admin's group to cluster-admin when upload-config
 			// first uses admin.conf): no node is Ready before it runs.
-			{name: "pod network (flannel)", own: applyFlannel},
+			{name: "pod network (flannel)", own: applyManifest(FlannelManifest)},
 			k("init", "phase", "mark-control-plane"),
 			k("init", "phase", "bootstrap-token"),
 			k("init", "phase", "kubelet-finalize", "all"),
-			{name: "cluster DNS configuration", own: applyCoreDNSConfig},
+			// CoreDNS's air-gapped Corefile before kubeadm's add-on
+			// phase, which keeps it (see addons.CoreDNSConfig).
+			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
 			k("init", "phase", "addon", "coredns"),
 			k("init", "phase", "addon", "kube-proxy"),
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
@@ -228,16 +230,12 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	return nil
 }
 
-// applyCoreDNSConfig creates CoreDNS's air-gapped Corefile before
-// kubeadm's add-on phase, which keeps it (see addons.CoreDNSConfig).
-func applyCoreDNSConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", CoreDNSManifest)
-	return err
-}
-
-func applyFlannel(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", FlannelManifest)
-	return err
+// applyManifest is a step that applies a manifest as the admin.
+func applyManifest(file string) func(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return func(ctx context.Context, h *Host, c *machineconfig.Config) error {
+		_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file)
+		return err
+	}
 }
 
 // installAdminKubeconfig gives the admin user the admin kubeconfig (the

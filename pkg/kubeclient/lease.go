@@ -66,15 +66,15 @@ func (j leaseJSON) lease() Lease {
 	// The API writes MicroTime; a Lease written by another client may
 	// carry plain RFC 3339. Times are informative only: the lock judges
 	// expiry by its own clock (see pkg/leaselock).
-	for _, t := range []struct {
-		s   string
-		dst *time.Time
-	}{{j.Spec.AcquireTime, &l.AcquireTime}, {j.Spec.RenewTime, &l.RenewTime}} {
-		if v, err := time.Parse(time.RFC3339Nano, t.s); err == nil {
-			*t.dst = v
-		}
-	}
+	l.AcquireTime, l.RenewTime = parseTime(j.Spec.AcquireTime), parseTime(j.Spec.RenewTime)
 	return l
+}
+
+// parseTime reads an RFC 3339 time (MicroTime included); zero if absent
+// or malformed.
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
 }
 
 func leasesPath(namespace string) string {

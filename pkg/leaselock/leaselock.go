@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -167,16 +166,13 @@ func (l *Lock) acquire(ctx context.Context) (kubeclient.Lease, error) {
 		}
 		// Told once per holder, and once per spell of API errors (their
 		// texts vary from poll to poll), not at every poll.
-		var event, detail string
 		switch {
-		case err != nil:
-			event, detail = "unreachable", err.Error()
-		case holder != "":
-			event, detail = "waiting", holder
-		}
-		if event != "" && event+" "+detail != reported && !(event == "unreachable" && strings.HasPrefix(reported, "unreachable")) {
-			l.o.report(event, detail)
-			reported = event + " " + detail
+		case err != nil && reported != "unreachable":
+			l.o.report("unreachable", err.Error())
+			reported = "unreachable"
+		case err == nil && holder != "" && reported != holder:
+			l.o.report("waiting", holder)
+			reported = holder
 		}
 		select {
 		case <-ctx.Done():
