@@ -91,6 +91,7 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.StringSliceVar(&o.Topology.DNS, "dns", nil, "DNS servers for the nodes (none needed)")
 	f.StringVar(&o.Topology.PodCIDR, "pod-cidr", "", "pod network (default "+machineconfig.DefaultPodCIDR+")")
 	f.StringVar(&o.Topology.ServiceCIDR, "service-cidr", "", "service network (default "+machineconfig.DefaultServiceCIDR+")")
+	f.StringSliceVar(&o.Topology.IgnorePreflightErrors, "ignore-preflight-errors", nil, "kubeadm preflight checks to report as warnings on every node (e.g. NumCPU for 1-CPU lab control planes)")
 	f.StringArrayVar(&sshKeys, "ssh-key", nil, "authorized_keys file for the admin user (repeat)")
 	f.StringVar(&adminName, "admin", machineconfig.DefaultAdminName, "admin user name")
 	f.StringVar(&o.SecretsPath, "secrets", "", "cluster secrets file, reused when it exists (default OUT/secrets.yaml)")

@@ -38,6 +38,9 @@ type Topology struct {
 	PodCIDR, ServiceCIDR string
 	// Admin is the login user of every node (SSH keys only); nil for none.
 	Admin *machineconfig.Admin
+	// IgnorePreflightErrors: kubeadm preflight checks every node reports
+	// as warnings (see machineconfig.Cluster).
+	IgnorePreflightErrors []string
 }
 
 // Role of node i in the ordered list ControlPlanes+Workers.
@@ -145,6 +148,8 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 				TokenExpires:  s.BootstrapToken.Expires,
 				CACert:        s.CA.Cert,
 				CACertHash:    hash,
+
+				IgnorePreflightErrors: t.IgnorePreflightErrors,
 			},
 			Registry: registry(n.Role, n.IP, t.ControlPlanes, s.CA.Cert),
 		}

@@ -156,3 +156,26 @@ func TestExpiredTokenRefused(t *testing.T) {
 		t.Fatalf("err = %v, want the expired token and the rotate hint", err)
 	}
 }
+
+// The topology's ignored preflight checks reach every node's config.
+func TestIgnorePreflightErrorsOnEveryNode(t *testing.T) {
+	s, err := clustersecrets.Generate("lab", now, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := topology()
+	top.IgnorePreflightErrors = []string{"NumCPU"}
+	cfgs, err := Configs(&top, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfgs {
+		if got := strings.Join(c.Cluster.IgnorePreflightErrors, ","); got != "NumCPU" {
+			t.Errorf("%s: ignorePreflightErrors %q, want NumCPU", c.Hostname, got)
+		}
+	}
+	top.IgnorePreflightErrors = []string{"all"}
+	if _, err := Configs(&top, s); err == nil || !strings.Contains(err.Error(), "ignorePreflightErrors[0]: all would hide") {
+		t.Errorf("Configs with all ignored: %v, want the config's error", err)
+	}
+}

@@ -26,17 +26,24 @@ type kubeadmStep struct {
 	oneAtATime bool
 }
 
-const ignorePreflight = "--ignore-preflight-errors=SystemVerification"
+// ignorePreflight is kubeadm's flag for the preflight checks reported as
+// warnings: SystemVerification always (it reads the running kernel's
+// config, which an appliance kernel does not ship), and those the config
+// names.
+func ignorePreflight(c *machineconfig.Cluster) string {
+	return "--ignore-preflight-errors=" + strings.Join(append([]string{"SystemVerification"}, c.IgnorePreflightErrors...), ",")
+}
 
 func steps(c *machineconfig.Cluster) []kubeadmStep {
 	cfg := "--config=" + KubeadmConfigFile
+	ignore := ignorePreflight(c)
 	k := func(args ...string) kubeadmStep {
 		return kubeadmStep{name: strings.Join(args[:len(args)], " "), args: append(args, cfg)}
 	}
 	switch c.Role {
 	case machineconfig.RoleInit:
 		pre := k("init", "phase", "preflight")
-		pre.args = append(pre.args, ignorePreflight)
+		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
 			pre,
 			k("init", "phase", "certs", "all"),
@@ -62,7 +69,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	case machineconfig.RoleControlPlane:
 		pre := k("join", "phase", "preflight")
-		pre.args = append(pre.args, ignorePreflight)
+		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
@@ -79,7 +86,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	default:
 		pre := k("join", "phase", "preflight")
-		pre.args = append(pre.args, ignorePreflight)
+		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			pre,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/strictyaml"
@@ -65,6 +66,12 @@ type Cluster struct {
 	// PKI holds the CA keys; control-plane nodes (init and controlplane)
 	// only.
 	PKI *ClusterPKI `yaml:"pki,omitempty"`
+	// IgnorePreflightErrors are kubeadm preflight checks reported as
+	// warnings instead of stopping the node (kubeadm's check names, e.g.
+	// NumCPU for a control plane with one CPU in a lab). Empty: every
+	// check but SystemVerification (which reads the running kernel's
+	// config, absent from an appliance kernel) is enforced.
+	IgnorePreflightErrors []string `yaml:"ignorePreflightErrors,omitempty"`
 }
 
 // ClusterPKI is what control-plane nodes pre-seed /etc/kubernetes/pki with.
@@ -114,6 +121,9 @@ func (c *Cluster) setDefaults() {
 var (
 	tokenRE  = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 	caHashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	// preflightRE: a kubeadm preflight check name (NumCPU,
+	// FileAvailable--etc-kubernetes-manifests-etcd.yaml, Port-6443).
+	preflightRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9.-]*$`)
 )
 
 // CACertHash is kubeadm's discovery hash of a PEM CA certificate.
@@ -214,6 +224,14 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 			ps.Addf(p.Field("caCert"), "is not a PEM certificate: %v", err)
 		} else if got != c.CACertHash {
 			ps.Addf(p.Field("caCertHash"), "%s does not match caCert (its hash is %s): this disk was made for another cluster, or edited; regenerate it with imagebuild config cluster", c.CACertHash, got)
+		}
+	}
+	for i, check := range c.IgnorePreflightErrors {
+		switch {
+		case strings.EqualFold(check, "all"):
+			ps.Addf(p.Field("ignorePreflightErrors").Index(i), "all would hide every kubeadm preflight failure; name the checks to ignore (e.g. NumCPU)")
+		case !preflightRE.MatchString(check):
+			ps.Addf(p.Field("ignorePreflightErrors").Index(i), "%s is not a kubeadm preflight check name (like NumCPU or Mem)", quote(check))
 		}
 	}
 	if c.IsControlPlane() {

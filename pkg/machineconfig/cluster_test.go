@@ -73,6 +73,12 @@ func TestBadClusterConfigs(t *testing.T) {
 		{"control plane without CA keys", "cp-2", func(s string) string {
 			return s[:strings.Index(s, "  pki:\n")]
 		}, []string{"$.cluster.pki: a controlplane node needs the cluster's CA keys"}},
+		{"ignore every preflight check", "w-1", func(s string) string {
+			return strings.Replace(s, "  role: worker\n", "  role: worker\n  ignorePreflightErrors:\n    - NumCPU\n    - all\n", 1)
+		}, []string{"$.cluster.ignorePreflightErrors[1]: all would hide every kubeadm preflight failure"}},
+		{"preflight check name with a space", "cp-2", func(s string) string {
+			return strings.Replace(s, "  role: controlplane\n", "  role: controlplane\n  ignorePreflightErrors:\n    - Num CPU\n", 1)
+		}, []string{`$.cluster.ignorePreflightErrors[0]: "Num CPU" is not a kubeadm preflight check name`}},
 		{"unknown role", "w-1", func(s string) string {
 			return replaceLine(s, "role:", "  role: master")
 		}, []string{`$.cluster.role: "master" is not a role`}},
