@@ -2,16 +2,22 @@ package firstboot
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
@@ -352,5 +358,45 @@ func TestWaitForReadyzWantsOK(t *testing.T) {
 	err = waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", 10*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "answered 403") {
 		t.Errorf("err = %v, want the API reported as answering 403", err)
+	}
+}
+
+// waitForReadyz keeps one connection to the API across its polls (a TLS
+// handshake per poll costs a loaded control plane under emulation), and
+// trusts only the cluster CA.
+func TestWaitForReadyzKeepsItsConnection(t *testing.T) {
+	var requests, conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) < 3 {
+			http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{CACert: ca, ControlPlanes: []string{"127.0.0.1"}}}
+	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond}
+	endpoint := srv.Listener.Addr().String()
+	if err := waitForReadyz(context.Background(), h, c, endpoint, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if requests.Load() != 3 || conns.Load() != 1 {
+		t.Errorf("%d requests over %d connections, want 3 over 1", requests.Load(), conns.Load())
+	}
+	other, err := clustersecrets.Generate("other", time.Now(), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Cluster.CACert = other.CA.Cert
+	err = waitForReadyz(context.Background(), h, c, endpoint, 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("with another CA: %v, want a certificate error", err)
 	}
 }

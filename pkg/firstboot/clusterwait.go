@@ -116,13 +116,15 @@ func podLogTail(h *Host, container string, n int) string {
 func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	url := "https://" + endpoint + "/readyz"
+	probe, closeProbe := h.prober(c.Cluster.CACert)
+	defer closeProbe()
 	for {
 		// Only 200 is ready. kubeadm's clusters serve /readyz to anonymous
 		// clients (system:public-info-viewer), but an API server that has
 		// just (re)started answers 403 until its RBAC bootstrap hook has
 		// run: proceeding then makes kubeadm's next phase fail with
 		// "forbidden". The local balancer (pkg/apilb) judges the same way.
-		code, err := h.probe(ctx, url, c.Cluster.CACert)
+		code, err := probe(ctx, url)
 		if err == nil && code == http.StatusOK {
 			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
 			return nil

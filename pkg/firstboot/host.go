@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,30 +52,39 @@ func (h *Host) now() time.Time {
 	return time.Now()
 }
 
-// probe GETs url over HTTPS, trusting only caPEM, and returns the status.
-func (h *Host) probe(ctx context.Context, url, caPEM string) (int, error) {
+// prober returns a function that GETs a URL over HTTPS, trusting only
+// caPEM, and returns the status; done drops its connections. One prober
+// keeps its connection alive across polls: under emulation a TLS handshake
+// with a loaded API server costs it tens of milliseconds of CPU each time.
+func (h *Host) prober(caPEM string) (probe func(ctx context.Context, url string) (int, error), done func()) {
 	if h.Probe != nil {
-		return h.Probe(ctx, url, caPEM)
+		return func(ctx context.Context, url string) (int, error) { return h.Probe(ctx, url, caPEM) }, func() {}
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-		return 0, fmt.Errorf("no CA certificate to verify %s with", url)
+		return func(_ context.Context, url string) (int, error) {
+			return 0, fmt.Errorf("no CA certificate to verify %s with", url)
+		}, func() {}
 	}
 	// Generous: under emulation (TCG) a loaded API server takes seconds
 	// for a TLS handshake; the caller's deadline bounds the wait anyway.
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	return func(ctx context.Context, url string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		// Drained, so that the connection is reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}, c.CloseIdleConnections
 }
 
 // NodeReader reads the API's nodes (pkg/kubeclient.Client).
