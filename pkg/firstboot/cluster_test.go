@@ -213,6 +213,18 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
 	e.nodes = []string{"cp-1", "cp-2", "cp-3", "w-1"}
 	e.leases.put(kubeclient.Lease{Namespace: JoinLockNamespace, Name: JoinLockName, Holder: "cp-3", DurationSeconds: 180})
+	// The status published while cp-2 runs etcd-join no longer says it
+	// waits.
+	var stepDuringJoin atomic.Value
+	inner := e.hostExec
+	e.hostExec = func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "kubeadm" && strings.HasPrefix(strings.Join(args, " "), "join phase etcd-join") {
+			if st := e.statusIfAny(); st != nil && st.Cluster != nil {
+				stepDuringJoin.Store(st.Cluster.Step)
+			}
+		}
+		return inner(ctx, name, args...)
+	}
 	done := make(chan error, 1)
 	go func() { done <- e.run(clusterConfigWith(t, "cp-2", 3)) }()
 	waited := func() bool {
@@ -242,6 +254,9 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 		"join phase kubelet-wait-bootstrap,join phase control-plane-join all"
 	if got != want {
 		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)
+	}
+	if got, _ := stepDuringJoin.Load().(string); got != "join phase etcd-join" {
+		t.Errorf("published step while cp-2 joins etcd: %q, want %q", got, "join phase etcd-join")
 	}
 	l, _ := e.leases.get(JoinLockName)
 	if l.Holder != "" || l.Transitions != 1 {

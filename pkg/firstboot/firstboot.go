@@ -267,7 +267,9 @@ func (r *runner) watchHost(cfg *machineconfig.Config) {
 		} else {
 			r.say("%s: %s", step, result)
 		}
-		if result == "started" || result == "waiting" {
+		// What a node waits for, and the end of a wait (a join lock
+		// taken), show in the status as they happen.
+		if result == "started" || result == "waiting" || result == "lock" {
 			r.publish()
 		}
 	}
