@@ -18,7 +18,8 @@ const (
 // Lease taken with the admin kubeconfig that kubeadm's
 // control-plane-prepare phase wrote (pkg/leaselock), held under the node's
 // name. While another control plane holds it, the console and the status
-// say which.
+// say which. A node whose etcd join failed keeps it until its retry
+// succeeds (or it stays silent for the Lease's duration).
 func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step string, fn func(ctx context.Context) error) error {
 	client, err := h.kubeClient(AdminKubeconfig)
 	if err != nil {
@@ -35,12 +36,18 @@ func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step st
 		case "acquired":
 			h.cluster(func(s *ClusterStatus) { s.Step = step })
 			h.progress(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
+		case "kept":
+			h.progress(step, "lock", "kept the join lock after a failure: this node resumes its etcd join before any other starts one")
 		case "lost", "renew failed", "release failed":
 			h.progress(step, "lock", event+": "+detail)
 		}
 	}
 	lock, err := leaselock.New(client, JoinLockNamespace, JoinLockName, c.Hostname,
-		leaselock.WithPoll(h.delay(apiPoll)), leaselock.WithClock(h.now), leaselock.WithReport(report))
+		leaselock.WithPoll(h.delay(apiPoll)), leaselock.WithClock(h.now), leaselock.WithReport(report),
+		// A failed etcd-join may leave a member added and not yet
+		// promoted: etcd takes no other learner until it is, so only
+		// this node may go on (kubeadm's etcd-join resumes it).
+		leaselock.KeepAfterFailure())
 	if err != nil {
 		return err
 	}

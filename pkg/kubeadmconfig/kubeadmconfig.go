@@ -203,13 +203,15 @@ controlPlane:
 patches:
   directory: "{{.PatchesDir}}"
 {{- end}}
+# etcdAPICall bounds kubeadm's wait for a joining etcd member to start and
+# catch up before its promotion from learner: minutes under emulation.
 timeouts:
   discovery: 15m0s
   tlsBootstrap: 15m0s
   controlPlaneComponentHealthCheck: 20m0s
   kubeletHealthCheck: 10m0s
   kubernetesAPICall: 2m0s
-  etcdAPICall: 2m0s
+  etcdAPICall: 10m0s
 `
 
 const components = `---

@@ -47,6 +47,8 @@ type options struct {
 	poll     time.Duration
 	now      func() time.Time
 	report   func(event, detail string)
+	// keepAfterFailure: a failed fn leaves the lock held.
+	keepAfterFailure bool
 }
 
 // Option changes a Lock's defaults.
@@ -83,9 +85,18 @@ func WithClock(now func() time.Time) Option {
 // WithReport hears what the lock does: "waiting" (detail: the holder),
 // "unreachable" (detail: why the Lease could not be read or written),
 // "acquired", "renew failed", "lost" (detail: the new holder), "released",
-// "release failed".
+// "release failed", "kept" (detail: fn's error; see KeepAfterFailure).
 func WithReport(report func(event, detail string)) Option {
 	return func(o *options) error { o.report = report; return nil }
+}
+
+// KeepAfterFailure leaves the lock held, unrenewed, when fn fails, instead
+// of releasing it: for work that a failure may leave half done and that
+// only its holder should resume (an etcd member added but not yet
+// promoted). The holder takes it back at once when it retries; the others
+// take it only once it has gone unrenewed for the Lease's duration.
+func KeepAfterFailure() Option {
+	return func(o *options) error { o.keepAfterFailure = true; return nil }
 }
 
 // New is a lock named namespace/name, taken as identity.
@@ -103,7 +114,8 @@ func New(store Store, namespace, name, identity string, opts ...Option) (*Lock, 
 }
 
 // Do runs fn while holding the lock: it waits for the lock, renews it in
-// the background while fn runs, and releases it after. fn's context ends
+// the background while fn runs, and releases it after (unless fn failed
+// and the lock was made with KeepAfterFailure). fn's context ends
 // with ctx. Do returns fn's error, or the error that kept it from taking
 // the lock (ctx's, when ctx ended first).
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
@@ -123,6 +135,10 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 	fnErr := fn(ctx)
 	stopRenew()
 	wg.Wait()
+	if fnErr != nil && l.o.keepAfterFailure {
+		l.o.report("kept", fnErr.Error())
+		return fnErr
+	}
 	// Released even when ctx ended: a short context of its own.
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kubeclient.Timeout)
 	defer cancel()

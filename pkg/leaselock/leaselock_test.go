@@ -254,6 +254,38 @@ func TestUnansweredAPIAndFailingWork(t *testing.T) {
 	}
 }
 
+// With KeepAfterFailure, a failed holder keeps the lock: a retry of its own
+// takes it back at once, another node waits for it; success releases it.
+func TestKeepAfterFailure(t *testing.T) {
+	store := newFakeStore()
+	var events []string
+	report := func(ev, detail string) { events = append(events, ev) }
+	boom := errors.New("etcd member added, not promoted")
+	err := newLock(t, store, "cp-3", KeepAfterFailure(), WithReport(report)).Do(context.Background(), func(ctx context.Context) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	if l := store.get("etcd-join"); l.Holder != "cp-3" {
+		t.Fatalf("after a failure the lease is held by %q, want cp-3", l.Holder)
+	}
+	if fmt.Sprint(events) != "[acquired kept]" {
+		t.Errorf("events %v, want [acquired kept]", events)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ran := false
+	err = newLock(t, store, "cp-2", KeepAfterFailure()).Do(ctx, func(ctx context.Context) error { ran = true; return nil })
+	if ran || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cp-2 ran=%v err=%v while cp-3 kept the lock; want it to wait", ran, err)
+	}
+	if err := newLock(t, store, "cp-3", KeepAfterFailure()).Do(context.Background(), func(ctx context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if l := store.get("etcd-join"); l.Holder != "" || l.Transitions != 0 {
+		t.Errorf("after cp-3's retry succeeded: holder %q transitions %d, want released, and no transition (cp-3 took back its own)", l.Holder, l.Transitions)
+	}
+}
+
 // A waiter whose context ends gives up with the context's error.
 func TestWaitEndsWithContext(t *testing.T) {
 	store := newFakeStore()
