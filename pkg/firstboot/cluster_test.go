@@ -250,7 +250,8 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
 	got := strings.Join(kubeadm(), ",")
-	want := "join phase preflight,join phase control-plane-prepare all,join phase kubelet-start,join phase etcd-join," +
+	want := "join phase preflight,join phase control-plane-prepare certs,join phase control-plane-prepare kubeconfig," +
+		"join phase kubelet-start,join phase etcd-join,join phase control-plane-prepare control-plane," +
 		"join phase kubelet-wait-bootstrap,join phase control-plane-join all"
 	if got != want {
 		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)

@@ -73,13 +73,22 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			pre,
-			k("join", "phase", "control-plane-prepare", "all"),
+			// The certificates and kubeconfigs now, the control
+			// plane's static pods only once the local etcd member
+			// exists: written before, kube-apiserver crash-loops
+			// against a missing etcd for as long as the node waits for
+			// the join lock (e2e-ha run 5: a waiting 1-vCPU joiner
+			// took a whole host core that way, starving the members
+			// that were joining).
+			k("join", "phase", "control-plane-prepare", "certs"),
+			k("join", "phase", "control-plane-prepare", "kubeconfig"),
 			k("join", "phase", "kubelet-start"),
 			// kubeadm adds etcd members one at a time (etcd takes
 			// one learner at a time; two voters added before either
 			// starts lose the quorum): control planes booted together
 			// take turns.
 			oneAtATime(k("join", "phase", "etcd-join")),
+			k("join", "phase", "control-plane-prepare", "control-plane"),
 			k("join", "phase", "kubelet-wait-bootstrap"),
 			k("join", "phase", "control-plane-join", "all"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
