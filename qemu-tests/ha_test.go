@@ -31,6 +31,11 @@ func TestClusterHA(t *testing.T) {
 	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An hour-long run is worth watching from inside: the key to do it.
+	keyFile := filepath.Join(work, "admin.key")
+	if err := os.WriteFile(keyFile, key.private, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	nodes := []*clusterNode{
 		{name: "cp-1", ip: "10.77.0.10"}, {name: "cp-2", ip: "10.77.0.11"}, {name: "cp-3", ip: "10.77.0.12"}, {name: "w-1", ip: "10.77.0.20"},
 	}
@@ -66,6 +71,7 @@ func TestClusterHA(t *testing.T) {
 			n.m.cpus = 1
 		}
 		n.sshPort = n.m.forwardSSH()
+		t.Logf("%s: ssh -i %s -p %d -o StrictHostKeyChecking=no admin@127.0.0.1", n.name, keyFile, n.sshPort)
 		n.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: n.linkMAC}
 		if i == 0 {
 			n.m.link.Capture = linkCap

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 type sshKey struct {
 	signer     ssh.Signer
 	authorized string
+	private    []byte // OpenSSH PEM, for a person inspecting a running test
 }
 
 func newSSHKey(t testing.TB) sshKey {
@@ -36,7 +38,11 @@ func newSSHKey(t testing.TB) sshKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sshKey{signer: signer, authorized: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " qemu-test"}
+	block, err := ssh.MarshalPrivateKey(priv, "qemu-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sshKey{signer: signer, authorized: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " qemu-test", private: pem.EncodeToMemory(block)}
 }
 
 func freePort(t testing.TB) int {
