@@ -36,16 +36,19 @@ func ignorePreflight(c *machineconfig.Cluster) string {
 
 func steps(c *machineconfig.Cluster) []kubeadmStep {
 	cfg := "--config=" + KubeadmConfigFile
-	ignore := ignorePreflight(c)
 	k := func(args ...string) kubeadmStep {
-		return kubeadmStep{name: strings.Join(args[:len(args)], " "), args: append(args, cfg)}
+		return kubeadmStep{name: strings.Join(args, " "), args: append(args, cfg)}
+	}
+	// preflight of kubeadm init or join, with the checks it ignores.
+	preflight := func(verb string) kubeadmStep {
+		s := k(verb, "phase", "preflight")
+		s.args = append(s.args, ignorePreflight(c))
+		return s
 	}
 	switch c.Role {
 	case machineconfig.RoleInit:
-		pre := k("init", "phase", "preflight")
-		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
-			pre,
+			preflight("init"),
 			k("init", "phase", "certs", "all"),
 			k("init", "phase", "kubeconfig", "all"),
 			k("init", "phase", "etcd", "local"),
@@ -68,11 +71,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		}
 	case machineconfig.RoleControlPlane:
-		pre := k("join", "phase", "preflight")
-		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
-			pre,
+			preflight("join"),
 			// The certificates and kubeconfigs now, the control
 			// plane's static pods only once the local etcd member
 			// exists: written before, kube-apiserver crash-loops
@@ -94,11 +95,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			{name: "wait for the control plane", own: waitForLocalAPI},
 		}
 	default:
-		pre := k("join", "phase", "preflight")
-		pre.args = append(pre.args, ignore)
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
-			pre,
+			preflight("join"),
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it
 			// wants admin.conf): our own step waits for the TLS
