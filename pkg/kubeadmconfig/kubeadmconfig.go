@@ -234,30 +234,51 @@ const PatchesDir = "/etc/terrarium/kubeadm-patches"
 // Patches returns kubeadm's patches for the control plane's static pods,
 // by file name (kubeadm's "target+patchtype.extension").
 //
-// kubeadm gives kube-apiserver and etcd 4 minutes to pass their startup
-// probes (24 × 10 s) and kills them after 80 s of failed liveness probes
-// (8 × 10 s). On a slow machine (a USB stick, a small NUC, emulation) right
-// after a power cut, kube-apiserver's post-start hooks can take longer than
-// that while etcd replays its log: the kubelet kills it, it starts over
-// under the same load, and the node loops for many minutes (make e2e showed
-// eight restarts in a row). These patches give both 15 minutes to start and
-// 3 minutes of failed liveness probes before a restart; readiness, which
-// only steers traffic, keeps kubeadm's values.
+// Patient probes. kubeadm gives kube-apiserver and etcd 4 minutes to pass
+// their startup probes (24 × 10 s) and kills them after 80 s of failed
+// liveness probes (8 × 10 s). On a slow machine (a USB stick, a small NUC,
+// emulation) right after a power cut, kube-apiserver's post-start hooks can
+// take longer than that while etcd replays its log: the kubelet kills it,
+// it starts over under the same load, and the node loops for many minutes
+// (make e2e showed eight restarts in a row). These patches give both 15
+// minutes to start and 3 minutes of failed liveness probes before a
+// restart; readiness, which only steers traffic, keeps kubeadm's values.
+//
+// etcd first for the CPU. kubeadm requests 100m for etcd and 250m for
+// kube-apiserver, and a pod's CPU request is its weight when the node's CPU
+// is contended: on a busy one-core control plane kube-apiserver got 2.5
+// times etcd's share, and every write of the cluster, which waits for a
+// quorum of etcd members, waited for the slowest member's etcd to be
+// scheduled. Here etcd requests twice what kube-apiserver does, and the four
+// together request less than kubeadm's 650m, so a node that admitted
+// kubeadm's pods admits these.
 func Patches() map[string][]byte {
 	return map[string][]byte{
-		"kube-apiserver+strategic.yaml": patientProbes("kube-apiserver"),
-		"etcd+strategic.yaml":           patientProbes("etcd"),
+		"etcd+strategic.yaml":                    staticPodPatch("etcd", EtcdCPU, true),
+		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "150m", true),
+		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "100m", false),
+		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false),
 	}
 }
 
-func patientProbes(container string) []byte {
-	return []byte(`# Written by Terrarium firstboot; kubeadm applies it to the static pod.
+// EtcdCPU is the CPU etcd requests on a control-plane node: the largest
+// request of the static pods (see Patches).
+const EtcdCPU = "300m"
+
+func staticPodPatch(container, cpu string, patientProbes bool) []byte {
+	p := `# Written by Terrarium firstboot; kubeadm applies it to the static pod.
 spec:
   containers:
     - name: ` + container + `
-      startupProbe:
+      resources:
+        requests:
+          cpu: ` + cpu + "\n"
+	if patientProbes {
+		p += `      startupProbe:
         failureThreshold: 90
       livenessProbe:
         failureThreshold: 18
-`)
+`
+	}
+	return []byte(p)
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,51 @@ func TestRenderTTLAndExpiry(t *testing.T) {
 	}
 	if !strings.Contains(string(late), TTLLine+`"1s"`) {
 		t.Errorf("after expiry the TTL line should say 1s:\n%s", late)
+	}
+}
+
+// TestPatches: each patch names its target's container, etcd requests the
+// most CPU of the static pods, and together they request no more than
+// kubeadm's own 650m (a node that admitted kubeadm's pods admits these).
+func TestPatches(t *testing.T) {
+	millicores := func(q string) int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSuffix(q, "m"))
+		if err != nil || !strings.HasSuffix(q, "m") {
+			t.Fatalf("CPU request %q: want millicores like 100m", q)
+		}
+		return n
+	}
+	cpu := map[string]int{}
+	total := 0
+	for name, p := range Patches() {
+		target, ok := strings.CutSuffix(name, "+strategic.yaml")
+		if !ok {
+			t.Fatalf("patch %s: want target+strategic.yaml", name)
+		}
+		var pod struct {
+			Spec struct {
+				Containers []struct {
+					Name      string
+					Resources struct{ Requests map[string]string }
+				}
+			}
+		}
+		if err := yaml.Unmarshal(p, &pod); err != nil {
+			t.Fatalf("patch %s: %v", name, err)
+		}
+		if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != target {
+			t.Fatalf("patch %s: containers %+v, want one named %s", name, pod.Spec.Containers, target)
+		}
+		cpu[target] = millicores(pod.Spec.Containers[0].Resources.Requests["cpu"])
+		total += cpu[target]
+	}
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if cpu[c] == 0 || cpu[c] >= cpu["etcd"] {
+			t.Errorf("%s requests %dm, etcd %dm: want etcd's the largest request", c, cpu[c], cpu["etcd"])
+		}
+	}
+	if total > 650 {
+		t.Errorf("the static pods request %dm in all, more than kubeadm's 650m", total)
 	}
 }
