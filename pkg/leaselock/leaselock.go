@@ -139,15 +139,38 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 		l.o.report("kept", fnErr.Error())
 		return fnErr
 	}
-	// Released even when ctx ended: a short context of its own.
-	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kubeclient.Timeout)
-	defer cancel()
-	if err := l.release(relCtx, current.get()); err != nil {
+	// Released even when ctx ended.
+	if err := l.releaseRetrying(context.WithoutCancel(ctx), current.get()); err != nil {
 		l.o.report("release failed", err.Error())
 	} else {
 		l.o.report("released", "")
 	}
 	return fnErr
+}
+
+// releaseRetrying releases the lock, retrying every poll interval while the
+// API fails (a loaded API server times requests out), until the Lease would
+// have expired on its own: a release that waits out a bad spell saves the
+// next node the rest of the Lease's duration.
+func (l *Lock) releaseRetrying(ctx context.Context, held kubeclient.Lease) error {
+	expires := held.RenewTime.Add(l.o.duration)
+	for {
+		tryCtx, cancel := context.WithTimeout(ctx, kubeclient.Timeout)
+		err := l.release(tryCtx, held)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !l.o.now().Add(l.o.poll).Before(expires) {
+			return fmt.Errorf("%w (no more retries: the lease expires on its own at %s)", err, expires.Format(time.RFC3339))
+		}
+		l.o.report("release failed", err.Error()+" (retrying)")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("release lock %s/%s: %w", l.namespace, l.name, ctx.Err())
+		case <-time.After(l.o.poll):
+		}
+	}
 }
 
 // heldLease is the last version of the Lease the holder wrote.
@@ -252,9 +275,13 @@ func took(l kubeclient.Lease, err error) (kubeclient.Lease, string, error) {
 
 func (l *Lock) seconds() int { return int(l.o.duration / time.Second) }
 
-// renew writes the Lease every third of its duration until ctx ends.
+// renew writes the Lease every third of its duration until ctx ends. A
+// failed write is retried every poll interval, not a third of the duration
+// later: two failures in a row on a loaded API server would otherwise
+// leave the Lease unrenewed for its whole duration.
 func (l *Lock) renew(ctx context.Context, h *heldLease) {
-	t := time.NewTicker(l.o.duration / 3)
+	every, retry := l.o.duration/3, min(l.o.poll, l.o.duration/3)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -267,11 +294,13 @@ func (l *Lock) renew(ctx context.Context, h *heldLease) {
 		updated, err := l.store.UpdateLease(ctx, next)
 		if err == nil {
 			h.set(updated)
+			t.Reset(every)
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		t.Reset(retry)
 		if errors.Is(err, kubeclient.ErrConflict) {
 			// Someone wrote it: another node that judged this one dead.
 			if cur, gerr := l.store.Lease(ctx, l.namespace, l.name); gerr == nil {

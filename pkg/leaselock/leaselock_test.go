@@ -22,6 +22,8 @@ type fakeStore struct {
 	// failReads makes the next reads fail, like an API server that does
 	// not answer.
 	failReads int
+	// failWrites makes the next updates fail the same way.
+	failWrites int
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{leases: map[string]kubeclient.Lease{}} }
@@ -54,6 +56,10 @@ func (f *fakeStore) CreateLease(ctx context.Context, l kubeclient.Lease) (kubecl
 func (f *fakeStore) UpdateLease(ctx context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failWrites > 0 {
+		f.failWrites--
+		return kubeclient.Lease{}, fmt.Errorf("PUT leases: context deadline exceeded (%d)", f.failWrites)
+	}
 	key := l.Namespace + "/" + l.Name
 	cur, ok := f.leases[key]
 	if !ok {
@@ -317,5 +323,84 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := New(newFakeStore(), "kube-system", "x", ""); err == nil {
 		t.Error("no identity accepted")
+	}
+}
+
+// A release the API times out is retried: the next node need not wait out
+// the Lease's duration (e2e-ha run 6: cp-3's one release attempt failed, and
+// cp-2 waited for the Lease to expire).
+func TestReleaseRetries(t *testing.T) {
+	store := newFakeStore()
+	var events []string
+	report := func(ev, detail string) { events = append(events, ev) }
+	err := newLock(t, store, "cp-3", WithReport(report)).Do(context.Background(), func(ctx context.Context) error {
+		store.mu.Lock()
+		store.failWrites = 2
+		store.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(events) != "[acquired release failed release failed released]" {
+		t.Errorf("events %v, want two failed releases, then released", events)
+	}
+	if l := store.get("etcd-join"); l.Holder != "" {
+		t.Errorf("lease left held by %q", l.Holder)
+	}
+}
+
+// Release retries stop once the Lease would have expired anyway.
+func TestReleaseGivesUpAtExpiry(t *testing.T) {
+	store := newFakeStore()
+	var events []string
+	report := func(ev, detail string) { events = append(events, ev) }
+	start := time.Now()
+	err := newLock(t, store, "cp-3", WithDuration(time.Second), WithPoll(100*time.Millisecond), WithReport(report)).Do(context.Background(), func(ctx context.Context) error {
+		store.mu.Lock()
+		store.failWrites = 1000
+		store.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("release retried for %s, past the lease's 1 s duration", took)
+	}
+	if n := len(events); n < 3 || events[n-1] != "release failed" {
+		t.Errorf("events %v, want retries ending in release failed", events)
+	}
+}
+
+// A failed renewal is retried at the poll interval, not a third of the
+// duration later.
+func TestRenewRetriesSoon(t *testing.T) {
+	store := newFakeStore()
+	var failed atomic.Int32
+	report := func(ev, detail string) {
+		if ev == "renew failed" {
+			failed.Add(1)
+		}
+	}
+	var renewedAfterFailure bool
+	err := newLock(t, store, "cp-2", WithDuration(3*time.Second), WithPoll(10*time.Millisecond), WithReport(report)).Do(context.Background(), func(ctx context.Context) error {
+		store.mu.Lock()
+		store.failWrites = 1
+		acquired := store.version
+		store.mu.Unlock()
+		// The first renewal (at 1 s) fails; without a quick retry the
+		// next comes at 2 s.
+		time.Sleep(1500 * time.Millisecond)
+		store.mu.Lock()
+		renewedAfterFailure = store.version > acquired
+		store.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() != 1 || !renewedAfterFailure {
+		t.Errorf("%d failed renewals, renewed after the failure: %v; want one failure, then a renewal within 1.5 s", failed.Load(), renewedAfterFailure)
 	}
 }
