@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,11 +217,24 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	// The status published while cp-2 runs etcd-join no longer says it
 	// waits.
 	var stepDuringJoin atomic.Value
+	// From etcd-join until its control plane answers, cp-2 holds the
+	// lock: the holder as each of those phases runs.
+	var mu sync.Mutex
+	holders := map[string]string{}
 	inner := e.hostExec
 	e.hostExec = func(ctx context.Context, name string, args ...string) ([]byte, error) {
-		if name == "kubeadm" && strings.HasPrefix(strings.Join(args, " "), "join phase etcd-join") {
+		cmd := strings.Join(args, " ")
+		if name == "kubeadm" && strings.HasPrefix(cmd, "join phase etcd-join") {
 			if st := e.statusIfAny(); st != nil && st.Cluster != nil {
 				stepDuringJoin.Store(st.Cluster.Step)
+			}
+		}
+		for _, phase := range []string{"etcd-join", "control-plane-prepare control-plane", "kubelet-wait-bootstrap", "control-plane-join all"} {
+			if name == "kubeadm" && strings.HasPrefix(cmd, "join phase "+phase+" ") {
+				l, _ := e.leases.get(JoinLockName)
+				mu.Lock()
+				holders[phase] = l.Holder
+				mu.Unlock()
 			}
 		}
 		return inner(ctx, name, args...)
@@ -256,6 +270,11 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	if got != want {
 		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)
 	}
+	mu.Lock()
+	if got := fmt.Sprint(holders); got != "map[control-plane-join all:cp-2 control-plane-prepare control-plane:cp-2 etcd-join:cp-2 kubelet-wait-bootstrap:cp-2]" {
+		t.Errorf("join lock holder as each phase ran: %s, want cp-2 from etcd-join to control-plane-join", got)
+	}
+	mu.Unlock()
 	if got, _ := stepDuringJoin.Load().(string); got != "join phase etcd-join" {
 		t.Errorf("published step while cp-2 joins etcd: %q, want %q", got, "join phase etcd-join")
 	}

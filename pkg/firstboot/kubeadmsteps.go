@@ -84,15 +84,19 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("join", "phase", "control-plane-prepare", "certs"),
 			k("join", "phase", "control-plane-prepare", "kubeconfig"),
 			k("join", "phase", "kubelet-start"),
-			// kubeadm adds etcd members one at a time (etcd takes
-			// one learner at a time; two voters added before either
-			// starts lose the quorum): control planes booted together
-			// take turns.
+			// One control plane at a time from its etcd join until
+			// its control plane answers, as kubeadm's HA guide joins
+			// them: etcd takes one learner at a time (two voters
+			// added before either starts lose the quorum), and a new
+			// member's first minutes (catching up, then its
+			// kube-apiserver starting) are the heaviest of the join.
+			// In e2e-ha run 6, cp-3 started its kube-apiserver while
+			// cp-2's member was added, and the API stalled for good.
 			oneAtATime(k("join", "phase", "etcd-join")),
-			k("join", "phase", "control-plane-prepare", "control-plane"),
-			k("join", "phase", "kubelet-wait-bootstrap"),
-			k("join", "phase", "control-plane-join", "all"),
-			{name: "wait for the control plane", own: waitForLocalAPI},
+			oneAtATime(k("join", "phase", "control-plane-prepare", "control-plane")),
+			oneAtATime(k("join", "phase", "kubelet-wait-bootstrap")),
+			oneAtATime(k("join", "phase", "control-plane-join", "all")),
+			oneAtATime(kubeadmStep{name: "wait for the control plane", own: waitForLocalAPI}),
 		}
 	default:
 		return []kubeadmStep{
@@ -212,20 +216,11 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	if err != nil {
 		return err
 	}
-	for _, st := range steps(cl) {
-		if prog.done(st.name) {
-			continue
-		}
+	// one runs a step not done yet and records it done.
+	one := func(ctx context.Context, st kubeadmStep) error {
 		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
 		h.progress(st.name, "started", "")
-		run := func(ctx context.Context) error { return runStep(ctx, h, c, st) }
-		var err error
-		if st.oneAtATime {
-			err = withJoinLock(ctx, h, c, st.name, run)
-		} else {
-			err = run(ctx)
-		}
-		if err != nil {
+		if err := runStep(ctx, h, c, st); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
 		}
 		// kubeadm does not sync what it writes: without this, a power
@@ -237,6 +232,43 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 			return err
 		}
 		h.progress(st.name, "done", "")
+		return nil
+	}
+	all := steps(cl)
+	for i := 0; i < len(all); i++ {
+		if !all[i].oneAtATime {
+			if prog.done(all[i].name) {
+				continue
+			}
+			if err := one(ctx, all[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		// A run of one-at-a-time steps goes under one hold of the join
+		// lock: those of them not done yet, in order.
+		var todo []kubeadmStep
+		for ; i < len(all) && all[i].oneAtATime; i++ {
+			if !prog.done(all[i].name) {
+				todo = append(todo, all[i])
+			}
+		}
+		i--
+		if len(todo) == 0 {
+			continue
+		}
+		h.cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
+		err := withJoinLock(ctx, h, c, todo[0].name, func(ctx context.Context) error {
+			for _, st := range todo {
+				if err := one(ctx, st); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	h.cluster(func(s *ClusterStatus) { s.Step = "joined" })
 	if cl.Role == machineconfig.RoleInit {
