@@ -249,14 +249,16 @@ const PatchesDir = "/etc/terrarium/kubeadm-patches"
 // is contended: on a busy one-core control plane kube-apiserver got 2.5
 // times etcd's share, and every write of the cluster, which waits for a
 // quorum of etcd members, waited for the slowest member's etcd to be
-// scheduled. Here etcd requests twice what kube-apiserver does, and the four
-// together request less than kubeadm's 650m, so a node that admitted
-// kubeadm's pods admits these.
+// scheduled. Here etcd requests the most (300m); kube-apiserver keeps its
+// 250m (a starved kube-apiserver fails its own post-start hooks), and the
+// controller manager and the scheduler, which mostly wait on the API, give
+// up what etcd gains: the four request kubeadm's 650m in all, so a node
+// that admitted kubeadm's pods admits these.
 func Patches() map[string][]byte {
 	return map[string][]byte{
 		"etcd+strategic.yaml":                    staticPodPatch("etcd", EtcdCPU, true),
-		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "150m", true),
-		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "100m", false),
+		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "250m", true),
+		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "50m", false),
 		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false),
 	}
 }
