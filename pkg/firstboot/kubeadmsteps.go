@@ -234,39 +234,34 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		h.progress(st.name, "done", "")
 		return nil
 	}
-	all := steps(cl)
-	for i := 0; i < len(all); i++ {
-		if !all[i].oneAtATime {
-			if prog.done(all[i].name) {
-				continue
-			}
-			if err := one(ctx, all[i]); err != nil {
-				return err
-			}
-			continue
-		}
-		// A run of one-at-a-time steps goes under one hold of the join
-		// lock: those of them not done yet, in order.
+	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
-		for ; i < len(all) && all[i].oneAtATime; i++ {
-			if !prog.done(all[i].name) {
-				todo = append(todo, all[i])
+		for _, st := range run {
+			if !prog.done(st.name) {
+				todo = append(todo, st)
 			}
 		}
-		i--
 		if len(todo) == 0 {
 			continue
 		}
-		h.cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
-		err := withJoinLock(ctx, h, c, todo[0].name, func(ctx context.Context) error {
+		all := func(ctx context.Context) error {
 			for _, st := range todo {
 				if err := one(ctx, st); err != nil {
 					return err
 				}
 			}
 			return nil
-		})
-		if err != nil {
+		}
+		if !todo[0].oneAtATime {
+			if err := all(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		// A run of one-at-a-time steps goes under one hold of the join
+		// lock.
+		h.cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
+		if err := withJoinLock(ctx, h, c, todo[0].name, all); err != nil {
 			return err
 		}
 	}
@@ -301,6 +296,18 @@ func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Confi
 		return err
 	}
 	return h.run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+}
+
+// stepRuns splits steps into runs of consecutive steps alike in oneAtATime.
+func stepRuns(steps []kubeadmStep) [][]kubeadmStep {
+	var runs [][]kubeadmStep
+	for i, st := range steps {
+		if i == 0 || st.oneAtATime != steps[i-1].oneAtATime {
+			runs = append(runs, nil)
+		}
+		runs[len(runs)-1] = append(runs[len(runs)-1], st)
+	}
+	return runs
 }
 
 func oneAtATime(st kubeadmStep) kubeadmStep {

@@ -256,16 +256,12 @@ const PatchesDir = "/etc/terrarium/kubeadm-patches"
 // that admitted kubeadm's pods admits these.
 func Patches() map[string][]byte {
 	return map[string][]byte{
-		"etcd+strategic.yaml":                    staticPodPatch("etcd", EtcdCPU, true),
+		"etcd+strategic.yaml":                    staticPodPatch("etcd", "300m", true),
 		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "250m", true),
 		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "50m", false),
 		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false),
 	}
 }
-
-// EtcdCPU is the CPU etcd requests on a control-plane node: the largest
-// request of the static pods (see Patches).
-const EtcdCPU = "300m"
 
 func staticPodPatch(container, cpu string, patientProbes bool) []byte {
 	p := `# Written by Terrarium firstboot; kubeadm applies it to the static pod.

@@ -78,6 +78,18 @@ func (f *fakeStore) write(key string, l kubeclient.Lease) kubeclient.Lease {
 	return l
 }
 
+func (f *fakeStore) failNextWrites(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failWrites = n
+}
+
+// recordEvents is a WithReport function that keeps the events, in order.
+func recordEvents() (*[]string, Option) {
+	var events []string
+	return &events, WithReport(func(ev, detail string) { events = append(events, ev) })
+}
+
 func (f *fakeStore) get(name string) kubeclient.Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -245,14 +257,13 @@ func TestOwnLeaseIsTakenBack(t *testing.T) {
 func TestUnansweredAPIAndFailingWork(t *testing.T) {
 	store := newFakeStore()
 	store.failReads = 3
-	var events []string
-	report := func(ev, detail string) { events = append(events, ev) }
+	events, report := recordEvents()
 	boom := errors.New("kubeadm join phase etcd-join: exit status 1")
-	err := newLock(t, store, "cp-2", WithReport(report)).Do(context.Background(), func(ctx context.Context) error { return boom })
+	err := newLock(t, store, "cp-2", report).Do(context.Background(), func(ctx context.Context) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Do returned %v, want fn's error", err)
 	}
-	if fmt.Sprint(events) != "[unreachable acquired released]" {
+	if fmt.Sprint(*events) != "[unreachable acquired released]" {
 		t.Errorf("events %v: want one unreachable for the spell of errors, then acquired and released", events)
 	}
 	if l := store.get("etcd-join"); l.Holder != "" {
@@ -264,17 +275,16 @@ func TestUnansweredAPIAndFailingWork(t *testing.T) {
 // takes it back at once, another node waits for it; success releases it.
 func TestKeepAfterFailure(t *testing.T) {
 	store := newFakeStore()
-	var events []string
-	report := func(ev, detail string) { events = append(events, ev) }
+	events, report := recordEvents()
 	boom := errors.New("etcd member added, not promoted")
-	err := newLock(t, store, "cp-3", KeepAfterFailure(), WithReport(report)).Do(context.Background(), func(ctx context.Context) error { return boom })
+	err := newLock(t, store, "cp-3", KeepAfterFailure(), report).Do(context.Background(), func(ctx context.Context) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Do returned %v, want fn's error", err)
 	}
 	if l := store.get("etcd-join"); l.Holder != "cp-3" {
 		t.Fatalf("after a failure the lease is held by %q, want cp-3", l.Holder)
 	}
-	if fmt.Sprint(events) != "[acquired kept]" {
+	if fmt.Sprint(*events) != "[acquired kept]" {
 		t.Errorf("events %v, want [acquired kept]", events)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -331,18 +341,15 @@ func TestBadOptions(t *testing.T) {
 // cp-2 waited for the Lease to expire).
 func TestReleaseRetries(t *testing.T) {
 	store := newFakeStore()
-	var events []string
-	report := func(ev, detail string) { events = append(events, ev) }
-	err := newLock(t, store, "cp-3", WithReport(report)).Do(context.Background(), func(ctx context.Context) error {
-		store.mu.Lock()
-		store.failWrites = 2
-		store.mu.Unlock()
+	events, report := recordEvents()
+	err := newLock(t, store, "cp-3", report).Do(context.Background(), func(ctx context.Context) error {
+		store.failNextWrites(2)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(events) != "[acquired release failed release failed released]" {
+	if fmt.Sprint(*events) != "[acquired release failed release failed released]" {
 		t.Errorf("events %v, want two failed releases, then released", events)
 	}
 	if l := store.get("etcd-join"); l.Holder != "" {
@@ -353,13 +360,10 @@ func TestReleaseRetries(t *testing.T) {
 // Release retries stop once the Lease would have expired anyway.
 func TestReleaseGivesUpAtExpiry(t *testing.T) {
 	store := newFakeStore()
-	var events []string
-	report := func(ev, detail string) { events = append(events, ev) }
+	events, report := recordEvents()
 	start := time.Now()
-	err := newLock(t, store, "cp-3", WithDuration(time.Second), WithPoll(100*time.Millisecond), WithReport(report)).Do(context.Background(), func(ctx context.Context) error {
-		store.mu.Lock()
-		store.failWrites = 1000
-		store.mu.Unlock()
+	err := newLock(t, store, "cp-3", WithDuration(time.Second), WithPoll(100*time.Millisecond), report).Do(context.Background(), func(ctx context.Context) error {
+		store.failNextWrites(1000)
 		return nil
 	})
 	if err != nil {
@@ -368,8 +372,8 @@ func TestReleaseGivesUpAtExpiry(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("release retried for %s, past the lease's 1 s duration", took)
 	}
-	if n := len(events); n < 3 || events[n-1] != "release failed" {
-		t.Errorf("events %v, want retries ending in release failed", events)
+	if n := len(*events); n < 3 || (*events)[n-1] != "release failed" {
+		t.Errorf("events %v, want retries ending in release failed", *events)
 	}
 }
 
