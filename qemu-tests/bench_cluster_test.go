@@ -39,6 +39,9 @@ type clusterResult struct {
 type phaseMark struct {
 	Name string  `json:"name"`
 	End  float64 `json:"endSeconds"`
+	// Detail is the journal's message for a failed attempt (its name
+	// ends in "(retry)" or "(failed)"): why the step ran again.
+	Detail string `json:"detail,omitempty"`
 }
 
 func writeResult(t *testing.T, r clusterResult) {
@@ -57,6 +60,16 @@ func writeResult(t *testing.T, r clusterResult) {
 		tl := timeline(r, "init node", r.Phases)
 		if len(r.WorkerPhases) > 0 {
 			tl += "\n" + timeline(r, "worker", r.WorkerPhases)
+		}
+		for _, set := range []struct {
+			node   string
+			phases []phaseMark
+		}{{"init node", r.Phases}, {"worker", r.WorkerPhases}} {
+			for _, p := range set.phases {
+				if p.Detail != "" {
+					tl += fmt.Sprintf("%s, %s: %s\n", set.node, p.Name, trim(p.Detail, 400))
+				}
+			}
 		}
 		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
 		t.Logf("timelines:\n%s", tl)
@@ -133,20 +146,32 @@ func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 	if err := json.Unmarshal([]byte(raw[i:]), &j); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
+	return journalPhases(j, start), nil
+}
+
+// journalPhases lists the steps a journal records as ended, in order of
+// their end, a failed attempt named as one and with its message (the
+// bench of 2026-11-25 drew the worker's preflight twice and could not say
+// why).
+func journalPhases(j firstboot.Journal, start time.Time) []phaseMark {
 	var out []phaseMark
 	for _, b := range j.Boots {
 		for _, s := range b.Steps {
 			if s.Result == "started" || s.Result == "diagnostics" {
 				continue
 			}
-			out = append(out, phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()})
+			m := phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()}
+			if s.Result == "retry" || s.Result == "failed" {
+				m.Name, m.Detail = s.Name+" ("+s.Result+")", s.Detail
+			}
+			out = append(out, m)
 		}
 	}
 	sort.SliceStable(out, func(i, k int) bool { return out[i].End < out[k].End })
 	if len(out) > 0 {
 		out = append([]phaseMark{{Name: "power-on → firstboot (boot)", End: out[0].End}}, out...)
 	}
-	return out, nil
+	return out
 }
 
 // TestClusterBenchZeroTouch measures Terrarium's cluster formation: both

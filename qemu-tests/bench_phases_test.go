@@ -1,0 +1,41 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/firstboot"
+)
+
+// TestJournalPhases: a retried step shows in the timeline as a failed
+// attempt with the journal's reason, then as the attempt that ended it;
+// the journal's own bookkeeping (started, diagnostics) does not.
+func TestJournalPhases(t *testing.T) {
+	start := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
+	j := firstboot.Journal{Boots: []firstboot.BootRecord{{Steps: []firstboot.StepRecord{
+		{Name: "wait for the API", Result: "applied", At: at(100)},
+		{Name: "join phase preflight", Result: "started", At: at(101)},
+		{Name: "join phase preflight", Result: "retry", Detail: "attempt 1 of 3 failed: image pull timed out", At: at(170)},
+		{Name: "join phase preflight", Result: "diagnostics", Detail: "kubelet log: ...", At: at(171)},
+		{Name: "join phase preflight", Result: "applied", At: at(240)},
+	}}}}
+	got := journalPhases(j, start)
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	want := []string{"power-on → firstboot (boot)", "wait for the API", "join phase preflight (retry)", "join phase preflight"}
+	if strings.Join(names, "|") != strings.Join(want, "|") {
+		t.Fatalf("phases %q, want %q", names, want)
+	}
+	if !strings.Contains(got[2].Detail, "image pull timed out") || got[3].Detail != "" {
+		t.Errorf("details %q and %q: want the retry's reason on the failed attempt only", got[2].Detail, got[3].Detail)
+	}
+	if got[2].End != 170 || got[0].End != 100 {
+		t.Errorf("ends %v and %v, want 170 and 100", got[2].End, got[0].End)
+	}
+}
