@@ -61,22 +61,13 @@ func writeResult(t *testing.T, r clusterResult) {
 		if len(r.WorkerPhases) > 0 {
 			tl += "\n" + timeline(r, "worker", r.WorkerPhases)
 		}
-		for _, set := range []struct {
-			node   string
-			phases []phaseMark
-		}{{"init node", r.Phases}, {"worker", r.WorkerPhases}} {
-			for _, p := range set.phases {
-				if p.Detail != "" {
-					tl += fmt.Sprintf("%s, %s: %s\n", set.node, p.Name, trim(p.Detail, 400))
-				}
-			}
-		}
 		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
 		t.Logf("timelines:\n%s", tl)
 	}
 }
 
-// timeline draws each phase of one node as a bar on a time axis.
+// timeline draws each phase of one node as a bar on a time axis, then
+// why each failed attempt failed.
 func timeline(r clusterResult, node string, phases []phaseMark) string {
 	const width = 60
 	scale := float64(width) / r.AllNodesReady
@@ -100,6 +91,11 @@ func timeline(r clusterResult, node string, phases []phaseMark) string {
 	}
 	fmt.Fprintf(&b, "%-34s %*s\n", "API ready", int(r.APIReady*scale)+1, "▲")
 	fmt.Fprintf(&b, "%-34s %*s\n", "all nodes Ready", int(r.AllNodesReady*scale), "▲")
+	for _, p := range phases {
+		if p.Detail != "" {
+			fmt.Fprintf(&b, "%s, %s: %s\n", node, p.Name, trim(p.Detail, 400))
+		}
+	}
 	return b.String()
 }
 

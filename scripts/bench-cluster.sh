@@ -5,7 +5,7 @@
 # flags, the same probe patches and the same certificate key type. Both boot
 # two VMs at once (control plane: 2 vCPUs; worker: 1 vCPU at niceness 10;
 # 3 GiB each) on a private link with no route out. Prints seconds from power-on to API ready and to all nodes
-# Ready, the ratio, and the init node's timeline. Takes 20 to 40 minutes.
+# Ready, the ratio, and both nodes' timelines. Takes 20 to 40 minutes.
 # First, the cost of one mutual-TLS handshake with kubeadm's default RSA
 # 2048 certificates against the ECDSA P-256 ones Terrarium has kubeadm make,
 # natively and under TCG (qemu-x86_64, user-mode emulation: the same code
