@@ -36,7 +36,9 @@ const (
 	// joiner's wait for the API, the init node's creation of the token.
 	stepWaitForAPI     = "wait for the API"
 	stepBootstrapToken = "init phase bootstrap-token"
-	bundleIndex        = "/usr/lib/terrarium/bundle/index.json"
+	// stepRuntime waits for containerd's CRI before kubeadm's preflight.
+	stepRuntime = "container runtime"
+	bundleIndex = "/usr/lib/terrarium/bundle/index.json"
 )
 
 // Timeouts of the cluster phases (emulated machines are slow).
@@ -46,8 +48,12 @@ const (
 	// the step is retried (with diagnostics on the console) after it.
 	localAPIWaitTimeout = 8 * time.Minute
 	readyWaitTimeout    = 15 * time.Minute
-	stepAttempts        = 3
-	stepRetryDelay      = 15 * time.Second
+	// runtimeWaitTimeout bounds the wait for containerd's CRI;
+	// runtimeCallTimeout one question to it (kubeadm's: 2 s).
+	runtimeWaitTimeout = 10 * time.Minute
+	runtimeCallTimeout = time.Minute
+	stepAttempts       = 3
+	stepRetryDelay     = 15 * time.Second
 	// apiPoll is the pause between two questions to the API (readyz,
 	// the nodes, the join lock): one request on a kept-alive connection,
 	// or one TLS handshake, costs the API server milliseconds even under

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/cri"
 	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 )
@@ -73,6 +74,9 @@ type env struct {
 	leases fakeLeases
 	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
 	nodes []string
+	// runtime answers the host's CRI checks (recorded as the command
+	// "cri-check ENDPOINT"); nil means a ready containerd.
+	runtime func(ctx context.Context, endpoint string) (cri.Info, error)
 }
 
 func (e *env) retryAttempts(n int) { e.attempts = n }
@@ -382,6 +386,16 @@ func (e *env) host() *Host {
 				nodes = []string{"cp-1", "w-1"}
 			}
 			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
+		},
+		CheckRuntime: func(ctx context.Context, endpoint string) (cri.Info, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-check", endpoint})
+			rt := e.runtime
+			e.mu.Unlock()
+			if rt != nil {
+				return rt(ctx, endpoint)
+			}
+			return cri.Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: "systemd"}, nil
 		}}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/cri"
 	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/leaselock"
 )
@@ -43,6 +44,16 @@ type Host struct {
 	KubeClient func(kubeconfig string) (APIClient, error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// CheckRuntime asks the container runtime at a CRI endpoint whether
+	// it is ready for the kubelet; nil means a real CRI client (pkg/cri).
+	CheckRuntime func(ctx context.Context, endpoint string) (cri.Info, error)
+}
+
+func (h *Host) checkRuntime(ctx context.Context, endpoint string) (cri.Info, error) {
+	if h.CheckRuntime != nil {
+		return h.CheckRuntime(ctx, endpoint)
+	}
+	return cri.Check(ctx, endpoint)
 }
 
 func (h *Host) now() time.Time {

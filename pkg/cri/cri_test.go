@@ -1,0 +1,147 @@
+package cri
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// runtime is a CRI v1 runtime service on a unix socket, answering the
+// three calls Check makes the way its fields say.
+type runtime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	notReady      bool
+	noConfig      bool
+	cgroupfs      bool
+	versionDelay  time.Duration
+	versionCalled chan struct{}
+}
+
+func (r *runtime) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	if r.versionCalled != nil {
+		close(r.versionCalled)
+		r.versionCalled = nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(r.versionDelay):
+	}
+	return &runtimeapi.VersionResponse{Version: req.Version, RuntimeName: "containerd", RuntimeVersion: "v2.3.7", RuntimeApiVersion: "v1"}, nil
+}
+
+func (r *runtime) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: !r.notReady, Reason: "NotStarted", Message: "the runtime is starting"},
+		{Type: runtimeapi.NetworkReady, Status: false, Reason: "NetworkPluginNotReady", Message: "cni config uninitialized"},
+	}}}, nil
+}
+
+func (r *runtime) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	if r.noConfig {
+		return nil, status.Error(codes.Unimplemented, "unknown method RuntimeConfig")
+	}
+	d := runtimeapi.CgroupDriver_SYSTEMD
+	if r.cgroupfs {
+		d = runtimeapi.CgroupDriver_CGROUPFS
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}, nil
+}
+
+// serve runs r on a fresh unix socket and returns its path.
+func serve(t *testing.T, r *runtime) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "containerd.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(s, r)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	return sock
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rt         *runtime
+		unixURL    bool
+		wantDriver string
+		wantErr    string
+	}{
+		{name: "ready", rt: &runtime{}, wantDriver: "systemd"},
+		{name: "ready, unix URL", rt: &runtime{cgroupfs: true}, unixURL: true, wantDriver: "cgroupfs"},
+		{name: "not ready", rt: &runtime{notReady: true}, wantErr: "is not ready: NotStarted the runtime is starting"},
+		{name: "no RuntimeConfig", rt: &runtime{noConfig: true}, wantErr: "does not implement the CRI RuntimeConfig call"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := serve(t, tc.rt)
+			if tc.unixURL {
+				ep = "unix://" + ep
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			info, err := Check(ctx, ep)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), ep) {
+					t.Fatalf("Check = %v, want an error naming %s and containing %q", err, ep, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: tc.wantDriver}
+			if info != want {
+				t.Fatalf("Check = %+v, want %+v", info, want)
+			}
+		})
+	}
+}
+
+// A runtime slower than kubeadm's fixed two seconds passes within the
+// caller's longer deadline, and fails with the deadline named when it is
+// slower still.
+func TestCheckDeadline(t *testing.T) {
+	slow := &runtime{versionDelay: 2500 * time.Millisecond}
+	ep := serve(t, slow)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Check(ctx, ep); err != nil {
+		t.Fatalf("a runtime answering in 2.5 s within a 10 s deadline: %v", err)
+	}
+
+	slower := &runtime{versionDelay: time.Minute, versionCalled: make(chan struct{})}
+	called := slower.versionCalled
+	ep = serve(t, slower)
+	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Check(ctx, ep)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "CRI v1 version") {
+		t.Fatalf("Check = %v, want DeadlineExceeded asking for the version", err)
+	}
+	select {
+	case <-called:
+	default:
+		t.Fatal("the runtime was never asked")
+	}
+}
+
+func TestCheckNoSocket(t *testing.T) {
+	ep := filepath.Join(t.TempDir(), "missing.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := Check(ctx, ep); err == nil || !strings.Contains(err.Error(), ep) {
+		t.Fatalf("Check = %v, want an error naming %s", err, ep)
+	}
+}
