@@ -1,7 +1,8 @@
-// Package cri asks a container runtime over the Container Runtime
-// Interface (CRI v1, gRPC on a unix socket) whether it is ready for the
-// kubelet: the checks kubeadm's preflight makes, with the caller's
-// deadline instead of kubeadm's fixed two seconds.
+// Package cri talks to a container runtime over the Container Runtime
+// Interface (CRI v1, gRPC on a unix socket) the way the kubelet and
+// kubeadm do: whether it is ready for the kubelet (the checks of kubeadm's
+// preflight, with the caller's deadline instead of kubeadm's fixed two
+// seconds), and pulling images.
 package cri
 
 import (
@@ -31,53 +32,78 @@ func (i Info) String() string {
 	return fmt.Sprintf("%s %s (CRI %s, cgroup driver %s)", i.RuntimeName, i.RuntimeVersion, i.APIVersion, i.CgroupDriver)
 }
 
-// Check connects to the runtime at endpoint (a path or a unix:// URL) and
-// asks what kubeadm's CRI and ContainerRuntimeVersion preflight checks and
-// the kubelet ask: the v1 RuntimeService answers Version, its Status has
-// RuntimeReady true (NetworkReady may be false: no pod network exists
-// before the node joins), and it implements RuntimeConfig, from which the
-// kubelet takes the cgroup driver. ctx bounds the whole check.
-func Check(ctx context.Context, endpoint string) (Info, error) {
+// Client is a connection to one runtime's CRI endpoint.
+type Client struct {
+	endpoint string
+	conn     *grpc.ClientConn
+	runtime  runtimeapi.RuntimeServiceClient
+	images   runtimeapi.ImageServiceClient
+}
+
+// New returns a client of the runtime at endpoint (a path or a unix://
+// URL). It connects on first use.
+func New(endpoint string) (*Client, error) {
 	target := endpoint
 	if !strings.HasPrefix(target, "unix://") {
 		target = "unix://" + target
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return Info{}, fmt.Errorf("connect to the container runtime at %s: %w", endpoint, err)
+		return nil, fmt.Errorf("connect to the container runtime at %s: %w", endpoint, err)
 	}
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	return &Client{endpoint: endpoint, conn: conn,
+		runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn)}, nil
+}
 
-	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{Version: "v1"})
+// Close drops the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Check connects to the runtime at endpoint and reports whether it is
+// ready for the kubelet (see Client.Check).
+func Check(ctx context.Context, endpoint string) (Info, error) {
+	c, err := New(endpoint)
 	if err != nil {
-		return Info{}, fmt.Errorf("ask the container runtime at %s for its CRI v1 version: %w", endpoint, err)
+		return Info{}, err
+	}
+	defer c.Close()
+	return c.Check(ctx)
+}
+
+// Check asks what kubeadm's CRI and ContainerRuntimeVersion preflight
+// checks and the kubelet ask: the v1 RuntimeService answers Version, its
+// Status has RuntimeReady true (NetworkReady may be false: no pod network
+// exists before the node joins), and it implements RuntimeConfig, from
+// which the kubelet takes the cgroup driver. ctx bounds the whole check.
+func (c *Client) Check(ctx context.Context) (Info, error) {
+	v, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{Version: "v1"})
+	if err != nil {
+		return Info{}, fmt.Errorf("ask the container runtime at %s for its CRI v1 version: %w", c.endpoint, err)
 	}
 	info := Info{RuntimeName: v.RuntimeName, RuntimeVersion: v.RuntimeVersion, APIVersion: v.RuntimeApiVersion}
 
-	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	st, err := c.runtime.Status(ctx, &runtimeapi.StatusRequest{})
 	if err != nil {
-		return info, fmt.Errorf("ask %s at %s for its status: %w", info.RuntimeName, endpoint, err)
+		return info, fmt.Errorf("ask %s at %s for its status: %w", info.RuntimeName, c.endpoint, err)
 	}
 	ready := false
-	for _, c := range st.GetStatus().GetConditions() {
-		if c.GetType() == runtimeapi.RuntimeReady {
-			if !c.GetStatus() {
-				return info, fmt.Errorf("%s at %s is not ready: %s %s", info.RuntimeName, endpoint, c.GetReason(), c.GetMessage())
+	for _, cond := range st.GetStatus().GetConditions() {
+		if cond.GetType() == runtimeapi.RuntimeReady {
+			if !cond.GetStatus() {
+				return info, fmt.Errorf("%s at %s is not ready: %s %s", info.RuntimeName, c.endpoint, cond.GetReason(), cond.GetMessage())
 			}
 			ready = true
 		}
 	}
 	if !ready {
-		return info, fmt.Errorf("%s at %s reports no %s condition", info.RuntimeName, endpoint, runtimeapi.RuntimeReady)
+		return info, fmt.Errorf("%s at %s reports no %s condition", info.RuntimeName, c.endpoint, runtimeapi.RuntimeReady)
 	}
 
-	rc, err := rt.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
+	rc, err := c.runtime.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
 	if status.Code(err) == codes.Unimplemented {
-		return info, fmt.Errorf("%s at %s does not implement the CRI RuntimeConfig call the kubelet takes its cgroup driver from: it is too old for this Kubernetes", info.RuntimeName, endpoint)
+		return info, fmt.Errorf("%s at %s does not implement the CRI RuntimeConfig call the kubelet takes its cgroup driver from: it is too old for this Kubernetes", info.RuntimeName, c.endpoint)
 	}
 	if err != nil {
-		return info, fmt.Errorf("ask %s at %s for its runtime config: %w", info.RuntimeName, endpoint, err)
+		return info, fmt.Errorf("ask %s at %s for its runtime config: %w", info.RuntimeName, c.endpoint, err)
 	}
 	switch rc.GetLinux().GetCgroupDriver() {
 	case runtimeapi.CgroupDriver_SYSTEMD:
@@ -85,7 +111,27 @@ func Check(ctx context.Context, endpoint string) (Info, error) {
 	case runtimeapi.CgroupDriver_CGROUPFS:
 		info.CgroupDriver = "cgroupfs"
 	default:
-		return info, fmt.Errorf("%s at %s reports an unknown cgroup driver %v", info.RuntimeName, endpoint, rc.GetLinux().GetCgroupDriver())
+		return info, fmt.Errorf("%s at %s reports an unknown cgroup driver %v", info.RuntimeName, c.endpoint, rc.GetLinux().GetCgroupDriver())
 	}
 	return info, nil
+}
+
+// Pull makes ref (e.g. "registry.k8s.io/pause:3.10.2") present in the
+// runtime, as the kubelet would before starting a container from it, and
+// reports whether it had to pull: an image already present is not pulled
+// again. Where the runtime pulls from is its own configuration (for
+// containerd, its registry hosts).
+func (c *Client) Pull(ctx context.Context, ref string) (pulled bool, err error) {
+	spec := &runtimeapi.ImageSpec{Image: ref}
+	st, err := c.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+	if err != nil {
+		return false, fmt.Errorf("ask the container runtime at %s about %s: %w", c.endpoint, ref, err)
+	}
+	if st.GetImage() != nil {
+		return false, nil
+	}
+	if _, err := c.images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec}); err != nil {
+		return false, fmt.Errorf("pull %s through the container runtime at %s: %w", ref, c.endpoint, err)
+	}
+	return true, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,8 +58,40 @@ func (r *runtime) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigReques
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}, nil
 }
 
-// serve runs r on a fresh unix socket and returns its path.
-func serve(t *testing.T, r *runtime) string {
+// images is a CRI image service that holds what it is told to pull, as
+// long as its registry (pullable) has it.
+type images struct {
+	runtimeapi.UnimplementedImageServiceServer
+	mu       sync.Mutex
+	pullable map[string]bool
+	present  map[string]bool
+	pulls    []string
+}
+
+func (s *images) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.present[req.Image.Image] {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:1", RepoTags: []string{req.Image.Image}}}, nil
+}
+
+func (s *images) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref := req.Image.Image
+	s.pulls = append(s.pulls, ref)
+	if !s.pullable[ref] {
+		return nil, status.Errorf(codes.NotFound, "failed to resolve reference %q: not found", ref)
+	}
+	s.present[ref] = true
+	return &runtimeapi.PullImageResponse{ImageRef: "sha256:1"}, nil
+}
+
+// serve runs r (and is, if not nil) on a fresh unix socket and returns
+// its path.
+func serve(t *testing.T, r *runtime, is ...*images) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "containerd.sock")
 	l, err := net.Listen("unix", sock)
@@ -66,6 +100,9 @@ func serve(t *testing.T, r *runtime) string {
 	}
 	s := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(s, r)
+	for _, i := range is {
+		runtimeapi.RegisterImageServiceServer(s, i)
+	}
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
 	return sock
@@ -143,5 +180,43 @@ func TestCheckNoSocket(t *testing.T) {
 	defer cancel()
 	if _, err := Check(ctx, ep); err == nil || !strings.Contains(err.Error(), ep) {
 		t.Fatalf("Check = %v, want an error naming %s", err, ep)
+	}
+}
+
+// Pull pulls an absent image once, leaves a present one alone, and names
+// the image and the endpoint when the runtime cannot pull it.
+func TestPull(t *testing.T) {
+	is := &images{pullable: map[string]bool{"registry.k8s.io/pause:3.10.2": true}, present: map[string]bool{"registry.k8s.io/etcd:3.6.8-0": true}}
+	ep := serve(t, &runtime{}, is)
+	c, err := New(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		ref        string
+		wantPulled bool
+		wantErr    string
+	}{
+		{ref: "registry.k8s.io/pause:3.10.2", wantPulled: true},
+		{ref: "registry.k8s.io/pause:3.10.2"},
+		{ref: "registry.k8s.io/etcd:3.6.8-0"},
+		{ref: "registry.k8s.io/kube-proxy:v0.0.0", wantErr: "pull registry.k8s.io/kube-proxy:v0.0.0 through the container runtime at " + ep},
+	} {
+		pulled, err := c.Pull(ctx, tc.ref)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || status.Code(err) != codes.NotFound {
+				t.Errorf("Pull(%s) = %v, want NotFound containing %q", tc.ref, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || pulled != tc.wantPulled {
+			t.Errorf("Pull(%s) = %v, %v; want %v, nil", tc.ref, pulled, err, tc.wantPulled)
+		}
+	}
+	if want := []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v0.0.0"}; !slices.Equal(is.pulls, want) {
+		t.Errorf("runtime pulled %v, want %v", is.pulls, want)
 	}
 }

@@ -38,6 +38,8 @@ const (
 	stepBootstrapToken = "init phase bootstrap-token"
 	// stepRuntime waits for containerd's CRI before kubeadm's preflight.
 	stepRuntime = "container runtime"
+	// stepImages pulls the images the node will run (pullImages).
+	stepImages  = "pull images"
 	bundleIndex = "/usr/lib/terrarium/bundle/index.json"
 )
 
@@ -216,12 +218,12 @@ func verifyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) 
 	return nil
 }
 
-// bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
-// the tag of its kube-apiserver image.
-func bundleKubernetesVersion(h *Host) (string, error) {
+// bundleImages are the names of the images in the slot's bundle, in its
+// order.
+func bundleImages(h *Host) ([]string, error) {
 	b, err := os.ReadFile(h.Path(bundleIndex))
 	if err != nil {
-		return "", fmt.Errorf("read the slot's bundle: %w", err)
+		return nil, fmt.Errorf("read the slot's bundle: %w", err)
 	}
 	var idx struct {
 		Manifests []struct {
@@ -229,14 +231,31 @@ func bundleKubernetesVersion(h *Host) (string, error) {
 		} `json:"manifests"`
 	}
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return "", fmt.Errorf("%s: %w", bundleIndex, err)
+		return nil, fmt.Errorf("%s: %w", bundleIndex, err)
 	}
-	const prefix = "registry.k8s.io/kube-apiserver:"
+	var names []string
 	for _, m := range idx.Manifests {
 		for _, k := range []string{"io.containerd.image.name", "org.opencontainers.image.ref.name"} {
-			if v, ok := strings.CutPrefix(m.Annotations[k], prefix); ok {
-				return v, nil
+			if v := m.Annotations[k]; v != "" {
+				names = append(names, v)
+				break
 			}
+		}
+	}
+	return names, nil
+}
+
+// bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
+// the tag of its kube-apiserver image.
+func bundleKubernetesVersion(h *Host) (string, error) {
+	names, err := bundleImages(h)
+	if err != nil {
+		return "", err
+	}
+	const prefix = "registry.k8s.io/kube-apiserver:"
+	for _, n := range names {
+		if v, ok := strings.CutPrefix(n, prefix); ok {
+			return v, nil
 		}
 	}
 	return "", fmt.Errorf("the slot's bundle (%s) carries no %s image: this image cannot run Kubernetes", bundleIndex, strings.TrimSuffix(prefix, ":"))

@@ -57,13 +57,25 @@ func clusterConfigWith(t *testing.T, node string, controlPlanes int) string {
 	return string(b)
 }
 
+// testBundle is the slot's bundle of clusterEnv: the Kubernetes bundle's
+// images and an application's.
+var testBundle = []string{
+	"registry.k8s.io/kube-apiserver:v1.36.3", "registry.k8s.io/kube-controller-manager:v1.36.3",
+	"registry.k8s.io/kube-scheduler:v1.36.3", "registry.k8s.io/kube-proxy:v1.36.3", "registry.k8s.io/etcd:3.6.8-0",
+	"registry.k8s.io/coredns/coredns:v1.14.2", "registry.k8s.io/pause:3.10.2", "docker.io/flannel/flannel:v0.28.10",
+	"docker.io/library/hello:1.0",
+}
+
 // clusterEnv is a fake machine with a Kubernetes bundle, a fake kubeadm
 // that prints the bundle's version, and a fake API (env.host) that reports
 // both nodes Ready. failOnce makes one kubeadm phase fail on its first run.
 func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 	e := newEnv(t)
-	e.write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
-		`{"annotations":{"io.containerd.image.name":"docker.io/flannel/flannel:v0.28.10"}}]}`)
+	var manifests []string
+	for _, ref := range testBundle {
+		manifests = append(manifests, `{"annotations":{"io.containerd.image.name":"`+ref+`"}}`)
+	}
+	e.write(bundleIndex, `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
 	e.write(AdminKubeconfig, "admin kubeconfig\n")
 	e.write(KubeletKubeconfig, "kubelet kubeconfig\n")
 	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {

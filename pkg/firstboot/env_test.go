@@ -77,6 +77,9 @@ type env struct {
 	// runtime answers the host's CRI checks (recorded as the command
 	// "cri-check ENDPOINT"); nil means a ready containerd.
 	runtime func(ctx context.Context, endpoint string) (cri.Info, error)
+	// pull answers the host's image pulls (recorded as the command
+	// "cri-pull REF"); nil means every image pulls at once.
+	pull func(ctx context.Context, ref string) (bool, error)
 }
 
 func (e *env) retryAttempts(n int) { e.attempts = n }
@@ -396,6 +399,16 @@ func (e *env) host() *Host {
 				return rt(ctx, endpoint)
 			}
 			return cri.Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: "systemd"}, nil
+		},
+		PullImage: func(ctx context.Context, endpoint, ref string) (bool, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-pull", ref})
+			pull := e.pull
+			e.mu.Unlock()
+			if pull != nil {
+				return pull(ctx, ref)
+			}
+			return true, nil
 		}}
 }
 

@@ -47,6 +47,10 @@ type Host struct {
 	// CheckRuntime asks the container runtime at a CRI endpoint whether
 	// it is ready for the kubelet; nil means a real CRI client (pkg/cri).
 	CheckRuntime func(ctx context.Context, endpoint string) (cri.Info, error)
+	// PullImage makes an image present in the container runtime at a CRI
+	// endpoint and reports whether it pulled it; nil means a real CRI
+	// client (pkg/cri).
+	PullImage func(ctx context.Context, endpoint, ref string) (bool, error)
 }
 
 func (h *Host) checkRuntime(ctx context.Context, endpoint string) (cri.Info, error) {

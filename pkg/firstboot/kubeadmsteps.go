@@ -41,9 +41,11 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	k := func(args ...string) kubeadmStep {
 		return kubeadmStep{name: strings.Join(args, " "), args: append(args, cfg)}
 	}
-	// The container runtime answering, then the preflight of kubeadm
-	// init or join, with the checks it ignores.
+	// The container runtime answering, the images the node will run
+	// present, then the preflight of kubeadm init or join, with the
+	// checks it ignores. Joiners pull before they wait for the API.
 	runtime := kubeadmStep{name: stepRuntime, own: waitForRuntime}
+	images := kubeadmStep{name: stepImages, own: pullImages}
 	preflight := func(verb string) kubeadmStep {
 		s := k(verb, "phase", "preflight")
 		s.args = append(s.args, ignorePreflight(c))
@@ -53,6 +55,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	case machineconfig.RoleInit:
 		return []kubeadmStep{
 			runtime,
+			images,
 			preflight("init"),
 			k("init", "phase", "certs", "all"),
 			k("init", "phase", "kubeconfig", "all"),
@@ -77,8 +80,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	case machineconfig.RoleControlPlane:
 		return []kubeadmStep{
-			{name: stepWaitForAPI, own: waitForAPI},
 			runtime,
+			images,
+			{name: stepWaitForAPI, own: waitForAPI},
 			preflight("join"),
 			// The certificates and kubeconfigs now, the control
 			// plane's static pods only once the local etcd member
@@ -106,8 +110,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	default:
 		return []kubeadmStep{
-			{name: stepWaitForAPI, own: waitForAPI},
 			runtime,
+			images,
+			{name: stepWaitForAPI, own: waitForAPI},
 			preflight("join"),
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it

@@ -1,0 +1,147 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pulled are the refs of the "cri-pull" commands, in order.
+func pulled(cmds []string) []string {
+	var refs []string
+	for _, c := range cmds {
+		if ref, ok := strings.CutPrefix(c, "cri-pull "); ok {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
+}
+
+// Each role pulls the bundle images it runs, none of an application's,
+// and before kubeadm's preflight (init) or the wait for the API (joiners).
+func TestNodesPullTheirImages(t *testing.T) {
+	controlPlane := []string{
+		"registry.k8s.io/etcd:3.6.8-0", "registry.k8s.io/kube-apiserver:v1.36.3", "registry.k8s.io/kube-controller-manager:v1.36.3",
+		"registry.k8s.io/kube-scheduler:v1.36.3", "registry.k8s.io/coredns/coredns:v1.14.2",
+		"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3", "docker.io/flannel/flannel:v0.28.10",
+	}
+	worker := []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3", "docker.io/flannel/flannel:v0.28.10"}
+	for _, tc := range []struct {
+		node   string
+		want   []string
+		before string
+	}{
+		{"cp-1", controlPlane, "init phase preflight: started"},
+		{"cp-2", controlPlane, "wait for the API: started"},
+		{"w-1", worker, "wait for the API: started"},
+	} {
+		t.Run(tc.node, func(t *testing.T) {
+			e, _ := clusterEnv(t, "")
+			e.nodes = []string{"cp-1", "cp-2", "w-1"}
+			var mu sync.Mutex
+			var order []string
+			e.pull = func(ctx context.Context, ref string) (bool, error) {
+				mu.Lock()
+				order = append(order, ref)
+				mu.Unlock()
+				return true, nil
+			}
+			if err := e.run(clusterConfigWith(t, tc.node, 2)); err != nil {
+				t.Fatalf("Run: %v\n%s", err, e.console.String())
+			}
+			got := slices.Clone(order)
+			slices.Sort(got)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("pulled %v, want %v", got, want)
+			}
+			con := e.console.String()
+			last := strings.LastIndex(con, "pull images: pulled: ")
+			if last < 0 || !strings.Contains(con, "pull images: pulled: docker.io/flannel/flannel:v0.28.10 in ") {
+				t.Fatalf("the console does not show the pulls:\n%s", con)
+			}
+			if b := strings.Index(con, tc.before); b < 0 || b < last {
+				t.Errorf("%q not after the pulls:\n%s", tc.before, con)
+			}
+		})
+	}
+}
+
+// Images already present are not reported as pulled, and the step
+// succeeds.
+func TestPresentImagesNotPulled(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	e.pull = func(ctx context.Context, ref string) (bool, error) { return false, nil }
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if strings.Contains(e.console.String(), "pulled") {
+		t.Errorf("present images reported as pulled:\n%s", e.console.String())
+	}
+	if len(pulled(e.commands())) != 3 || len(kubeadm()) == 0 {
+		t.Errorf("asked for %v; kubeadm ran %v", pulled(e.commands()), kubeadm())
+	}
+}
+
+// Never more than two pulls at once, and two when there is work for two.
+func TestPullsTwoAtATime(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	var mu sync.Mutex
+	running, most := 0, 0
+	e.pull = func(ctx context.Context, ref string) (bool, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return true, nil
+	}
+	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if most != pullsAtOnce {
+		t.Errorf("at most %d pulls ran at once, want %d", most, pullsAtOnce)
+	}
+}
+
+// An image the registry cache cannot give fails the node with the image
+// named and a pointer at the registry, before kubeadm has run, and the
+// other pulls stop.
+func TestPullFailureNamesTheImage(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	e.retryAttempts(1)
+	e.pull = func(ctx context.Context, ref string) (bool, error) {
+		if ref == "registry.k8s.io/kube-apiserver:v1.36.3" {
+			return false, errors.New("pull registry.k8s.io/kube-apiserver:v1.36.3 through the container runtime at unix:///run/containerd/containerd.sock: not found")
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return true, nil
+		}
+	}
+	if err := e.run(clusterConfig(t, "cp-1")); err == nil {
+		t.Fatal("Run succeeded although an image did not pull")
+	}
+	if got := kubeadm(); len(got) != 0 {
+		t.Errorf("kubeadm ran %v", got)
+	}
+	msg := e.status().Message
+	for _, want := range []string{"pull images", "kube-apiserver:v1.36.3", "terrarium-registry"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("status message %q lacks %q", msg, want)
+		}
+	}
+	if n := len(pulled(e.commands())); n >= 8 {
+		t.Errorf("all %d pulls were started after one failed", n)
+	}
+}
