@@ -93,7 +93,7 @@ func timeline(r clusterResult, node string, phases []phaseMark) string {
 	fmt.Fprintf(&b, "%-34s %*s\n", "all nodes Ready", int(r.AllNodesReady*scale), "▲")
 	for _, p := range phases {
 		if p.Detail != "" {
-			fmt.Fprintf(&b, "%s, %s: %s\n", node, p.Name, trim(p.Detail, 400))
+			fmt.Fprintf(&b, "%s, %s: %s\n", node, p.Name, trim(p.Detail, 600))
 		}
 	}
 	return b.String()
@@ -151,15 +151,24 @@ func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 // why).
 func journalPhases(j firstboot.Journal, start time.Time) []phaseMark {
 	var out []phaseMark
+	// A step's pulled images, until the record that ends it.
+	pulls := map[string][]string{}
 	for _, b := range j.Boots {
 		for _, s := range b.Steps {
-			if s.Result == "started" || s.Result == "diagnostics" {
+			switch s.Result {
+			case "started", "diagnostics", "waiting", "lock":
+				continue
+			case "pulled":
+				pulls[s.Name] = append(pulls[s.Name], s.Detail)
 				continue
 			}
 			m := phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()}
 			if s.Result == "retry" || s.Result == "failed" {
 				m.Name, m.Detail = s.Name+" ("+s.Result+")", s.Detail
+			} else if p := pulls[s.Name]; len(p) > 0 {
+				m.Detail = "pulled " + strings.Join(p, ", ")
 			}
+			delete(pulls, s.Name)
 			out = append(out, m)
 		}
 	}

@@ -18,34 +18,31 @@ const imagePullTimeout = 15 * time.Minute
 
 // pullsAtOnce is how many images the images step pulls at the same
 // time: one pull is mostly a single thread (containerd's unpacking, the
-// registry's hashing), and every control plane has two CPUs.
+// registry's hashing), and a control plane has two CPUs.
 const pullsAtOnce = 2
 
-// roleRepositories are the repositories of the Kubernetes bundle a node
-// of the role runs containers from: every node the pod sandbox, kube-proxy
-// and the pod network; control planes also the static pods and CoreDNS
-// (which may land on any node, but only a control plane is sure to run it
-// before the cluster forms).
-func roleRepositories(role string) []string {
-	node := []string{"registry.k8s.io/pause", "registry.k8s.io/kube-proxy", "docker.io/flannel/flannel"}
-	if role == machineconfig.RoleWorker {
-		return node
-	}
-	return append([]string{
+// controlPlaneRepositories are the repositories of the Kubernetes bundle
+// a control plane runs containers from: etcd, the static pods and CoreDNS,
+// then the pod sandbox, kube-proxy and the pod network that every node
+// runs.
+func controlPlaneRepositories() []string {
+	return []string{
 		"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "registry.k8s.io/kube-controller-manager",
 		"registry.k8s.io/kube-scheduler", "registry.k8s.io/coredns/coredns",
-	}, node...)
+		"registry.k8s.io/pause", "registry.k8s.io/kube-proxy", "docker.io/flannel/flannel",
+	}
 }
 
-// roleImages are the images of the slot's bundle that a node of the role
-// runs, biggest role first as roleRepositories lists them.
-func roleImages(h *Host, role string) ([]string, error) {
+// controlPlaneImages are the images of the slot's bundle a control plane
+// runs, in controlPlaneRepositories' order; an application's images are
+// never among them.
+func controlPlaneImages(h *Host) ([]string, error) {
 	names, err := bundleImages(h)
 	if err != nil {
 		return nil, err
 	}
 	var refs []string
-	for _, repo := range roleRepositories(role) {
+	for _, repo := range controlPlaneRepositories() {
 		for _, n := range names {
 			if i := strings.LastIndex(n, ":"); i > 0 && n[:i] == repo {
 				refs = append(refs, n)
@@ -55,17 +52,21 @@ func roleImages(h *Host, role string) ([]string, error) {
 	return refs, nil
 }
 
-// pullImages makes the images the node will run present in containerd,
-// two at a time, from the node's registry cache (containerd's mirrors).
-// Without it a joiner pulls nothing until the API answers (a control
-// plane's preflight then pulls the static pods' images, a worker's kubelet
-// the pod network's once it has joined); this step runs before a joiner
-// waits for the API, so the pulls overlap the wait. On the init node it
-// replaces kubeadm preflight's pulls (which then find every image present)
-// and adds the pod network's, which the node would otherwise pull only
-// after flannel's manifest is applied.
+// pullImages makes the images a control plane runs present in containerd,
+// two at a time, from the node's registry cache (containerd's mirrors),
+// right before kubeadm's preflight, which then finds them present. Over
+// kubeadm's own pulls it adds the pod network's image, which the node
+// would otherwise pull only once flannel's manifest is applied, and the
+// journal gets each image's time.
+//
+// Workers have no such step, and joiners do not pull before the API
+// answers: in the 2026-11-25 bench a worker doing so (one vCPU, sharing
+// the host with the init node forming the cluster) took 603 s for the
+// three images the init node pulled in 25 to 33 s each, and its join
+// waited behind them. A worker's kubelet pulls them once it has joined,
+// when the control plane has calmed down.
 func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	refs, err := roleImages(h, c.Cluster.Role)
+	refs, err := controlPlaneImages(h)
 	if err != nil {
 		return err
 	}

@@ -21,52 +21,47 @@ func pulled(cmds []string) []string {
 	return refs
 }
 
-// Each role pulls the bundle images it runs, none of an application's,
-// and before kubeadm's preflight (init) or the wait for the API (joiners).
-func TestNodesPullTheirImages(t *testing.T) {
+// Control planes pull the bundle images they run, none of an
+// application's, right before kubeadm's preflight (a joiner: after the
+// wait for the API); workers pull nothing themselves.
+func TestControlPlanesPullTheirImages(t *testing.T) {
 	controlPlane := []string{
 		"registry.k8s.io/etcd:3.6.8-0", "registry.k8s.io/kube-apiserver:v1.36.3", "registry.k8s.io/kube-controller-manager:v1.36.3",
 		"registry.k8s.io/kube-scheduler:v1.36.3", "registry.k8s.io/coredns/coredns:v1.14.2",
 		"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3", "docker.io/flannel/flannel:v0.28.10",
 	}
-	worker := []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3", "docker.io/flannel/flannel:v0.28.10"}
 	for _, tc := range []struct {
-		node   string
-		want   []string
-		before string
+		node          string
+		want          []string
+		after, before string
 	}{
-		{"cp-1", controlPlane, "init phase preflight: started"},
-		{"cp-2", controlPlane, "wait for the API: started"},
-		{"w-1", worker, "wait for the API: started"},
+		{"cp-1", controlPlane, "container runtime: done", "init phase preflight: started"},
+		{"cp-2", controlPlane, "wait for the API: done", "join phase preflight: started"},
+		{"w-1", nil, "", ""},
 	} {
 		t.Run(tc.node, func(t *testing.T) {
 			e, _ := clusterEnv(t, "")
 			e.nodes = []string{"cp-1", "cp-2", "w-1"}
-			var mu sync.Mutex
-			var order []string
-			e.pull = func(ctx context.Context, ref string) (bool, error) {
-				mu.Lock()
-				order = append(order, ref)
-				mu.Unlock()
-				return true, nil
-			}
 			if err := e.run(clusterConfigWith(t, tc.node, 2)); err != nil {
 				t.Fatalf("Run: %v\n%s", err, e.console.String())
 			}
-			got := slices.Clone(order)
+			got := pulled(e.commands())
 			slices.Sort(got)
 			want := slices.Clone(tc.want)
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("pulled %v, want %v", got, want)
 			}
+			if tc.want == nil {
+				return
+			}
 			con := e.console.String()
-			last := strings.LastIndex(con, "pull images: pulled: ")
-			if last < 0 || !strings.Contains(con, "pull images: pulled: docker.io/flannel/flannel:v0.28.10 in ") {
+			first, last := strings.Index(con, "pull images: pulled: "), strings.LastIndex(con, "pull images: pulled: ")
+			if first < 0 || !strings.Contains(con, "pull images: pulled: docker.io/flannel/flannel:v0.28.10 in ") {
 				t.Fatalf("the console does not show the pulls:\n%s", con)
 			}
-			if b := strings.Index(con, tc.before); b < 0 || b < last {
-				t.Errorf("%q not after the pulls:\n%s", tc.before, con)
+			if a, b := strings.Index(con, tc.after), strings.Index(con, tc.before); a < 0 || a > first || b < 0 || b < last {
+				t.Errorf("the pulls are not between %q and %q:\n%s", tc.after, tc.before, con)
 			}
 		})
 	}
@@ -77,13 +72,13 @@ func TestNodesPullTheirImages(t *testing.T) {
 func TestPresentImagesNotPulled(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
 	e.pull = func(ctx context.Context, ref string) (bool, error) { return false, nil }
-	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
 	if strings.Contains(e.console.String(), "pulled") {
 		t.Errorf("present images reported as pulled:\n%s", e.console.String())
 	}
-	if len(pulled(e.commands())) != 3 || len(kubeadm()) == 0 {
+	if len(pulled(e.commands())) != 8 || len(kubeadm()) == 0 {
 		t.Errorf("asked for %v; kubeadm ran %v", pulled(e.commands()), kubeadm())
 	}
 }

@@ -41,9 +41,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	k := func(args ...string) kubeadmStep {
 		return kubeadmStep{name: strings.Join(args, " "), args: append(args, cfg)}
 	}
-	// The container runtime answering, the images the node will run
-	// present, then the preflight of kubeadm init or join, with the
-	// checks it ignores. Joiners pull before they wait for the API.
+	// The container runtime answering, a control plane's images present,
+	// then the preflight of kubeadm init or join, with the checks it
+	// ignores.
 	runtime := kubeadmStep{name: stepRuntime, own: waitForRuntime}
 	images := kubeadmStep{name: stepImages, own: pullImages}
 	preflight := func(verb string) kubeadmStep {
@@ -80,9 +80,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	case machineconfig.RoleControlPlane:
 		return []kubeadmStep{
+			{name: stepWaitForAPI, own: waitForAPI},
 			runtime,
 			images,
-			{name: stepWaitForAPI, own: waitForAPI},
 			preflight("join"),
 			// The certificates and kubeconfigs now, the control
 			// plane's static pods only once the local etcd member
@@ -110,9 +110,8 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	default:
 		return []kubeadmStep{
-			runtime,
-			images,
 			{name: stepWaitForAPI, own: waitForAPI},
+			runtime,
 			preflight("join"),
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it
