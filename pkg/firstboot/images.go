@@ -61,8 +61,8 @@ func controlPlaneImages(h *Host) ([]string, error) {
 //
 // Workers have no such step, and joiners do not pull before the API
 // answers: in the 2026-11-25 bench a worker doing so (one vCPU, sharing
-// the host with the init node forming the cluster) took 603 s for the
-// three images the init node pulled in 25 to 33 s each, and its join
+// the host with the init node forming the cluster) took 49, 543 and
+// 603 s for three images the init node pulled in 2 to 33 s, and its join
 // waited behind them. A worker's kubelet pulls them once it has joined,
 // when the control plane has calmed down.
 func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
