@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/terrarium-os/terrarium/pkg/cri"
 	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
@@ -70,49 +71,27 @@ func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		slots = make(chan struct{}, pullsAtOnce)
-	)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(pullsAtOnce)
 	for _, ref := range refs {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
 		if ctx.Err() != nil {
-			break
+			break // a pull failed: start no more
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
+		g.Go(func() error {
 			start := h.now()
-			pctx, pcancel := context.WithTimeout(ctx, imagePullTimeout)
+			pctx, cancel := context.WithTimeout(ctx, imagePullTimeout)
+			defer cancel()
 			pulled, err := h.pullImage(pctx, kubeadmconfig.CRISocket, ref)
-			pcancel()
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-					cancel()
-				}
-				mu.Unlock()
-				return
-			}
-			if pulled {
+			if err == nil && pulled {
 				h.progress(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.now().Sub(start).Seconds()))
 			}
-		}()
+			return err
+		})
 	}
-	wg.Wait()
-	if first != nil {
-		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", first)
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", err)
 	}
-	return ctx.Err()
+	return nil
 }
 
 func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (bool, error) {
