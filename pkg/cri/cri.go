@@ -135,3 +135,20 @@ func (c *Client) Pull(ctx context.Context, ref string) (pulled bool, err error) 
 	}
 	return true, nil
 }
+
+// containerNameLabel is the label the kubelet puts on every container it
+// creates, naming the container as the pod spec does.
+const containerNameLabel = "io.kubernetes.container.name"
+
+// Running reports whether a container the kubelet created under name
+// (the pod spec's container name, e.g. "kube-proxy") is running.
+func (c *Client) Running(ctx context.Context, name string) (bool, error) {
+	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{containerNameLabel: name},
+	}})
+	if err != nil {
+		return false, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+	}
+	return len(resp.GetContainers()) > 0, nil
+}

@@ -25,6 +25,27 @@ type runtime struct {
 	cgroupfs      bool
 	versionDelay  time.Duration
 	versionCalled chan struct{}
+	containers    []*runtimeapi.Container
+}
+
+// ListContainers applies the filter's state and label selector, as
+// containerd does.
+func (r *runtime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	f := req.GetFilter()
+	var out []*runtimeapi.Container
+	for _, c := range r.containers {
+		if f.GetState() != nil && c.State != f.GetState().GetState() {
+			continue
+		}
+		match := true
+		for k, v := range f.GetLabelSelector() {
+			match = match && c.Labels[k] == v
+		}
+		if match {
+			out = append(out, c)
+		}
+	}
+	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
 
 func (r *runtime) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -218,5 +239,30 @@ func TestPull(t *testing.T) {
 	}
 	if want := []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v0.0.0"}; !slices.Equal(is.pulls, want) {
 		t.Errorf("runtime pulled %v, want %v", is.pulls, want)
+	}
+}
+
+// Running finds a container by the name the kubelet gave it, and only
+// while it runs.
+func TestRunning(t *testing.T) {
+	container := func(name string, state runtimeapi.ContainerState) *runtimeapi.Container {
+		return &runtimeapi.Container{Id: name + "-id", State: state, Labels: map[string]string{containerNameLabel: name}}
+	}
+	ep := serve(t, &runtime{containers: []*runtimeapi.Container{
+		container("kube-proxy", runtimeapi.ContainerState_CONTAINER_RUNNING),
+		container("kube-flannel", runtimeapi.ContainerState_CONTAINER_EXITED),
+		container("install-cni", runtimeapi.ContainerState_CONTAINER_EXITED),
+	}})
+	c, err := New(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, want := range map[string]bool{"kube-proxy": true, "kube-flannel": false, "coredns": false} {
+		if got, err := c.Running(ctx, name); err != nil || got != want {
+			t.Errorf("Running(%s) = %v, %v; want %v", name, got, err, want)
+		}
 	}
 }

@@ -41,6 +41,9 @@ const (
 	// stepImages pulls the images the node will run (pullImages).
 	stepImages  = "pull images"
 	bundleIndex = "/usr/lib/terrarium/bundle/index.json"
+	// FlannelSubnetEnv is where flanneld writes the node's pod-subnet
+	// lease, which our flannel CNI plugin reads.
+	FlannelSubnetEnv = "/run/flannel/subnet.env"
 )
 
 // Timeouts of the cluster phases (emulated machines are slow).
@@ -50,6 +53,10 @@ const (
 	// the step is retried (with diagnostics on the console) after it.
 	localAPIWaitTimeout = 8 * time.Minute
 	readyWaitTimeout    = 15 * time.Minute
+	// podNetworkWaitTimeout bounds the wait, after the node is Ready, for
+	// its flannel and kube-proxy to run: their images unpack on the node,
+	// measured at 12 min and more on a starved emulated worker.
+	podNetworkWaitTimeout = 30 * time.Minute
 	// runtimeWaitTimeout bounds the wait for containerd's CRI;
 	// runtimeCallTimeout one question to it (kubeadm's: 2 s).
 	runtimeWaitTimeout = 10 * time.Minute

@@ -217,6 +217,11 @@ func TestWorkerJoins(t *testing.T) {
 	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
 		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
 	}
+	// A worker reads only its own Node, so it does not claim to know the
+	// cluster's count.
+	if st := e.status(); st.Cluster == nil || st.Cluster.Nodes != "this node Ready" {
+		t.Errorf("worker status cluster = %+v, want nodes \"this node Ready\"", st.Cluster)
+	}
 }
 
 // Control planes booted together take turns at etcd-join: while cp-3
@@ -445,5 +450,52 @@ func TestWaitForReadyzKeepsItsConnection(t *testing.T) {
 	err = waitForReadyz(context.Background(), h, c, endpoint, 10*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("with another CA: %v, want a certificate error", err)
+	}
+}
+
+// A Ready node is healthy only once its pod network runs: flanneld has
+// leased the node's subnet and the flannel and kube-proxy containers run
+// (their images may take minutes to unpack after the node is Ready).
+func TestNodeWaitsForItsPodNetwork(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	if err := os.Remove(e.path(FlannelSubnetEnv)); err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]int{}
+	e.running = func(name string) bool {
+		asked[name]++
+		if name == "kube-flannel" && asked[name] == 3 {
+			e.write(FlannelSubnetEnv, "FLANNEL_SUBNET=10.244.1.1/24\n") // flanneld got its lease
+		}
+		return asked[name] >= 3 && (name != "kube-proxy" || asked[name] >= 5)
+	}
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if asked["kube-proxy"] < 5 || asked["kube-flannel"] < 5 {
+		t.Errorf("the runtime was asked %v; want the wait to go on until kube-proxy ran (5th question)", asked)
+	}
+	if st := e.status(); st.Healthy == nil || !*st.Healthy {
+		t.Errorf("status %+v, want healthy", st)
+	}
+}
+
+// A pod network that never comes up fails the health check, naming what
+// is missing and where to look.
+func TestPodNetworkNeverUp(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	e.running = func(name string) bool { return name != "kube-flannel" }
+	e.run(clusterConfig(t, "w-1"))
+	st := e.status()
+	if st.Healthy == nil || *st.Healthy {
+		t.Fatalf("healthy without flannel: %+v", st)
+	}
+	for _, want := range []string{"pod network is not", "no running kube-flannel container", "crictl ps -a"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("status message %q lacks %q", st.Message, want)
+		}
+	}
+	if strings.Contains(st.Message, "no running kube-proxy") {
+		t.Errorf("status message %q blames kube-proxy, which runs", st.Message)
 	}
 }

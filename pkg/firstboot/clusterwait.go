@@ -216,10 +216,10 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		}
 		if err == nil {
 			h.cluster(func(s *ClusterStatus) {
-				s.APIUp, s.Nodes = true, fmt.Sprintf("%d/%d nodes Ready", ready, total)
+				s.APIUp, s.Nodes = true, poller.summary(ready, total, mine)
 			})
 			if mine {
-				return nil
+				return waitForPodNetwork(ctx, h)
 			}
 		}
 		if time.Now().After(deadline) {
@@ -234,6 +234,67 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		case <-time.After(h.delay(apiPoll)):
 		}
 	}
+}
+
+// podNetworkContainers are the node's own pods' containers (the CNI's and
+// kube-proxy's DaemonSets) that must run before a pod on this node can
+// reach another: flanneld leases the node's pod subnet, kube-proxy
+// programs Services.
+var podNetworkContainers = []string{"kube-flannel", "kube-proxy"}
+
+// waitForPodNetwork waits, once the node is Ready, until the node can run
+// pods that talk to each other: flanneld holds the node's lease (its
+// subnet.env, which the CNI plugin reads for every pod) and the flannel and
+// kube-proxy containers run. The Node's Ready condition says neither: the
+// kubelet reports Ready once a CNI config exists, while the DaemonSets'
+// images may still be unpacking (minutes on a slow node), and every pod
+// scheduled here meanwhile fails to get a sandbox.
+func waitForPodNetwork(ctx context.Context, h *Host) error {
+	deadline := h.now().Add(podNetworkWaitTimeout)
+	for polls := 1; ; polls++ {
+		missing, err := podNetworkMissing(ctx, h)
+		if err == nil && missing == "" {
+			return nil
+		}
+		if err == nil {
+			err = errors.New(missing)
+		}
+		switch {
+		case polls == 1:
+			h.progress("pod network", "waiting", err.Error())
+		case polls%int(diagnosticsEvery/filePoll) == 0:
+			h.progress("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
+		}
+		if !h.now().Before(deadline) {
+			return fmt.Errorf("the node is Ready but its pod network is not, after %s: %w (`crictl ps -a`, `crictl logs` of kube-flannel and kube-proxy)", podNetworkWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(filePoll)):
+		}
+	}
+}
+
+// podNetworkMissing says what of the pod network is not there yet ("" when
+// all is).
+func podNetworkMissing(ctx context.Context, h *Host) (string, error) {
+	var missing []string
+	for _, name := range podNetworkContainers {
+		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+		running, err := h.containerRunning(callCtx, kubeadmconfig.CRISocket, name)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		if !running {
+			missing = append(missing, "no running "+name+" container")
+		}
+	}
+	if _, err := os.Stat(h.Path(FlannelSubnetEnv)); err != nil {
+		missing = append(missing, "flanneld has not leased the node's pod subnet (no "+FlannelSubnetEnv+")")
+	}
+	return strings.Join(missing, "; "), nil
 }
 
 // nodePoller asks the API how many nodes are Ready and whether this one
@@ -271,6 +332,19 @@ func (p *nodePoller) poll(ctx context.Context, hostname string) (ready, total in
 		}
 	}
 	return ready, total, mine, nil
+}
+
+// summary says what the poll saw: all the cluster's nodes on a control
+// plane, this node alone on a worker (which may read no other Node).
+func (p *nodePoller) summary(ready, total int, mine bool) string {
+	switch {
+	case p.all:
+		return fmt.Sprintf("%d/%d nodes Ready", ready, total)
+	case mine:
+		return "this node Ready"
+	default:
+		return "this node not Ready yet"
+	}
 }
 
 func (p *nodePoller) list(ctx context.Context, hostname string) ([]kubeclient.Node, error) {

@@ -80,6 +80,10 @@ type env struct {
 	// pull answers the host's image pulls (recorded as the command
 	// "cri-pull REF"); nil means every image pulls at once.
 	pull func(ctx context.Context, ref string) (bool, error)
+	// running answers whether a container of the kubelet's runs (recorded
+	// as the command "cri-running NAME"); nil means every one does.
+	// newEnv also writes flanneld's lease: the pod network is up.
+	running func(name string) bool
 }
 
 func (e *env) retryAttempts(n int) { e.attempts = n }
@@ -98,6 +102,7 @@ func newEnv(t *testing.T) *env {
 	e.setBootID("11111111-1111-1111-1111-111111111111")
 	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
+	e.write(FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
 	e.mkdir("/run")
 	return e
 }
@@ -409,6 +414,13 @@ func (e *env) host() *Host {
 				return pull(ctx, ref)
 			}
 			return true, nil
+		},
+		ContainerRunning: func(ctx context.Context, endpoint, name string) (bool, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-running", name})
+			running := e.running
+			e.mu.Unlock()
+			return running == nil || running(name), nil
 		}}
 }
 

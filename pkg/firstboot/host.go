@@ -51,6 +51,10 @@ type Host struct {
 	// endpoint and reports whether it pulled it; nil means a real CRI
 	// client (pkg/cri).
 	PullImage func(ctx context.Context, endpoint, ref string) (bool, error)
+	// ContainerRunning reports whether a container the kubelet created
+	// under a name (the pod spec's) runs in the runtime at a CRI endpoint;
+	// nil means a real CRI client (pkg/cri).
+	ContainerRunning func(ctx context.Context, endpoint, name string) (bool, error)
 }
 
 func (h *Host) checkRuntime(ctx context.Context, endpoint string) (cri.Info, error) {

@@ -105,3 +105,15 @@ func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (bool, error
 	defer c.Close()
 	return c.Pull(ctx, ref)
 }
+
+func (h *Host) containerRunning(ctx context.Context, endpoint, name string) (bool, error) {
+	if h.ContainerRunning != nil {
+		return h.ContainerRunning(ctx, endpoint, name)
+	}
+	c, err := cri.New(endpoint)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	return c.Running(ctx, name)
+}

@@ -48,7 +48,9 @@ type ClusterStatus struct {
 	Step string `json:"step,omitempty"`
 	// APIUp says the API answered through the node's balancer.
 	APIUp bool `json:"apiUp"`
-	// Nodes is "<ready>/<total> Ready" as the API last said.
+	// Nodes is what the API last said: "<ready>/<total> nodes Ready" on a
+	// control plane, "this node Ready" on a worker, which may read only
+	// its own Node.
 	Nodes string `json:"nodes,omitempty"`
 	// AdminKubeconfig is where the admin kubeconfig is (init node).
 	AdminKubeconfig string `json:"adminKubeconfig,omitempty"`
