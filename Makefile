@@ -7,7 +7,7 @@ SPEC ?= os/terrarium.yaml
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet bench bench-cluster clean
+.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet bench bench-cluster bench-idle clean
 
 all: image
 
@@ -59,6 +59,11 @@ e2e-ha: image
 
 bench-cluster: image
 	bash scripts/bench-cluster.sh
+
+# What a formed, idle control plane costs the host under TCG (one VM).
+bench-idle: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 45m -v -run 'TestControlPlaneIdleCPU' ./qemu-tests/...
 
 bench: image
 	bash scripts/bench.sh

@@ -206,6 +206,9 @@ func (v *VM) ConsoleLog() string { return filepath.Join(v.cfg.Dir, ConsoleFile) 
 // Stderr returns (the last 64 KiB of) what QEMU wrote to stderr.
 func (v *VM) Stderr() string { return v.stderr.String() }
 
+// Pid returns QEMU's process ID (for measuring its CPU time from the host).
+func (v *VM) Pid() int { return v.cmd.Process.Pid }
+
 // Running reports whether the process has not exited yet.
 func (v *VM) Running() bool {
 	select {
