@@ -248,7 +248,8 @@ var podNetworkContainers = []string{"kube-flannel", "kube-proxy"}
 // kube-proxy containers run. The Node's Ready condition says neither: the
 // kubelet reports Ready once a CNI config exists, while the DaemonSets'
 // images may still be unpacking (minutes on a slow node), and every pod
-// scheduled here meanwhile fails to get a sandbox.
+// scheduled here meanwhile fails to get a sandbox. It asks at the API
+// polls' pace: two CRI calls a poll on a node that may be starved.
 func waitForPodNetwork(ctx context.Context, h *Host) error {
 	deadline := h.now().Add(podNetworkWaitTimeout)
 	for polls := 1; ; polls++ {
@@ -262,7 +263,7 @@ func waitForPodNetwork(ctx context.Context, h *Host) error {
 		switch {
 		case polls == 1:
 			h.progress("pod network", "waiting", err.Error())
-		case polls%int(diagnosticsEvery/filePoll) == 0:
+		case polls%int(diagnosticsEvery/apiPoll) == 0:
 			h.progress("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
 		}
 		if !h.now().Before(deadline) {
@@ -271,7 +272,7 @@ func waitForPodNetwork(ctx context.Context, h *Host) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(filePoll)):
+		case <-time.After(h.delay(apiPoll)):
 		}
 	}
 }

@@ -64,6 +64,38 @@ func (h *Host) checkRuntime(ctx context.Context, endpoint string) (cri.Info, err
 	return cri.Check(ctx, endpoint)
 }
 
+func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (pulled bool, err error) {
+	if h.PullImage != nil {
+		return h.PullImage(ctx, endpoint, ref)
+	}
+	err = withCRI(endpoint, func(c *cri.Client) (err error) {
+		pulled, err = c.Pull(ctx, ref)
+		return err
+	})
+	return pulled, err
+}
+
+func (h *Host) containerRunning(ctx context.Context, endpoint, name string) (running bool, err error) {
+	if h.ContainerRunning != nil {
+		return h.ContainerRunning(ctx, endpoint, name)
+	}
+	err = withCRI(endpoint, func(c *cri.Client) (err error) {
+		running, err = c.Running(ctx, name)
+		return err
+	})
+	return running, err
+}
+
+// withCRI runs fn with a client of the runtime at endpoint, closed after.
+func withCRI(endpoint string, fn func(*cri.Client) error) error {
+	c, err := cri.New(endpoint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 func (h *Host) now() time.Time {
 	if h.Now != nil {
 		return h.Now()

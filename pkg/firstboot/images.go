@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/terrarium-os/terrarium/pkg/cri"
 	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
@@ -92,28 +91,4 @@ func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
 		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", err)
 	}
 	return nil
-}
-
-func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (bool, error) {
-	if h.PullImage != nil {
-		return h.PullImage(ctx, endpoint, ref)
-	}
-	c, err := cri.New(endpoint)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	return c.Pull(ctx, ref)
-}
-
-func (h *Host) containerRunning(ctx context.Context, endpoint, name string) (bool, error) {
-	if h.ContainerRunning != nil {
-		return h.ContainerRunning(ctx, endpoint, name)
-	}
-	c, err := cri.New(endpoint)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	return c.Running(ctx, name)
 }
