@@ -209,13 +209,7 @@ func TestCheckNoSocket(t *testing.T) {
 func TestPull(t *testing.T) {
 	is := &images{pullable: map[string]bool{"registry.k8s.io/pause:3.10.2": true}, present: map[string]bool{"registry.k8s.io/etcd:3.6.8-0": true}}
 	ep := serve(t, &runtime{}, is)
-	c, err := New(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := dial(t, ep)
 	for _, tc := range []struct {
 		ref        string
 		wantPulled bool
@@ -253,16 +247,24 @@ func TestRunning(t *testing.T) {
 		container("kube-flannel", runtimeapi.ContainerState_CONTAINER_EXITED),
 		container("install-cni", runtimeapi.ContainerState_CONTAINER_EXITED),
 	}})
-	c, err := New(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := dial(t, ep)
 	for name, want := range map[string]bool{"kube-proxy": true, "kube-flannel": false, "coredns": false} {
 		if got, err := c.Running(ctx, name); err != nil || got != want {
 			t.Errorf("Running(%s) = %v, %v; want %v", name, got, err, want)
 		}
 	}
+}
+
+// dial returns a client of the runtime at ep and a context of 10 s, both
+// ended with the test.
+func dial(t *testing.T, ep string) (*Client, context.Context) {
+	t.Helper()
+	c, err := New(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
 }
