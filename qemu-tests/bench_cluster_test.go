@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -187,19 +186,11 @@ func journalPhases(j firstboot.Journal, start time.Time) []phaseMark {
 func TestClusterBenchZeroTouch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
-	work := t.TempDir()
-	key := newSSHKey(t)
-	pub := filepath.Join(work, "admin.pub")
-	os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600)
-	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "config", "cluster", "--name", "bench",
-		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20",
-		"--ssh-key", pub, "-o", filepath.Join(work, "cluster")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
-	}
+	key, dir := clusterConfigs(ctx, t, "bench",
+		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
 	cp, w, start := benchPair(ctx, t,
-		withManagementNIC(t, filepath.Join(work, "cluster", "cp-1.yaml"), "52:54:00:00:00:10"),
-		withManagementNIC(t, filepath.Join(work, "cluster", "w-1.yaml"), "52:54:00:00:00:20"))
+		withManagementNIC(t, filepath.Join(dir, "cp-1.yaml"), "52:54:00:00:00:10"),
+		withManagementNIC(t, filepath.Join(dir, "w-1.yaml"), "52:54:00:00:00:20"))
 	var mu sync.Mutex
 	var api, ready time.Time
 	var wg sync.WaitGroup

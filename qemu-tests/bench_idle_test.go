@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -29,23 +28,13 @@ const idleWindow = 120 * time.Second
 func TestControlPlaneIdleCPU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	work := t.TempDir()
-	key := newSSHKey(t)
-	pub := filepath.Join(work, "admin.pub")
-	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
-	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "config", "cluster", "--name", "idle",
-		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--ssh-key", pub, "-o", filepath.Join(work, "cluster")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
-	}
+	key, dir := clusterConfigs(ctx, t, "idle", "--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC)
 	cp.m = newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
 	cp.m.mac, cp.m.memMiB = cp.mgmtMAC, 3072
 	cp.sshPort = cp.m.forwardSSH()
 	cp.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: cp.linkMAC}
-	cp.disk = cp.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", cp.name+".yaml"), cp.mgmtMAC))
+	cp.disk = cp.m.configDisk("config.img", withManagementNIC(t, filepath.Join(dir, cp.name+".yaml"), cp.mgmtMAC))
 	start := time.Now()
 	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
 	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {

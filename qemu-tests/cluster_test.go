@@ -30,6 +30,25 @@ type clusterNode struct {
 	disk                       string
 }
 
+// clusterConfigs makes a new admin SSH key and runs `imagebuild config
+// cluster --name NAME ARGS...` with it, writing into a new directory; it
+// returns the key and that directory (secrets.yaml, NODE.yaml, NODE.img).
+func clusterConfigs(ctx context.Context, t *testing.T, name string, args ...string) (sshKey, string) {
+	t.Helper()
+	work := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(work, "admin.pub")
+	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(work, "cluster")
+	args = append([]string{"config", "cluster", "--name", name, "--ssh-key", pub, "-o", dir}, args...)
+	if out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
+	}
+	return key, dir
+}
+
 // withManagementNIC adds the test's management NIC (DHCP on QEMU's
 // restricted network, for SSH from the test) to a config written by
 // `imagebuild config cluster`, which configures only the cluster link.
