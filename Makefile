@@ -63,7 +63,7 @@ bench-cluster: image
 # What a formed, idle control plane costs the host under TCG (one VM).
 bench-idle: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
-		$(GO) test -tags e2e -count=1 -timeout 45m -v -run 'TestControlPlaneIdleCPU' ./qemu-tests/...
+		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestControlPlaneIdleCPU' ./qemu-tests/...
 
 bench: image
 	bash scripts/bench.sh
