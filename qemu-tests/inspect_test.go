@@ -1,6 +1,7 @@
 package qemutests
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -51,11 +52,23 @@ func (m *machine) inspectState() *stateDisk {
 
 func (s *stateDisk) debugfs(req string) string {
 	s.t.Helper()
-	out, err := exec.Command("debugfs", "-R", req, fmt.Sprintf("%s?offset=%d", s.raw, s.offset)).Output()
+	out, _ := s.debugfsOutput(req)
+	return out
+}
+
+// debugfsOutput runs debugfs; it exits 0 even when it cannot open the
+// filesystem, and says why on stderr, which is returned for messages.
+
+func (s *stateDisk) debugfsOutput(req string) (stdout, stderr string) {
+	s.t.Helper()
+	var errb bytes.Buffer
+	cmd := exec.Command("debugfs", "-R", req, fmt.Sprintf("%s?offset=%d", s.raw, s.offset))
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
 	if err != nil {
-		s.t.Fatalf("debugfs %q: %v", req, err)
+		s.t.Fatalf("debugfs %q: %v\n%s", req, err, errb.String())
 	}
-	return string(out)
+	return string(out), errb.String()
 }
 
 func (s *stateDisk) readFile(p string) string { return s.debugfs("cat " + p) }
@@ -66,7 +79,8 @@ func (s *stateDisk) fsUUID() string {
 	s.t.Helper()
 	m := uuidRE.FindStringSubmatch(s.debugfs("stats"))
 	if m == nil {
-		s.t.Fatal("debugfs stats: no filesystem UUID")
+		_, stderr := s.debugfsOutput("stats")
+		s.t.Fatalf("debugfs stats: no filesystem UUID\n%s", stderr)
 	}
 	return m[1]
 }
