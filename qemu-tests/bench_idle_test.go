@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -99,11 +98,7 @@ func buildWithoutKernelArg(ctx context.Context, t *testing.T, arg string) string
 		t.Fatal(err)
 	}
 	out := filepath.Join(tree, "out")
-	cmd := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "build", "--spec", p, "--out", out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("imagebuild build (without %s): %v\n%s", arg, err, b)
-	}
-	return filepath.Join(out, "terrarium.qcow2")
+	return filepath.Join(out, buildSpec(ctx, t, p, out).Outputs["qcow2"].File)
 }
 
 // measureIdle forms a one-node cluster from image, lets it settle and

@@ -34,10 +34,17 @@ type manifest struct {
 
 func buildDefault(ctx context.Context, t *testing.T, out string) manifest {
 	t.Helper()
+	return buildSpec(ctx, t, "../os/terrarium.yaml", out)
+}
+
+// buildSpec runs `imagebuild build` for spec into out and returns the
+// manifest it wrote.
+func buildSpec(ctx context.Context, t *testing.T, spec, out string) manifest {
+	t.Helper()
 	bin := fixture(t, "TERRARIUM_BIN")
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "build", "--spec", "../os/terrarium.yaml", "--out", out)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "build", "--spec", spec, "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("imagebuild build: %v\n%s", err, b)
+		t.Fatalf("imagebuild build %s: %v\n%s", spec, err, b)
 	}
 	var m manifest
 	data, err := os.ReadFile(filepath.Join(out, "manifest.json"))

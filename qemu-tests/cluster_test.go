@@ -43,9 +43,11 @@ func clusterConfigs(ctx context.Context, t *testing.T, name string, args ...stri
 	}
 	dir := filepath.Join(work, "cluster")
 	args = append([]string{"config", "cluster", "--name", name, "--ssh-key", pub, "-o", dir}, args...)
-	if out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), args...).CombinedOutput(); err != nil {
+	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), args...).CombinedOutput()
+	if err != nil {
 		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
 	}
+	t.Logf("imagebuild config cluster:\n%s", out)
 	return key, dir
 }
 
@@ -78,21 +80,11 @@ func TestClusterFormation(t *testing.T) {
 	defer cancel()
 	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
 	work := t.TempDir()
-	key := newSSHKey(t)
-	pub := filepath.Join(work, "admin.pub")
-	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
 	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "cluster", "--name", "e2e",
-		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--worker", w.name+"="+w.ip+"@"+w.linkMAC,
-		"--ssh-key", pub, "-o", filepath.Join(work, "cluster")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
-	}
-	t.Logf("imagebuild config cluster:\n%s", out)
-	if fi, err := os.Stat(filepath.Join(work, "cluster", "secrets.yaml")); err != nil || fi.Mode().Perm() != 0o600 {
+	key, configs := clusterConfigs(ctx, t, "e2e",
+		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--worker", w.name+"="+w.ip+"@"+w.linkMAC)
+	if fi, err := os.Stat(filepath.Join(configs, "secrets.yaml")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("secrets.yaml: %v, mode %v; want 0600", err, fi.Mode())
 	}
 	bundleDisk := filepath.Join(work, "bundle.img")
@@ -110,7 +102,7 @@ func TestClusterFormation(t *testing.T) {
 			n.m.yieldCPU()
 		}
 		n.sshPort = n.m.forwardSSH()
-		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
 	}
 	// The worker listens and the control plane connects: when the control
 	// plane is powered on again after the cut, its new QEMU connects to the
@@ -209,7 +201,10 @@ spec:
 	ssh.run("cat > /tmp/echo.yaml <<'EOF'\n" + manifest + "EOF\nkubectl apply -f /tmp/echo.yaml")
 	ssh.run("kubectl wait --for=condition=Ready --timeout=10m pod/echo")
 	ip := strings.TrimSpace(ssh.output("kubectl get service echo -o jsonpath='{.spec.clusterIP}{\"\\n\"}'", regexp.MustCompile(`^\d+\.\d+\.\d+\.\d+`)))
-	var got string
+	var (
+		got string
+		err error
+	)
 	for try := 0; try < 30; try++ {
 		got, err = ssh.try("busybox wget -q -T 5 -O - http://" + ip + "/")
 		if err == nil && strings.Contains(got, "echo") {

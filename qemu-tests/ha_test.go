@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,22 +23,12 @@ import (
 func TestClusterHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)
 	defer cancel()
-	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
+	image := fixture(t, "TERRARIUM_IMAGE")
 	work := t.TempDir()
-	key := newSSHKey(t)
-	pub := filepath.Join(work, "admin.pub")
-	if err := os.WriteFile(pub, []byte(key.authorized+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// An hour-long run is worth watching from inside: the key to do it.
-	keyFile := filepath.Join(work, "admin.key")
-	if err := os.WriteFile(keyFile, key.private, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	nodes := []*clusterNode{
 		{name: "cp-1", ip: "10.77.0.10"}, {name: "cp-2", ip: "10.77.0.11"}, {name: "cp-3", ip: "10.77.0.12"}, {name: "w-1", ip: "10.77.0.20"},
 	}
-	args := []string{"config", "cluster", "--name", "ha", "--ssh-key", pub, "-o", filepath.Join(work, "cluster")}
+	var args []string
 	for i, n := range nodes {
 		n.linkMAC, n.mgmtMAC = fmt.Sprintf("52:54:00:77:00:%02x", 0x10+i), fmt.Sprintf("52:54:00:00:00:%02x", 0x10+i)
 		flag := "--control-plane"
@@ -48,8 +37,11 @@ func TestClusterHA(t *testing.T) {
 		}
 		args = append(args, flag, n.name+"="+n.ip+"@"+n.linkMAC)
 	}
-	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), args...).CombinedOutput(); err != nil {
-		t.Fatalf("imagebuild config cluster: %v\n%s", err, out)
+	key, configs := clusterConfigs(ctx, t, "ha", args...)
+	// An hour-long run is worth watching from inside: the key to do it.
+	keyFile := filepath.Join(work, "admin.key")
+	if err := os.WriteFile(keyFile, key.private, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	group := fmt.Sprintf("230.0.77.1:%d", freePort(t))
 	linkCap := filepath.Join(work, "link.pcap")
@@ -75,7 +67,7 @@ func TestClusterHA(t *testing.T) {
 		if i == 0 {
 			n.m.link.Capture = linkCap
 		}
-		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(work, "cluster", n.name+".yaml"), n.mgmtMAC))
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
 		n.vm = n.m.boot(ctx, configAttached(n.disk))
 	}
 	var wg sync.WaitGroup
