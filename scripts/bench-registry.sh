@@ -21,6 +21,8 @@ TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -bench
 echo "bench: bundle ready vs ctr import (QEMU)" >&2
 TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 go test -run '^$' -bench BundleReadyVsImport -benchtime 1x -count 3 -timeout 60m ./qemu-tests/ | tee -a "$log" >&2
 
+# ratio A B DIGITS: A / B rounded (bc's scale truncates: 2.99 would read 2.9).
+ratio() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { printf "%.*f", d, a / b }'; }
 med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbs() { grep -E "BenchmarkCompare/$1-" "$log" | awk '{for(i=1;i<=NF;i++) if($i=="MB/s") print $(i-1)}' | med; }
 t1=$(mbs blob1GiB/terrarium); d1=$(mbs blob1GiB/distribution)
@@ -30,7 +32,7 @@ imp=$(grep BundleReadyVsImport "$log" | grep -oE '[0-9.]+ ms-ctr-import' | cut -
 cat <<EOF2
 | figure | terrarium | baseline | ratio |
 |---|---|---|---|
-| 1 GiB blob GET (MB/s, median of 3) | $t1 | distribution v3: $d1 | $(echo "scale=2; $t1 / $d1" | bc) |
-| 4 KiB blob GETs (MB/s, median of 3) | $ts | distribution v3: $ds | $(echo "scale=2; $ts / $ds" | bc) |
-| bundle pullable after boot (ms) | registry ready: $ready | ctr import: $imp | $(echo "scale=1; $imp / $ready" | bc)× faster |
+| 1 GiB blob GET (MB/s, median of 3) | $t1 | distribution v3: $d1 | $(ratio "$t1" "$d1" 2) |
+| 4 KiB blob GETs (MB/s, median of 3) | $ts | distribution v3: $ds | $(ratio "$ts" "$ds" 2) |
+| bundle pullable after boot (ms) | registry ready: $ready | ctr import: $imp | $(ratio "$imp" "$ready" 1)× faster |
 EOF2

@@ -13,7 +13,9 @@ work=$(mktemp -d /tmp/terrarium-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-secs() { local s; s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc; }
+secs() { local s; s=$(date +%s.%N); "$@" >/dev/null 2>&1; awk -v a="$(date +%s.%N)" -v b="$s" 'BEGIN { printf "%.3f\n", a - b }'; }
+# ratio A B DIGITS: A / B rounded (bc's scale truncates: 2.99 would read 2.9).
+ratio() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { printf "%.*f", d, a / b }'; }
 
 pkgs=$(awk '/packages:/{p=1;next} p&&/^ *- /{gsub(/^ *- /,"");printf "%s,",$0;next} p&&!/^ *- /{p=0}' "$spec" | sed 's/,$//')
 
@@ -43,7 +45,7 @@ cat <<EOF2
 | figure (median of $runs) | value | baseline in the same run |
 |---|---|---|
 | cold build, empty cache | $(printf %.1f "$c") s | mmdebstrap alone: $(printf %.1f "$b") s |
-| warm build, cache filled | $(printf %.1f "$w") s | $(echo "scale=1; $c / $w" | bc)× faster than cold |
+| warm build, cache filled | $(printf %.1f "$w") s | $(ratio "$c" "$w" 1)× faster than cold |
 | raw image | $((raw >> 20)) MiB ($((raw_alloc >> 10)) MiB allocated, sparse) | |
 | qcow2 image | $((qcow >> 20)) MiB | |
 | QEMU start → provisioned (TCG) | $(echo "$boot" | grep -oE '[0-9.]+ s-to-provisioned' | cut -d' ' -f1) s | to switch_root: $(echo "$boot" | grep -oE '[0-9.]+ s-to-switch-root' | cut -d' ' -f1) s |
