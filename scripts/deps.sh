@@ -15,7 +15,6 @@ pkgs=(
   xorriso             # hybrid ISO (later rows)
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
   zstd
-  bc                  # scripts/bench.sh arithmetic
   skopeo              # a real registry client for the registry tests
   containerd          # ctr: containerd pulling through our registry in tests
   gcc                 # cgo: runc (components/runc)
