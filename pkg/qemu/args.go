@@ -14,6 +14,7 @@ func (c Config) args() []string {
 	a := []string{
 		"-machine", "q35",
 		"-accel", "tcg",
+		"-cpu", c.CPUModel,
 		"-m", strconv.Itoa(c.MemoryMiB),
 		"-smp", strconv.Itoa(c.CPUs),
 		"-nodefaults",

@@ -34,6 +34,7 @@ func TestArgsDefaults(t *testing.T) {
 	want := [][2]string{
 		{"-machine", "q35"},
 		{"-accel", "tcg"},
+		{"-cpu", "qemu64"},
 		{"-m", "2048"},
 		{"-smp", "2"},
 		{"-display", "none"},
@@ -74,9 +75,9 @@ func TestArgs(t *testing.T) {
 		last []string // expected tail of the argument list
 	}{
 		{
-			name: "sizes and hotplug ports",
-			cfg:  Config{MemoryMiB: 512, CPUs: 1, HotplugPorts: 3},
-			want: [][2]string{{"-m", "512"}, {"-smp", "1"}, {"-device", "pcie-root-port,id=hp2,chassis=3"}},
+			name: "sizes, CPU model and hotplug ports",
+			cfg:  Config{MemoryMiB: 512, CPUs: 1, CPUModel: "max", HotplugPorts: 3},
+			want: [][2]string{{"-m", "512"}, {"-smp", "1"}, {"-cpu", "max"}, {"-device", "pcie-root-port,id=hp2,chassis=3"}},
 		},
 		{
 			name: "virtio disk read-only with default id",
