@@ -48,3 +48,26 @@ func TestJournalPhases(t *testing.T) {
 		t.Errorf("ends %v and %v, want 170 and 100", got[2].End, got[0].End)
 	}
 }
+
+// TestLastReady: readyMarks' parsing of kubectl's "name status time"
+// lines, as a pty delivers them: the count and latest time of the names
+// with the prefix, and not Ready while any of them is not.
+func TestLastReady(t *testing.T) {
+	out := "kube-flannel-ds-abcde True 2026-11-25T18:01:02Z\r\n" +
+		"kube-proxy-x1 True 2026-11-25T18:00:30Z\r\n" +
+		"kube-flannel-ds-fghij True 2026-11-25T18:03:04Z\r\n" +
+		"coredns-1 True 2026-11-25T18:09:00Z\r\n"
+	n, last, ok := lastReady(out, "kube-flannel-ds-")
+	if n != 2 || !ok || !last.Equal(time.Date(2026, 11, 25, 18, 3, 4, 0, time.UTC)) {
+		t.Errorf("flannel: %d pods, last %s, ready %v; want 2, 18:03:04, true", n, last, ok)
+	}
+	if n, _, ok := lastReady(out+"kube-proxy-x2 False 2026-11-25T18:05:00Z\r\n", "kube-proxy-"); n != 2 || ok {
+		t.Errorf("kube-proxy with one not Ready: %d pods, ready %v; want 2, false", n, ok)
+	}
+	if n, _, ok := lastReady("kube-proxy-x3  \r\n", "kube-proxy-"); n != 1 || ok {
+		t.Errorf("a pod without a Ready condition yet: %d pods, ready %v; want 1, false", n, ok)
+	}
+	if _, _, ok := lastReady("", "kube-proxy-"); ok {
+		t.Error("no pods at all counted as Ready")
+	}
+}
