@@ -62,6 +62,11 @@ type machine struct {
 	// cores with a control-plane VM gets one vCPU and yields, as it would
 	// have its own CPU on real hardware.
 	cpus, nice int
+	// instructionClock runs the VM on QEMU's instruction clock
+	// (qemu.Config.InstructionClock): for more VMs than the host has
+	// cores, each a slower machine instead of one that misses its own
+	// timeouts.
+	instructionClock bool
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
@@ -92,13 +97,14 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 	m.t.Helper()
 	disks := append([]qemu.Disk{{ID: "boot", Path: m.disk, Format: "qcow2"}}, extra...)
 	vm, err := qemu.Start(ctx, qemu.Config{
-		Dir:       filepath.Join(m.dir, "vm"),
-		MemoryMiB: m.memMiB,
-		CPUs:      m.cpus,
-		Nice:      m.nice,
-		Disks:     disks,
-		Network:   qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
-		Link:      m.link,
+		Dir:              filepath.Join(m.dir, "vm"),
+		MemoryMiB:        m.memMiB,
+		CPUs:             m.cpus,
+		Nice:             m.nice,
+		Disks:            disks,
+		InstructionClock: m.instructionClock,
+		Network:          qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
+		Link:             m.link,
 	})
 	if err != nil {
 		m.t.Fatalf("start QEMU: %v", err)

@@ -70,6 +70,16 @@ type sshClient struct {
 // dialSSH logs in as admin, retrying while sshd starts.
 func dialSSH(ctx context.Context, t testing.TB, port int, key sshKey) *sshClient {
 	t.Helper()
+	s, err := trySSH(ctx, t, port, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// trySSH is dialSSH for goroutines other than the test's: it returns the
+// error instead of failing the test.
+func trySSH(ctx context.Context, t testing.TB, port int, key sshKey) (*sshClient, error) {
 	cfg := &ssh.ClientConfig{
 		User:            "admin",
 		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key.signer)},
@@ -81,13 +91,12 @@ func dialSSH(ctx context.Context, t testing.TB, port int, key sshKey) *sshClient
 		c, err := ssh.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), cfg)
 		if err == nil {
 			t.Cleanup(func() { c.Close() })
-			return &sshClient{t: t, c: c}
+			return &sshClient{t: t, c: c}, nil
 		}
 		last = err
 		time.Sleep(2 * time.Second)
 	}
-	t.Fatalf("ssh admin@127.0.0.1:%d: %v", port, last)
-	return nil
+	return nil, fmt.Errorf("ssh admin@127.0.0.1:%d: %v", port, last)
 }
 
 // run executes cmd, failing the test on a non-zero exit.

@@ -17,13 +17,18 @@ func (c Config) args() []string {
 		"-cpu", c.CPUModel,
 		"-m", strconv.Itoa(c.MemoryMiB),
 		"-smp", strconv.Itoa(c.CPUs),
+	}
+	if c.InstructionClock {
+		a = append(a, "-icount", "shift=0,sleep=on")
+	}
+	a = append(a,
 		"-nodefaults",
 		"-no-user-config",
 		"-display", "none",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + escape(c.OVMFCode),
-		"-drive", "if=pflash,format=raw,unit=1,file=" + escape(filepath.Join(c.Dir, VarsFile)),
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+escape(c.OVMFCode),
+		"-drive", "if=pflash,format=raw,unit=1,file="+escape(filepath.Join(c.Dir, VarsFile)),
 		"-device", "qemu-xhci,id=xhci",
-	}
+	)
 	for i := range c.HotplugPorts {
 		a = append(a, "-device", fmt.Sprintf("pcie-root-port,id=%s,chassis=%d", hotplugPort(i), i+1))
 	}

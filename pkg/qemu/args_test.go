@@ -65,6 +65,9 @@ func TestArgsDefaults(t *testing.T) {
 	if slices.Contains(args, "-netdev") {
 		t.Error("NetNone must not create a netdev")
 	}
+	if slices.Contains(args, "-icount") {
+		t.Error("the guest's clock follows the host's unless InstructionClock is set")
+	}
 }
 
 func TestArgs(t *testing.T) {
@@ -78,6 +81,11 @@ func TestArgs(t *testing.T) {
 			name: "sizes, CPU model and hotplug ports",
 			cfg:  Config{MemoryMiB: 512, CPUs: 1, CPUModel: "max", HotplugPorts: 3},
 			want: [][2]string{{"-m", "512"}, {"-smp", "1"}, {"-cpu", "max"}, {"-device", "pcie-root-port,id=hp2,chassis=3"}},
+		},
+		{
+			name: "instruction clock",
+			cfg:  Config{InstructionClock: true},
+			want: [][2]string{{"-icount", "shift=0,sleep=on"}, {"-accel", "tcg"}},
 		},
 		{
 			name: "virtio disk read-only with default id",

@@ -48,6 +48,18 @@ type Config struct {
 	MemoryMiB int    // default DefaultMemoryMiB
 	CPUs      int    // default DefaultCPUs
 	CPUModel  string // -cpu; default DefaultCPUModel
+	// InstructionClock makes the guest's clocks advance with the
+	// instructions it executes while it runs, and with real time only
+	// while it is idle (QEMU's -icount shift=0,sleep=on: one instruction
+	// is one nanosecond of guest time). A guest starved of host CPU then
+	// runs slow instead of watching its own timeouts expire: on a host
+	// with fewer cores than its VMs need, each VM behaves like a slower
+	// machine rather than one that loses seconds at random. The guest's
+	// vCPUs share one host thread (icount rules out multi-threaded TCG),
+	// and its wall clock falls behind the host's while it is busy; the
+	// RTC still reads the host's time, so a guest that steps its clock
+	// from /dev/rtc stays in step with its peers.
+	InstructionClock bool
 	// Nice, if positive, starts QEMU at that niceness (nice(1)): a VM that
 	// shares the host's cores with a more important one yields to it.
 	Nice    int

@@ -1,0 +1,63 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rtcClockUnit is the transient systemd unit that steps a guest's wall
+// clock to its RTC every few seconds.
+const rtcClockUnit = "test-clock-from-rtc"
+
+// clockFromRTC keeps a guest that runs on QEMU's instruction clock in step
+// with its peers: every 10 s it sets the wall clock (CLOCK_REALTIME) from
+// the RTC, which reads the host's time. Under the instruction clock a busy
+// guest's clock falls behind real time, and four guests fall behind by
+// different amounts: past a minute, a service-account token issued by one
+// API server is "used before issued" at another, and certificates are not
+// yet valid. Real machines' clocks keep time; this stands in for that, and
+// stepping the wall clock leaves CLOCK_MONOTONIC, which every timeout in
+// Go, etcd and the kubelet measures, dilated. It is started over SSH as
+// soon as the admin user exists and lasts until the guest reboots.
+func clockFromRTC(s *sshClient) error {
+	cmd := "sudo systemd-run --quiet --unit=" + rtcClockUnit + " --on-active=1s --on-unit-active=10s --timer-property=AccuracySec=1s " +
+		`/bin/sh -c 'date -u -s @$(cat /sys/class/rtc/rtc0/since_epoch) >/dev/null'`
+	if out, err := s.try(cmd); err != nil {
+		return fmt.Errorf("start %s: %w: %s", rtcClockUnit, err, out)
+	}
+	return nil
+}
+
+// guestTime is how much time a guest's monotonic clock counted (its
+// /proc/uptime) against the host's since the guest was powered on.
+type guestTime struct {
+	guest, host time.Duration
+}
+
+// readGuestTime reads the guest's uptime over SSH; started is when its
+// QEMU was started.
+func readGuestTime(ctx context.Context, s *sshClient, started time.Time) (guestTime, error) {
+	out, err := s.try("cat /proc/uptime")
+	host := time.Since(started)
+	if err != nil {
+		return guestTime{}, fmt.Errorf("read /proc/uptime: %w: %s", err, out)
+	}
+	f := strings.Fields(out)
+	if len(f) == 0 {
+		return guestTime{}, fmt.Errorf("read /proc/uptime: empty output")
+	}
+	sec, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return guestTime{}, fmt.Errorf("read /proc/uptime %q: %w", out, err)
+	}
+	return guestTime{guest: time.Duration(sec * float64(time.Second)), host: host}, ctx.Err()
+}
+
+func (g guestTime) String() string {
+	return fmt.Sprintf("%s of guest time in %s (%.0f %%)", g.guest.Round(time.Second), g.host.Round(time.Second), 100*g.guest.Seconds()/g.host.Seconds())
+}
