@@ -4,6 +4,7 @@ package qemutests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,22 +41,29 @@ type guestTime struct {
 }
 
 // readGuestTime reads the guest's uptime over SSH; started is when its
-// QEMU was started.
+// QEMU was started. It reads without a terminal (sshClient.read), up to
+// five times until the output parses.
 func readGuestTime(ctx context.Context, s *sshClient, started time.Time) (guestTime, error) {
-	out, err := s.try("cat /proc/uptime")
-	host := time.Since(started)
-	if err != nil {
-		return guestTime{}, fmt.Errorf("read /proc/uptime: %w: %s", err, out)
+	var last error
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		out, err := s.read("cat /proc/uptime")
+		host := time.Since(started)
+		if err != nil {
+			return guestTime{}, fmt.Errorf("read /proc/uptime: %w: %s", err, out)
+		}
+		f := strings.Fields(out)
+		if len(f) == 0 {
+			last = fmt.Errorf("read /proc/uptime: empty output")
+			time.Sleep(time.Second)
+			continue
+		}
+		sec, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return guestTime{}, fmt.Errorf("read /proc/uptime %q: %w", out, err)
+		}
+		return guestTime{guest: time.Duration(sec * float64(time.Second)), host: host}, nil
 	}
-	f := strings.Fields(out)
-	if len(f) == 0 {
-		return guestTime{}, fmt.Errorf("read /proc/uptime: empty output")
-	}
-	sec, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return guestTime{}, fmt.Errorf("read /proc/uptime %q: %w", out, err)
-	}
-	return guestTime{guest: time.Duration(sec * float64(time.Second)), host: host}, ctx.Err()
+	return guestTime{}, errors.Join(last, ctx.Err())
 }
 
 func (g guestTime) String() string {

@@ -127,6 +127,20 @@ func (s *sshClient) try(cmd string) (string, error) {
 	return buf.String(), err
 }
 
+// read runs cmd without a terminal: for commands that need no sudo, whose
+// output then comes through a pipe that sshd drains before it reports the
+// exit (a short command's output through a pty can be lost, and on a
+// starved one-vCPU guest it was, five reads in a row).
+func (s *sshClient) read(cmd string) (string, error) {
+	sess, err := s.c.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer sess.Close()
+	out, err := sess.CombinedOutput(cmd)
+	return string(out), err
+}
+
 // output runs cmd until its output matches complete (up to 5 times) and
 // returns the last output. Debian's sudo relays a command's output through
 // a pty of its own (use_pty), and now and then the output of a short
