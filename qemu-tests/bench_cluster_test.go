@@ -330,7 +330,13 @@ mode: nftables
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep := "sudo mkdir -p /etc/cni/net.d /etc/terrarium && printf 'nameserver 127.0.0.53\\n' | sudo tee /etc/terrarium/pod-resolv.conf >/dev/null && " +
+	// The service CIDR routed on the cluster link, as Terrarium's network
+	// step does: with no default route a pod's first packet to a ClusterIP
+	// (flannel's to the API, 10.96.0.1) is "Network is unreachable" before
+	// kube-proxy rewrites it. Without it the baseline's flannel never ran
+	// (2026-11-25, sixth session: both nodes Ready, no pod network in 20 min).
+	prep := "sudo ip route replace 10.96.0.0/12 dev $(ip -o -4 addr show to 10.77.0.0/24 | awk '{print $2; exit}') && " +
+		"sudo mkdir -p /etc/cni/net.d /etc/terrarium && printf 'nameserver 127.0.0.53\\n' | sudo tee /etc/terrarium/pod-resolv.conf >/dev/null && " +
 		"sudo tee /etc/cni/net.d/10-flannel.conflist >/dev/null <<'EOF'\n" + addons.FlannelConflist + "EOF\n"
 	cpSSH, wSSH := dialSSH(ctx, t, cp.sshPort, key), dialSSH(ctx, t, w.sshPort, key)
 	cpSSH.run(prep)
@@ -435,18 +441,29 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // guestClockOffset is how far the guest's clock is ahead of the host's,
-// read over SSH and taken at the middle of the round trip.
+// read over SSH without a pty (sshClient.read: through one, the short
+// output was lost once in the sixth session of 2026-11-25 and failed the
+// run) and taken at the middle of the round trip; up to five tries.
 func guestClockOffset(t *testing.T, ssh *sshClient) time.Duration {
 	t.Helper()
-	t0 := time.Now()
-	out := ssh.run("date +%s.%N")
-	t1 := time.Now()
-	secs, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
-	if err != nil {
-		t.Fatalf("guest clock: %q: %v", out, err)
+	var out string
+	var err error
+	for try := 0; try < 5; try++ {
+		t0 := time.Now()
+		out, err = ssh.read("date +%s.%N")
+		t1 := time.Now()
+		var secs float64
+		if err == nil {
+			secs, err = strconv.ParseFloat(strings.TrimSpace(out), 64)
+		}
+		if err == nil {
+			guest := time.Unix(0, int64(secs*1e9))
+			return guest.Sub(t0.Add(t1.Sub(t0) / 2))
+		}
+		time.Sleep(time.Second)
 	}
-	guest := time.Unix(0, int64(secs*1e9))
-	return guest.Sub(t0.Add(t1.Sub(t0) / 2))
+	t.Fatalf("guest clock: %q: %v", out, err)
+	return 0
 }
 
 // kubernetesVersion is the image's Kubernetes version (its bundle's pin).
