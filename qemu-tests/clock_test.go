@@ -35,37 +35,49 @@ func clockFromRTC(s *sshClient) error {
 }
 
 // guestTime is how much time a guest's monotonic clock counted (its
-// /proc/uptime) against the host's since the guest was powered on.
+// /proc/uptime) against the host's since the guest was powered on, and how
+// far its wall clock stands from the host's.
 type guestTime struct {
 	guest, host time.Duration
+	offset      time.Duration // guest's wall clock minus the host's
 }
 
-// readGuestTime reads the guest's uptime over SSH; started is when its
-// QEMU was started. It reads without a terminal (sshClient.read), up to
-// five times until the output parses.
+// readGuestTime reads the guest's uptime and wall clock over SSH; started
+// is when its QEMU was started. It reads without a terminal
+// (sshClient.read), up to five times until the output parses.
 func readGuestTime(ctx context.Context, s *sshClient, started time.Time) (guestTime, error) {
+	const cmd = "cat /proc/uptime; date +%s.%N"
 	var last error
 	for try := 0; try < 5 && ctx.Err() == nil; try++ {
-		out, err := s.read("cat /proc/uptime")
-		host := time.Since(started)
+		asked := time.Now()
+		out, err := s.read(cmd)
+		answered := time.Now()
 		if err != nil {
-			return guestTime{}, fmt.Errorf("read /proc/uptime: %w: %s", err, out)
+			return guestTime{}, fmt.Errorf("%s: %w: %s", cmd, err, out)
 		}
 		f := strings.Fields(out)
-		if len(f) == 0 {
-			last = fmt.Errorf("read /proc/uptime: empty output")
+		if len(f) != 3 {
+			last = fmt.Errorf("%s: got %q, want uptime, idle time and the date", cmd, out)
 			time.Sleep(time.Second)
 			continue
 		}
-		sec, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return guestTime{}, fmt.Errorf("read /proc/uptime %q: %w", out, err)
+		up, err1 := strconv.ParseFloat(f[0], 64)
+		now, err2 := strconv.ParseFloat(f[2], 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return guestTime{}, fmt.Errorf("%s: %q: %w", cmd, out, err)
 		}
-		return guestTime{guest: time.Duration(sec * float64(time.Second)), host: host}, nil
+		// The host's time halfway through the round trip.
+		mid := asked.Add(answered.Sub(asked) / 2)
+		return guestTime{
+			guest:  time.Duration(up * float64(time.Second)),
+			host:   mid.Sub(started),
+			offset: time.Duration((now - float64(mid.UnixNano())/1e9) * float64(time.Second)),
+		}, nil
 	}
 	return guestTime{}, errors.Join(last, ctx.Err())
 }
 
 func (g guestTime) String() string {
-	return fmt.Sprintf("%s of guest time in %s (%.0f %%)", g.guest.Round(time.Second), g.host.Round(time.Second), 100*g.guest.Seconds()/g.host.Seconds())
+	return fmt.Sprintf("%s of guest time in %s (%.0f %%), wall clock %+.1f s from the host's",
+		g.guest.Round(time.Second), g.host.Round(time.Second), 100*g.guest.Seconds()/g.host.Seconds(), g.offset.Seconds())
 }

@@ -120,6 +120,15 @@ func TestClusterHA(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %s", n.name, g)
+		// A guest's monotonic clock lags the host's by minutes here; its
+		// wall clock must not, or tokens one node issues are "used
+		// before issued" on another: within 45 s of the host each, any
+		// two nodes are within the tokens' minute of leeway. Run 13 of
+		// docs/operations/qemu-ci.md: -3.6 to -20.6 s; unstepped, cp-1's
+		// would have been 8 min 45 s behind.
+		if g.offset.Abs() > 45*time.Second {
+			t.Errorf("%s: wall clock %s from the host's: clockFromRTC did not keep it", n.name, g.offset.Round(time.Second))
+		}
 	}
 	ssh := shells[0]
 	etcdctl := "kubectl -n kube-system exec etcd-cp-1 -- etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt " +
