@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -394,7 +393,11 @@ func readyMarks(ctx context.Context, t *testing.T, ssh *sshClient, nodes int, st
 		f, flannelAt, flannelOK := lastReady(podOut, "kube-flannel-ds-")
 		p, proxyAt, proxyOK := lastReady(podOut, "kube-proxy-")
 		if err1 == nil && err2 == nil && n == nodes && f == nodes && p == nodes && nodeOK && flannelOK && proxyOK {
-			offset := guestClockOffset(t, ssh)
+			g, err := readGuestTime(ctx, ssh, start)
+			if err != nil {
+				t.Fatalf("guest clock: %v", err)
+			}
+			offset := g.offset
 			since := func(at time.Time) float64 { return at.Add(-offset).Sub(start).Seconds() }
 			t.Logf("API: last node Ready at %s, last pod-network pod Ready at %s (guest clock %s ahead of the host's)",
 				nodeAt.Format(time.TimeOnly), maxTime(flannelAt, proxyAt).Format(time.TimeOnly), offset.Round(10*time.Millisecond))
@@ -438,32 +441,6 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// guestClockOffset is how far the guest's clock is ahead of the host's,
-// read over SSH without a pty (sshClient.read: through one, the short
-// output was lost once in the sixth session of 2026-11-25 and failed the
-// run) and taken at the middle of the round trip; up to five tries.
-func guestClockOffset(t *testing.T, ssh *sshClient) time.Duration {
-	t.Helper()
-	var out string
-	var err error
-	for try := 0; try < 5; try++ {
-		t0 := time.Now()
-		out, err = ssh.read("date +%s.%N")
-		t1 := time.Now()
-		var secs float64
-		if err == nil {
-			secs, err = strconv.ParseFloat(strings.TrimSpace(out), 64)
-		}
-		if err == nil {
-			guest := time.Unix(0, int64(secs*1e9))
-			return guest.Sub(t0.Add(t1.Sub(t0) / 2))
-		}
-		time.Sleep(time.Second)
-	}
-	t.Fatalf("guest clock: %q: %v", out, err)
-	return 0
 }
 
 // kubernetesVersion is the image's Kubernetes version (its bundle's pin).
