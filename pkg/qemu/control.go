@@ -16,6 +16,11 @@ import (
 func (v *VM) QMP(ctx context.Context) (*qmp.Client, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// Once the process has been reaped the socket is gone, whether or not
+	// the connection's reader has seen its EOF yet.
+	if !v.Running() {
+		return nil, fmt.Errorf("qmp: QEMU exited (%s)", v.cmd.ProcessState)
+	}
 	if v.qmp != nil {
 		select {
 		case <-v.qmp.Done():
@@ -23,9 +28,6 @@ func (v *VM) QMP(ctx context.Context) (*qmp.Client, error) {
 		default:
 			return v.qmp, nil
 		}
-	}
-	if !v.Running() {
-		return nil, errors.New("qmp: QEMU is not running")
 	}
 	// Stop retrying as soon as QEMU exits.
 	dctx, cancel := context.WithCancel(ctx)
