@@ -58,7 +58,10 @@ func readGuestTime(ctx context.Context, s *sshClient, started time.Time) (guestT
 		f := strings.Fields(out)
 		if len(f) != 3 {
 			last = fmt.Errorf("%s: got %q, want uptime, idle time and the date", cmd, out)
-			time.Sleep(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		up, err1 := strconv.ParseFloat(f[0], 64)

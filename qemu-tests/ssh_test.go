@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -96,7 +97,7 @@ func trySSH(ctx context.Context, t testing.TB, port int, key sshKey) (*sshClient
 		last = err
 		time.Sleep(2 * time.Second)
 	}
-	return nil, fmt.Errorf("ssh admin@127.0.0.1:%d: %v", port, last)
+	return nil, fmt.Errorf("ssh admin@127.0.0.1:%d: %w", port, errors.Join(last, ctx.Err()))
 }
 
 // run executes cmd, failing the test on a non-zero exit.
