@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/layout"
@@ -52,7 +53,11 @@ func Run(ctx context.Context, o Options) error {
 }
 
 type runner struct {
-	o       Options
+	o Options
+	// mu guards the journal, this boot's record and the status: long
+	// phases report progress from several goroutines (the image pulls),
+	// and the journal has one writer at a time.
+	mu      sync.Mutex
 	rel     *release.Release
 	slot    layout.Slot
 	bootID  string
@@ -79,6 +84,8 @@ func newRunner(o Options) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One line at a time on the console, whichever goroutine reports.
+	o.Console = &lockedWriter{w: o.Console}
 	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), journal: j}
 	r.rec = j.Current(r.bootID, string(slot))
 	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.rec.Boot}
@@ -95,12 +102,16 @@ func (r *runner) say(format string, args ...any) {
 }
 
 func (r *runner) saveJournal() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.journal.Save(r.o.Host.Path(journalPath()))
 }
 
 func (r *runner) step(name, result, detail string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.rec.Steps = append(r.rec.Steps, StepRecord{Name: name, Result: result, Detail: detail, At: r.o.Now().UTC()})
-	return r.saveJournal()
+	return r.journal.Save(r.o.Host.Path(journalPath()))
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -274,9 +285,23 @@ func (r *runner) watchHost(cfg *machineconfig.Config) {
 		}
 	}
 	h.Cluster = func(update func(*ClusterStatus)) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if r.status.Cluster == nil {
 			r.status.Cluster = &ClusterStatus{}
 		}
 		update(r.status.Cluster)
 	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

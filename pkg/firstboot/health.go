@@ -77,6 +77,16 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 		return r.o.Reboot(ctx)
 	}
 	r.step("health", "passed", "")
+	// Healthy: every image the node runs is unpacked; made durable before
+	// the window closes.
+	if closed, err := closeUnpackWindow(r.o.Host); err != nil {
+		r.step("images durable", "failed", err.Error())
+		r.status.Message = err.Error()
+		r.publish()
+		return err
+	} else if closed {
+		r.step("images durable", "synced", "")
+	}
 	res, err := r.o.BootLoader.Bless(ctx, r.slot)
 	if err != nil {
 		r.step("bless", "failed", err.Error())

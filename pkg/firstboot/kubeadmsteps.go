@@ -218,6 +218,11 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	if got := strings.TrimSpace(out); got != want {
 		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
 	}
+	// From here containerd may unpack images (the pulls, the kubelet's
+	// static pods): see unpackwindow.go.
+	if err := openUnpackWindow(h, h.now()); err != nil {
+		return err
+	}
 	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
 	if err != nil {
 		return err

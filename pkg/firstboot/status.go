@@ -59,6 +59,8 @@ type ClusterStatus struct {
 // publish writes status.json, then prints the banner and the file's
 // content (read back) on the console.
 func (r *runner) publish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.status.Addresses = addresses()
 	data, err := json.Marshal(r.status)
 	if err != nil {

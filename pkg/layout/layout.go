@@ -130,6 +130,9 @@ const (
 	ReleaseFile = "/usr/lib/terrarium/release.json"
 	// StateMount is where the initramfs mounts TERRA-STATE in the real root.
 	StateMount = "/state"
+	// ContainerdRoot is containerd's store (content, snapshots, metadata),
+	// on STATE through /var.
+	ContainerdRoot = "/var/lib/containerd"
 )
 
 // TERRA-STATE layout, relative to its root.
@@ -140,6 +143,11 @@ const (
 	StateTerrarium  = "terrarium" // firstboot's own state
 	StateJournal    = "terrarium/journal.json"
 	StateMarkerFile = "terrarium/created" // written once, when STATE is created
+	// StateUnpackWindow exists while containerd may be unpacking images
+	// onto STATE during formation: a boot that finds it knows a power cut
+	// may have torn what containerd unpacked, and starts containerd from
+	// an empty store (the images come again from the slot's bundle).
+	StateUnpackWindow = "terrarium/images-unpacking"
 	// StateUnformattedMagic is written at offset 0 of a freshly created
 	// TERRA-STATE partition; only a partition carrying it (and no ext4) is
 	// ever formatted implicitly.

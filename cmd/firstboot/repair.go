@@ -1,0 +1,25 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/terrarium-os/terrarium/pkg/firstboot"
+)
+
+func repairImagesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "repair-images",
+		Short: "Before containerd starts: drop its store if the last boot was cut while it unpacked images",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			removed, err := firstboot.RepairRuntime("/", firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
+			if err != nil {
+				return err
+			}
+			if removed {
+				fmt.Println("removed containerd's store: the last boot was cut while it unpacked images")
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,128 @@
+package firstboot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/layout"
+	"golang.org/x/sys/unix"
+)
+
+// The unpack window spans the part of formation in which containerd
+// unpacks images onto STATE: from the start of the kubernetes phase until
+// the node is healthy (its static pods, kube-proxy and pod network run, so
+// every image it needs is unpacked) and STATE has been synced.
+//
+// containerd records an unpacked snapshot as committed in its metadata
+// (which it syncs) before the files it unpacked reach the disk (which it
+// does not sync): a power cut in between leaves images containerd trusts
+// with empty or truncated files, and their containers fail with "exec
+// format error" for good (containerd/containerd#10457, #5854, #3671).
+// Terrarium keeps nothing it cannot vouch for: a boot that finds the window
+// still open starts containerd from an empty store (RepairRuntime, before
+// containerd starts), and the images come again from the slot's bundle
+// through the node's registry.
+
+func unpackWindowPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateUnpackWindow))
+}
+
+// openUnpackWindow durably records that containerd may unpack images from
+// now on, before it can.
+func openUnpackWindow(h *Host, now time.Time) error {
+	p := unpackWindowPath(h)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := writeFileSync(p, []byte("opened "+now.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("open the image unpack window: %w", err)
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+// closeUnpackWindow makes everything containerd unpacked durable (a sync
+// of STATE's whole filesystem), then removes the record. It reports whether
+// a window was open.
+func closeUnpackWindow(h *Host) (bool, error) {
+	p := unpackWindowPath(h)
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err := syncFS(h.Path(layout.StateMount)); err != nil {
+		return true, fmt.Errorf("sync TERRA-STATE before closing the image unpack window: %w", err)
+	}
+	if err := os.Remove(p); err != nil {
+		return true, fmt.Errorf("close the image unpack window: %w", err)
+	}
+	return true, syncDir(filepath.Dir(p))
+}
+
+// RepairRuntime runs before containerd starts (containerd.service's
+// ExecStartPre, `firstboot repair-images`). When the last boot was cut
+// inside the unpack window, it removes containerd's store, which may hold
+// torn images, and says so on console; containerd then starts empty. The
+// window stays open: the images unpacked again are made durable before it
+// closes. It reports whether it removed the store.
+func RepairRuntime(root string, console io.Writer) (bool, error) {
+	h := &Host{Root: root}
+	if _, err := os.Stat(unpackWindowPath(h)); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	store := h.Path(layout.ContainerdRoot)
+	if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
+		"removing %s, which may hold torn images: they are pulled again from this slot's bundle\n",
+		filepath.Join(layout.StateMount, layout.StateUnpackWindow), layout.ContainerdRoot)
+	// Renamed first, so a power cut during the removal leaves no half
+	// store where containerd looks.
+	torn := store + ".torn"
+	if err := os.RemoveAll(torn); err != nil {
+		return false, fmt.Errorf("remove %s: %w", torn, err)
+	}
+	if err := os.Rename(store, torn); err != nil {
+		return false, fmt.Errorf("move aside %s: %w", store, err)
+	}
+	if err := syncDir(filepath.Dir(store)); err != nil {
+		return false, err
+	}
+	if err := os.RemoveAll(torn); err != nil {
+		return false, fmt.Errorf("remove %s: %w", torn, err)
+	}
+	return true, nil
+}
+
+// syncFS flushes the whole filesystem holding dir (syncfs(2)).
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+	}
+	return nil
+}
