@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/layout"
@@ -32,19 +33,40 @@ func unpackWindowPath(h *Host) string {
 }
 
 // openUnpackWindow durably records that containerd may unpack images from
-// now on, before it can.
+// now on, before it can, with the boot that opened it.
 func openUnpackWindow(h *Host, now time.Time) error {
 	p := unpackWindowPath(h)
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
+	return writeUnpackWindow(h, now)
+}
+
+func writeUnpackWindow(h *Host, now time.Time) error {
+	p := unpackWindowPath(h)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	if err := writeFileSync(p, []byte("opened "+now.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+	line := fmt.Sprintf("opened %s boot %s\n", now.UTC().Format(time.RFC3339), currentBootID(h))
+	if err := writeFileSync(p, []byte(line), 0o644); err != nil {
 		return fmt.Errorf("open the image unpack window: %w", err)
 	}
 	return syncDir(filepath.Dir(p))
+}
+
+// currentBootID is the kernel's id of this boot.
+func currentBootID(h *Host) string {
+	b, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
+	return strings.TrimSpace(string(b))
+}
+
+// windowBootID is the boot that opened the window.
+func windowBootID(data []byte) string {
+	f := strings.Fields(string(data))
+	if len(f) == 4 && f[2] == "boot" {
+		return f[3]
+	}
+	return ""
 }
 
 // closeUnpackWindow makes everything containerd unpacked durable (a sync
@@ -70,12 +92,19 @@ func closeUnpackWindow(h *Host) (bool, error) {
 // torn images, and says so on console; containerd then starts empty. The
 // window stays open: the images unpacked again are made durable before it
 // closes. It reports whether it removed the store.
+//
+// The window file names the boot that opened it: containerd restarting
+// within that boot (no power cut) keeps its store.
 func RepairRuntime(root string, console io.Writer) (bool, error) {
 	h := &Host{Root: root}
-	if _, err := os.Stat(unpackWindowPath(h)); errors.Is(err, os.ErrNotExist) {
+	window, err := os.ReadFile(unpackWindowPath(h))
+	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	} else if err != nil {
 		return false, err
+	}
+	if id := windowBootID(window); id != "" && id == currentBootID(h) {
+		return false, nil // containerd restarted within the boot: no power cut
 	}
 	store := h.Path(layout.ContainerdRoot)
 	if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
@@ -99,7 +128,9 @@ func RepairRuntime(root string, console io.Writer) (bool, error) {
 	if err := os.RemoveAll(torn); err != nil {
 		return false, fmt.Errorf("remove %s: %w", torn, err)
 	}
-	return true, nil
+	// The window is this boot's now: containerd restarting later in it
+	// keeps what it unpacked since.
+	return true, writeUnpackWindow(h, time.Now())
 }
 
 // syncFS flushes the whole filesystem holding dir (syncfs(2)).

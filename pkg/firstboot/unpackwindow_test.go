@@ -17,6 +17,7 @@ func TestUnpackWindow(t *testing.T) {
 	root := t.TempDir()
 	h := &Host{Root: root}
 	require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
+	setBootID(t, root, "boot-1")
 
 	closed, err := closeUnpackWindow(h)
 	require.NoError(t, err)
@@ -25,7 +26,7 @@ func TestUnpackWindow(t *testing.T) {
 	require.NoError(t, openUnpackWindow(h, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
 	b, err := os.ReadFile(unpackWindowPath(h))
 	require.NoError(t, err)
-	assert.Equal(t, "opened 2026-01-02T03:04:05Z\n", string(b))
+	assert.Equal(t, "opened 2026-01-02T03:04:05Z boot boot-1\n", string(b))
 	// Opening again keeps the first time.
 	require.NoError(t, openUnpackWindow(h, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)))
 	b, err = os.ReadFile(unpackWindowPath(h))
@@ -46,8 +47,10 @@ func TestRepairRuntime(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(blob), 0o755))
 		require.NoError(t, os.WriteFile(blob, nil, 0o755)) // torn: empty
 		if window {
+			setBootID(t, root, "cut-boot")
 			require.NoError(t, openUnpackWindow(&Host{Root: root}, time.Now()))
 		}
+		setBootID(t, root, "this-boot")
 		return root
 	}
 	t.Run("window open: store removed, window kept", func(t *testing.T) {
@@ -58,8 +61,18 @@ func TestRepairRuntime(t *testing.T) {
 		assert.True(t, removed)
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot))
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
-		assert.FileExists(t, unpackWindowPath(&Host{Root: root}), "the window closes only once the new images are durable")
+		w, err := os.ReadFile(unpackWindowPath(&Host{Root: root}))
+		require.NoError(t, err, "the window closes only once the new images are durable")
+		assert.Equal(t, "this-boot", windowBootID(w))
 		assert.Contains(t, console.String(), "may hold torn images")
+
+		// containerd restarts later in the same boot: what it unpacked
+		// since is kept.
+		require.NoError(t, os.MkdirAll(filepath.Join(root, layout.ContainerdRoot, "new"), 0o755))
+		removed, err = RepairRuntime(root, &console)
+		require.NoError(t, err)
+		assert.False(t, removed)
+		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "new"))
 	})
 	t.Run("window closed: store kept", func(t *testing.T) {
 		root := seed(t, false)
@@ -79,4 +92,11 @@ func TestRepairRuntime(t *testing.T) {
 		assert.True(t, removed)
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
 	})
+}
+
+func setBootID(t *testing.T, root, id string) {
+	t.Helper()
+	p := filepath.Join(root, "/proc/sys/kernel/random/boot_id")
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(id+"\n"), 0o644))
 }
