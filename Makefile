@@ -37,8 +37,8 @@ vet: bin
 	$(BIN)/imagebuild components check
 
 unit: bin
-	$(GO) test -count=1 ./cmd/... ./pkg/...
-	cd components/cni-plugins && GOWORK=off $(GO) test -count=1 ./flannel
+	$(GO) test -race -count=1 ./cmd/... ./pkg/...
+	cd components/cni-plugins && GOWORK=off $(GO) test -race -count=1 ./flannel
 
 qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \

@@ -150,6 +150,11 @@ func New(cfg Config) (*Balancer, error) {
 		Transport: &http.Transport{
 			Proxy:       nil, // the API servers are always reached directly
 			DialContext: (&net.Dialer{Timeout: cfg.HealthTimeout}).DialContext,
+			// net/http finishes a dial in the background when the probe's
+			// context ends; without this bound a backend that accepts but
+			// never completes the handshake would hold that goroutine and
+			// its socket for good, one more every probe.
+			TLSHandshakeTimeout: cfg.HealthTimeout,
 			// The probe checks liveness only and sends no credentials, and
 			// the balancer holds no cluster CA: don't verify.
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec

@@ -78,9 +78,10 @@ func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 		t.Fatal(err)
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]bool{}
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		conns   = map[net.Conn]bool{}
+		stopped bool // a connection accepted after the cleanup closed the others is closed at once
 	)
 	wg.Go(func() {
 		for {
@@ -89,6 +90,11 @@ func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 				return
 			}
 			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				c.Close()
+				continue
+			}
 			conns[c] = true
 			mu.Unlock()
 			wg.Go(func() {
@@ -100,6 +106,7 @@ func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
+		stopped = true
 		for c := range conns {
 			c.Close()
 		}
@@ -650,6 +657,30 @@ func TestHalfClose(t *testing.T) {
 	}
 	if string(got) != "got 100000 bytes" {
 		t.Errorf("answer %q, want %q", got, "got 100000 bytes")
+	}
+}
+
+// TestProbeHandshakeBounded: a backend that accepts but never completes the
+// TLS handshake gets its probe connection closed within HealthTimeout,
+// though net/http goes on dialing after the probe gives up.
+func TestProbeHandshakeBounded(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	backend := newTCPServer(t, func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c) // never answers; returns when the prober closes
+		closed <- struct{}{}
+	})
+	const timeout = 200 * time.Millisecond
+	b, err := New(Config{Listen: "127.0.0.1:0", Backends: []string{backend}, HealthTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.probeOne(context.Background(), backend); err == nil {
+		t.Fatal("probe of a backend that never answers succeeded")
+	}
+	select {
+	case <-closed:
+	case <-time.After(waitLong):
+		t.Fatalf("the probe connection is still open %v after the probe gave up", waitLong)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/bundle"
 	"github.com/terrarium-os/terrarium/pkg/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/rootfs"
@@ -90,11 +91,7 @@ func (m *Manifest) write(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".partial"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func fileSHA256(path string) (string, int64, error) {

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 )
 
 // artifact is an image or an index; exactly one of the fields is set.
@@ -209,22 +210,10 @@ func writeBlob(ctx context.Context, dir string, b blob, progress func(n int64)) 
 		return fmt.Errorf("blob %s: %w", b.digest, err)
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(blobDir, ".tmp-"+b.digest.Hex[:12]+"-*")
+	err = atomicfile.Write(final, 0o644, func(w io.Writer) error {
+		return fillBlob(ctx, w, rc, b, progress)
+	})
 	if err != nil {
-		return fmt.Errorf("blob %s: %w", b.digest, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
-	if err := fillBlob(ctx, tmp, rc, b, progress); err != nil {
-		tmp.Close()
-		return fmt.Errorf("blob %s: %w", b.digest, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("blob %s: %w", b.digest, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("blob %s: %w", b.digest, err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
 		return fmt.Errorf("blob %s: %w", b.digest, err)
 	}
 	return nil

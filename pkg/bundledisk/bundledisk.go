@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/bundle"
 )
 
@@ -42,7 +43,7 @@ func Write(ctx context.Context, bundleFile, out string, opts ...bundle.Option) (
 		os.Remove(out + ".partial")
 		return m, err
 	}
-	return m, os.Rename(out+".partial", out)
+	return m, atomicfile.Replace(out+".partial", out)
 }
 
 // mkfs makes an ext4 image holding dir's content at its root.

@@ -14,6 +14,7 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 )
 
@@ -55,8 +56,7 @@ func WriteRaw(ctx context.Context, path, imageID string, parts []Partition) ([]P
 		os.Remove(tmp)
 		return nil, err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Replace(tmp, path); err != nil {
 		return nil, fmt.Errorf("write image %s: %w", path, err)
 	}
 	return placed, nil
@@ -148,5 +148,5 @@ func ConvertQCOW2(ctx context.Context, raw, out string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("qemu-img convert %s to qcow2: %w: %s", filepath.Base(raw), err, b)
 	}
-	return os.Rename(tmp, out)
+	return atomicfile.Replace(tmp, out)
 }

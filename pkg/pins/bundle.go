@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/bundle"
 )
 
@@ -60,7 +61,7 @@ func (v *Versions) WriteBundle(ctx context.Context, componentsDir, bundlesDir st
 	if _, err := render(pinned, "pinned"); err != nil {
 		return "", nil, err
 	}
-	if err := os.Rename(partial, final); err != nil {
+	if err := atomicfile.Replace(partial, final); err != nil {
 		return "", nil, fmt.Errorf("write bundle: %w", err)
 	}
 	return final, res, nil

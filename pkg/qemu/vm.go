@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/qmp"
 )
 
@@ -94,26 +95,17 @@ func prepareDir(cfg Config) error {
 	return nil
 }
 
-// copyFile copies src to dst atomically (via a temporary file and rename).
+// copyFile copies src to dst atomically, owner-only.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
-	if err != nil {
+	return atomicfile.Write(dst, 0o600, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
 		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	})
 }
 
 // launch starts the process and the goroutines that serve it.

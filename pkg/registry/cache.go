@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 )
 
 // Cache is a writable content store on disk. It is an OCI image layout, so
@@ -191,21 +192,17 @@ func (c *Cache) put(ctx context.Context, d v1.Hash, size int64, r io.Reader) (bo
 	if err := tmp.Chmod(0o444); err != nil {
 		return false, fmt.Errorf("put %s: %w", d, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return false, fmt.Errorf("put %s: sync: %w", d, err)
-	}
 	if err := tmp.Close(); err != nil {
 		return false, fmt.Errorf("put %s: %w", d, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, fmt.Errorf("put %s: %w", d, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return false, fmt.Errorf("put %s: %w", d, err)
-	}
+	// Replace syncs the verified file, renames it into place (it removes
+	// it if that fails) and syncs the blob directory.
 	ok = true
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return true, fmt.Errorf("put %s: %w", d, err)
+	if err := atomicfile.Replace(tmp.Name(), path); err != nil {
+		return errors.Is(err, atomicfile.ErrNotDurable), fmt.Errorf("put %s: %w", d, err)
 	}
 	return true, nil
 }
@@ -308,43 +305,23 @@ func (c *Cache) writeIndex(entries []v1.Descriptor) error {
 	return c.writeFile(filepath.Join(c.dir, "index.json"), raw)
 }
 
-// writeFile atomically replaces a small file in the layout.
+// writeFile atomically replaces a small file in the layout. The temporary
+// file is in tmpDir, so OpenCache removes it if the process dies first.
 func (c *Cache) writeFile(path string, data []byte) error {
 	tmp, err := os.CreateTemp(c.tmpDir(), "file-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(0o644)
 	}
-	if err == nil {
-		err = tmp.Sync()
-	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
 	if err != nil {
+		os.Remove(tmp.Name())
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Replace(tmp.Name(), path)
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 )
 
 // Make writes a zstd-compressed squashfs of dir to out.
@@ -31,5 +33,5 @@ func Make(ctx context.Context, dir, out string, epoch time.Time) error {
 		os.Remove(tmp)
 		return fmt.Errorf("mksquashfs %s: %w: %s", dir, err, b)
 	}
-	return os.Rename(tmp, out)
+	return atomicfile.Replace(tmp, out)
 }
