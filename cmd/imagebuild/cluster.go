@@ -25,9 +25,12 @@ func clusterConfigCmd() *cobra.Command {
 		Use:   "cluster",
 		Short: "Generate a cluster's secrets and one machine config and config disk per node",
 		Long: `Generates (or reuses) the cluster's secrets — cluster, front-proxy and etcd CAs,
-the service-account key, a bootstrap token, the certificate key — and writes a
-machine config and a TERRA-CONFIG disk for every node. Boot every node from the
-same image with its own disk, in any order: they form the cluster by themselves.
+the service-account key, a bootstrap token, the certificate key, the config
+signing key — and writes a machine config, its signature (NODE.yaml.sig) and a
+TERRA-CONFIG disk holding both for every node. Boot every node from the same
+image with its own disk, in any order: they form the cluster by themselves.
+Every node trusts the signing key: sign a later config change with
+'imagebuild config sign --key SECRETS NODE.yaml'.
 
 Re-running with the same --secrets file reproduces the same node configs.`,
 		Example: `  imagebuild config cluster --name lab --interface 'en*' --prefix-length 24 \
@@ -72,7 +75,12 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 			default:
 				fmt.Printf("secrets: reused %s\n", w.SecretsPath)
 			}
-			fmt.Printf("CA hash %s; bootstrap token expires %s\n\n", w.CACertHash, w.TokenExpires.Format(time.RFC3339))
+			if w.SigningKeyAdded {
+				fmt.Printf("secrets: %s had no config signing key (made before there was one): added one and saved it.\n", w.SecretsPath)
+			}
+			fmt.Printf("CA hash %s; bootstrap token expires %s\n", w.CACertHash, w.TokenExpires.Format(time.RFC3339))
+			fmt.Printf("configs signed with key %s (%s), which every node trusts: sign later changes with\n  imagebuild config sign --key %s NODE.yaml\n\n",
+				w.SigningKey.ID(), w.SigningKey, w.SecretsPath)
 			fmt.Printf("  %-16s %-13s %-15s %s\n", "NODE", "ROLE", "IP", "CONFIG DISK")
 			for _, n := range w.Nodes {
 				fmt.Printf("  %-16s %-13s %-15s %s\n", n.Hostname, n.Role, n.IP, n.Disk)

@@ -5,34 +5,13 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/configdisk"
+
+	"github.com/terrarium-os/terrarium/pkg/configsign"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 )
 
 func configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Machine configs and config disks"}
-	var out string
-	disk := &cobra.Command{
-		Use:   "disk MACHINE.yaml",
-		Short: "Validate a machine config and write it to a TERRA-CONFIG disk image",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			cfg, err := machineconfig.Parse(args[0], data)
-			if err != nil {
-				return err
-			}
-			if err := configdisk.Write(out, data); err != nil {
-				return err
-			}
-			fmt.Printf("wrote %s for %s (%s)\n  attach it to QEMU, or write it to a USB stick: dd if=%s of=/dev/sdX bs=1M\n", out, cfg.Hostname, cfg.Digest(), out)
-			return nil
-		},
-	}
-	disk.Flags().StringVarP(&out, "out", "o", "config.img", "config disk image to write")
 	validate := &cobra.Command{
 		Use:   "validate MACHINE.yaml",
 		Short: "Check a machine config and list every problem",
@@ -49,6 +28,91 @@ func configCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(disk, validate, clusterConfigCmd())
+	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd())
+	return cmd
+}
+
+func configDiskCmd() *cobra.Command {
+	var out, key string
+	cmd := &cobra.Command{
+		Use:   "disk MACHINE.yaml",
+		Short: "Validate a machine config and write it, signed with --sign, to a TERRA-CONFIG disk image",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, signed, err := configsign.WriteDisk(args[0], out, key)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s for %s (%s)\n", out, cfg.Hostname, cfg.Digest())
+			if signed != nil {
+				printSigned(signed)
+			}
+			fmt.Printf("  attach it to QEMU, or write it to a USB stick: dd if=%s of=/dev/sdX bs=1M\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "out", "o", "config.img", "config disk image to write")
+	cmd.Flags().StringVar(&key, "sign", "", "sign the config with this key (a .key file from config keygen, or a cluster's secrets file) and put the signature on the disk")
+	return cmd
+}
+
+func configSignCmd() *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use:   "sign --key KEY MACHINE.yaml",
+		Short: "Validate a machine config and write its signature, MACHINE.yaml.sig, beside it",
+		Long: `Signs a changed machine config for a node that is already enrolled: the node
+accepts it only with a signature by a key listed in trustedKeys of the config
+it runs. KEY is a .key file from 'imagebuild config keygen' or, for cluster
+nodes, the cluster's secrets file. The signature covers the file's exact bytes:
+sign again after any edit.`,
+		Example: `  imagebuild config sign --key node.key machine.yaml
+  imagebuild config sign --key lab/secrets.yaml lab/w-1.yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			signed, err := configsign.SignFile(args[0], key)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s\n", signed.SignaturePath)
+			printSigned(signed)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "signing key: a .key file from config keygen, or a cluster's secrets file")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+func printSigned(s *configsign.Signed) {
+	fmt.Printf("  signed with key %s (%s)\n", s.Key.ID(), s.Key)
+	if !s.KeyTrusted {
+		fmt.Println("  note: the config does not list this key in trustedKeys: the node's next change must be signed with a key it does list")
+	}
+}
+
+func configKeygenCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "keygen -o NAME",
+		Short: "Make a config signing key for standalone nodes: NAME.key (private) and NAME.pub",
+		Long: `Writes NAME.key (the private key, mode 0600: keep it safe) and NAME.pub (the
+public key). Put the line of NAME.pub in trustedKeys of a node's first config;
+later changes of its config must then be signed with
+'imagebuild config sign --key NAME.key'. Cluster nodes use the cluster's key,
+made by 'imagebuild config cluster'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kf, err := configsign.Keygen(name)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s (private: keep it safe) and %s\n  key %s: %s\n  add it to the node's config:\n    trustedKeys:\n      - %s\n",
+				kf.PrivatePath, kf.PublicPath, kf.Key.ID(), kf.Key, kf.Key)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&name, "out", "o", "", "name of the key files to write: NAME.key and NAME.pub")
+	_ = cmd.MarkFlagRequired("out")
 	return cmd
 }

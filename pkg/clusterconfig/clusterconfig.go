@@ -1,7 +1,8 @@
 // Package clusterconfig turns a cluster topology and the cluster's secrets
-// into one machine config per node: what `imagebuild config cluster`
-// writes to each node's config disk. The same topology and secrets always
-// give the same configs, byte for byte.
+// into one machine config per node, signed with the cluster's config
+// signing key: what `imagebuild config cluster` writes to each node's
+// config disk. The same topology and secrets always give the same configs
+// and signatures, byte for byte.
 package clusterconfig
 
 import (
@@ -110,12 +111,18 @@ func (t *Topology) Check() error {
 
 // Configs renders one machine config per node, in topology order (control
 // planes, then workers). Every config is parsed back, so what is returned
-// is valid.
+// is valid. Each lists the cluster's config signing key in trustedKeys, so
+// that an enrolled node accepts a later config signed with it; s must have
+// one (clustersecrets.ErrNoSigningKey otherwise).
 func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
 	}
 	hash, err := s.CACertHash()
+	if err != nil {
+		return nil, err
+	}
+	signer, err := s.SigningPublicKey()
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +143,8 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 				Gateway:    t.Gateway,
 				DNS:        t.DNS,
 			}}},
-			Admin: t.Admin,
+			Admin:       t.Admin,
+			TrustedKeys: []string{signer.String()},
 			Cluster: &machineconfig.Cluster{
 				Name:          s.ClusterName,
 				Role:          n.Role,

@@ -1,6 +1,7 @@
 package clusterconfig
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,8 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/signature"
 )
 
 // WriteOptions say what `imagebuild config cluster` writes.
@@ -31,20 +35,29 @@ type Written struct {
 	SecretsPath    string
 	SecretsCreated bool
 	TokenRotated   bool
-	TokenExpires   time.Time
-	CACertHash     string
-	Nodes          []WrittenNode
+	// SigningKeyAdded is set when the secrets file predated the config
+	// signing key and Write added one to it.
+	SigningKeyAdded bool
+	TokenExpires    time.Time
+	CACertHash      string
+	// SigningKey is the public half of the key every config is signed with.
+	SigningKey signature.PublicKey
+	Nodes      []WrittenNode
 }
 
 // WrittenNode is one node's outputs.
 type WrittenNode struct {
 	Hostname, Role, IP string
-	Config, Disk       string
+	// Config is <hostname>.yaml, Signature its detached signature
+	// <hostname>.yaml.sig, and Disk the config disk holding both.
+	Config, Signature, Disk string
 }
 
 // Write loads or creates the cluster secrets, renders every node's
-// machine config and writes it, with a config disk, to OutDir. The
-// secrets file is written 0600. Each output is written whole or not at all
+// machine config and writes it, with its signature by the cluster's config
+// signing key and a config disk holding both, to OutDir. Secrets from
+// before the signing key get one, and are saved with it. The secrets file
+// is written 0600. Each output is written whole or not at all
 // (configdisk and the secrets write temporary files and rename them).
 func Write(o WriteOptions) (*Written, error) {
 	w := &Written{SecretsPath: o.SecretsPath}
@@ -66,6 +79,9 @@ func Write(o WriteOptions) (*Written, error) {
 		}
 		w.TokenRotated = true
 	}
+	if w.SigningKeyAdded, err = s.EnsureSigningKey(nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
 	if err := s.CheckExpiry(o.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
@@ -73,7 +89,11 @@ func Write(o WriteOptions) (*Written, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w.SecretsCreated || w.TokenRotated {
+	key, err := s.SigningPrivateKey()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
+	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded {
 		if err := clustersecrets.Save(o.SecretsPath, s); err != nil {
 			return nil, err
 		}
@@ -82,40 +102,41 @@ func Write(o WriteOptions) (*Written, error) {
 		return nil, fmt.Errorf("create %s: %w", o.OutDir, err)
 	}
 	for _, c := range cfgs {
-		data, err := c.Marshal()
+		n, err := writeNode(o.OutDir, c, key)
 		if err != nil {
-			return nil, err
-		}
-		n := WrittenNode{Hostname: c.Hostname, Role: c.Cluster.Role, IP: c.Cluster.NodeIP,
-			Config: filepath.Join(o.OutDir, c.Hostname+".yaml"), Disk: filepath.Join(o.OutDir, c.Hostname+".img")}
-		// Configs of control planes carry CA keys: owner-only, like the secrets.
-		if err := writeFileAtomic(n.Config, data, 0o600); err != nil {
-			return nil, err
-		}
-		if err := configdisk.Write(n.Disk, data); err != nil {
-			return nil, fmt.Errorf("config disk of %s: %w", c.Hostname, err)
-		}
-		if err := os.Chmod(n.Disk, 0o600); err != nil {
 			return nil, err
 		}
 		w.Nodes = append(w.Nodes, n)
 	}
 	w.TokenExpires = s.BootstrapToken.Expires
 	w.CACertHash, _ = s.CACertHash()
+	w.SigningKey = signature.PublicKeyOf(key)
 	return w, nil
 }
 
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".partial"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+// writeNode writes c as <hostname>.yaml, its signature by key as
+// <hostname>.yaml.sig, and a config disk holding both as <hostname>.img.
+func writeNode(dir string, c *machineconfig.Config, key ed25519.PrivateKey) (WrittenNode, error) {
+	data, err := c.Marshal()
+	if err != nil {
+		return WrittenNode{}, err
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
+	sig := signature.Sign(key, data)
+	config := filepath.Join(dir, c.Hostname+".yaml")
+	n := WrittenNode{Hostname: c.Hostname, Role: c.Cluster.Role, IP: c.Cluster.NodeIP,
+		Config: config, Signature: config + signature.FileSuffix, Disk: filepath.Join(dir, c.Hostname+".img")}
+	// Configs of control planes carry CA keys: owner-only, like the secrets.
+	if err := atomicfile.WriteFile(n.Config, data, 0o600); err != nil {
+		return WrittenNode{}, err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := atomicfile.WriteFile(n.Signature, sig, 0o644); err != nil {
+		return WrittenNode{}, err
 	}
-	return nil
+	if err := configdisk.WriteSigned(n.Disk, data, sig); err != nil {
+		return WrittenNode{}, fmt.Errorf("config disk of %s: %w", c.Hostname, err)
+	}
+	if err := os.Chmod(n.Disk, 0o600); err != nil {
+		return WrittenNode{}, err
+	}
+	return n, nil
 }

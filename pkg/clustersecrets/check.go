@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/terrarium-os/terrarium/pkg/signature"
 	"github.com/terrarium-os/terrarium/pkg/strictyaml"
 )
 
@@ -14,7 +15,8 @@ import (
 // clock: apiVersion and kind, the cluster name, that every certificate and
 // key is one PEM block that parses, that each key matches its certificate,
 // that the CAs are CAs and distinct, the format of the bootstrap token's ID
-// and secret, and that the certificate key is 64 lowercase hex digits.
+// and secret, that the certificate key is 64 lowercase hex digits, and that
+// the config signing key, when there is one, is an ed25519 key.
 //
 // It returns nil or a strictyaml.Problems listing every problem found, one
 // per line, each naming its field by path (e.g. "$.etcdCA.key: ...").
@@ -116,6 +118,13 @@ func (s *Secrets) problems(structure, expiry bool, now time.Time) strictyaml.Pro
 
 	if structure && !isLowerHex(s.CertificateKey, 2*certificateKeyBytes) {
 		ps.Addf(root.Field("certificateKey"), "is not %d lowercase hex digits (%d random bytes)", 2*certificateKeyBytes, certificateKeyBytes)
+	}
+	if structure && s.SigningKey != "" {
+		// Absent is allowed: files from before the key get one from
+		// EnsureSigningKey on their next write.
+		if _, err := signature.ParsePrivateKey([]byte(s.SigningKey)); err != nil {
+			ps.Addf(root.Field("signingKey"), "%v", err)
+		}
 	}
 	return ps
 }

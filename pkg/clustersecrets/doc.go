@@ -13,7 +13,14 @@
 // The secrets are kept in one YAML file (apiVersion terrarium.dev/v1alpha1,
 // kind ClusterSecrets) written by Save with mode 0600 and read back by Load.
 // Anyone who holds the file can administer the cluster and join machines to
-// it.
+// it, and sign changes of its nodes' configs.
+//
+// The config signing key (signingKey, ed25519) was added to the format
+// later. A file without it still loads, and Validate accepts its absence;
+// EnsureSigningKey adds a new key, and `imagebuild config cluster` does so
+// and saves the file on its next run, saying that it did. Nodes enrolled
+// with configs from before then trust no key, so their configs can only
+// change by re-enrolling them (`firstboot reset`).
 //
 // Checking is split by whether it depends on the clock:
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -99,64 +100,13 @@ func encode(s *Secrets) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// writeFile replaces path with data, mode 0600, by way of path+".partial".
+// writeFile replaces path with data, mode 0600, atomically.
 func writeFile(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create directory: %w", err)
 	}
-	tmp := path + ".partial"
-	if err := refuseNonRegular(tmp); err != nil {
-		return fmt.Errorf("%s: %w", tmp, err)
-	}
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove leftover %s: %w", tmp, err)
-	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	if err := writeAndClose(f, data); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rename %s into place: %w", tmp, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// writeAndClose makes f mode 0600 whatever the umask, writes data to it,
-// syncs it and closes it.
-func writeAndClose(f *os.File, data []byte) error {
-	err := f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // Load reads the cluster secrets file at path, decoding it strictly

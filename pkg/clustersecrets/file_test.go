@@ -55,6 +55,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		"\nfrontProxyCA:\n", "\netcdCA:\n", "\nserviceAccount:\n  key: |\n    -----BEGIN RSA PRIVATE KEY-----\n",
 		"\n  pub: |\n    -----BEGIN PUBLIC KEY-----\n", "\nbootstrapToken:\n  id: ", "\n  secret: ",
 		"\n  expires: 2026-03-15T15:09:26Z\n", "\ncertificateKey: ",
+		"\nsigningKey: |\n  -----BEGIN PRIVATE KEY-----\n",
 	} {
 		if !bytes.Contains(first, []byte(field)) {
 			t.Errorf("saved file lacks %q:\n%s", field, first)
@@ -98,18 +99,14 @@ func TestSaveReplaces(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A leftover from an interrupted Save.
-	if err := os.WriteFile(path+".partial", []byte("half"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	if err := Save(path, &s); err != nil {
 		t.Fatal(err)
 	}
 	if m := mode(t, path); m != 0o600 {
 		t.Errorf("file mode %v, want 0600", m)
 	}
-	if exists(path + ".partial") {
-		t.Errorf(".partial left behind")
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("temporary files left behind: %v", entries)
 	}
 	if _, err := Load(path); err != nil {
 		t.Errorf("Load: %v", err)

@@ -87,6 +87,13 @@ type Secrets struct {
 	// digits (32 bytes), the AES key the control-plane certificates are
 	// shared under when a control-plane node joins.
 	CertificateKey string `yaml:"certificateKey"`
+	// SigningKey is the cluster's config signing key: an ed25519 key as one
+	// PEM "PRIVATE KEY" block (PKCS#8). Every node config lists its public
+	// half in trustedKeys and comes with a signature by it, so that a node,
+	// once enrolled, accepts a changed config signed with it (see package
+	// signature). Files written before the key existed lack it: Load
+	// accepts them, and EnsureSigningKey adds one.
+	SigningKey string `yaml:"signingKey,omitempty"`
 }
 
 // KeyPair is a certificate and its private key, both PEM. The certificate is
@@ -133,11 +140,14 @@ type BootstrapToken struct {
 // with a PKIX "PUBLIC KEY" public half. Times are stored in UTC, truncated
 // to the second.
 //
-// random supplies the serial numbers, the bootstrap token and the
-// certificate key, and nil means crypto/rand.Reader. It is also handed to
-// key generation, but since Go 1.26 crypto/ecdsa and crypto/rsa ignore it
-// and always use the system's secure source (tests can make that
-// deterministic with testing/cryptotest.SetGlobalRandom).
+// The config signing key is ed25519, stored as PKCS#8 "PRIVATE KEY" PEM.
+//
+// random supplies the serial numbers, the bootstrap token, the
+// certificate key and the signing key, and nil means crypto/rand.Reader.
+// It is also handed to CA and service-account key generation, but since
+// Go 1.26 crypto/ecdsa and crypto/rsa ignore it and always use the
+// system's secure source (tests can make that deterministic with
+// testing/cryptotest.SetGlobalRandom).
 func Generate(clusterName string, now time.Time, tokenTTL time.Duration, random io.Reader) (*Secrets, error) {
 	if random == nil {
 		random = rand.Reader
@@ -188,6 +198,9 @@ func Generate(clusterName string, now time.Time, tokenTTL time.Duration, random 
 		return nil, fmt.Errorf("generate cluster secrets: make the certificate key: %w", err)
 	}
 	s.CertificateKey = hex.EncodeToString(key)
+	if _, err := s.EnsureSigningKey(random); err != nil {
+		return nil, fmt.Errorf("generate cluster secrets: %w", err)
+	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("generate cluster secrets: the result does not check out (a bug):\n%w", err)
 	}

@@ -19,6 +19,8 @@
 //	  name: admin
 //	  sshAuthorizedKeys:
 //	    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA... alice@laptop
+//	trustedKeys:
+//	  - ed25519:Ls0m7fU3V1... # signs later changes of this config
 //
 // There is deliberately no password field: the appliance does not allow
 // password logins, only SSH keys.
@@ -48,6 +50,15 @@ type Config struct {
 	Network Network `yaml:"network,omitempty"`
 	// Admin is the login user. When nil, the node has no login user.
 	Admin *Admin `yaml:"admin,omitempty"`
+	// TrustedKeys are the public keys, each "ed25519:<base64>" (the .pub
+	// file of `imagebuild config keygen`), whose signature a later change
+	// of this node's config needs: once enrolled, the node accepts a
+	// different config only with a detached signature (machine.yaml.sig,
+	// see package signature) by one of the keys its current config lists.
+	// For cluster nodes, `imagebuild config cluster` puts the cluster's
+	// signing key here. Empty: the node's config can only be changed by
+	// re-enrolling it.
+	TrustedKeys []string `yaml:"trustedKeys,omitempty"`
 	// Registry configures the node's registry cache; absent, the node
 	// serves its own images on loopback only.
 	Registry *Registry `yaml:"registry,omitempty"`

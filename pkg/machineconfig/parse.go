@@ -70,6 +70,9 @@ func setDefaults(c *Config) {
 			iface.DNS = nil
 		}
 	}
+	if len(c.TrustedKeys) == 0 {
+		c.TrustedKeys = nil
+	}
 	if c.Admin != nil && c.Admin.Name == "" {
 		c.Admin.Name = DefaultAdminName
 	}

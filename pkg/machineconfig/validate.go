@@ -25,6 +25,7 @@ func (c *Config) validate() strictyaml.Problems {
 	if c.Admin != nil {
 		validateAdmin(&ps, root.Field("admin"), *c.Admin)
 	}
+	validateTrustedKeys(&ps, root.Field("trustedKeys"), c.TrustedKeys)
 	if c.Registry != nil {
 		validateRegistry(&ps, root.Field("registry"), *c.Registry, c.Cluster != nil && c.Cluster.PKI != nil)
 	}

@@ -107,6 +107,14 @@ func TestValidate(t *testing.T) {
 		}, "$.admin.sshAuthorizedKeys[0]: the key data names curve \"nistp256\", but ecdsa-sha2-nistp384 keys use \"nistp384\""},
 		{"key with trailing field", func(c *Config) { c.Admin.SSHAuthorizedKeys = []string{wireKey("ssh-rsa", "e", "n", "x")} },
 			"$.admin.sshAuthorizedKeys[0]: the key data has 3 fields, but ssh-rsa keys have 2; paste the whole line of your .pub file again"},
+		{"trusted keys", func(c *Config) { c.TrustedKeys = []string{trustedKey, otherTrustedKey} }, ""},
+		{"trusted key twice", func(c *Config) { c.TrustedKeys = []string{trustedKey, otherTrustedKey, trustedKey} },
+			"$.trustedKeys[2]: same key as $.trustedKeys[0]; remove the duplicate"},
+		{"trusted key is an SSH key", func(c *Config) { c.TrustedKeys = []string{testKey} },
+			"$.trustedKeys[0]: this is an SSH key, which does not sign configs; write it as ed25519:<base64 of 32 bytes>, the line of the .pub file from `imagebuild config keygen`"},
+		{"every bad trusted key", func(c *Config) { c.TrustedKeys = []string{"", trustedKey, "ed25519:AAAA"} },
+			"$.trustedKeys[0]: empty key; write it as ed25519:<base64 of 32 bytes>, the line of the .pub file from `imagebuild config keygen`\n" +
+				"$.trustedKeys[2]: \"ed25519:AAAA\" holds 3 bytes; an ed25519 key has 32; write it as ed25519:<base64 of 32 bytes>, the line of the .pub file from `imagebuild config keygen`"},
 		{"multi-line key", func(c *Config) { c.Admin.SSHAuthorizedKeys = []string{testKey + "\n" + testKey} },
 			"$.admin.sshAuthorizedKeys[0]: a key must be a single line; put each key in its own list item"},
 	}
