@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/qemu"
 )
@@ -12,8 +13,11 @@ import (
 var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32)}
 
 // TestProvisionThenReboot: first boot provisions from the attached config
-// disk and blesses the boot; the second boot finds STATE intact (same
-// filesystem, marker from the first boot) and only verifies.
+// disk, enrolls and blesses the boot; the power is cut. The second boot has
+// no config disk: it finds STATE intact (same filesystem, marker from the
+// first boot), runs from the stored config and only verifies. An unsigned
+// stick with another config, plugged into it, is refused, and nothing
+// changes (checked on the stopped disk).
 func TestProvisionThenReboot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
@@ -34,6 +38,10 @@ func TestProvisionThenReboot(t *testing.T) {
 	if len(s1.Addresses) == 0 || !strings.HasPrefix(s1.Addresses[0], "10.0.2.") {
 		t.Errorf("first boot addresses = %v, want a DHCP address in 10.0.2.0/24", s1.Addresses)
 	}
+	if !strings.HasPrefix(s1.Enrolled, "from /dev/disk/by-label/TERRA-CONFI") {
+		t.Errorf("first boot enrolled = %q", s1.Enrolled)
+	}
+	// QMP quit: the power is cut, nothing is shut down.
 	if err := vm.Quit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -43,16 +51,34 @@ func TestProvisionThenReboot(t *testing.T) {
 	if !strings.Contains(marker, "created=") {
 		t.Fatalf("STATE marker missing after first boot: %q", marker)
 	}
+	stored := st.readFile("/terrarium/machine.yaml")
+	if !strings.Contains(stored, "hostname: node-1") {
+		t.Fatalf("no stored config after the first boot: %q", stored)
+	}
 
-	vm = m.boot(ctx, configAttached(cfg))
+	// The stick is removed.
+	poweredOn := time.Now()
+	vm = m.boot(ctx)
 	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
-	s2 := expectStatus(ctx, t, vm, "verified", "provisioned", "failed")
-	if s2.State != "verified" || s2.Mode != "verify" || s2.Boot != 2 {
-		t.Fatalf("second boot status = %+v, want verified on boot 2", s2)
+	s2 := expectStatus(ctx, t, vm, "verified", "provisioned", "failed", "waiting-for-config")
+	t.Logf("enrolled node without its stick: power-on to verified in %s", time.Since(poweredOn).Round(time.Second))
+	if s2.State != "verified" || s2.Mode != "verify" || s2.Boot != 2 || s2.Hostname != "node-1" {
+		t.Fatalf("second boot status = %+v, want verified node-1 on boot 2", s2)
 	}
-	if s2.StateCreated != s1.StateCreated || s2.Blessed != "good" {
-		t.Fatalf("second boot: stateCreated %q (first %q), blessed %q (want good)", s2.StateCreated, s1.StateCreated, s2.Blessed)
+	if s2.StateCreated != s1.StateCreated || s2.Blessed != "good" || s2.Healthy == nil || !*s2.Healthy {
+		t.Fatalf("second boot: stateCreated %q (first %q), blessed %q (want good), healthy %v", s2.StateCreated, s1.StateCreated, s2.Blessed, s2.Healthy)
 	}
+	if s2.Enrolled != s1.Enrolled || !enrolledBanner.MatchString(vm.Console()) {
+		t.Fatalf("second boot enrolled = %q (first %q); the banner must say it", s2.Enrolled, s1.Enrolled)
+	}
+
+	// Any stick with another config, unsigned: refused.
+	intruder := m.configDisk("intruder.img", strings.Replace(goodConfig, "node-1", "intruder", 1))
+	if err := vm.HotplugDisk(ctx, stick(intruder)); err != nil {
+		t.Fatalf("hot-plug stick: %v", err)
+	}
+	expect(ctx, t, vm, `config change from \S+ REFUSED: nothing changed`)
+	expect(ctx, t, vm, `it is not signed`)
 	if strings.Contains(vm.Console(), "formatting TERRA-STATE") {
 		t.Fatal("second boot formatted TERRA-STATE")
 	}
@@ -66,8 +92,14 @@ func TestProvisionThenReboot(t *testing.T) {
 	if got := st.readFile("/terrarium/created"); got != marker {
 		t.Fatalf("STATE marker changed: %q -> %q", marker, got)
 	}
+	if got := st.readFile("/terrarium/machine.yaml"); got != stored {
+		t.Errorf("the stored config changed:\n%s", got)
+	}
+	if got := st.readFile("/etc/upper/hostname"); got != "node-1\n" {
+		t.Errorf("hostname on STATE = %q after a refused change", got)
+	}
 	journal := st.readFile("/terrarium/journal.json")
-	for _, want := range []string{`"mode": "provision"`, `"mode": "verify"`, `"result": "verified"`} {
+	for _, want := range []string{`"mode": "provision"`, `"mode": "verify"`, `"result": "verified"`, `"result": "refused"`} {
 		if !strings.Contains(journal, want) {
 			t.Errorf("journal lacks %s:\n%s", want, journal)
 		}

@@ -81,8 +81,13 @@ func dialSSH(ctx context.Context, t testing.TB, port int, key sshKey) *sshClient
 // trySSH is dialSSH for goroutines other than the test's: it returns the
 // error instead of failing the test.
 func trySSH(ctx context.Context, t testing.TB, port int, key sshKey) (*sshClient, error) {
+	return trySSHAs(ctx, t, port, key, "admin")
+}
+
+// trySSHAs logs in as user.
+func trySSHAs(ctx context.Context, t testing.TB, port int, key sshKey, user string) (*sshClient, error) {
 	cfg := &ssh.ClientConfig{
-		User:            "admin",
+		User:            user,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key.signer)},
 		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // a fresh VM's host key is new by definition
 		Timeout:         20 * time.Second,
@@ -97,7 +102,7 @@ func trySSH(ctx context.Context, t testing.TB, port int, key sshKey) (*sshClient
 		last = err
 		time.Sleep(2 * time.Second)
 	}
-	return nil, fmt.Errorf("ssh admin@127.0.0.1:%d: %w", port, errors.Join(last, ctx.Err()))
+	return nil, fmt.Errorf("ssh %s@127.0.0.1:%d: %w", user, port, errors.Join(last, ctx.Err()))
 }
 
 // run executes cmd, failing the test on a non-zero exit.

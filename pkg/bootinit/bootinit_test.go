@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/layout"
 )
 
@@ -379,4 +382,16 @@ func TestEnsureStateFSMissingDevice(t *testing.T) {
 	if err := in.ensureStateFS(context.Background(), disk); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ensureStateFS(missing) = %v, want not-exist", err)
 	}
+}
+
+func TestResetRequested(t *testing.T) {
+	mnt := t.TempDir()
+	_, ok := resetRequested(mnt)
+	assert.False(t, ok)
+	p := filepath.Join(mnt, layout.StateResetRequest)
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte("requested at 2026-11-26T02:00:00Z\n"), 0o644))
+	at, ok := resetRequested(mnt)
+	assert.True(t, ok)
+	assert.Equal(t, "requested at 2026-11-26T02:00:00Z", at)
 }

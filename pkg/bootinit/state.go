@@ -163,7 +163,33 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
 	}
+	if kind == "ext4" && !reset {
+		if at, ok := resetRequested(mnt); ok {
+			// `firstboot reset` asked for it (and was confirmed).
+			in.say("formatting TERRA-STATE %s as ext4 (reason: `firstboot reset` %s)", dev, at)
+			if err := unix.Unmount(mnt, 0); err != nil {
+				return fmt.Errorf("unmount %s for the requested reset: %w", mnt, err)
+			}
+			if err := in.chrootRun(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev); err != nil {
+				return err
+			}
+			if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
+				return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
+			}
+			reset = true
+		}
+	}
 	return in.layoutState(ctx, mnt, kind != "ext4" || reset)
+}
+
+// resetRequested reports whether a mounted STATE carries a reset request
+// (layout.StateResetRequest), and what it says (when it was made).
+func resetRequested(mnt string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(mnt, layout.StateResetRequest))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
 }
 
 // layoutState makes STATE's directories and seeds /var from the image the

@@ -2,7 +2,6 @@ package firstboot
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -10,43 +9,35 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/configsource"
+	"github.com/terrarium-os/terrarium/pkg/configsource/cmdline"
+	"github.com/terrarium-os/terrarium/pkg/configsource/embedded"
+	"github.com/terrarium-os/terrarium/pkg/configsource/labeldisk"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 )
 
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
 	return Options{
-		Host:             RealHost(),
-		Console:          Consoles{SysActive: "/sys/class/tty/console/active"},
-		Log:              log,
-		ConfigSource:     ConfigFromLabel("/dev/disk/by-label"),
+		Host:    RealHost(),
+		Console: Consoles{SysActive: "/sys/class/tty/console/active"},
+		Log:     log,
+		// The order is documented in docs/config-acquisition.md.
+		Sources: []configsource.Provider{
+			embedded.Provider{Path: layout.EmbeddedConfig},
+			cmdline.Provider{Path: "/proc/cmdline"},
+			labeldisk.Provider{Dir: "/dev/disk/by-label"},
+		},
+		ChangeSources: []configsource.Provider{
+			labeldisk.Provider{Dir: "/dev/disk/by-label"},
+		},
 		BootLoader:       &ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
 		Reboot:           func(ctx context.Context) error { return RealHost().run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
+		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,
 		TrialRebootDelay: 10 * time.Second,
 		Now:              time.Now,
-	}
-}
-
-// ConfigFromLabel reads machine.yaml from the disk whose filesystem label
-// is TERRA-CONFIG (or TERRA-CONFI, the same name as FAT stores it), as
-// udev links it under dir. Hot-plugged disks appear there too.
-func ConfigFromLabel(dir string) func(ctx context.Context) ([]byte, string, bool, error) {
-	return func(ctx context.Context) ([]byte, string, bool, error) {
-		for _, label := range []string{layout.LabelConfig, layout.LabelConfigFAT} {
-			dev := dir + "/" + label
-			if _, err := os.Stat(dev); err != nil {
-				continue
-			}
-			data, err := configdisk.Read(dev)
-			if errors.Is(err, configdisk.ErrNoConfig) {
-				return nil, dev, true, err
-			}
-			return data, dev, err == nil, err
-		}
-		return nil, "", false, nil
 	}
 }
 

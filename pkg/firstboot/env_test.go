@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/configsource"
 	"github.com/terrarium-os/terrarium/pkg/cri"
 	"github.com/terrarium-os/terrarium/pkg/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/layout"
@@ -207,13 +208,34 @@ func (e *env) now() time.Time {
 	return e.clockNow
 }
 
+// sourceOf adapts a test's source function into a provider: ok=false and
+// no error is an absent config.
+func sourceOf(src func(ctx context.Context) ([]byte, string, bool, error)) configsource.Provider {
+	return configsource.Func{N: "test", F: func(ctx context.Context) (*configsource.Found, error) {
+		data, from, ok, err := src(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("test source: %w", configsource.ErrAbsent)
+		}
+		return &configsource.Found{Config: data, Source: from}, nil
+	}}
+}
+
 func (e *env) options(src func(ctx context.Context) ([]byte, string, bool, error)) Options {
+	return e.optionsWith(sourceOf(src))
+}
+
+// optionsWith probes the providers for enrollment and for changes.
+func (e *env) optionsWith(providers ...configsource.Provider) Options {
 	return Options{
-		Host:         e.host(),
-		Console:      &e.console,
-		Log:          slog.New(slog.DiscardHandler),
-		ConfigSource: src,
-		BootLoader:   e.loader,
+		Host:          e.host(),
+		Console:       &e.console,
+		Log:           slog.New(slog.DiscardHandler),
+		Sources:       providers,
+		ChangeSources: providers,
+		BootLoader:    e.loader,
 		Reboot: func(ctx context.Context) error {
 			e.mu.Lock()
 			e.reboots++
@@ -238,6 +260,13 @@ func (e *env) runWith(src func(ctx context.Context) ([]byte, string, bool, error
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return Run(ctx, e.options(src))
+}
+
+func (e *env) runWithProviders(providers ...configsource.Provider) error {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Run(ctx, e.optionsWith(providers...))
 }
 
 func staticSource(config string) func(ctx context.Context) ([]byte, string, bool, error) {

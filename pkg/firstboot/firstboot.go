@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/configsource"
 	"github.com/terrarium-os/terrarium/pkg/layout"
 	"github.com/terrarium-os/terrarium/pkg/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/release"
@@ -27,14 +28,21 @@ type Options struct {
 	Host    *Host
 	Console io.Writer // what a person at the machine reads
 	Log     *slog.Logger
-	// ConfigSource returns the machine config's bytes and where they came
-	// from, or ok=false when no config disk is present.
-	ConfigSource func(ctx context.Context) (data []byte, from string, ok bool, err error)
+	// Sources are probed in order until one offers a config, while the
+	// node is not enrolled (docs/config-acquisition.md).
+	Sources []configsource.Provider
+	// ChangeSources are probed at every boot of an enrolled node for a
+	// signed change request: the media a person inserts.
+	ChangeSources []configsource.Provider
 	// BootLoader blesses the boot.
 	BootLoader BootLoader
 	// Reboot restarts the machine (after a failed trial boot).
 	Reboot       func(ctx context.Context) error
 	PollInterval time.Duration
+	// WatchInterval is how often a running node looks for a change
+	// request after its boot; 0 means it does not (firstboot run then
+	// ends after the boot is blessed).
+	WatchInterval time.Duration
 	// AddressWait bounds the wait for configured interfaces' addresses.
 	AddressWait time.Duration
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
@@ -63,7 +71,10 @@ type runner struct {
 	bootID  string
 	journal *Journal
 	rec     *BootRecord
-	status  Status
+	// changeSeen is the fingerprint of what the change sources offered
+	// when last looked at (judged once).
+	changeSeen string
+	status     Status
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -119,10 +130,30 @@ func (r *runner) run(ctx context.Context) error {
 		return fmt.Errorf("journal on TERRA-STATE: %w", err)
 	}
 	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.rec.Boot)
-	cfg, digest, err := r.acquire(ctx)
+	cfg, ch, err := r.acquire(ctx)
 	if err != nil {
 		return err
 	}
+	if ch != nil {
+		cfg = r.applyChange(ctx, cfg, ch)
+	} else if err := r.provisionOrVerify(ctx, cfg); err != nil {
+		return err
+	}
+	r.waitForAddresses(ctx, cfg)
+	err = r.healthAndBless(ctx, cfg)
+	if r.o.WatchInterval <= 0 || ctx.Err() != nil {
+		return err
+	}
+	if err != nil {
+		r.o.Log.Error("unhealthy; still watching for a signed change that repairs the node", "err", err)
+	}
+	return r.watchChanges(ctx, cfg)
+}
+
+// provisionOrVerify applies the desired config on its first boot and
+// verifies (heals) it on later ones.
+func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Config) error {
+	digest := cfg.Digest()
 	mode := "provision"
 	if p := r.journal.Provisioned; p != nil && p.ConfigDigest == digest {
 		mode = "verify"
@@ -135,43 +166,97 @@ func (r *runner) run(ctx context.Context) error {
 		r.publish()
 		return err
 	}
+	state := StateVerified
 	if mode == "provision" {
-		r.journal.Provisioned = &Provisioned{ConfigDigest: digest, At: r.o.Now().UTC(), Boot: r.rec.Boot}
-		r.status.State = StateProvisioned
-	} else {
-		r.status.State = StateVerified
+		state = StateProvisioned
 	}
-	r.rec.Result = r.status.State
-	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
-	if err := r.saveJournal(); err != nil {
-		return err
-	}
-	r.waitForAddresses(ctx, cfg)
-	return r.healthAndBless(ctx, cfg)
+	return r.applied(cfg, mode, state)
 }
 
-// acquire waits for a valid machine config. Nothing is applied while the
-// config is missing or invalid; the console says what to do.
-func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, error) {
+// applied records that cfg is in place.
+func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
+	digest := cfg.Digest()
+	if mode != "verify" {
+		r.journal.Provisioned = &Provisioned{ConfigDigest: digest, At: r.o.Now().UTC(), Boot: r.rec.Boot}
+	}
+	r.status.State = state
+	r.rec.Result = state
+	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
+	return r.saveJournal()
+}
+
+// applyChange reconciles the node to an accepted change: each phase
+// touches only what differs. When a phase fails, the enrolled config is
+// applied again, so the node is as it was, and the console says so; the
+// node runs on with it. It returns the config the node now runs.
+func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, ch *change) *machineconfig.Config {
+	r.rec.Mode = "change"
+	err := r.apply(ctx, ch.cfg, "change")
+	if err == nil {
+		err = r.commitChange(ch)
+	}
+	if err == nil {
+		if err := r.applied(ch.cfg, "change", StateChanged); err != nil {
+			r.say("record the change: %v", err)
+		}
+		r.status.Enrolled = r.journal.Enrollment.Summary()
+		return ch.cfg
+	}
+	r.say("the config change from %s FAILED (%v); restoring the enrolled config", ch.from, err)
+	r.step("config change", "failed", err.Error())
+	if rerr := r.apply(ctx, stored, "provision"); rerr != nil {
+		r.say("restoring the enrolled config failed too: %v", rerr)
+		r.status.State, r.status.Message = StateFailed, rerr.Error()
+	} else {
+		r.say("the enrolled config is in place again: nothing of the change remains")
+		r.applied(stored, "verify", StateVerified)
+		r.status.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
+	}
+	r.saveJournal()
+	return stored
+}
+
+// acquire returns the node's desired config. An enrolled node reads it
+// from its stored state, and looks for a change request on its change
+// sources; a node not enrolled waits for a valid config from its sources
+// and enrolls with it. Nothing is applied while the config is missing or
+// invalid; the console says what to do.
+func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, error) {
+	if e := r.journal.Enrollment; e != nil {
+		stored, err := r.loadStored(e)
+		if err != nil {
+			r.status.State, r.status.Message = StateFailed, err.Error()
+			r.say("%v", err)
+			r.publish()
+			return nil, nil, err
+		}
+		r.status.Enrolled = e.Summary()
+		r.say("enrolled %s; running from the stored config (%s)", e.Summary(), e.Digest)
+		return stored, r.changeRequest(ctx, stored), nil
+	}
 	var lastProblem string
 	for {
-		data, from, ok, err := r.o.ConfigSource(ctx)
+		found, err := r.probe(ctx, r.o.Sources)
 		problem := ""
 		switch {
 		case err != nil:
 			problem = err.Error()
-		case !ok:
+		case found == nil:
 			problem = "waiting"
 		default:
-			cfg, perr := machineconfig.Parse(from+":"+"machine.yaml", data)
+			cfg, perr := machineconfig.Parse(found.Source+":"+"machine.yaml", found.Config)
 			if perr == nil {
 				perr = r.admissible(cfg)
 			}
 			if perr == nil {
-				r.say("config from %s is valid (%s)", from, cfg.Digest())
+				r.say("config from %s is valid (%s)", found.Source, cfg.Digest())
+				if err := r.enroll(cfg, found.Source); err != nil {
+					return nil, nil, err
+				}
 				// The note about a missing or invalid config is settled.
 				r.status.Message = ""
-				return cfg, cfg.Digest(), nil
+				r.status.Enrolled = r.journal.Enrollment.Summary()
+				return cfg, nil, nil
 			}
 			problem = perr.Error()
 		}
@@ -181,7 +266,7 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, er
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "", ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(r.o.PollInterval):
 		}
 	}
@@ -191,7 +276,20 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, string, er
 // now, before anything is applied: a bootstrap token that expired before
 // it was used (the init node creates it in the cluster, the others join
 // with it; afterwards its expiry no longer matters).
+//
+// An admin named like an account or group the image already has (other
+// than the admin firstboot itself created) would make useradd fail halfway
+// through apply: it is a validation error instead.
 func (r *runner) admissible(cfg *machineconfig.Config) error {
+	if name := adminName(cfg); name != "" && name != managedAdmin(r.o.Host) {
+		file, err := nameTaken(r.o.Host, name)
+		if err != nil {
+			return fmt.Errorf("admin.name: cannot check %q against this image's accounts: %w", name, err)
+		}
+		if file != "" {
+			return fmt.Errorf("admin.name: %q is already an account or group of this image (%s); choose another name, such as \"ops\"", name, file)
+		}
+	}
 	cl := cfg.Cluster
 	if cl == nil || tokenUsed(r.o.Host, cl.Role) {
 		return nil
@@ -236,8 +334,11 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
 		result := "applied"
-		if mode == "verify" {
+		switch mode {
+		case "verify":
 			result = "healed"
+		case "change":
+			result = "changed"
 		}
 		if err := r.step(p.Name, result, ""); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"io"
 	"net/http"
 	"os"
@@ -241,7 +242,7 @@ func (h *Host) writeIfChanged(p string, data []byte, mode os.FileMode) (bool, er
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		return false, err
 	}
-	if err := writeFileSync(full, data, mode); err != nil {
+	if err := atomicfile.WriteFile(full, data, mode); err != nil {
 		return false, fmt.Errorf("write %s: %w", p, err)
 	}
 	return true, os.Chmod(full, mode)

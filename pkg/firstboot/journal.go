@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,6 +14,8 @@ import (
 // survives reboots and power cuts (written to a temporary file, synced and
 // renamed), so a later boot knows the node is provisioned.
 type Journal struct {
+	// Enrollment is the node's desired state, set when it enrolls.
+	Enrollment *Enrollment `json:"enrollment,omitempty"`
 	// Provisioned is set once a config was fully applied.
 	Provisioned *Provisioned `json:"provisioned,omitempty"`
 	Boots       []BootRecord `json:"boots"`
@@ -73,7 +76,7 @@ func (j *Journal) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return writeFileSync(path, append(data, '\n'), 0o644)
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }
 
 // Current returns this boot's record, creating it for bootID if needed.
@@ -87,24 +90,4 @@ func (j *Journal) Current(bootID, slot string) *BootRecord {
 	}
 	j.Boots = append(j.Boots, BootRecord{Boot: num, BootID: bootID, Slot: slot, Steps: []StepRecord{}})
 	return &j.Boots[len(j.Boots)-1]
-}
-
-func writeFileSync(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

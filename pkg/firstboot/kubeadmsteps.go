@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,7 +128,8 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 // kubeadmProgress records the steps done, on TERRA-STATE: after a power
 // cut, provisioning resumes after the last step that completed.
 type kubeadmProgress struct {
-	// Config is the hash of the kubeadm configuration the steps ran with.
+	// Config is the identity of the node the steps ran for
+	// (nodeIdentity).
 	Config string   `json:"config"`
 	Done   []string `json:"done"`
 }
@@ -153,17 +155,22 @@ func readProgress(h *Host) (*kubeadmProgress, error) {
 	return &saved, nil
 }
 
-// loadProgress is the saved progress if it ran with the configuration
-// hashed cfgHash, else a fresh start.
-func loadProgress(h *Host, cfgHash string) (*kubeadmProgress, error) {
+// loadProgress is the saved progress if it was made by the same node
+// (identity, nodeIdentity), else a fresh start. A node's kubeadm
+// configuration changes with its token (a --rotate-token disk) without the
+// node changing: its steps stay done. Progress saved before identities
+// keyed it (by legacyHash, the hash of the kubeadm configuration) counts
+// as the node's and is re-keyed on the next save.
+func loadProgress(h *Host, identity, legacyHash string) (*kubeadmProgress, error) {
 	saved, err := readProgress(h)
 	if err != nil {
 		return nil, err
 	}
-	if saved != nil && saved.Config == cfgHash {
+	if saved != nil && (saved.Config == identity || saved.Config == legacyHash) {
+		saved.Config = identity
 		return saved, nil
 	}
-	return &kubeadmProgress{Config: cfgHash}, nil
+	return &kubeadmProgress{Config: identity}, nil
 }
 
 // tokenUsed reports whether the node is past the step that uses the
@@ -198,7 +205,7 @@ func (p *kubeadmProgress) save(h *Host, step string) error {
 	if err := os.MkdirAll(filepath.Dir(progressPath(h)), 0o755); err != nil {
 		return err
 	}
-	return writeFileSync(progressPath(h), append(b, '\n'), 0o644)
+	return atomicfile.WriteFile(progressPath(h), append(b, '\n'), 0o644)
 }
 
 func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
@@ -228,7 +235,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		return err
 	}
 	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
-	prog, err := loadProgress(h, hex.EncodeToString(sum[:]))
+	prog, err := loadProgress(h, nodeIdentity(c), hex.EncodeToString(sum[:]))
 	if err != nil {
 		return err
 	}

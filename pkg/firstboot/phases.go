@@ -161,8 +161,49 @@ func adminName(c *machineconfig.Config) string {
 	return c.Admin.Name
 }
 
+// adminSudoers names the admin firstboot manages: its content is
+// "<name> ALL=(ALL) NOPASSWD:ALL".
+const adminSudoers = "/etc/sudoers.d/terrarium-admin"
+
+// managedAdmin is the admin user firstboot created, "" when none.
+func managedAdmin(h *Host) string {
+	b, err := os.ReadFile(h.Path(adminSudoers))
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// removeAdmin removes the admin firstboot created before, when the config
+// no longer names it: its account, home and sudo rule.
+func removeAdmin(ctx context.Context, h *Host, old string) error {
+	if _, err := lookupUser(h, old); err == nil {
+		// Its sessions end with its access (best effort: it may have none).
+		_ = h.run(ctx, "loginctl", "terminate-user", old)
+		// --force: even if a process of it is still running.
+		if err := h.run(ctx, "userdel", "--force", "--remove", old); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, errNoUser) {
+		return err
+	}
+	if err := os.Remove(h.Path(adminSudoers)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 func applyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	name := adminName(c)
+	if old := managedAdmin(h); old != "" && old != name {
+		if err := removeAdmin(ctx, h, old); err != nil {
+			return fmt.Errorf("remove the former admin %s: %w", old, err)
+		}
+	}
 	if name == "" {
 		return nil
 	}
@@ -194,12 +235,15 @@ func applyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	if err := os.Chmod(h.Path(sshDir), 0o700); err != nil {
 		return err
 	}
-	_, err = h.writeIfChanged("/etc/sudoers.d/terrarium-admin", []byte(name+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440)
+	_, err = h.writeIfChanged(adminSudoers, []byte(name+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440)
 	return err
 }
 
 func verifyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	name := adminName(c)
+	if old := managedAdmin(h); old != name && old != "" {
+		return fmt.Errorf("the former admin %s still has a sudo rule", old)
+	}
 	if name == "" {
 		return nil
 	}

@@ -3,6 +3,7 @@ package firstboot
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,7 +16,9 @@ const (
 	StateConfigInvalid = "config-invalid"
 	StateProvisioned   = "provisioned"
 	StateVerified      = "verified"
-	StateFailed        = "failed"
+	// StateChanged: a signed config change was applied this boot.
+	StateChanged = "changed"
+	StateFailed  = "failed"
 )
 
 // StatusFile is where firstboot publishes the node's status.
@@ -33,9 +36,11 @@ type Status struct {
 	Addresses    []string `json:"addresses,omitempty"`
 	ConfigDigest string   `json:"configDigest,omitempty"`
 	StateCreated string   `json:"stateCreated,omitempty"`
-	Healthy      *bool    `json:"healthy,omitempty"`
-	Blessed      string   `json:"blessed,omitempty"`
-	Message      string   `json:"message,omitempty"`
+	// Enrolled says where and when the node enrolled ("from X at T").
+	Enrolled string `json:"enrolled,omitempty"`
+	Healthy  *bool  `json:"healthy,omitempty"`
+	Blessed  string `json:"blessed,omitempty"`
+	Message  string `json:"message,omitempty"`
 	// Cluster is the node's part in its Kubernetes cluster, if any.
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
@@ -68,7 +73,7 @@ func (r *runner) publish() {
 	}
 	path := r.o.Host.Path(StatusFile)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-		if err := writeFileSync(path, append(data, '\n'), 0o644); err != nil {
+		if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 			r.o.Log.Error("write status", "err", err)
 		}
 	}
@@ -109,6 +114,9 @@ func Banner(s Status) string {
 		{"hostname", orDash(s.Hostname)},
 		{"addresses", orDash(strings.Join(s.Addresses, ", "))},
 		{"state", s.State + modeNote(s)},
+	}
+	if s.Enrolled != "" {
+		rows = append(rows, [2]string{"enrolled", s.Enrolled})
 	}
 	if c := s.Cluster; c != nil {
 		api := "down"

@@ -3,6 +3,7 @@ package firstboot
 import (
 	"errors"
 	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -48,10 +49,10 @@ func writeUnpackWindow(h *Host, now time.Time) error {
 		return err
 	}
 	line := fmt.Sprintf("opened %s boot %s\n", now.UTC().Format(time.RFC3339), currentBootID(h))
-	if err := writeFileSync(p, []byte(line), 0o644); err != nil {
+	if err := atomicfile.WriteFile(p, []byte(line), 0o644); err != nil {
 		return fmt.Errorf("open the image unpack window: %w", err)
 	}
-	return syncDir(filepath.Dir(p))
+	return atomicfile.SyncDir(filepath.Dir(p))
 }
 
 // currentBootID is the kernel's id of this boot.
@@ -83,7 +84,7 @@ func closeUnpackWindow(h *Host) (bool, error) {
 	if err := os.Remove(p); err != nil {
 		return true, fmt.Errorf("close the image unpack window: %w", err)
 	}
-	return true, syncDir(filepath.Dir(p))
+	return true, atomicfile.SyncDir(filepath.Dir(p))
 }
 
 // RepairRuntime runs before containerd starts (containerd.service's
@@ -122,7 +123,7 @@ func RepairRuntime(root string, console io.Writer) (bool, error) {
 	if err := os.Rename(store, torn); err != nil {
 		return false, fmt.Errorf("move aside %s: %w", store, err)
 	}
-	if err := syncDir(filepath.Dir(store)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(store)); err != nil {
 		return false, err
 	}
 	if err := os.RemoveAll(torn); err != nil {
@@ -142,18 +143,6 @@ func syncFS(dir string) error {
 	defer f.Close()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
 		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return &os.PathError{Op: "fsync", Path: dir, Err: err}
 	}
 	return nil
 }

@@ -38,3 +38,23 @@ func lookupUser(h *Host, name string) (*user, error) {
 	}
 	return nil, fmt.Errorf("user %s: %w", name, errNoUser)
 }
+
+// nameTaken reports which of the host's account files (/etc/passwd,
+// /etc/group) already hold name; "" when neither does.
+func nameTaken(h *Host, name string) (string, error) {
+	for _, file := range []string{"/etc/passwd", "/etc/group"} {
+		b, err := os.ReadFile(h.Path(file))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if n, _, ok := strings.Cut(line, ":"); ok && n == name {
+				return file, nil
+			}
+		}
+	}
+	return "", nil
+}

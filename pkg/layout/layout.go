@@ -130,6 +130,9 @@ const (
 	ReleaseFile = "/usr/lib/terrarium/release.json"
 	// StateMount is where the initramfs mounts TERRA-STATE in the real root.
 	StateMount = "/state"
+	// EmbeddedConfig is a machine config the build spec bakes into the
+	// slot (optional), with its signature at EmbeddedConfig+".sig".
+	EmbeddedConfig = "/usr/lib/terrarium/machine.yaml"
 	// ContainerdRoot is containerd's store (content, snapshots, metadata),
 	// on STATE through /var.
 	ContainerdRoot = "/var/lib/containerd"
@@ -137,12 +140,19 @@ const (
 
 // TERRA-STATE layout, relative to its root.
 const (
-	StateVarDir     = "var"       // bind-mounted on /var
-	StateEtcUpper   = "etc/upper" // /etc overlay upper dir
-	StateEtcWork    = "etc/work"  // /etc overlay work dir
-	StateTerrarium  = "terrarium" // firstboot's own state
-	StateJournal    = "terrarium/journal.json"
+	StateVarDir    = "var"       // bind-mounted on /var
+	StateEtcUpper  = "etc/upper" // /etc overlay upper dir
+	StateEtcWork   = "etc/work"  // /etc overlay work dir
+	StateTerrarium = "terrarium" // firstboot's own state
+	StateJournal   = "terrarium/journal.json"
+	// StateNodeConfig is the config the node enrolled with (or the last
+	// signed change it applied): its desired state, 0600 (it may carry
+	// the cluster's keys). Its digest and source are in the journal.
+	StateNodeConfig = "terrarium/machine.yaml"
 	StateMarkerFile = "terrarium/created" // written once, when STATE is created
+	// StateResetRequest asks the initramfs to erase TERRA-STATE on the next
+	// boot (`firstboot reset`), as CmdlineResetState does.
+	StateResetRequest = "terrarium/reset-requested"
 	// StateUnpackWindow exists while containerd may be unpacking images
 	// onto STATE during formation: a boot that finds it knows a power cut
 	// may have torn what containerd unpacked, and starts containerd from

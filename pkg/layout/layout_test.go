@@ -1,11 +1,14 @@
 package layout
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestEntryFile(t *testing.T) {
@@ -177,5 +180,23 @@ func TestSizes(t *testing.T) {
 	// before the first partition and after the last.
 	if gpt := int64(SectorSize*2 + 128*128); FirstPartitionOffset < gpt || GPTReserve < gpt-SectorSize {
 		t.Errorf("GPT of %d bytes does not fit in %d / %d", gpt, FirstPartitionOffset, GPTReserve)
+	}
+}
+
+// TestContractDocumented: every path and label of the on-disk contract is
+// in docs/on-disk-contract.md, so the page cannot fall behind the code.
+func TestContractDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/on-disk-contract.md")
+	require.NoError(t, err)
+	for _, name := range []string{
+		LabelESP, LabelSlotA, LabelSlotB, LabelState, LabelConfig, LabelConfigFAT, LabelStateFS,
+		TypeESP, TypeRootX86_64, TypeVar,
+		ESPBootloader, ESPSystemdBoot, ESPLoaderConf, ESPEntriesDir,
+		CmdlineSlot, CmdlineResetState, CmdlineRescue,
+		ReleaseFile, StateMount, EmbeddedConfig,
+		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
+		StateResetRequest, StateUnpackWindow,
+	} {
+		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}
 }

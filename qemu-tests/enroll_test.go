@@ -1,0 +1,96 @@
+package qemutests
+
+import (
+	"context"
+	"crypto/ed25519"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/signature"
+)
+
+// signedDisk writes a config disk holding yaml and its signature by key.
+func (m *machine) signedDisk(name, yaml string, key ed25519.PrivateKey) string {
+	m.t.Helper()
+	p := filepath.Join(m.dir, name)
+	require.NoError(m.t, configdisk.WriteSigned(p, []byte(yaml), signature.Sign(key, []byte(yaml))))
+	return p
+}
+
+func stick(path string) qemu.Disk {
+	return qemu.Disk{ID: "stick", Path: path, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}
+}
+
+// unitStarts reads when containerd and the registry last started
+// (monotonic microseconds): a restart changes them.
+func unitStarts(t *testing.T, s *sshClient) string {
+	t.Helper()
+	out, err := s.read("systemctl show -p ActiveEnterTimestampMonotonic containerd.service terrarium-registry.service")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?s)ActiveEnterTimestampMonotonic=[1-9][0-9]*.*ActiveEnterTimestampMonotonic=[1-9][0-9]*`, out)
+	return out
+}
+
+// TestSignedConfigChange: an enrolled node boots without its stick; a
+// signed stick hot-plugged into the running node changes its hostname and
+// replaces its admin (the old one is removed) without restarting
+// containerd or the registry.
+func TestSignedConfigChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
+	defer cancel()
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	key := newSSHKey(t)
+	port := m.forwardSSH()
+	signKey, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	trust := "trustedKeys:\n  - " + pub.String() + "\n"
+	first := adminConfig("node-1", key.authorized, trust)
+
+	vm := m.boot(ctx, configAttached(m.configDisk("config.img", first)))
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	require.Equal(t, "provisioned", s.State, "%+v", s)
+	require.NoError(t, vm.Quit(ctx))
+
+	// No stick from here on.
+	vm = m.boot(ctx)
+	s = expectStatus(ctx, t, vm, "verified", "failed")
+	require.Equal(t, "verified", s.State, "%+v", s)
+	admin := dialSSH(ctx, t, port, key)
+	before := unitStarts(t, admin)
+
+	changed := strings.Replace(adminConfig("node-2", key.authorized, trust), "name: admin", "name: ops", 1)
+	require.NoError(t, vm.HotplugDisk(ctx, stick(m.signedDisk("signed.img", changed, signKey))))
+	expect(ctx, t, vm, `config change from \S+, signed by `+pub.ID()+` .*: accepted`)
+	s = expectStatus(ctx, t, vm, "changed", "failed")
+	require.Equal(t, "changed", s.State, "%+v", s)
+	assert.Equal(t, "node-2", s.Hostname)
+	assert.Contains(t, s.Enrolled, "changed from")
+	require.NotNil(t, s.Healthy)
+	assert.True(t, *s.Healthy)
+
+	ops, err := trySSHAs(ctx, t, port, key, "ops")
+	require.NoError(t, err, "the new admin logs in")
+	assert.Equal(t, before, unitStarts(t, ops), "containerd and the registry were not restarted")
+	host, err := ops.read("hostname")
+	require.NoError(t, err)
+	assert.Equal(t, "node-2", strings.TrimSpace(host))
+	out, err := ops.read("id admin")
+	assert.Error(t, err, "the removed admin is gone: %s", out)
+	_, err = ops.read("test ! -e /home/admin")
+	assert.NoError(t, err, "its home is gone")
+	require.NoError(t, vm.Quit(ctx))
+
+	st := m.inspectState()
+	assert.Equal(t, "node-2\n", st.readFile("/etc/upper/hostname"))
+	assert.Contains(t, st.readFile("/terrarium/journal.json"), `"signedBy": "`+pub.ID()+`"`)
+}
+
+// enrolledBanner is the banner's enrollment line.
+var enrolledBanner = regexp.MustCompile(`│ enrolled\s+from /dev/disk/by-label/TERRA-CONFI\S* at 20\d\d-`)
