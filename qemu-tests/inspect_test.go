@@ -43,11 +43,27 @@ func (m *machine) inspectState() *stateDisk {
 	}
 	for _, p := range pt.(*gpt.Table).Partitions {
 		if p.Name == layout.LabelState {
-			return &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize}
+			s := &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize}
+			s.replayJournal()
+			return s
 		}
 	}
 	m.t.Fatalf("no %s partition on %s", layout.LabelState, m.disk)
 	return nil
+}
+
+// replayJournal applies ext4's journal to the copy, as the kernel does
+// when it mounts the filesystem after a power cut: what firstboot synced
+// (fsync commits it to the journal) is in the journal until ext4
+// checkpoints it, and debugfs alone reads only the checkpointed metadata.
+func (s *stateDisk) replayJournal() {
+	s.t.Helper()
+	var errb bytes.Buffer
+	cmd := exec.Command("debugfs", "-w", "-R", "journal_run", fmt.Sprintf("%s?offset=%d", s.raw, s.offset))
+	cmd.Stderr = &errb
+	if out, err := cmd.Output(); err != nil {
+		s.t.Fatalf("debugfs journal_run: %v\n%s%s", err, out, errb.String())
+	}
 }
 
 func (s *stateDisk) debugfs(req string) string {

@@ -230,11 +230,13 @@ func (r *runner) refuse(from, why string) {
 	if from == "" {
 		from = "a config source"
 	}
+	// Recorded before it is said: whoever reads the console can rely on
+	// the journal.
+	r.step("config change", "refused", from+": "+why)
 	r.say("config change from %s REFUSED: nothing changed, this node keeps its enrolled config. Why:", from)
 	for _, line := range strings.Split(why, "\n") {
 		r.say("  %s", line)
 	}
-	r.step("config change", "refused", from+": "+why)
 	r.mu.Lock()
 	r.status.Message = "config change from " + from + " refused: " + why
 	r.mu.Unlock()
