@@ -117,6 +117,22 @@ func TestClusterFormation(t *testing.T) {
 	w.vm = w.m.boot(ctx, configAttached(w.disk))
 	cp.vm = bootCP()
 
+	// Power cut in the middle of the init node's image pulls (the cut that
+	// used to leave etcd's and kube-apiserver's images torn for good): the
+	// next boot starts containerd from an empty store and pulls again.
+	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`pull images: pulled \S+`)); err != nil {
+		t.Fatalf("init node never pulled an image: %v", err)
+	}
+	t.Logf("%s: power cut during pull images, %s after power-on", cp.name, time.Since(start).Round(time.Second))
+	if err := cp.vm.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cp.vm.Wait(ctx)
+	cp.vm = bootCP()
+	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`containerd was unpacking images .* removing /var/lib/containerd`)); err != nil {
+		t.Fatalf("after a power cut during the pulls, containerd's store was not dropped: %v", err)
+	}
+
 	// Power cut: kill the init VM hard once kubeadm has started the
 	// control plane, then power it on again.
 	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`init phase kubelet-start: started`)); err != nil {
@@ -217,13 +233,50 @@ spec:
 	}
 	t.Logf("Service %s on %s answered %q from %s", ip, w.name, strings.TrimSpace(got), cp.name)
 
+	// The site loses power, and the config sticks are gone when it comes
+	// back: each node boots from its stored state and rejoins.
+	for _, n := range []*clusterNode{w, cp} {
+		if err := n.vm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		n.vm.Wait(ctx)
+	}
+	restart := time.Now()
+	linkCap2 := filepath.Join(work, "link-after-cut.pcap")
+	w.m.link.Capture = linkCap2 // a new QEMU would truncate the first capture
+	w.vm = w.m.boot(ctx)        // listens on the link first
+	cp.vm = cp.m.boot(ctx)
+	for _, n := range []*clusterNode{cp, w} {
+		wg.Add(1)
+		go func(n *clusterNode) {
+			defer wg.Done()
+			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"verified"[^\n]*"healthy":true`)); err != nil {
+				t.Errorf("%s: waiting for a healthy node without its stick: %v", n.name, err)
+				return
+			}
+			t.Logf("%s: verified and healthy without its stick %s after power-on", n.name, time.Since(restart).Round(time.Second))
+		}(n)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	nodes = ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
+	if !regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`).MatchString(nodes) {
+		t.Fatalf("after the power cut without sticks, nodes are not both Ready:\n%s", nodes)
+	}
+	t.Logf("after the power cut, without sticks:\n%s", nodes)
+
 	for _, n := range []*clusterNode{cp, w} {
 		if err := n.vm.Quit(ctx); err != nil {
 			t.Error(err)
 		}
 	}
-	pkts := checkCapture(t, linkCap, clusterSubnet)
-	t.Logf("cluster link capture: %d packets, all inside %s", pkts, clusterSubnet)
+	for _, c := range []string{linkCap, linkCap2} {
+		pkts := checkCapture(t, c, clusterSubnet)
+		t.Logf("cluster link capture %s: %d packets, all inside %s", filepath.Base(c), pkts, clusterSubnet)
+	}
 	for _, n := range []*clusterNode{cp, w} {
 		pkts := checkCapture(t, n.m.capture, testSubnet)
 		t.Logf("%s management capture: %d packets, all inside %s", n.name, pkts, testSubnet)

@@ -9,12 +9,20 @@ import (
 )
 
 func runCmd() *cobra.Command {
-	return &cobra.Command{
+	var phase string
+	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Provision (first boot) or verify (later boots) this machine, then bless the boot",
+		Short: "Enroll, provision (first boot) or verify (later boots) this machine, bless the boot, then watch for signed config changes",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			return firstboot.Run(cmd.Context(), firstboot.Defaults(log))
+			o := firstboot.Defaults(log)
+			if phase != "" {
+				o.Console = os.Stdout
+				return firstboot.RunPhase(cmd.Context(), o, phase)
+			}
+			return firstboot.Run(cmd.Context(), o)
 		},
 	}
+	cmd.Flags().StringVar(&phase, "phase", "", "run only this phase against the stored config (hostname, network, admin-user, registry-mirrors, kubernetes-host, ...)")
+	return cmd
 }

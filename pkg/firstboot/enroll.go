@@ -201,7 +201,7 @@ func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found,
 		r.refuse(found.Source, err.Error())
 		return nil
 	}
-	if err := immutableChanges(r.o.Host, stored, cfg); err != nil {
+	if err := immutableChanges(stored, cfg); err != nil {
 		r.refuse(found.Source, err.Error())
 		return nil
 	}
@@ -245,9 +245,9 @@ func (r *runner) refuse(from, why string) {
 // immutableChanges refuses changes to what defines a formed node: its
 // cluster, role, node IP and the cluster CA, and a cluster node's name.
 // `firstboot reset` re-enrolls a node that must change them.
-func immutableChanges(h *Host, old, new *machineconfig.Config) error {
+func immutableChanges(old, next *machineconfig.Config) error {
 	var bad []string
-	oc, nc := old.Cluster, new.Cluster
+	oc, nc := old.Cluster, next.Cluster
 	switch {
 	case oc == nil && nc == nil:
 		return nil
@@ -268,8 +268,8 @@ func immutableChanges(h *Host, old, new *machineconfig.Config) error {
 		if oc.CACert != nc.CACert || oc.CACertHash != nc.CACertHash {
 			bad = append(bad, "cluster.caCert: the cluster CA")
 		}
-		if old.Hostname != new.Hostname {
-			bad = append(bad, fmt.Sprintf("hostname: %q -> %q (a cluster node's name is its Node's)", old.Hostname, new.Hostname))
+		if old.Hostname != next.Hostname {
+			bad = append(bad, fmt.Sprintf("hostname: %q -> %q (a cluster node's name is its Node's)", old.Hostname, next.Hostname))
 		}
 	}
 	if len(bad) == 0 {
@@ -326,4 +326,42 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		}
 		r.publish()
 	}
+}
+
+// RunPhase runs one phase alone against the node's stored config, for
+// debugging (`firstboot run --phase network`): it checks, and applies only
+// when the check finds a difference. The node must be enrolled.
+func RunPhase(ctx context.Context, o Options, name string) error {
+	r, err := newRunner(o)
+	if err != nil {
+		return err
+	}
+	e := r.journal.Enrollment
+	if e == nil {
+		return fmt.Errorf("this node is not enrolled: `firstboot run` enrolls it from a config source first")
+	}
+	cfg, err := r.loadStored(e)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, p := range phasesFor(cfg) {
+		names = append(names, p.Name)
+		if p.Name != name {
+			continue
+		}
+		if err := p.Verify(ctx, o.Host, cfg); err == nil {
+			r.say("%s: already as desired", name)
+			return r.step(name, "verified", "run alone")
+		} else {
+			r.say("%s: %v; applying", name, err)
+		}
+		if err := p.Apply(ctx, o.Host, cfg); err != nil {
+			r.step(name, "failed", err.Error())
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		r.say("%s: applied", name)
+		return r.step(name, "applied", "run alone")
+	}
+	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(names, ", "))
 }

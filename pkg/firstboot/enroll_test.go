@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -241,12 +242,58 @@ func TestPasswdUnreadableIsInvalid(t *testing.T) {
 }
 
 func TestImmutableFieldsRefused(t *testing.T) {
+	worker := clusterConfig(t, "w-1")
+	parse := func(t *testing.T, s string) *machineconfig.Config {
+		t.Helper()
+		c, err := machineconfig.Parse("machine.yaml", []byte(s))
+		require.NoError(t, err)
+		return c
+	}
+	old := parse(t, worker)
+	// The configs are edited after Parse: a node config that changes its
+	// role or address consistently (pki, controlPlanes, addresses) is
+	// still the same refusal.
+	for _, tc := range []struct {
+		name, want string
+		edit       func(c *machineconfig.Config)
+	}{
+		{"role", "cluster.role", func(c *machineconfig.Config) { c.Cluster.Role = machineconfig.RoleControlPlane }},
+		{"cluster", "cluster.name", func(c *machineconfig.Config) { c.Cluster.Name = "other" }},
+		{"node IP", "cluster.nodeIP", func(c *machineconfig.Config) { c.Cluster.NodeIP = "10.77.0.21" }},
+		{"CA", "cluster.caCert", func(c *machineconfig.Config) { c.Cluster.CACertHash += "0" }},
+		{"name", "hostname", func(c *machineconfig.Config) { c.Hostname = "w-9" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := parse(t, worker)
+			tc.edit(n)
+			err := immutableChanges(old, n)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), "firstboot reset")
+		})
+	}
+	t.Run("a new token is not a new node", func(t *testing.T) {
+		n := parse(t, worker)
+		n.Cluster.Token = "abcdef.0123456789abcdef"
+		assert.NoError(t, immutableChanges(old, n))
+	})
+	t.Run("joining or leaving a cluster", func(t *testing.T) {
+		standalone := parse(t, fullConfig)
+		assert.ErrorContains(t, immutableChanges(standalone, old), "cannot join")
+		assert.ErrorContains(t, immutableChanges(old, standalone), "cannot leave")
+	})
+}
+
+func TestSignedRoleChangeRefused(t *testing.T) {
 	sig := newSigner(t)
-	base := sig.trusting(fullConfig)
-	e := enrolled(t, base)
-	old, err := machineconfig.Parse("old", []byte(base))
-	require.NoError(t, err)
-	assert.NoError(t, immutableChanges(e.host(), old, old))
+	e := enrolled(t, sig.trusting(fullConfig))
+	// A standalone node made a cluster's worker by a signed stick.
+	worker := regexp.MustCompile(`ed25519:[A-Za-z0-9+/=]+`).ReplaceAllString(clusterConfig(t, "w-1"), sig.pub.String())
+	require.NoError(t, e.runWithProviders(sig.stick(worker)))
+	assert.Contains(t, e.console.String(), "REFUSED")
+	assert.Contains(t, e.console.String(), "cannot join a cluster")
+	assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
+	assert.Empty(t, e.commands())
 }
 
 // sticks is a USB port: what is plugged in can change while firstboot
@@ -306,4 +353,26 @@ func TestWatchAppliesChangesWhileRunning(t *testing.T) {
 	steps := stepResults(e.lastBoot())
 	assert.Equal(t, 1, strings.Count(strings.Join(steps, " "), "config change=refused"), "judged once, not at every look: %v", steps)
 	assert.Contains(t, steps, "hostname=changed")
+}
+
+func TestRunPhaseAlone(t *testing.T) {
+	e := enrolled(t, fullConfig)
+	require.NoError(t, os.Remove(e.path("/etc/systemd/network/10-terrarium-0.network")))
+	o := e.optionsWith(noStick())
+
+	require.NoError(t, RunPhase(context.Background(), o, "network"))
+	assert.Equal(t, wantStaticNetwork, e.read("/etc/systemd/network/10-terrarium-0.network"))
+	assert.Equal(t, []string{"networkctl reload"}, e.commands(), "only the network phase ran")
+	assert.Contains(t, stepResults(e.lastBoot()), "network=applied")
+
+	e.resetCommands()
+	require.NoError(t, RunPhase(context.Background(), o, "hostname"))
+	assert.Empty(t, e.commands(), "already as desired")
+
+	err := RunPhase(context.Background(), o, "netwrk")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hostname, network, admin-user, registry-mirrors")
+
+	fresh := newEnv(t)
+	assert.ErrorContains(t, RunPhase(context.Background(), fresh.optionsWith(noStick()), "network"), "not enrolled")
 }

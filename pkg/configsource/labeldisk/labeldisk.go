@@ -1,5 +1,5 @@
 // Package labeldisk finds the machine config on a disk whose filesystem
-// label is TERRA-CONFIG (TERRA-CONFI as FAT stores it), as udev links it
+// label is TERRA-CONFIG (TERRA-CONFI as FAT stores it; FAT or ISO9660), as udev links it
 // under /dev/disk/by-label. Hot-plugged disks appear there too. The disk is
 // read with go-diskfs, read-only, never mounted.
 package labeldisk

@@ -3,6 +3,7 @@ package labeldisk
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -73,4 +74,24 @@ func TestFetchUnreadable(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, configsource.ErrAbsent)
 	assert.Contains(t, err.Error(), dev)
+}
+
+// TestFetchISO9660: a config CD or ISO labelled TERRA-CONFIG (made by
+// xorriso, which `make test` installs), as a lab without FAT tools writes
+// it.
+func TestFetchISO9660(t *testing.T) {
+	xorriso, err := exec.LookPath("xorriso")
+	require.NoError(t, err, "xorriso is installed by scripts/deps.sh (make test)")
+	src := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(src, configdisk.FileName), []byte(small), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, configdisk.SignatureFileName), []byte("sig"), 0o644))
+	dir := t.TempDir()
+	iso := filepath.Join(dir, layout.LabelConfig)
+	out, err := exec.Command(xorriso, "-as", "mkisofs", "-quiet", "-R", "-V", layout.LabelConfig, "-o", iso, src).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	f, err := Provider{Dir: dir}.Fetch(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, small, string(f.Config))
+	assert.Equal(t, "sig", string(f.Signature))
 }
