@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // badClusterDisk is one bad cluster config disk: how it is made from a

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/addons"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
-	"github.com/terrarium-os/terrarium/pkg/kubeadmconfig"
-	"github.com/terrarium-os/terrarium/pkg/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // clusterResult is one measured cluster formation, written as JSON for

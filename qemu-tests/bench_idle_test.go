@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // idleWindow is one measurement of an idle control plane; idleWindows of

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 )
 
 // TestJournalPhases: a retried step shows in the timeline as a failed

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32)}

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/bundle"
-	"github.com/terrarium-os/terrarium/pkg/cache"
-	"github.com/terrarium-os/terrarium/pkg/layout"
-	"github.com/terrarium-os/terrarium/pkg/pins"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/image/bundle"
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/pins"
 )
 
 type manifest struct {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // clusterSubnet is the private link between the VMs: the cluster network.

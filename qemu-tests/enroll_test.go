@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/configdisk"
-	"github.com/terrarium-os/terrarium/pkg/qemu"
-	"github.com/terrarium-os/terrarium/pkg/signature"
+	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // signedDisk writes a config disk holding yaml and its signature by key.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // TestClusterHA: three control planes and a worker, booted at once on one

@@ -13,7 +13,7 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
-	"github.com/terrarium-os/terrarium/pkg/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // stateDisk is a stopped machine's disk, flattened to raw for inspection

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/pins"
+	"github.com/terrarium-os/terrarium/pkg/image/pins"
 )
 
 // TestKubernetesFromSource boots the default image on a network with no

@@ -8,7 +8,7 @@
 //
 // Each machine boots from a copy-on-write qcow2 overlay of the image, grown
 // to 8 GiB so the initramfs has room to create TERRA-STATE; config disks are
-// FAT images written by pkg/configdisk; the network, when present, is
+// FAT images written by pkg/cluster/configdisk; the network, when present, is
 // QEMU's restricted user network (10.0.2.0/24, no route out), captured to a
 // pcap file that the tests read to prove nothing left the subnet.
 package qemutests
@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/configdisk"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // Boot timeouts under TCG: a boot to the banner takes about a minute here.

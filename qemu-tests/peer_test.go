@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // testPKI is a throwaway CA and a registry certificate for one node IP

@@ -5,8 +5,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
-	"github.com/terrarium-os/terrarium/pkg/registryd"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/registryd"
 )
 
 func registryCmd() *cobra.Command {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 )
 
 func repairImagesCmd() *cobra.Command {

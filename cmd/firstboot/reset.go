@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 )
 
 func resetCmd() *cobra.Command {

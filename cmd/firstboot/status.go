@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 )
 
 func statusCmd() *cobra.Command {

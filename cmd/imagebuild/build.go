@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/build"
-	"github.com/terrarium-os/terrarium/pkg/cache"
-	"github.com/terrarium-os/terrarium/pkg/spec"
+	"github.com/terrarium-os/terrarium/pkg/image/build"
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
 func buildCmd() *cobra.Command {

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/bundle"
-	"github.com/terrarium-os/terrarium/pkg/bundledisk"
-	"github.com/terrarium-os/terrarium/pkg/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/bundle"
+	"github.com/terrarium-os/terrarium/pkg/image/bundledisk"
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
 )
 
 func bundleCmd() *cobra.Command {

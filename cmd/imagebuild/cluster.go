@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/terrarium-os/terrarium/pkg/clusterconfig"
-	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
 func clusterConfigCmd() *cobra.Command {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/terrarium-os/terrarium/pkg/bundle"
-	"github.com/terrarium-os/terrarium/pkg/cache"
-	"github.com/terrarium-os/terrarium/pkg/pins"
+	"github.com/terrarium-os/terrarium/pkg/image/bundle"
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/pins"
 )
 
 func componentsCmd() *cobra.Command {

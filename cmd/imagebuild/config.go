@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/terrarium-os/terrarium/pkg/configsign"
-	"github.com/terrarium-os/terrarium/pkg/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/cluster/configsign"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
 func configCmd() *cobra.Command {

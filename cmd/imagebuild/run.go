@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/vmrun"
+	"github.com/terrarium-os/terrarium/pkg/testvm/vmrun"
 )
 
 func runCmd() *cobra.Command {

@@ -1,11 +1,11 @@
-// Command terrarium-init is the initramfs's /init. See pkg/bootinit.
+// Command terrarium-init is the initramfs's /init. See pkg/node/bootinit.
 package main
 
 import (
 	"context"
 	"os"
 
-	"github.com/terrarium-os/terrarium/pkg/bootinit"
+	"github.com/terrarium-os/terrarium/pkg/node/bootinit"
 )
 
 func main() {

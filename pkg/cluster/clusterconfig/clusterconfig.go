@@ -1,0 +1,204 @@
+// Package clusterconfig turns a cluster topology and the cluster's secrets
+// into one machine config per node, signed with the cluster's config
+// signing key: what `imagebuild config cluster` writes to each node's
+// config disk. The same topology and secrets always give the same configs
+// and signatures, byte for byte.
+package clusterconfig
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// Node is one machine of the topology.
+type Node struct {
+	Hostname string
+	IP       netip.Addr
+	// MAC, if set, selects the node's cluster link by hardware address
+	// (machines with several NICs); otherwise Topology.Interface does.
+	MAC string
+}
+
+// Topology describes the cluster's machines and networks.
+type Topology struct {
+	// ControlPlanes are the control-plane machines, the init node first.
+	ControlPlanes []Node
+	Workers       []Node
+	// PrefixLength of the node network (e.g. 24).
+	PrefixLength int
+	// Interface matches the node's cluster link by name (glob allowed).
+	Interface string
+	// Gateway and DNS are optional: an air-gapped cluster needs neither.
+	Gateway string
+	DNS     []string
+	// PodCIDR and ServiceCIDR; empty means the defaults.
+	PodCIDR, ServiceCIDR string
+	// Admin is the login user of every node (SSH keys only); nil for none.
+	Admin *machineconfig.Admin
+	// IgnorePreflightErrors: kubeadm preflight checks every node reports
+	// as warnings (see machineconfig.Cluster).
+	IgnorePreflightErrors []string
+}
+
+// Role of node i in the ordered list ControlPlanes+Workers.
+func (t *Topology) nodes() []struct {
+	Node
+	Role string
+} {
+	var out []struct {
+		Node
+		Role string
+	}
+	for i, n := range t.ControlPlanes {
+		role := machineconfig.RoleControlPlane
+		if i == 0 {
+			role = machineconfig.RoleInit
+		}
+		out = append(out, struct {
+			Node
+			Role string
+		}{n, role})
+	}
+	for _, n := range t.Workers {
+		out = append(out, struct {
+			Node
+			Role string
+		}{n, machineconfig.RoleWorker})
+	}
+	return out
+}
+
+// Check reports what is wrong with the topology.
+func (t *Topology) Check() error {
+	var problems []string
+	if len(t.ControlPlanes) == 0 {
+		problems = append(problems, "no control-plane node: name at least one with --control-plane NAME=IP (the first one forms the cluster)")
+	}
+	if t.PrefixLength <= 0 || t.PrefixLength > 32 {
+		problems = append(problems, fmt.Sprintf("prefix length %d is not 1-32", t.PrefixLength))
+	}
+	names, ips := map[string]bool{}, map[netip.Addr]bool{}
+	var first netip.Prefix
+	for i, n := range t.nodes() {
+		if names[n.Hostname] {
+			problems = append(problems, fmt.Sprintf("hostname %s is used twice", n.Hostname))
+		}
+		names[n.Hostname] = true
+		if !n.IP.Is4() {
+			problems = append(problems, fmt.Sprintf("%s: %s is not an IPv4 address", n.Hostname, n.IP))
+			continue
+		}
+		if ips[n.IP] {
+			problems = append(problems, fmt.Sprintf("%s: IP %s is used twice", n.Hostname, n.IP))
+		}
+		ips[n.IP] = true
+		p := netip.PrefixFrom(n.IP, t.PrefixLength).Masked()
+		if i == 0 {
+			first = p
+		} else if p != first && t.PrefixLength > 0 {
+			problems = append(problems, fmt.Sprintf("%s: %s is outside the cluster subnet %s", n.Hostname, n.IP, first))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("cluster topology:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// Configs renders one machine config per node, in topology order (control
+// planes, then workers). Every config is parsed back, so what is returned
+// is valid. Each lists the cluster's config signing key in trustedKeys, so
+// that an enrolled node accepts a later config signed with it; s must have
+// one (clustersecrets.ErrNoSigningKey otherwise).
+func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, error) {
+	if err := t.Check(); err != nil {
+		return nil, err
+	}
+	hash, err := s.CACertHash()
+	if err != nil {
+		return nil, err
+	}
+	signer, err := s.SigningPublicKey()
+	if err != nil {
+		return nil, err
+	}
+	var cps []string
+	for _, n := range t.ControlPlanes {
+		cps = append(cps, n.IP.String())
+	}
+	var out []*machineconfig.Config
+	for _, n := range t.nodes() {
+		c := &machineconfig.Config{
+			APIVersion: machineconfig.APIVersion,
+			Kind:       machineconfig.Kind,
+			Hostname:   n.Hostname,
+			Network: machineconfig.Network{Interfaces: []machineconfig.Interface{{
+				Name:       t.Interface,
+				MACAddress: n.MAC,
+				Addresses:  []string{netip.PrefixFrom(n.IP, t.PrefixLength).String()},
+				Gateway:    t.Gateway,
+				DNS:        t.DNS,
+			}}},
+			Admin:       t.Admin,
+			TrustedKeys: []string{signer.String()},
+			Cluster: &machineconfig.Cluster{
+				Name:          s.ClusterName,
+				Role:          n.Role,
+				NodeIP:        n.IP.String(),
+				ControlPlanes: cps,
+				PodCIDR:       t.PodCIDR,
+				ServiceCIDR:   t.ServiceCIDR,
+				Token:         s.Token(),
+				TokenExpires:  s.BootstrapToken.Expires,
+				CACert:        s.CA.Cert,
+				CACertHash:    hash,
+
+				IgnorePreflightErrors: t.IgnorePreflightErrors,
+			},
+			Registry: registry(n.Role, n.IP, t.ControlPlanes, s.CA.Cert),
+		}
+		if n.Role != machineconfig.RoleWorker {
+			c.Cluster.PKI = &machineconfig.ClusterPKI{
+				CAKey:          s.CA.Key,
+				FrontProxyCA:   machineconfig.KeyPair{Cert: s.FrontProxyCA.Cert, Key: s.FrontProxyCA.Key},
+				EtcdCA:         machineconfig.KeyPair{Cert: s.EtcdCA.Cert, Key: s.EtcdCA.Key},
+				ServiceAccount: machineconfig.KeyPair{Cert: s.ServiceAccount.Pub, Key: s.ServiceAccount.Key},
+				CertificateKey: s.CertificateKey,
+			}
+		}
+		if n.MAC != "" {
+			c.Network.Interfaces[0].Name = ""
+		}
+		data, err := c.Marshal()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n.Hostname, err)
+		}
+		parsed, err := machineconfig.Parse(n.Hostname+".yaml", data)
+		if err != nil {
+			return nil, fmt.Errorf("generated config of %s is invalid: %w", n.Hostname, err)
+		}
+		out = append(out, parsed)
+	}
+	return out, nil
+}
+
+// registry: control planes serve their images to the cluster over TLS
+// (the certificate is issued on the node from the cluster CA) and every
+// node falls back to the control planes for images it lacks.
+func registry(role string, ip netip.Addr, cps []Node, caCert string) *machineconfig.Registry {
+	r := &machineconfig.Registry{CA: caCert}
+	if role != machineconfig.RoleWorker {
+		r.Serve = true
+		r.Listen = netip.AddrPortFrom(ip, machineconfig.DefaultRegistryPort).String()
+	}
+	for _, cp := range cps {
+		if cp.IP != ip {
+			r.Peers = append(r.Peers, netip.AddrPortFrom(cp.IP, machineconfig.DefaultRegistryPort).String())
+		}
+	}
+	return r
+}

@@ -1,0 +1,142 @@
+package clusterconfig
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+)
+
+// WriteOptions say what `imagebuild config cluster` writes.
+type WriteOptions struct {
+	Topology    Topology
+	ClusterName string
+	// SecretsPath is loaded when it exists, and generated otherwise.
+	SecretsPath string
+	// OutDir receives <hostname>.yaml and <hostname>.img per node.
+	OutDir   string
+	TokenTTL time.Duration
+	// RotateToken replaces the bootstrap token of existing secrets.
+	RotateToken bool
+	Now         time.Time
+}
+
+// Written is what Write wrote.
+type Written struct {
+	SecretsPath    string
+	SecretsCreated bool
+	TokenRotated   bool
+	// SigningKeyAdded is set when the secrets file predated the config
+	// signing key and Write added one to it.
+	SigningKeyAdded bool
+	TokenExpires    time.Time
+	CACertHash      string
+	// SigningKey is the public half of the key every config is signed with.
+	SigningKey signature.PublicKey
+	Nodes      []WrittenNode
+}
+
+// WrittenNode is one node's outputs.
+type WrittenNode struct {
+	Hostname, Role, IP string
+	// Config is <hostname>.yaml, Signature its detached signature
+	// <hostname>.yaml.sig, and Disk the config disk holding both.
+	Config, Signature, Disk string
+}
+
+// Write loads or creates the cluster secrets, renders every node's
+// machine config and writes it, with its signature by the cluster's config
+// signing key and a config disk holding both, to OutDir. Secrets from
+// before the signing key get one, and are saved with it. The secrets file
+// is written 0600. Each output is written whole or not at all
+// (configdisk and the secrets write temporary files and rename them).
+func Write(o WriteOptions) (*Written, error) {
+	w := &Written{SecretsPath: o.SecretsPath}
+	s, err := clustersecrets.Load(o.SecretsPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s, err = clustersecrets.Generate(o.ClusterName, o.Now, o.TokenTTL, nil)
+		if err != nil {
+			return nil, fmt.Errorf("generate cluster secrets: %w", err)
+		}
+		w.SecretsCreated = true
+	case err != nil:
+		return nil, err
+	case o.ClusterName != "" && s.ClusterName != o.ClusterName:
+		return nil, fmt.Errorf("%s holds the secrets of cluster %q, not %q; use another --secrets file for a new cluster", o.SecretsPath, s.ClusterName, o.ClusterName)
+	case o.RotateToken:
+		if err := s.RotateToken(o.Now, o.TokenTTL, nil); err != nil {
+			return nil, fmt.Errorf("rotate token: %w", err)
+		}
+		w.TokenRotated = true
+	}
+	if w.SigningKeyAdded, err = s.EnsureSigningKey(nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
+	if err := s.CheckExpiry(o.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
+	cfgs, err := Configs(&o.Topology, s)
+	if err != nil {
+		return nil, err
+	}
+	key, err := s.SigningPrivateKey()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
+	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded {
+		if err := clustersecrets.Save(o.SecretsPath, s); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.OutDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", o.OutDir, err)
+	}
+	for _, c := range cfgs {
+		n, err := writeNode(o.OutDir, c, key)
+		if err != nil {
+			return nil, err
+		}
+		w.Nodes = append(w.Nodes, n)
+	}
+	w.TokenExpires = s.BootstrapToken.Expires
+	w.CACertHash, _ = s.CACertHash()
+	w.SigningKey = signature.PublicKeyOf(key)
+	return w, nil
+}
+
+// writeNode writes c as <hostname>.yaml, its signature by key as
+// <hostname>.yaml.sig, and a config disk holding both as <hostname>.img.
+func writeNode(dir string, c *machineconfig.Config, key ed25519.PrivateKey) (WrittenNode, error) {
+	data, err := c.Marshal()
+	if err != nil {
+		return WrittenNode{}, err
+	}
+	sig := signature.Sign(key, data)
+	config := filepath.Join(dir, c.Hostname+".yaml")
+	n := WrittenNode{Hostname: c.Hostname, Role: c.Cluster.Role, IP: c.Cluster.NodeIP,
+		Config: config, Signature: config + signature.FileSuffix, Disk: filepath.Join(dir, c.Hostname+".img")}
+	// Configs of control planes carry CA keys: owner-only, like the secrets.
+	if err := atomicfile.WriteFile(n.Config, data, 0o600); err != nil {
+		return WrittenNode{}, err
+	}
+	if err := atomicfile.WriteFile(n.Signature, sig, 0o644); err != nil {
+		return WrittenNode{}, err
+	}
+	if err := configdisk.WriteSigned(n.Disk, data, sig); err != nil {
+		return WrittenNode{}, fmt.Errorf("config disk of %s: %w", c.Hostname, err)
+	}
+	if err := os.Chmod(n.Disk, 0o600); err != nil {
+		return WrittenNode{}, err
+	}
+	return n, nil
+}

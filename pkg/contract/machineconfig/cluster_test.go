@@ -1,0 +1,126 @@
+package machineconfig_test
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// clusterConfigs makes a real cluster's configs (init, controlplane, worker).
+func clusterConfigs(t *testing.T) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	_, err := clusterconfig.Write(clusterconfig.WriteOptions{
+		Topology: clusterconfig.Topology{
+			ControlPlanes: []clusterconfig.Node{{Hostname: "cp-1", IP: netip.MustParseAddr("10.77.0.10")}, {Hostname: "cp-2", IP: netip.MustParseAddr("10.77.0.11")}},
+			Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
+			PrefixLength:  24, Interface: "en*",
+		},
+		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+		b, err := os.ReadFile(filepath.Join(dir, n+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = string(b)
+	}
+	return out
+}
+
+// The bad config disks of the e2e issue, each with the message a person
+// at the console gets.
+func TestBadClusterConfigs(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	other, err := clustersecrets.Generate("other", now, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherHash, _ := other.CACertHash()
+	tests := []struct {
+		name, node string
+		edit       func(string) string
+		want       []string
+	}{
+		{"wrong CA hash", "w-1", func(s string) string {
+			return replaceLine(s, "caCertHash:", "  caCertHash: "+otherHash)
+		}, []string{"$.cluster.caCertHash: " + otherHash + " does not match caCert", "regenerate it with imagebuild config cluster"}},
+		{"worker listed as control plane", "w-1", func(s string) string {
+			return strings.Replace(s, "    - 10.77.0.11\n", "    - 10.77.0.11\n    - 10.77.0.20\n", 1)
+		}, []string{"$.cluster.role: worker, but nodeIP 10.77.0.20 is listed as a control plane"}},
+		{"controlplane that is not one", "cp-2", func(s string) string {
+			return strings.Replace(s, "    - 10.77.0.11\n", "", 1)
+		}, []string{"$.cluster.role: controlplane, but nodeIP 10.77.0.11 is not among controlPlanes"}},
+		{"control plane outside the subnet", "w-1", func(s string) string {
+			return strings.Replace(s, "    - 10.77.0.11\n", "    - 10.78.0.11\n", 1)
+		}, []string{"$.cluster.controlPlanes[1]: 10.78.0.11 is outside this node's subnets (10.77.0.20/24) and no gateway is set"}},
+		{"node IP not the node's", "w-1", func(s string) string {
+			return replaceLine(s, "nodeIP:", "  nodeIP: 10.77.0.99")
+		}, []string{"$.cluster.nodeIP: 10.77.0.99 is not one of this node's static addresses (10.77.0.20/24)"}},
+		{"control plane without CA keys", "cp-2", func(s string) string {
+			return s[:strings.Index(s, "  pki:\n")]
+		}, []string{"$.cluster.pki: a controlplane node needs the cluster's CA keys"}},
+		{"ignore every preflight check", "w-1", func(s string) string {
+			return strings.Replace(s, "  role: worker\n", "  role: worker\n  ignorePreflightErrors:\n    - NumCPU\n    - all\n", 1)
+		}, []string{"$.cluster.ignorePreflightErrors[1]: all would hide every kubeadm preflight failure"}},
+		{"preflight check name with a space", "cp-2", func(s string) string {
+			return strings.Replace(s, "  role: controlplane\n", "  role: controlplane\n  ignorePreflightErrors:\n    - Num CPU\n", 1)
+		}, []string{`$.cluster.ignorePreflightErrors[0]: "Num CPU" is not a kubeadm preflight check name`}},
+		{"unknown role", "w-1", func(s string) string {
+			return replaceLine(s, "role:", "  role: master")
+		}, []string{`$.cluster.role: "master" is not a role`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := machineconfig.Parse("machine.yaml", []byte(tt.edit(cfgs[tt.node])))
+			for _, w := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v\nwant it to contain %q", err, w)
+				}
+			}
+		})
+	}
+	for n, c := range cfgs {
+		if _, err := machineconfig.Parse(n, []byte(c)); err != nil {
+			t.Errorf("the generated config of %s is invalid: %v", n, err)
+		}
+	}
+}
+
+func TestExpiredToken(t *testing.T) {
+	c, err := machineconfig.Parse("w-1", []byte(clusterConfigs(t)["w-1"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cluster.CheckToken(now); err != nil {
+		t.Fatalf("fresh token: %v", err)
+	}
+	err = c.Cluster.CheckToken(now.Add(2 * time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "the bootstrap token expired at 2026-11-21T13:00:00Z") || !strings.Contains(err.Error(), "--rotate-token") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func replaceLine(s, prefix, line string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+			lines[i] = line
+			break
+		}
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,317 @@
+package esp
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+)
+
+// requireTool fails (never skips) when a tool the tests need is missing.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not found (%v): run make deps", name, err)
+	}
+	return p
+}
+
+// hostFiles writes fake boot files and returns Contents using them.
+func hostFiles(t *testing.T) Contents {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Sizes chosen to span several clusters and end mid-cluster.
+	sdboot := write("systemd-bootx64.efi", bytes.Repeat([]byte("MZ systemd-boot "), 5000))
+	return Contents{
+		SystemdBoot:    sdboot,
+		TimeoutSeconds: 0,
+		Entries: []Entry{
+			{
+				Slot: layout.SlotA, Title: "Terrarium 1.0 (slot A)", Version: "1.0",
+				Kernel:  write("vmlinuz-a", bytes.Repeat([]byte("kernel A "), 30000)),
+				Initrd:  write("initrd-a", bytes.Repeat([]byte("initrd A "), 7000)),
+				Cmdline: []string{"console=ttyS0", "quiet"},
+				Tries:   3, SortKey: "terrarium-1",
+			},
+			{
+				Slot: layout.SlotB, Title: "Terrarium 1.0 (slot B)", Version: "1.0",
+				Kernel:  write("vmlinuz-b", []byte("kernel B")),
+				Initrd:  write("initrd-b", []byte("initrd B")),
+				Cmdline: nil,
+				Tries:   0, SortKey: "terrarium-2",
+			},
+		},
+	}
+}
+
+func TestFiles(t *testing.T) {
+	c := hostFiles(t)
+	files := c.Files()
+	want := map[string]string{
+		"EFI/BOOT/BOOTX64.EFI":            "file:" + c.SystemdBoot,
+		"EFI/systemd/systemd-bootx64.efi": "file:" + c.SystemdBoot,
+		"terrarium/a/vmlinuz":             "file:" + c.Entries[0].Kernel,
+		"terrarium/a/initrd.img":          "file:" + c.Entries[0].Initrd,
+		"terrarium/b/vmlinuz":             "file:" + c.Entries[1].Kernel,
+		"terrarium/b/initrd.img":          "file:" + c.Entries[1].Initrd,
+		"loader/loader.conf": "# Written by Terrarium imagebuild.\n" +
+			"timeout 0\n" +
+			"default terrarium-*\n" +
+			"editor no\n" +
+			"auto-entries no\n" +
+			"auto-firmware no\n" +
+			"console-mode keep\n",
+		"loader/entries/terrarium-a+3.conf": "title Terrarium 1.0 (slot A)\n" +
+			"version 1.0\n" +
+			"sort-key terrarium-1\n" +
+			"linux /terrarium/a/vmlinuz\n" +
+			"initrd /terrarium/a/initrd.img\n" +
+			"options console=ttyS0 quiet terrarium.slot=a\n",
+		"loader/entries/terrarium-b.conf": "title Terrarium 1.0 (slot B)\n" +
+			"version 1.0\n" +
+			"sort-key terrarium-2\n" +
+			"linux /terrarium/b/vmlinuz\n" +
+			"initrd /terrarium/b/initrd.img\n" +
+			"options terrarium.slot=b\n",
+	}
+	if !reflect.DeepEqual(files, want) {
+		for _, k := range sortedKeys(files, want) {
+			if files[k] != want[k] {
+				t.Errorf("%s:\n got %q\nwant %q", k, files[k], want[k])
+			}
+		}
+	}
+	// Files must not change the entry's Cmdline (it appends the slot).
+	if got := c.Entries[0].Cmdline; !reflect.DeepEqual(got, []string{"console=ttyS0", "quiet"}) {
+		t.Errorf("Files changed Entries[0].Cmdline to %v", got)
+	}
+}
+
+func TestEntryConf(t *testing.T) {
+	tests := []struct {
+		name  string
+		entry Entry
+		file  string
+		opts  string
+	}{
+		{"counting a", Entry{Slot: layout.SlotA, Tries: 3, Cmdline: []string{"quiet"}}, "terrarium-a+3.conf", "options quiet terrarium.slot=a"},
+		{"counting b", Entry{Slot: layout.SlotB, Tries: 1}, "terrarium-b+1.conf", "options terrarium.slot=b"},
+		{"blessed", Entry{Slot: layout.SlotA, Tries: 0, Cmdline: []string{"a=1", "b"}}, "terrarium-a.conf", "options a=1 b terrarium.slot=a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Contents{SystemdBoot: "/x", TimeoutSeconds: 5, Entries: []Entry{tt.entry}}
+			files := c.Files()
+			conf, ok := files["loader/entries/"+tt.file]
+			if !ok {
+				t.Fatalf("no loader/entries/%s in %v", tt.file, sortedKeys(files, nil))
+			}
+			lines := strings.Split(strings.TrimSuffix(conf, "\n"), "\n")
+			last := lines[len(lines)-1]
+			if last != tt.opts {
+				t.Errorf("options line %q, want %q", last, tt.opts)
+			}
+			if !strings.HasSuffix(last, " terrarium.slot="+string(tt.entry.Slot)) {
+				t.Errorf("options line %q does not end with the slot", last)
+			}
+			if !strings.Contains(files["loader/loader.conf"], "\ntimeout 5\n") {
+				t.Errorf("loader.conf lacks timeout 5:\n%s", files["loader/loader.conf"])
+			}
+			if len(files) != 6 {
+				t.Errorf("%d files for one entry, want 6: %v", len(files), sortedKeys(files, nil))
+			}
+		})
+	}
+}
+
+func TestWriteFsck(t *testing.T) {
+	fsck := requireTool(t, "fsck.fat")
+	tests := []struct {
+		name string
+		size int64
+		// empty makes slot B's initrd an empty file.
+		empty bool
+	}{
+		{name: "64MiB", size: 64 * layout.MiB},
+		{name: "65MiB", size: 65 * layout.MiB},
+		{name: "256MiB default", size: 256 * layout.MiB},
+		{name: "empty file", size: 65 * layout.MiB, empty: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := hostFiles(t)
+			if tt.empty {
+				if err := os.WriteFile(c.Entries[1].Initrd, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			img := filepath.Join(t.TempDir(), "esp.img")
+			// A stale file at the path is replaced.
+			if err := os.WriteFile(img, []byte("stale"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
+			err := Write(img, tt.size, c)
+			if tt.empty {
+				// An empty kernel or initramfs is a broken input, and
+				// go-diskfs would also give the empty file a cluster.
+				if err == nil || !strings.Contains(err.Error(), "is empty") {
+					t.Fatalf("Write with an empty initrd: err = %v, want an \"is empty\" error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			fi, err := os.Stat(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Size() != tt.size {
+				t.Errorf("image is %d bytes, want %d", fi.Size(), tt.size)
+			}
+			out, err := exec.Command(fsck, "-n", "-v", img).CombinedOutput()
+			if err != nil {
+				t.Fatalf("fsck.fat -n %s: %v\n%s", img, err, out)
+			}
+			for _, bad := range []string{"wrong", "invalid", "bad", "truncating", "leaving filesystem unchanged"} {
+				if bytes.Contains(bytes.ToLower(out), []byte(bad)) {
+					t.Errorf("fsck.fat reports %q:\n%s", bad, out)
+				}
+			}
+			if !bytes.Contains(out, []byte("32 bit entries")) {
+				t.Errorf("fsck.fat does not see FAT32 (32 bit entries):\n%s", out)
+			}
+			if lbl, err := exec.Command(requireTool(t, "fatlabel"), img).Output(); err != nil {
+				t.Errorf("fatlabel %s: %v", img, err)
+			} else if got := strings.TrimSpace(string(lbl)); got != layout.LabelESPFS {
+				t.Errorf("volume label %q, want %q", got, layout.LabelESPFS)
+			}
+			checkContent(t, img, c)
+		})
+	}
+}
+
+// checkContent reads every file of c back from the image.
+func checkContent(t *testing.T, img string, c Contents) {
+	t.Helper()
+	d, err := diskfs.Open(img, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fs, err := d.GetFilesystem(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range c.Files() {
+		want := []byte(src)
+		if host, ok := strings.CutPrefix(src, "file:"); ok {
+			if want, err = os.ReadFile(host); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := fs.ReadFile(name)
+		if err != nil {
+			t.Errorf("read %s from the ESP: %v", name, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s on the ESP: %d bytes, want %d (content differs)", name, len(got), len(want))
+		}
+	}
+}
+
+func TestWriteReproducible(t *testing.T) {
+	requireTool(t, "fsck.fat")
+	c := hostFiles(t)
+	dir := t.TempDir()
+	t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
+	// 65 MiB: the smallest size go-diskfs formats correctly (see
+	// TestWriteFsck/64MiB); reproducibility does not depend on the size.
+	const size = 65 * layout.MiB
+	var images [][]byte
+	for _, name := range []string{"one.img", "two.img"} {
+		p := filepath.Join(dir, name)
+		if err := Write(p, size, c); err != nil {
+			t.Fatalf("Write %s: %v", name, err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, b)
+	}
+	if !bytes.Equal(images[0], images[1]) {
+		t.Errorf("two Writes differ at byte %d", firstDiff(images[0], images[1]))
+	}
+
+	// A different epoch must show in the image (so the comparison above
+	// would notice time leaking in).
+	t.Setenv("SOURCE_DATE_EPOCH", "1600000000")
+	p := filepath.Join(dir, "three.img")
+	if err := Write(p, size, c); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(images[0], b) {
+		t.Error("changing SOURCE_DATE_EPOCH did not change the image")
+	}
+}
+
+func TestWriteMissingSource(t *testing.T) {
+	c := hostFiles(t)
+	c.Entries[1].Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
+	img := filepath.Join(t.TempDir(), "esp.img")
+	err := Write(img, 64*layout.MiB, c)
+	if err == nil {
+		t.Fatal("Write with a missing kernel succeeded")
+	}
+	if !strings.Contains(err.Error(), "terrarium/b/vmlinuz") || !strings.Contains(err.Error(), img) {
+		t.Errorf("error %q should name the ESP path and the image", err)
+	}
+}
+
+func sortedKeys(a, b map[string]string) []string {
+	set := map[string]bool{}
+	for k := range a {
+		set[k] = true
+	}
+	for k := range b {
+		set[k] = true
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

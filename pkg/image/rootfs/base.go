@@ -1,0 +1,159 @@
+// Package rootfs builds the appliance's root filesystem: a Debian base made
+// with mmdebstrap (cached by its inputs), the boot artifacts taken out of it
+// (kernel, modules, systemd-boot, busybox), and the per-slot tree with
+// Terrarium's overlay applied, ready for mksquashfs.
+package rootfs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
+)
+
+// Base is a cached Debian base root filesystem and the boot artifacts
+// taken from it.
+type Base struct {
+	// Dir is the cache entry.
+	Dir string
+	// Key is the entry's content hash.
+	Key string
+	// Cached reports that no work was done.
+	Cached bool
+}
+
+// Files inside a Base entry.
+const (
+	BaseTar           = "rootfs.tar"
+	BaseKernel        = "boot/vmlinuz"
+	BaseSDBoot        = "boot/systemd-bootx64.efi"
+	BaseBusybox       = "boot/busybox"
+	BaseModules       = "boot/modules" // the kernel's /usr/lib/modules/<version>
+	BaseVersions      = "versions.txt" // "package version" lines, sorted
+	BaseKernelRelease = "boot/kernel.release"
+)
+
+// dpkg paths left out of the image: documentation and manuals have no
+// reader on an appliance.
+var dpkgExcludes = []string{
+	"path-exclude=/usr/share/man/*",
+	"path-exclude=/usr/share/doc/*",
+	"path-include=/usr/share/doc/*/copyright",
+	"path-exclude=/usr/share/info/*",
+	"path-exclude=/usr/share/locale/*",
+}
+
+// BuildBase returns the base for os, running mmdebstrap only when the cache
+// has no entry for these inputs.
+func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, epoch time.Time, log *slog.Logger) (*Base, error) {
+	pkgs := append([]string(nil), o.Packages...)
+	sort.Strings(pkgs)
+	key, err := cache.NewKey("rootfs-base/v1").
+		String("suite", o.Suite).String("mirror", o.Mirror).
+		Strings("packages", pkgs).Strings("dpkgopt", dpkgExcludes).
+		String("epoch", strconv.FormatInt(epoch.Unix(), 10)).Sum()
+	if err != nil {
+		return nil, err
+	}
+	dir, cached, err := c.Fill(ctx, "rootfs-base", key, func(ctx context.Context, dir string) error {
+		return makeBase(ctx, dir, o.Suite, o.Mirror, pkgs, epoch, log)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Base{Dir: dir, Key: key, Cached: cached}, nil
+}
+
+func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, epoch time.Time, log *slog.Logger) error {
+	tarPath := filepath.Join(dir, BaseTar)
+	args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ","), "--format=tar", "--quiet"}
+	for _, e := range dpkgExcludes {
+		args = append(args, "--dpkgopt="+e)
+	}
+	// Record package versions for the manifest.
+	args = append(args, "--customize-hook=chroot \"$1\" dpkg-query -W -f='${Package} ${Version}\\n' > \""+filepath.Join(dir, BaseVersions)+"\"")
+	args = append(args, suite, tarPath, mirror)
+	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
+	log.Info("mmdebstrap", "suite", suite, "packages", len(pkgs))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mmdebstrap %s: %w\n%s", suite, err, tail(out, 40))
+	}
+	return extractBootArtifacts(ctx, tarPath, dir)
+}
+
+// extractBootArtifacts copies what the ESP and initramfs need out of the
+// rootfs tarball.
+func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
+	tmp, err := os.MkdirTemp(dir, "extract-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", tmp, "--wildcards",
+		"./boot/vmlinuz-*", "./usr/lib/modules/*", "./usr/lib/systemd/boot/efi/systemd-bootx64.efi", "./usr/bin/busybox")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("extract boot artifacts from %s: %w\n%s", tarPath, err, out)
+	}
+	kernels, _ := filepath.Glob(filepath.Join(tmp, "boot", "vmlinuz-*"))
+	mods, _ := filepath.Glob(filepath.Join(tmp, "usr", "lib", "modules", "*"))
+	if len(kernels) != 1 || len(mods) != 1 {
+		return fmt.Errorf("rootfs %s: want exactly one kernel and one module tree, found %d and %d (is linux-image-amd64 in os.packages?)", tarPath, len(kernels), len(mods))
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "boot"), 0o755); err != nil {
+		return err
+	}
+	moves := map[string]string{
+		kernels[0]: BaseKernel,
+		mods[0]:    BaseModules,
+		filepath.Join(tmp, "usr/lib/systemd/boot/efi/systemd-bootx64.efi"): BaseSDBoot,
+		filepath.Join(tmp, "usr/bin/busybox"):                              BaseBusybox,
+	}
+	for from, to := range moves {
+		if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
+			return fmt.Errorf("rootfs %s: %w", tarPath, err)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, BaseKernelRelease), []byte(filepath.Base(mods[0])+"\n"), 0o644)
+}
+
+// KernelVersion is the version of the base's kernel (its module directory).
+func (b *Base) KernelVersion() string {
+	data, err := os.ReadFile(filepath.Join(b.Dir, BaseKernelRelease))
+	if err == nil {
+		return strings.TrimSpace(string(data))
+	}
+	return ""
+}
+
+// Versions returns the installed packages and their versions.
+func (b *Base) Versions() (map[string]string, error) {
+	data, err := os.ReadFile(filepath.Join(b.Dir, BaseVersions))
+	if err != nil {
+		return nil, fmt.Errorf("read package versions: %w", err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if name, ver, ok := strings.Cut(line, " "); ok {
+			out[name] = ver
+		}
+	}
+	return out, nil
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

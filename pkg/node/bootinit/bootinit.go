@@ -1,0 +1,203 @@
+// Package bootinit is the initramfs's /init: it loads the kernel modules the
+// boot needs, mounts the active slot's squashfs by partition label, creates
+// TERRA-STATE on first boot (and only mounts it afterwards), sets up the
+// /etc overlay and /var on STATE, and switches root into systemd. When a
+// step fails it says which on the console and opens a rescue shell; it never
+// hangs silently.
+package bootinit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/image/initramfs"
+	"golang.org/x/sys/unix"
+)
+
+// Init holds what the boot needs from its environment; tests point it at
+// fakes. The zero value is not usable: use New.
+type Init struct {
+	console io.Writer
+	sysroot string
+	// partitionTimeout bounds the wait for the slot's disk to appear.
+	partitionTimeout time.Duration
+	cmdline          map[string]string
+}
+
+// New returns the /init of a real boot, writing to console.
+func New(console io.Writer) *Init {
+	return &Init{console: console, sysroot: "/sysroot", partitionTimeout: 60 * time.Second}
+}
+
+func (in *Init) say(format string, args ...any) {
+	fmt.Fprintf(in.console, "terrarium-init: "+format+"\n", args...)
+}
+
+type step struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// Run performs the boot and, when everything succeeded, execs systemd. It
+// returns only on failure, after the rescue shell exits.
+func (in *Init) Run(ctx context.Context) error {
+	var disk *diskInfo
+	steps := []step{
+		{"mount /proc, /sys, /dev, /run", in.mountEarly},
+		{"read kernel command line", in.readCmdline},
+		{"load kernel modules", in.loadModules},
+		{"find the boot disk", func(ctx context.Context) (err error) { disk, err = in.findDisk(ctx); return err }},
+		{"prepare TERRA-STATE partition", func(ctx context.Context) error { return in.ensureStatePartition(ctx, disk) }},
+		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
+		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, disk) }},
+		{"set up /etc and /var", in.mountOverlays},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if err := s.run(ctx); err != nil {
+			in.say("FAILED: %s: %v", s.name, err)
+			return in.rescue(fmt.Errorf("%s: %w", s.name, err))
+		}
+		in.say("%s: ok (%s)", s.name, time.Since(start).Round(time.Millisecond))
+	}
+	if _, ok := in.cmdline[layout.CmdlineRescue]; ok {
+		in.say("%s given: rescue shell before switch_root (exit to continue booting)", layout.CmdlineRescue)
+		in.shell()
+	}
+	in.say("switching root to slot %s", in.slot())
+	return in.switchRoot()
+}
+
+func (in *Init) slot() layout.Slot {
+	s := layout.Slot(in.cmdline[layout.CmdlineSlot])
+	if !s.Valid() {
+		return layout.SlotA
+	}
+	return s
+}
+
+func (in *Init) mountEarly(context.Context) error {
+	mounts := []struct{ src, dst, fstype, data string }{
+		{"proc", "/proc", "proc", ""},
+		{"sysfs", "/sys", "sysfs", ""},
+		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
+		{"tmpfs", "/run", "tmpfs", "mode=0755"},
+		{"efivarfs", "/sys/firmware/efi/efivars", "efivarfs", ""},
+	}
+	for _, m := range mounts {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.fstype, unix.MS_NOSUID, m.data); err != nil && err != unix.EBUSY {
+			if m.fstype == "efivarfs" { // only on UEFI with the module built in; best effort
+				continue
+			}
+			return &os.PathError{Op: "mount " + m.fstype, Path: m.dst, Err: err}
+		}
+	}
+	return nil
+}
+
+func (in *Init) readCmdline(context.Context) error {
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	in.cmdline = parseCmdline(string(data))
+	if s := in.cmdline[layout.CmdlineSlot]; s != "" && !layout.Slot(s).Valid() {
+		return fmt.Errorf("%s=%q: the slot must be \"a\" or \"b\" (fix the boot entry)", layout.CmdlineSlot, s)
+	}
+	return nil
+}
+
+func parseCmdline(s string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// loadModules loads the modules listed in the initramfs, in order. A
+// module that fails is reported and skipped: the disk it drives may not be
+// the boot disk.
+func (in *Init) loadModules(context.Context) error {
+	order, err := os.ReadFile(initramfs.ModulesOrder)
+	if err != nil {
+		return err
+	}
+	loaded, failed := 0, 0
+	for _, name := range strings.Fields(string(order)) {
+		data, err := os.ReadFile(filepath.Join(initramfs.ModulesDir, name+".ko"))
+		if err == nil {
+			err = unix.InitModule(data, "")
+		}
+		switch {
+		case err == nil:
+			loaded++
+		case err == unix.EEXIST:
+		default:
+			failed++
+			in.say("module %s: %v (continuing)", name, err)
+		}
+	}
+	in.say("loaded %d modules, %d failed", loaded, failed)
+	return nil
+}
+
+// switchRoot moves the early mounts into the new root and execs systemd.
+func (in *Init) switchRoot() error {
+	for _, m := range []string{"/dev", "/proc", "/sys", "/run"} {
+		if err := unix.Mount(m, filepath.Join(in.sysroot, m), "", unix.MS_MOVE, ""); err != nil {
+			return in.rescue(&os.PathError{Op: "move mount", Path: m, Err: err})
+		}
+	}
+	if err := unix.Chdir(in.sysroot); err != nil {
+		return in.rescue(err)
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return in.rescue(&os.PathError{Op: "move root", Path: in.sysroot, Err: err})
+	}
+	if err := unix.Chroot("."); err != nil {
+		return in.rescue(err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return in.rescue(err)
+	}
+	// The initramfs's files stay in memory (a few MiB); systemd does not need them.
+	err := unix.Exec("/sbin/init", []string{"/sbin/init"}, os.Environ())
+	return in.rescue(fmt.Errorf("exec /sbin/init: %w", err))
+}
+
+// rescue opens a shell on the console, again whenever it exits, so a
+// failed boot is never a silent hang.
+func (in *Init) rescue(cause error) error {
+	for {
+		in.say("boot failed: %v", cause)
+		in.say("rescue shell (busybox); the console log above says what failed. Type 'reboot -f' to retry.")
+		in.shell()
+		time.Sleep(time.Second)
+	}
+}
+
+func (in *Init) shell() {
+	cmd := exec.Command(initramfs.Busybox, "sh")
+	cmd.Env = []string{"PATH=/bin:/sbin:/sysroot/usr/sbin:/sysroot/usr/bin", "PS1=terrarium-rescue# "}
+	if tty, err := os.OpenFile("/dev/console", os.O_RDWR, 0); err == nil {
+		defer tty.Close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	if err := cmd.Run(); err != nil {
+		in.say("rescue shell: %v", err)
+	}
+}

@@ -1,0 +1,262 @@
+package bootinit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"golang.org/x/sys/unix"
+)
+
+// ensureStatePartition creates TERRA-STATE filling the rest of the boot
+// disk when the disk has none. An existing partition is never touched.
+func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error {
+	if dev, ok := disk.partDev(layout.LabelState); ok {
+		in.say("TERRA-STATE found on %s", dev)
+		return nil
+	}
+	d, err := diskfs.Open(disk.dev(), diskfs.WithOpenMode(diskfs.ReadWrite))
+	if err != nil {
+		return fmt.Errorf("open %s: %w", disk.dev(), err)
+	}
+	defer d.Close()
+	pt, err := d.GetPartitionTable()
+	if err != nil {
+		return fmt.Errorf("read GPT of %s: %w", disk.dev(), err)
+	}
+	table, ok := pt.(*gpt.Table)
+	if !ok {
+		return fmt.Errorf("%s has no GPT", disk.dev())
+	}
+	sector := uint64(table.LogicalSectorSize)
+	var lastEnd uint64
+	for _, p := range table.Partitions {
+		lastEnd = max(lastEnd, p.End)
+	}
+	align := uint64(layout.Alignment) / sector
+	start := (lastEnd + 1 + align - 1) / align * align
+	end := uint64(d.Size)/sector - uint64(layout.GPTReserve)/sector - 1
+	if end <= start || (end-start+1)*sector < uint64(layout.MinStateSize) {
+		return fmt.Errorf("disk %s (%d MiB) leaves less than %d MiB for TERRA-STATE: give the machine a bigger disk", disk.dev(), d.Size>>20, layout.MinStateSize>>20)
+	}
+	// A fresh table, not the one read: go-diskfs keeps the old disk end
+	// (backup header, last usable LBA) in a table it read, and the disk has
+	// usually grown since the image was written (dd to a bigger stick, a
+	// resized qcow2).
+	table = &gpt.Table{
+		Partitions: table.Partitions, LogicalSectorSize: table.LogicalSectorSize,
+		PhysicalSectorSize: table.PhysicalSectorSize, ProtectiveMBR: true, GUID: table.GUID,
+	}
+	table.Partitions = append(table.Partitions, &gpt.Partition{
+		Index: len(table.Partitions) + 1, Start: start, End: end, Size: (end - start + 1) * sector,
+		Type: gpt.Type(layout.TypeVar), Name: layout.LabelState,
+	})
+	// Mark the new area before the kernel sees it: only a partition that
+	// carries this mark (and no filesystem) is ever formatted implicitly.
+	f, err := os.OpenFile(disk.dev(), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(markBlock(), int64(start*sector))
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("mark new TERRA-STATE on %s: %w", disk.dev(), err)
+	}
+	if err := d.Partition(table); err != nil {
+		return fmt.Errorf("write GPT of %s: %w", disk.dev(), err)
+	}
+	in.say("created TERRA-STATE: %d MiB at %d MiB on %s", (end-start+1)*sector>>20, start*sector>>20, disk.dev())
+	return in.waitForLabel(ctx, disk, layout.LabelState)
+}
+
+func markBlock() []byte {
+	b := make([]byte, 4096)
+	copy(b, layout.StateUnformattedMagic)
+	return b
+}
+
+func (in *Init) waitForLabel(ctx context.Context, disk *diskInfo, label string) error {
+	for i := 0; i < 100; i++ {
+		disks, err := scanPartitions("/sys/class/block")
+		if err == nil && disks[disk.name] != nil {
+			if p, ok := disks[disk.name].parts[label]; ok {
+				if _, err := os.Stat("/dev/" + p); err == nil {
+					disk.parts[label] = p
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("partition %s did not appear on %s", label, disk.dev())
+}
+
+func (in *Init) mountSlot(disk *diskInfo) error {
+	label := in.slot().Label()
+	dev, _ := disk.partDev(label)
+	if err := os.MkdirAll(in.sysroot, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, in.sysroot, "squashfs", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount %s (%s) as squashfs: %w (is the slot empty or damaged?)", dev, label, err)
+	}
+	return nil
+}
+
+// stateKind tells what a TERRA-STATE partition holds.
+func stateKind(dev string) (string, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b := make([]byte, 2048)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return "", fmt.Errorf("read %s: %w", dev, err)
+	}
+	switch {
+	case b[1080] == 0x53 && b[1081] == 0xEF:
+		return "ext4", nil
+	case bytes.HasPrefix(b, []byte(layout.StateUnformattedMagic)):
+		return "new", nil
+	}
+	return "unknown", nil
+}
+
+// ensureStateFS formats TERRA-STATE when (and only when) it is the fresh
+// partition created by Terrarium, or the operator asked for a reset, then
+// mounts it.
+func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
+	dev, _ := disk.partDev(layout.LabelState)
+	kind, err := stateKind(dev)
+	if err != nil {
+		return err
+	}
+	_, reset := in.cmdline[layout.CmdlineResetState]
+	switch {
+	case kind == "ext4" && !reset:
+	case kind == "new" || reset:
+		in.say("formatting TERRA-STATE %s as ext4 (reason: %s)", dev, map[bool]string{true: "reset requested", false: "new partition"}[reset])
+		if err := in.chrootRun(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("TERRA-STATE %s holds no ext4 filesystem and was not created by Terrarium; refusing to format it. Boot once with %s on the kernel command line to format it (this erases it)", dev, layout.CmdlineResetState)
+	}
+	mnt := filepath.Join(in.sysroot, layout.StateMount)
+	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
+	}
+	if kind == "ext4" && !reset {
+		if at, ok := resetRequested(mnt); ok {
+			// `firstboot reset` asked for it (and was confirmed).
+			in.say("formatting TERRA-STATE %s as ext4 (reason: `firstboot reset` %s)", dev, at)
+			if err := unix.Unmount(mnt, 0); err != nil {
+				return fmt.Errorf("unmount %s for the requested reset: %w", mnt, err)
+			}
+			if err := in.chrootRun(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev); err != nil {
+				return err
+			}
+			if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
+				return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
+			}
+			reset = true
+		}
+	}
+	return in.layoutState(ctx, mnt, kind != "ext4" || reset)
+}
+
+// resetRequested reports whether a mounted STATE carries a reset request
+// (layout.StateResetRequest), and what it says (when it was made).
+func resetRequested(mnt string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(mnt, layout.StateResetRequest))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+// layoutState makes STATE's directories and seeds /var from the image the
+// first time.
+func (in *Init) layoutState(ctx context.Context, mnt string, fresh bool) error {
+	for _, d := range []string{layout.StateEtcUpper, layout.StateEtcWork, layout.StateTerrarium} {
+		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if fresh {
+		stamp := fmt.Sprintf("created=%s slot=%s\n", time.Now().UTC().Format(time.RFC3339), in.slot())
+		if err := os.WriteFile(filepath.Join(mnt, layout.StateMarkerFile), []byte(stamp), 0o644); err != nil {
+			return err
+		}
+	}
+	varDir := filepath.Join(mnt, layout.StateVarDir)
+	if _, err := os.Stat(varDir); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	in.say("seeding /var on TERRA-STATE from the image")
+	tmp := varDir + ".seeding"
+	os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "/bin/busybox", "cp", "-a", filepath.Join(in.sysroot, "var"), tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("copy /var to STATE: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return os.Rename(tmp, varDir)
+}
+
+func (in *Init) mountOverlays(context.Context) error {
+	state := filepath.Join(in.sysroot, layout.StateMount)
+	etc := filepath.Join(in.sysroot, "etc")
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc,
+		filepath.Join(state, layout.StateEtcUpper), filepath.Join(state, layout.StateEtcWork))
+	if err := unix.Mount("overlay", etc, "overlay", 0, opts); err != nil {
+		return &os.PathError{Op: "mount overlay", Path: etc, Err: err}
+	}
+	v := filepath.Join(in.sysroot, "var")
+	if err := unix.Mount(filepath.Join(state, layout.StateVarDir), v, "", unix.MS_BIND, ""); err != nil {
+		return &os.PathError{Op: "bind mount", Path: v, Err: err}
+	}
+	return nil
+}
+
+// chrootRun runs a tool of the slot's root filesystem (mkfs.ext4), with
+// /dev, /proc and /sys bound in for the duration.
+func (in *Init) chrootRun(ctx context.Context, name string, args ...string) error {
+	var bound []string
+	defer func() {
+		for i := len(bound) - 1; i >= 0; i-- {
+			unix.Unmount(bound[i], unix.MNT_DETACH)
+		}
+	}()
+	for _, m := range []string{"/dev", "/proc", "/sys"} {
+		dst := filepath.Join(in.sysroot, m)
+		if err := unix.Mount(m, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return &os.PathError{Op: "bind mount", Path: dst, Err: err}
+		}
+		bound = append(bound, dst)
+	}
+	cmd := exec.CommandContext(ctx, "/bin/busybox", append([]string{"chroot", in.sysroot, name}, args...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

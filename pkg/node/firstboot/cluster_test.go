@@ -1,0 +1,501 @@
+package firstboot
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+)
+
+// clusterConfig is a real node's config from clusterconfig, in a cluster
+// of one control plane (cp-1) and one worker (w-1).
+func clusterConfig(t *testing.T, node string) string {
+	return clusterConfigWith(t, node, 1)
+}
+
+// clusterConfigWith is a node's config in a cluster of controlPlanes
+// control planes (cp-1 at 10.77.0.10, cp-2 at .11, ...) and a worker.
+func clusterConfigWith(t *testing.T, node string, controlPlanes int) string {
+	t.Helper()
+	dir := t.TempDir()
+	var cps []clusterconfig.Node
+	for i := range controlPlanes {
+		cps = append(cps, clusterconfig.Node{Hostname: fmt.Sprintf("cp-%d", i+1), IP: netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + i)})})
+	}
+	_, err := clusterconfig.Write(clusterconfig.WriteOptions{
+		Topology: clusterconfig.Topology{
+			ControlPlanes: cps,
+			Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
+			PrefixLength:  24, Interface: "en*",
+		},
+		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: 24 * time.Hour, Now: time.Now().UTC().Truncate(time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, node+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// testBundle is the slot's bundle of clusterEnv: the Kubernetes bundle's
+// images and an application's.
+var testBundle = []string{
+	"registry.k8s.io/kube-apiserver:v1.36.3", "registry.k8s.io/kube-controller-manager:v1.36.3",
+	"registry.k8s.io/kube-scheduler:v1.36.3", "registry.k8s.io/kube-proxy:v1.36.3", "registry.k8s.io/etcd:3.6.8-0",
+	"registry.k8s.io/coredns/coredns:v1.14.2", "registry.k8s.io/pause:3.10.2", "docker.io/flannel/flannel:v0.28.10",
+	"docker.io/library/hello:1.0",
+}
+
+// clusterEnv is a fake machine with a Kubernetes bundle, a fake kubeadm
+// that prints the bundle's version, and a fake API (env.host) that reports
+// both nodes Ready. failOnce makes one kubeadm phase fail on its first run.
+func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
+	e := newEnv(t)
+	var manifests []string
+	for _, ref := range testBundle {
+		manifests = append(manifests, `{"annotations":{"io.containerd.image.name":"`+ref+`"}}`)
+	}
+	e.write(bundleIndex, `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
+	e.write(AdminKubeconfig, "admin kubeconfig\n")
+	e.write(KubeletKubeconfig, "kubelet kubeconfig\n")
+	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
+	}
+	var kubeadm []string
+	failed := false
+	inner := e.exec
+	exec := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if _, err := inner(ctx, name, args...); err != nil {
+			return nil, err
+		}
+		line := strings.Join(args, " ")
+		switch {
+		case name == "kubeadm" && line == "version -o short":
+			return []byte("v1.36.3\n"), nil
+		case name == "kubeadm":
+			kubeadm = append(kubeadm, strings.SplitN(line, " --", 2)[0])
+			if strings.HasPrefix(line, "join phase kubelet-start ") {
+				// The kubelet starts with the token credential and
+				// ends its TLS bootstrap with a client certificate.
+				e.write(BootstrapKubeconfig, "bootstrap token kubeconfig\n")
+				e.write(KubeletClientCert, "client certificate\n")
+			}
+			if failOnce != "" && strings.HasPrefix(line, failOnce) && !failed {
+				failed = true
+				return []byte("simulated power cut\n"), errors.New("exit status 1")
+			}
+		}
+		return nil, nil
+	}
+	e.hostExec = exec
+	return e, func() []string { return kubeadm }
+}
+
+func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	got := strings.Join(kubeadm(), "\n")
+	for _, want := range []string{"init phase preflight", "init phase certs all", "init phase etcd local", "init phase kubelet-start",
+		"init phase bootstrap-token", "init phase addon kube-proxy"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(e.read(CoreDNSManifest), "name: coredns") || strings.Contains(e.read(CoreDNSManifest), "forward") {
+		t.Errorf("CoreDNS configuration:\n%s", e.read(CoreDNSManifest))
+	}
+	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
+		t.Errorf("phases out of order:\n%s", got)
+	}
+	// The pod network goes in once the admin may write (after
+	// upload-config), before the add-ons: no node is Ready without it.
+	cmds := strings.Join(e.commands(), "\n")
+	flannel := strings.Index(cmds, "apply --server-side --force-conflicts -f "+FlannelManifest)
+	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
+		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
+	}
+	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
+	if m := mode(t, e.path(KubernetesPKIDir+"/ca.key")); m != 0o600 {
+		t.Errorf("ca.key mode %o", m)
+	}
+	if m := mode(t, e.path(KubernetesPKIDir)); m != 0o700 {
+		t.Errorf("pki dir mode %o", m)
+	}
+	cfg := e.read(KubeadmConfigFile)
+	for _, want := range []string{`kubernetesVersion: "v1.36.3"`, `controlPlaneEndpoint: "127.0.0.1:7445"`, `advertiseAddress: "10.77.0.10"`} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("kubeadm.yaml lacks %s:\n%s", want, cfg)
+		}
+	}
+	// The control plane's probes are patched, and kubeadm is told where.
+	if !strings.Contains(cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`) {
+		t.Errorf("kubeadm.yaml does not point at the patches:\n%s", cfg)
+	}
+	for name, want := range kubeadmconfig.Patches() {
+		if got := e.read(filepath.Join(kubeadmconfig.PatchesDir, name)); got != string(want) {
+			t.Errorf("patch %s = %q, want %q", name, got, want)
+		}
+	}
+	if !strings.Contains(e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`) {
+		t.Errorf("apilb.json: %s", e.read("/etc/terrarium/apilb.json"))
+	}
+	if !strings.Contains(e.read(FlannelManifest), `"Network": "10.244.0.0/16"`) || !strings.Contains(e.read(FlannelManifest), "docker.io/flannel/flannel:v0.28.10") {
+		t.Errorf("flannel manifest:\n%s", e.read(FlannelManifest))
+	}
+	st := e.status()
+	if st.Cluster == nil || st.Cluster.Role != "init" || st.Cluster.Nodes != "2/2 nodes Ready" || st.Cluster.AdminKubeconfig != AdminKubeconfig {
+		t.Errorf("status cluster = %+v", st.Cluster)
+	}
+}
+
+// A power cut in the middle: the next run resumes at the step that did
+// not complete, and does not redo the ones that did.
+func TestInitNodeResumesAfterFailure(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "init phase etcd local")
+	e.retryAttempts(1)
+	cfg := clusterConfig(t, "cp-1")
+	if err := e.run(cfg); err == nil {
+		t.Fatal("Run succeeded although a phase failed")
+	}
+	first := len(kubeadm())
+	if err := e.run(cfg); err != nil {
+		t.Fatalf("second Run: %v\n%s", err, e.console.String())
+	}
+	resumed := kubeadm()[first:]
+	if len(resumed) == 0 || resumed[0] != "init phase etcd local" {
+		t.Fatalf("second run started with %v, want the failed etcd phase", resumed)
+	}
+	for _, r := range resumed {
+		if r == "init phase certs all" || r == "init phase preflight" {
+			t.Errorf("second run redid %q", r)
+		}
+	}
+}
+
+func TestWorkerJoins(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+		t.Errorf("worker ran %s", got)
+	}
+	if e.exists(KubernetesPKIDir + "/ca.key") {
+		t.Error("a worker got the CA key")
+	}
+	if e.exists(kubeadmconfig.PatchesDir) || strings.Contains(e.read(KubeadmConfigFile), "patches:") {
+		t.Error("a worker got the control plane's kubeadm patches")
+	}
+	if e.exists(BootstrapKubeconfig) {
+		t.Error("the bootstrap token credential is still on the worker after its TLS bootstrap")
+	}
+	if !strings.Contains(e.console.String(), "kubelet TLS bootstrap: done") {
+		t.Errorf("the console does not show the TLS bootstrap step:\n%s", e.console.String())
+	}
+	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
+		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
+	}
+	// A worker reads only its own Node, so it does not claim to know the
+	// cluster's count.
+	if st := e.status(); st.Cluster == nil || st.Cluster.Nodes != "this node Ready" {
+		t.Errorf("worker status cluster = %+v, want nodes \"this node Ready\"", st.Cluster)
+	}
+}
+
+// Control planes booted together take turns at etcd-join: while cp-3
+// holds the join lock, cp-2 waits (and says so) and runs no etcd-join; once
+// cp-3 releases it, cp-2 takes it, joins, and releases it in turn.
+func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	e.nodes = []string{"cp-1", "cp-2", "cp-3", "w-1"}
+	e.leases.put(kubeclient.Lease{Namespace: JoinLockNamespace, Name: JoinLockName, Holder: "cp-3", DurationSeconds: 180})
+	// The status published while cp-2 runs etcd-join no longer says it
+	// waits.
+	var stepDuringJoin atomic.Value
+	// From etcd-join until its control plane answers, cp-2 holds the
+	// lock: the holder as each of those phases runs.
+	var mu sync.Mutex
+	holders := map[string]string{}
+	inner := e.hostExec
+	e.hostExec = func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		cmd := strings.Join(args, " ")
+		if name == "kubeadm" && strings.HasPrefix(cmd, "join phase etcd-join") {
+			if st := e.statusIfAny(); st != nil && st.Cluster != nil {
+				stepDuringJoin.Store(st.Cluster.Step)
+			}
+		}
+		for _, phase := range []string{"etcd-join", "control-plane-prepare control-plane", "kubelet-wait-bootstrap", "control-plane-join all"} {
+			if name == "kubeadm" && strings.HasPrefix(cmd, "join phase "+phase+" ") {
+				l, _ := e.leases.get(JoinLockName)
+				mu.Lock()
+				holders[phase] = l.Holder
+				mu.Unlock()
+			}
+		}
+		return inner(ctx, name, args...)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.run(clusterConfigWith(t, "cp-2", 3)) }()
+	waited := func() bool {
+		st := e.statusIfAny()
+		return st != nil && st.Cluster != nil && st.Cluster.Step == "join phase etcd-join: waiting for cp-3"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !waited() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !waited() {
+		t.Fatalf("cp-2 does not show it waits for cp-3; status %+v", e.statusIfAny())
+	}
+	for _, k := range kubeadm() {
+		if strings.HasPrefix(k, "join phase etcd-join") {
+			t.Fatal("cp-2 ran etcd-join while cp-3 held the lock")
+		}
+	}
+	held, _ := e.leases.get(JoinLockName)
+	held.Holder = ""
+	e.leases.swap(held)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	got := strings.Join(kubeadm(), ",")
+	want := "join phase preflight,join phase control-plane-prepare certs,join phase control-plane-prepare kubeconfig," +
+		"join phase kubelet-start,join phase etcd-join,join phase control-plane-prepare control-plane," +
+		"join phase kubelet-wait-bootstrap,join phase control-plane-join all"
+	if got != want {
+		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)
+	}
+	mu.Lock()
+	if got := fmt.Sprint(holders); got != "map[control-plane-join all:cp-2 control-plane-prepare control-plane:cp-2 etcd-join:cp-2 kubelet-wait-bootstrap:cp-2]" {
+		t.Errorf("join lock holder as each phase ran: %s, want cp-2 from etcd-join to control-plane-join", got)
+	}
+	mu.Unlock()
+	if got, _ := stepDuringJoin.Load().(string); got != "join phase etcd-join" {
+		t.Errorf("published step while cp-2 joins etcd: %q, want %q", got, "join phase etcd-join")
+	}
+	l, _ := e.leases.get(JoinLockName)
+	if l.Holder != "" || l.Transitions != 1 {
+		t.Errorf("join lock after cp-2's join: %+v, want released after one transition", l)
+	}
+	for _, line := range []string{"another control plane is joining etcd: cp-3", "took the join lock kube-system/terrarium-etcd-join"} {
+		if !strings.Contains(e.console.String(), line) {
+			t.Errorf("console lacks %q:\n%s", line, e.console.String())
+		}
+	}
+}
+
+// A joiner whose bootstrap token expired before it joined: the config is
+// refused before anything is applied, and the console says how to make a
+// new token. With a usable token (here: the clock set right) it joins.
+func TestExpiredTokenAppliesNothing(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	cfg := clusterConfig(t, "w-1")
+	e.mu.Lock()
+	e.clockNow = time.Now().Add(48 * time.Hour)
+	e.mu.Unlock()
+	calls := 0
+	src := func(ctx context.Context) ([]byte, string, bool, error) {
+		calls++
+		if calls == 3 {
+			if e.exists("/etc/hostname") || e.exists(KubeadmConfigFile) || len(kubeadm()) != 0 {
+				t.Errorf("applied something with an expired token; kubeadm ran %v", kubeadm())
+			}
+			if s := e.status(); s.State != StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
+				t.Errorf("status with an expired token = %+v", s)
+			}
+			e.mu.Lock()
+			e.clockNow = time.Now()
+			e.mu.Unlock()
+		}
+		return []byte(cfg), configFrom, true, nil
+	}
+	if err := e.runWith(src); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if calls < 3 {
+		t.Fatalf("the config source was polled %d times; the expired token was accepted", calls)
+	}
+	if !strings.Contains(e.console.String(), "--rotate-token") {
+		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
+	}
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+		t.Errorf("worker ran %s", got)
+	}
+}
+
+// Once the token has been used, its expiry does not matter: a joined
+// worker and an init node that created the token both verify on a boot
+// days later.
+func TestExpiredTokenAfterUseIsFine(t *testing.T) {
+	for _, node := range []string{"w-1", "cp-1"} {
+		t.Run(node, func(t *testing.T) {
+			e, _ := clusterEnv(t, "")
+			e.mu.Lock()
+			e.clockNow = time.Now()
+			e.mu.Unlock()
+			cfg := clusterConfig(t, node)
+			if err := e.run(cfg); err != nil {
+				t.Fatalf("first boot: %v\n%s", err, e.console.String())
+			}
+			e.setBootID("second-boot")
+			e.mu.Lock()
+			e.clockNow = time.Now().Add(72 * time.Hour)
+			e.mu.Unlock()
+			if err := e.run(cfg); err != nil {
+				t.Fatalf("boot after the token expired: %v\n%s", err, e.console.String())
+			}
+			if s := e.status(); s.State != StateVerified {
+				t.Errorf("status after the token expired = %+v, want verified", s)
+			}
+		})
+	}
+}
+
+// The steps that mark the token as used are steps of the roles.
+func TestTokenStepsExist(t *testing.T) {
+	for role, want := range map[string]string{"init": stepBootstrapToken, "worker": stepWaitForAPI, "controlplane": stepWaitForAPI} {
+		found := false
+		for _, st := range steps(&machineconfig.Cluster{Role: role}) {
+			found = found || st.name == want
+		}
+		if !found {
+			t.Errorf("role %s has no step %q", role, want)
+		}
+	}
+}
+
+// An API server that answers 403 (just restarted, RBAC not bootstrapped
+// yet) or 500 (not ready) is waited for; only 200 is ready.
+func TestWaitForReadyzWantsOK(t *testing.T) {
+	c, err := machineconfig.Parse("w-1", []byte(clusterConfig(t, "w-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := []int{403, 500, 401, 200}
+	calls := 0
+	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond, Probe: func(ctx context.Context, url, caPEM string) (int, error) {
+		code := codes[min(calls, len(codes)-1)]
+		calls++
+		return code, nil
+	}}
+	if err := waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 4 {
+		t.Errorf("probed %d times, want 4 (403, 500 and 401 are not ready)", calls)
+	}
+	codes, calls = []int{403}, 0
+	err = waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "answered 403") {
+		t.Errorf("err = %v, want the API reported as answering 403", err)
+	}
+}
+
+// waitForReadyz keeps one connection to the API across its polls (a TLS
+// handshake per poll costs a loaded control plane under emulation), and
+// trusts only the cluster CA.
+func TestWaitForReadyzKeepsItsConnection(t *testing.T) {
+	var requests, conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) < 3 {
+			http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{CACert: ca, ControlPlanes: []string{"127.0.0.1"}}}
+	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond}
+	endpoint := srv.Listener.Addr().String()
+	if err := waitForReadyz(context.Background(), h, c, endpoint, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if requests.Load() != 3 || conns.Load() != 1 {
+		t.Errorf("%d requests over %d connections, want 3 over 1", requests.Load(), conns.Load())
+	}
+	other, err := clustersecrets.Generate("other", time.Now(), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Cluster.CACert = other.CA.Cert
+	err = waitForReadyz(context.Background(), h, c, endpoint, 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("with another CA: %v, want a certificate error", err)
+	}
+}
+
+// A Ready node is healthy only once its pod network runs: flanneld has
+// leased the node's subnet and the flannel and kube-proxy containers run
+// (their images may take minutes to unpack after the node is Ready).
+func TestNodeWaitsForItsPodNetwork(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	if err := os.Remove(e.path(FlannelSubnetEnv)); err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]int{}
+	e.running = func(name string) bool {
+		asked[name]++
+		if name == "kube-flannel" && asked[name] == 3 {
+			e.write(FlannelSubnetEnv, "FLANNEL_SUBNET=10.244.1.1/24\n") // flanneld got its lease
+		}
+		return asked[name] >= 3 && (name != "kube-proxy" || asked[name] >= 5)
+	}
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if asked["kube-proxy"] < 5 || asked["kube-flannel"] < 5 {
+		t.Errorf("the runtime was asked %v; want the wait to go on until kube-proxy ran (5th question)", asked)
+	}
+	if st := e.status(); st.Healthy == nil || !*st.Healthy {
+		t.Errorf("status %+v, want healthy", st)
+	}
+}
+
+// A pod network that never comes up fails the health check, naming what
+// is missing and where to look.
+func TestPodNetworkNeverUp(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	e.running = func(name string) bool { return name != "kube-flannel" }
+	e.run(clusterConfig(t, "w-1"))
+	st := e.status()
+	if st.Healthy == nil || *st.Healthy {
+		t.Fatalf("healthy without flannel: %+v", st)
+	}
+	for _, want := range []string{"pod network is not", "no running kube-flannel container", "crictl ps -a"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("status message %q lacks %q", st.Message, want)
+		}
+	}
+	if strings.Contains(st.Message, "no running kube-proxy") {
+		t.Errorf("status message %q blames kube-proxy, which runs", st.Message)
+	}
+}

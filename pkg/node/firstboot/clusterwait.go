@@ -1,0 +1,364 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+)
+
+// waitForAPI waits until the API answers through the node's balancer:
+// nodes may boot in any order, and joiners wait for the init node.
+func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout)
+}
+
+// waitForLocalAPI waits until this control plane's own API server is
+// ready (kubeadm's wait-control-plane phase takes no configuration, so its
+// timeout cannot be raised for emulated machines).
+func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String(), localAPIWaitTimeout)
+}
+
+// waitForRuntime waits until containerd answers the CRI the way kubeadm's
+// CRI and ContainerRuntimeVersion preflight checks ask (see cri.Check),
+// each question with runtimeCallTimeout. kubeadm gives those checks a
+// fixed two seconds, which an emulated node short of CPU misses: the bench
+// lost 80 s to a preflight retry that way. They are warnings for kubeadm
+// (ignorePreflight) because this step asked first.
+func waitForRuntime(ctx context.Context, h *Host, _ *machineconfig.Config) error {
+	deadline := h.now().Add(runtimeWaitTimeout)
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+		_, err := h.checkRuntime(callCtx, kubeadmconfig.CRISocket)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if !h.now().Before(deadline) {
+			return fmt.Errorf("the container runtime did not become ready in %s (is containerd.service running? `journalctl -u containerd`): %w", runtimeWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(filePoll)):
+		}
+	}
+}
+
+// waitForKubeletBootstrap waits until a joining kubelet holds its client
+// certificate (its CSR signed by the controller manager), then deletes
+// bootstrap-kubelet.conf: the bootstrap token is not left on the node.
+func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	if err := waitForFiles(ctx, h, readyWaitTimeout, KubeletKubeconfig, KubeletClientCert); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("the kubelet did not finish its TLS bootstrap (no %s) after %s; is the controller manager running on a control plane?", KubeletClientCert, readyWaitTimeout)
+	}
+	if err := os.Remove(h.Path(BootstrapKubeconfig)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the bootstrap credential: %w", err)
+	}
+	return nil
+}
+
+// waitForFiles polls until every path exists, for up to timeout. After
+// the timeout it returns the first missing path's error; when ctx ends,
+// ctx's error.
+func waitForFiles(ctx context.Context, h *Host, timeout time.Duration, paths ...string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var missing error
+		for _, p := range paths {
+			if _, err := os.Stat(h.Path(p)); err != nil {
+				missing = err
+				break
+			}
+		}
+		if missing == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return missing
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(filePoll)):
+		}
+	}
+}
+
+// diagnostics collects what helps a person see why a step fails: the
+// kubelet's last log lines and the containers it runs.
+func diagnostics(ctx context.Context, h *Host) string {
+	var b strings.Builder
+	if out, err := h.Exec(ctx, "journalctl", "-u", "kubelet.service", "--no-pager", "-n", "12", "-o", "cat"); err == nil {
+		b.WriteString("kubelet log:\n" + strings.TrimSpace(string(out)) + "\n")
+	}
+	if out, err := h.Exec(ctx, "ctr", "-n", "k8s.io", "tasks", "ls"); err == nil {
+		b.WriteString("containers:\n" + strings.TrimSpace(string(out)) + "\n")
+	}
+	for _, pod := range []string{"etcd", "kube-apiserver"} {
+		if tail := podLogTail(h, pod, 8); tail != "" {
+			b.WriteString(pod + " log:\n" + tail + "\n")
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// podLogTail is the last n lines of the newest log of a static pod's
+// container (kubelet writes /var/log/pods/<ns>_<pod>-<node>_<uid>/<container>/<restart>.log).
+func podLogTail(h *Host, container string, n int) string {
+	logs, _ := filepath.Glob(h.Path("/var/log/pods/kube-system_" + container + "-*/" + container + "/*.log"))
+	var newest string
+	var newestTime time.Time
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil && fi.ModTime().After(newestTime) {
+			newest, newestTime = l, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitForReadyz polls an API server's /readyz, verifying it with the
+// cluster CA, until it answers.
+func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	url := "https://" + endpoint + "/readyz"
+	probe, closeProbe := h.prober(c.Cluster.CACert)
+	defer closeProbe()
+	for {
+		// Only 200 is ready. kubeadm's clusters serve /readyz to anonymous
+		// clients (system:public-info-viewer), but an API server that has
+		// just (re)started answers 403 until its RBAC bootstrap hook has
+		// run: proceeding then makes kubeadm's next phase fail with
+		// "forbidden". The local balancer (pkg/node/apilb) judges the same way.
+		code, err := probe(ctx, url)
+		if err == nil && code == http.StatusOK {
+			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s answered %d", url, code)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API at %s (control planes %s) did not answer within %s: %w",
+				endpoint, strings.Join(c.Cluster.ControlPlanes, ", "), timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(apiPoll)):
+		}
+	}
+}
+
+// verifyKubernetes: kubelet runs, control planes have their static pods,
+// and the node is Ready. It waits for readiness (a fresh boot needs a
+// while), and reports the cluster's state.
+func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	deadline := time.Now().Add(readyWaitTimeout)
+	// A joining kubelet writes its kubeconfig once its TLS bootstrap
+	// is done, a little after kubeadm returned.
+	if err := waitForFiles(ctx, h, readyWaitTimeout, KubeletKubeconfig); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("the node has not joined (no kubelet kubeconfig after %s): %w", readyWaitTimeout, err)
+	}
+	if cl.IsControlPlane() {
+		for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			if _, err := os.Stat(h.Path("/etc/kubernetes/manifests/" + m + ".yaml")); err != nil {
+				return fmt.Errorf("static pod %s is missing: %w", m, err)
+			}
+		}
+	}
+	if cl.Role == machineconfig.RoleInit {
+		h.cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
+	}
+	if err := h.run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
+		if err := h.run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
+		}
+	}
+	poller := newNodePoller(h, c)
+	for polls := 1; ; polls++ {
+		ready, total, mine, err := poller.poll(ctx, c.Hostname)
+		if polls%int(diagnosticsEvery/apiPoll) == 0 {
+			why := "node " + c.Hostname + " is not Ready yet"
+			if err != nil {
+				why = err.Error()
+			}
+			h.progress("node ready", "waiting", why+"\n"+diagnostics(ctx, h))
+		}
+		if err == nil {
+			h.cluster(func(s *ClusterStatus) {
+				s.APIUp, s.Nodes = true, poller.summary(ready, total, mine)
+			})
+			if mine {
+				return waitForPodNetwork(ctx, h)
+			}
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("node %s is not Ready", c.Hostname)
+			}
+			return fmt.Errorf("after %s: %w", readyWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(apiPoll)):
+		}
+	}
+}
+
+// podNetworkContainers are the node's own pods' containers (the CNI's and
+// kube-proxy's DaemonSets) that must run before a pod on this node can
+// reach another: flanneld leases the node's pod subnet, kube-proxy
+// programs Services.
+var podNetworkContainers = []string{"kube-flannel", "kube-proxy"}
+
+// waitForPodNetwork waits, once the node is Ready, until the node can run
+// pods that talk to each other: flanneld holds the node's lease (its
+// subnet.env, which the CNI plugin reads for every pod) and the flannel and
+// kube-proxy containers run. The Node's Ready condition says neither: the
+// kubelet reports Ready once a CNI config exists, while the DaemonSets'
+// images may still be unpacking (minutes on a slow node), and every pod
+// scheduled here meanwhile fails to get a sandbox. It asks at the API
+// polls' pace: two CRI calls a poll on a node that may be starved.
+func waitForPodNetwork(ctx context.Context, h *Host) error {
+	deadline := h.now().Add(podNetworkWaitTimeout)
+	for polls := 1; ; polls++ {
+		missing, err := podNetworkMissing(ctx, h)
+		if err == nil && missing == "" {
+			return nil
+		}
+		if err == nil {
+			err = errors.New(missing)
+		}
+		switch {
+		case polls == 1:
+			h.progress("pod network", "waiting", err.Error())
+		case polls%int(diagnosticsEvery/apiPoll) == 0:
+			h.progress("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
+		}
+		if !h.now().Before(deadline) {
+			return fmt.Errorf("the node is Ready but its pod network is not, after %s: %w (`crictl ps -a`, `crictl logs` of kube-flannel and kube-proxy)", podNetworkWaitTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay(apiPoll)):
+		}
+	}
+}
+
+// podNetworkMissing says what of the pod network is not there yet ("" when
+// all is).
+func podNetworkMissing(ctx context.Context, h *Host) (string, error) {
+	var missing []string
+	for _, name := range podNetworkContainers {
+		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+		running, err := h.containerRunning(callCtx, kubeadmconfig.CRISocket, name)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		if !running {
+			missing = append(missing, "no running "+name+" container")
+		}
+	}
+	if _, err := os.Stat(h.Path(FlannelSubnetEnv)); err != nil {
+		missing = append(missing, "flanneld has not leased the node's pod subnet (no "+FlannelSubnetEnv+")")
+	}
+	return strings.Join(missing, "; "), nil
+}
+
+// nodePoller asks the API how many nodes are Ready and whether this one
+// is. A control plane lists them all with the admin kubeconfig; a worker's
+// kubelet may only read its own Node (the Node authorizer), so a worker
+// reports itself alone. The client is made on the first poll that can
+// (the kubelet's credentials may not be there yet) and kept, so that polls
+// share one connection (see pkg/node/kubeclient).
+type nodePoller struct {
+	h          *Host
+	kubeconfig string
+	all        bool
+	client     NodeReader
+}
+
+func newNodePoller(h *Host, c *machineconfig.Config) *nodePoller {
+	p := &nodePoller{h: h, kubeconfig: KubeletKubeconfig}
+	if _, err := os.Stat(h.Path(AdminKubeconfig)); err == nil && c.Cluster.IsControlPlane() {
+		p.kubeconfig, p.all = AdminKubeconfig, true
+	}
+	return p
+}
+
+func (p *nodePoller) poll(ctx context.Context, hostname string) (ready, total int, mine bool, err error) {
+	list, err := p.list(ctx, hostname)
+	if err != nil {
+		p.h.cluster(func(s *ClusterStatus) { s.APIUp = false })
+		return 0, 0, false, err
+	}
+	for _, n := range list {
+		total++
+		if n.Ready {
+			ready++
+			mine = mine || n.Name == hostname
+		}
+	}
+	return ready, total, mine, nil
+}
+
+// summary says what the poll saw: all the cluster's nodes on a control
+// plane, this node alone on a worker (which may read no other Node).
+func (p *nodePoller) summary(ready, total int, mine bool) string {
+	switch {
+	case p.all:
+		return fmt.Sprintf("%d/%d nodes Ready", ready, total)
+	case mine:
+		return "this node Ready"
+	default:
+		return "this node not Ready yet"
+	}
+}
+
+func (p *nodePoller) list(ctx context.Context, hostname string) ([]kubeclient.Node, error) {
+	if p.client == nil {
+		c, err := p.h.kubeClient(p.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		p.client = c
+	}
+	if p.all {
+		return p.client.Nodes(ctx)
+	}
+	n, err := p.client.Node(ctx, hostname)
+	return []kubeclient.Node{n}, err
+}

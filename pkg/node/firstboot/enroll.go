@@ -1,0 +1,367 @@
+package firstboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+)
+
+// Enrollment records the node's desired state: the config stored on
+// TERRA-STATE (layout.StateNodeConfig), where it came from and when. A
+// node enrolls once, from the first valid config its sources offer; from
+// then on it boots from the stored config, and a different config is a
+// change request that needs a trusted signature (docs/config-acquisition.md).
+type Enrollment struct {
+	// Digest is the stored config's digest (machineconfig.Config.Digest).
+	Digest string `json:"digest"`
+	// Source is where the node enrolled from; At is when.
+	Source string    `json:"source"`
+	At     time.Time `json:"at"`
+	// Change is the last signed change applied, if any.
+	Change *ConfigChange `json:"change,omitempty"`
+}
+
+// ConfigChange is a signed config change the node applied.
+type ConfigChange struct {
+	Digest   string    `json:"digest"`
+	Source   string    `json:"source"`
+	SignedBy string    `json:"signedBy"`
+	At       time.Time `json:"at"`
+}
+
+// Summary is what the banner says: "from X at T".
+func (e *Enrollment) Summary() string {
+	s := fmt.Sprintf("from %s at %s", e.Source, e.At.UTC().Format(time.RFC3339))
+	if c := e.Change; c != nil {
+		s += fmt.Sprintf("; changed from %s at %s (signed by %s)", c.Source, c.At.UTC().Format(time.RFC3339), c.SignedBy)
+	}
+	return s
+}
+
+func storedConfigPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateNodeConfig))
+}
+
+// errStoredConfig marks a stored state that cannot be used.
+var errStoredConfig = errors.New("the stored node config is unusable")
+
+// loadStored reads the stored config and checks it against the journal's
+// digest.
+func (r *runner) loadStored(e *Enrollment) (*machineconfig.Config, error) {
+	p := storedConfigPath(r.o.Host)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, err)
+	}
+	cfg, err := machineconfig.Parse(p, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, err)
+	}
+	if cfg.Digest() != e.Digest {
+		return nil, fmt.Errorf("%w: %s has digest %s, the journal says %s; `firstboot reset` re-enrolls the node", errStoredConfig, p, cfg.Digest(), e.Digest)
+	}
+	return cfg, nil
+}
+
+// store makes cfg the node's desired state: written 0600 and synced before
+// the journal names it.
+func (r *runner) store(cfg *machineconfig.Config) error {
+	data, err := cfg.Marshal()
+	if err != nil {
+		return err
+	}
+	p := storedConfigPath(r.o.Host)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
+		return fmt.Errorf("store the node config: %w", err)
+	}
+	return os.Chmod(p, 0o600)
+}
+
+// enroll stores the first valid config as the node's desired state.
+func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
+	if err := r.store(cfg); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.journal.Enrollment = &Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Now().UTC()}
+	r.mu.Unlock()
+	if err := r.saveJournal(); err != nil {
+		return err
+	}
+	r.say("enrolled from %s (%s): this node now boots from its stored config; the config medium may be removed", from, cfg.Digest())
+	return nil
+}
+
+// commitChange makes an applied change the desired state.
+func (r *runner) commitChange(ch *change) error {
+	if err := r.store(ch.cfg); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	e := r.journal.Enrollment
+	e.Digest = ch.cfg.Digest()
+	e.Change = &ConfigChange{Digest: e.Digest, Source: ch.from, SignedBy: ch.signer, At: r.o.Now().UTC()}
+	r.mu.Unlock()
+	return r.saveJournal()
+}
+
+// change is an accepted, not yet applied change request.
+type change struct {
+	cfg    *machineconfig.Config
+	from   string
+	signer string
+}
+
+// probe asks the providers in order for a config; it logs what each looked
+// at and why it moved on. It returns the first config found, or the
+// problem to report (nil found and nil problem: nothing anywhere).
+func (r *runner) probe(ctx context.Context, providers []configsource.Provider) (*configsource.Found, error) {
+	for _, p := range providers {
+		found, err := p.Fetch(ctx)
+		switch {
+		case errors.Is(err, configsource.ErrAbsent):
+			r.o.Log.Debug("config source: moving on", "source", p.Name(), "why", err.Error())
+		case err != nil:
+			// The provider's error names the place it read.
+			return nil, err
+		default:
+			r.o.Log.Info("config source: found a config", "source", p.Name(), "at", found.Source)
+			return found, nil
+		}
+	}
+	return nil, nil
+}
+
+// changeRequest looks for a config change on the change sources of an
+// enrolled node and decides on it: accepted (returned), the same config
+// (nil), or refused (said on the console and in the journal, nil).
+// Nothing is applied here.
+func (r *runner) changeRequest(ctx context.Context, stored *machineconfig.Config) *change {
+	found, err := r.probe(ctx, r.o.ChangeSources)
+	r.changeSeen = fingerprint(found, err)
+	return r.decide(stored, found, err)
+}
+
+// fingerprint identifies what the change sources offered, so that the
+// same medium is judged once, not at every look.
+func fingerprint(found *configsource.Found, err error) string {
+	h := sha256.New()
+	switch {
+	case err != nil:
+		fmt.Fprintf(h, "error\x00%s", err)
+	case found != nil:
+		fmt.Fprintf(h, "found\x00%s\x00%d\x00", found.Source, len(found.Config))
+		h.Write(found.Config)
+		h.Write([]byte{0})
+		h.Write(found.Signature)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// decide judges what the change sources offered against the stored
+// config.
+func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found, err error) *change {
+	if err != nil {
+		r.refuse("", fmt.Sprintf("the config medium cannot be read: %v", err))
+		return nil
+	}
+	if found == nil {
+		return nil
+	}
+	cfg, err := machineconfig.Parse(found.Source+":machine.yaml", found.Config)
+	if err != nil {
+		r.refuse(found.Source, "the config is invalid:\n"+err.Error())
+		return nil
+	}
+	if cfg.Digest() == stored.Digest() {
+		r.o.Log.Info("config source holds the enrolled config: nothing to change", "at", found.Source)
+		return nil
+	}
+	if len(found.Signature) == 0 {
+		r.refuse(found.Source, "it is not signed; sign it with `imagebuild config sign --key KEY machine.yaml` (or `imagebuild config disk --sign KEY`) using a key this node trusts ("+trustedIDs(stored)+")")
+		return nil
+	}
+	key, err := signature.Verify(found.Signature, found.Config, stored.TrustedPublicKeys())
+	if err != nil {
+		r.refuse(found.Source, err.Error())
+		return nil
+	}
+	if err := immutableChanges(stored, cfg); err != nil {
+		r.refuse(found.Source, err.Error())
+		return nil
+	}
+	if err := r.admissible(cfg); err != nil {
+		r.refuse(found.Source, "it cannot be applied on this node:\n"+err.Error())
+		return nil
+	}
+	r.say("config change from %s, signed by %s (%s): accepted", found.Source, key.ID(), cfg.Digest())
+	return &change{cfg: cfg, from: found.Source, signer: key.ID()}
+}
+
+func trustedIDs(c *machineconfig.Config) string {
+	keys := c.TrustedPublicKeys()
+	if len(keys) == 0 {
+		return "none: its config names no trustedKeys, so only `firstboot reset` changes it"
+	}
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.ID()
+	}
+	return "keys " + strings.Join(ids, ", ")
+}
+
+// refuse reports a refused change: nothing changes.
+func (r *runner) refuse(from, why string) {
+	if from == "" {
+		from = "a config source"
+	}
+	// Recorded before it is said: whoever reads the console can rely on
+	// the journal.
+	r.step("config change", "refused", from+": "+why)
+	r.say("config change from %s REFUSED: nothing changed, this node keeps its enrolled config. Why:", from)
+	for _, line := range strings.Split(why, "\n") {
+		r.say("  %s", line)
+	}
+	r.mu.Lock()
+	r.status.Message = "config change from " + from + " refused: " + why
+	r.mu.Unlock()
+}
+
+// immutableChanges refuses changes to what defines a formed node: its
+// cluster, role, node IP and the cluster CA, and a cluster node's name.
+// `firstboot reset` re-enrolls a node that must change them.
+func immutableChanges(old, next *machineconfig.Config) error {
+	var bad []string
+	oc, nc := old.Cluster, next.Cluster
+	switch {
+	case oc == nil && nc == nil:
+		return nil
+	case oc == nil:
+		bad = append(bad, "cluster: a standalone node cannot join a cluster by a change")
+	case nc == nil:
+		bad = append(bad, "cluster: a cluster node cannot leave its cluster by a change")
+	default:
+		if oc.Name != nc.Name {
+			bad = append(bad, fmt.Sprintf("cluster.name: %q -> %q", oc.Name, nc.Name))
+		}
+		if oc.Role != nc.Role {
+			bad = append(bad, fmt.Sprintf("cluster.role: %q -> %q", oc.Role, nc.Role))
+		}
+		if oc.NodeIP != nc.NodeIP {
+			bad = append(bad, fmt.Sprintf("cluster.nodeIP: %s -> %s", oc.NodeIP, nc.NodeIP))
+		}
+		if oc.CACert != nc.CACert || oc.CACertHash != nc.CACertHash {
+			bad = append(bad, "cluster.caCert: the cluster CA")
+		}
+		if old.Hostname != next.Hostname {
+			bad = append(bad, fmt.Sprintf("hostname: %q -> %q (a cluster node's name is its Node's)", old.Hostname, next.Hostname))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("it changes what defines this formed node, which never changes in place (run `firstboot reset` to re-enroll instead):\n%s", strings.Join(bad, "\n"))
+}
+
+// nodeIdentity keys the kubeadm progress: what defines the node in its
+// cluster (the immutable fields), not the rendered kubeadm configuration,
+// which a rotated token changes.
+func nodeIdentity(c *machineconfig.Config) string {
+	cl := c.Cluster
+	sum := sha256.Sum256([]byte(strings.Join([]string{"node-identity-v1", cl.Name, cl.Role, cl.NodeIP, c.Hostname, cl.CACertHash}, "\x00")))
+	return "identity:" + hex.EncodeToString(sum[:])
+}
+
+// watchChanges keeps looking for change requests while the node runs (a
+// stick inserted into a running node), every WatchInterval, until ctx
+// ends. cfg is the config the node runs.
+func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) error {
+	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig", layout.LabelConfig)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.o.WatchInterval):
+		}
+		found, err := r.probe(ctx, r.o.ChangeSources)
+		fp := fingerprint(found, err)
+		if fp == r.changeSeen {
+			continue
+		}
+		r.changeSeen = fp
+		if found == nil && err == nil {
+			r.o.Log.Info("the config medium was removed")
+			continue
+		}
+		ch := r.decide(cfg, found, err)
+		if ch == nil {
+			r.publish()
+			continue
+		}
+		cfg = r.applyChange(ctx, cfg, ch)
+		herr := r.health(ctx, cfg)
+		healthy := herr == nil
+		r.status.Healthy = &healthy
+		if herr != nil {
+			r.step("health", "failed", herr.Error())
+			r.status.Message = herr.Error()
+			r.say("%v", herr)
+		} else {
+			r.step("health", "passed", "")
+		}
+		r.publish()
+	}
+}
+
+// RunPhase runs one phase alone against the node's stored config, for
+// debugging (`firstboot run --phase network`): it checks, and applies only
+// when the check finds a difference. The node must be enrolled.
+func RunPhase(ctx context.Context, o Options, name string) error {
+	r, err := newRunner(o)
+	if err != nil {
+		return err
+	}
+	e := r.journal.Enrollment
+	if e == nil {
+		return fmt.Errorf("this node is not enrolled: `firstboot run` enrolls it from a config source first")
+	}
+	cfg, err := r.loadStored(e)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, p := range phasesFor(cfg) {
+		names = append(names, p.Name)
+		if p.Name != name {
+			continue
+		}
+		if err := p.Verify(ctx, o.Host, cfg); err == nil {
+			r.say("%s: already as desired", name)
+			return r.step(name, "verified", "run alone")
+		} else {
+			r.say("%s: %v; applying", name, err)
+		}
+		if err := p.Apply(ctx, o.Host, cfg); err != nil {
+			r.step(name, "failed", err.Error())
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		r.say("%s: applied", name)
+		return r.step(name, "applied", "run alone")
+	}
+	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(names, ", "))
+}

@@ -1,0 +1,557 @@
+package firstboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+)
+
+// Keys from pkg/machineconfig's tests (their private keys were discarded).
+const (
+	testKey1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICzdJu9IrT/3bOiXh8DEcTLpC6Q4nsN+eFbYvz+TzERy alice@laptop"
+	testKey2 = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBBJNYzx3TjxpZe/H+GNiqnc6BIvsbVSoNkgdQ9fqENZuOyLHB0b0p5ttIFasJfF5//9q0tAlXkv/uFngvnYoKwU="
+)
+
+// fullConfig has a static interface (gateway, DNS), a DHCP interface
+// matched by MAC address, and an admin user with two keys.
+const fullConfig = `apiVersion: terrarium.dev/v1alpha1
+kind: MachineConfig
+hostname: node-1
+network:
+  interfaces:
+    - name: enp0s2
+      addresses: [10.0.0.10/24, fd00::10/64]
+      gateway: 10.0.0.1
+      dns: [10.0.0.1, 10.0.0.2]
+    - macAddress: "52:54:00:12:34:56"
+      dhcp: true
+admin:
+  name: ops
+  sshAuthorizedKeys:
+    - ` + testKey1 + `
+    - ` + testKey2 + `
+`
+
+// minimalConfig has no network and no admin user.
+const minimalConfig = `apiVersion: terrarium.dev/v1alpha1
+kind: MachineConfig
+hostname: lonely
+`
+
+const configFrom = "/dev/disk/by-label/TERRA-CONFIG"
+
+// env is a fake machine: a root directory, a recording Exec, a boot loader
+// and a reboot function.
+type env struct {
+	t       *testing.T
+	root    string
+	console bytes.Buffer
+	loader  *fakeLoader
+
+	mu       sync.Mutex
+	cmds     [][]string
+	failCmd  map[string]error // command name -> error Exec returns
+	reboots  int
+	clockNow time.Time
+	// hostExec replaces exec as the host's Exec when set.
+	hostExec func(ctx context.Context, name string, args ...string) ([]byte, error)
+	attempts int
+	// leases are the API's Leases (the join lock).
+	leases fakeLeases
+	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
+	nodes []string
+	// runtime answers the host's CRI checks (recorded as the command
+	// "cri-check ENDPOINT"); nil means a ready containerd.
+	runtime func(ctx context.Context, endpoint string) (cri.Info, error)
+	// pull answers the host's image pulls (recorded as the command
+	// "cri-pull REF"); nil means every image pulls at once.
+	pull func(ctx context.Context, ref string) (bool, error)
+	// running answers whether a container of the kubelet's runs (recorded
+	// as the command "cri-running NAME"); nil means every one does.
+	// newEnv also writes flanneld's lease: the pod network is up.
+	running func(name string) bool
+}
+
+func (e *env) retryAttempts(n int) { e.attempts = n }
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{
+		t:        t,
+		root:     t.TempDir(),
+		loader:   &fakeLoader{result: BlessedNow},
+		failCmd:  map[string]error{},
+		clockNow: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
+	}
+	e.setRelease(nil)
+	e.write("/proc/cmdline", "BOOT_IMAGE=/terrarium/a/vmlinuz root=PARTLABEL=TERRA-A ro terrarium.slot=a quiet\n")
+	e.setBootID("11111111-1111-1111-1111-111111111111")
+	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
+	e.write(FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
+	e.mkdir("/run")
+	return e
+}
+
+func (e *env) path(p string) string { return filepath.Join(e.root, p) }
+
+func (e *env) write(p, content string) {
+	e.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(e.path(p)), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(e.path(p), []byte(content), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) mkdir(p string) {
+	e.t.Helper()
+	if err := os.MkdirAll(e.path(p), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) read(p string) string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.path(p))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(b)
+}
+
+func (e *env) exists(p string) bool {
+	_, err := os.Lstat(e.path(p))
+	return err == nil
+}
+
+func (e *env) setRelease(faults []string) {
+	e.t.Helper()
+	b, err := json.Marshal(map[string]any{
+		"name": "terrarium", "version": "1.2.3", "suite": "trixie",
+		"kernelVersion": "6.12.0", "builtAt": "2025-01-01T00:00:00Z", "faults": faults,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.write(layout.ReleaseFile, string(b)+"\n")
+}
+
+func (e *env) setBootID(id string) { e.write("/proc/sys/kernel/random/boot_id", id+"\n") }
+
+// exec records every command. useradd appends the user to etc/passwd (with
+// this process's ids, so that chown works without privileges) and creates
+// the home directory.
+func (e *env) exec(ctx context.Context, name string, args ...string) ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cmds = append(e.cmds, append([]string{name}, args...))
+	if err := e.failCmd[name]; err != nil {
+		return []byte("fake failure output\n"), err
+	}
+	if name == "useradd" {
+		user := args[len(args)-1]
+		home := "/home/" + user
+		line := fmt.Sprintf("%s:x:%d:%d:Terrarium admin:%s:/bin/bash\n", user, os.Getuid(), os.Getgid(), home)
+		f, err := os.OpenFile(e.path("/etc/passwd"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(e.path(home), 0o750); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func (e *env) commands() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, len(e.cmds))
+	for i, c := range e.cmds {
+		out[i] = strings.Join(c, " ")
+	}
+	return out
+}
+
+func (e *env) resetCommands() {
+	e.mu.Lock()
+	e.cmds = nil
+	e.mu.Unlock()
+}
+
+// now is a clock that advances a second on every call.
+func (e *env) now() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.clockNow = e.clockNow.Add(time.Second)
+	return e.clockNow
+}
+
+// sourceOf adapts a test's source function into a provider: ok=false and
+// no error is an absent config.
+func sourceOf(src func(ctx context.Context) ([]byte, string, bool, error)) configsource.Provider {
+	return configsource.Func{N: "test", F: func(ctx context.Context) (*configsource.Found, error) {
+		data, from, ok, err := src(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("test source: %w", configsource.ErrAbsent)
+		}
+		return &configsource.Found{Config: data, Source: from}, nil
+	}}
+}
+
+func (e *env) options(src func(ctx context.Context) ([]byte, string, bool, error)) Options {
+	return e.optionsWith(sourceOf(src))
+}
+
+// optionsWith probes the providers for enrollment and for changes.
+func (e *env) optionsWith(providers ...configsource.Provider) Options {
+	return Options{
+		Host:          e.host(),
+		Console:       &e.console,
+		Log:           slog.New(slog.DiscardHandler),
+		Sources:       providers,
+		ChangeSources: providers,
+		BootLoader:    e.loader,
+		Reboot: func(ctx context.Context) error {
+			e.mu.Lock()
+			e.reboots++
+			e.mu.Unlock()
+			return nil
+		},
+		PollInterval:     time.Millisecond,
+		AddressWait:      0,
+		TrialRebootDelay: time.Millisecond,
+		Now:              e.now,
+	}
+}
+
+// run runs firstboot with a config source that always returns config.
+func (e *env) run(config string) error {
+	e.t.Helper()
+	return e.runWith(staticSource(config))
+}
+
+func (e *env) runWith(src func(ctx context.Context) ([]byte, string, bool, error)) error {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Run(ctx, e.options(src))
+}
+
+func (e *env) runWithProviders(providers ...configsource.Provider) error {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Run(ctx, e.optionsWith(providers...))
+}
+
+func staticSource(config string) func(ctx context.Context) ([]byte, string, bool, error) {
+	return func(ctx context.Context) ([]byte, string, bool, error) {
+		return []byte(config), configFrom, true, nil
+	}
+}
+
+// sourceResult is one answer of a config source: ok=false and err=nil
+// means no config disk.
+type sourceResult struct {
+	data string
+	ok   bool
+	err  error
+}
+
+// sequenceSource returns the results in order, repeating the last one; the
+// counter tells how often it was called.
+func sequenceSource(results ...sourceResult) (func(ctx context.Context) ([]byte, string, bool, error), *int) {
+	calls := new(int)
+	return func(ctx context.Context) ([]byte, string, bool, error) {
+		r := results[min(*calls, len(results)-1)]
+		*calls++
+		if !r.ok && r.err == nil {
+			return nil, "", false, nil
+		}
+		return []byte(r.data), configFrom, r.ok, r.err
+	}, calls
+}
+
+func (e *env) journal() *Journal {
+	e.t.Helper()
+	j, err := LoadJournal(e.path(journalPath()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+func (e *env) lastBoot() BootRecord {
+	e.t.Helper()
+	j := e.journal()
+	if len(j.Boots) == 0 {
+		e.t.Fatal("journal has no boots")
+	}
+	return j.Boots[len(j.Boots)-1]
+}
+
+func (e *env) status() Status {
+	e.t.Helper()
+	var s Status
+	if err := json.Unmarshal([]byte(e.read(StatusFile)), &s); err != nil {
+		e.t.Fatalf("status.json: %v", err)
+	}
+	return s
+}
+
+// statusIfAny is status.json while firstboot runs: nil when it is not
+// there (yet) or not whole.
+func (e *env) statusIfAny() *Status {
+	b, err := os.ReadFile(e.path(StatusFile))
+	if err != nil {
+		return nil
+	}
+	var s Status
+	if json.Unmarshal(b, &s) != nil {
+		return nil
+	}
+	return &s
+}
+
+// consoleStatuses parses every "terrarium-status: {json}" line on the
+// console, in order.
+func (e *env) consoleStatuses() []Status {
+	e.t.Helper()
+	var out []Status
+	for _, line := range strings.Split(e.console.String(), "\n") {
+		js, ok := strings.CutPrefix(line, "terrarium-status: ")
+		if !ok {
+			continue
+		}
+		var s Status
+		if err := json.Unmarshal([]byte(js), &s); err != nil {
+			e.t.Fatalf("console status line %q: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func stepResults(r BootRecord) []string {
+	var out []string
+	for _, s := range r.Steps {
+		out = append(out, s.Name+"="+s.Result)
+	}
+	return out
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+// fakeLoader is a BootLoader that records its calls.
+type fakeLoader struct {
+	mu        sync.Mutex
+	trial     bool
+	trialErr  error
+	result    BlessResult
+	blessErr  error
+	blessed   []layout.Slot
+	trialAsks []layout.Slot
+}
+
+func (l *fakeLoader) OnTrial(ctx context.Context, slot layout.Slot) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.trialAsks = append(l.trialAsks, slot)
+	return l.trial, l.trialErr
+}
+
+func (l *fakeLoader) Bless(ctx context.Context, slot layout.Slot) (BlessResult, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.blessed = append(l.blessed, slot)
+	if l.blessErr != nil {
+		return "", l.blessErr
+	}
+	return l.result, nil
+}
+
+func (l *fakeLoader) blessCalls() []layout.Slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.blessed)
+}
+
+var errFake = errors.New("fake error")
+
+func (e *env) host() *Host {
+	ex := e.exec
+	if e.hostExec != nil {
+		ex = e.hostExec
+	}
+	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
+		Probe: func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
+		KubeClient: func(kubeconfig string) (APIClient, error) {
+			nodes := e.nodes
+			if nodes == nil {
+				nodes = []string{"cp-1", "w-1"}
+			}
+			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
+		},
+		CheckRuntime: func(ctx context.Context, endpoint string) (cri.Info, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-check", endpoint})
+			rt := e.runtime
+			e.mu.Unlock()
+			if rt != nil {
+				return rt(ctx, endpoint)
+			}
+			return cri.Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: "systemd"}, nil
+		},
+		PullImage: func(ctx context.Context, endpoint, ref string) (bool, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-pull", ref})
+			pull := e.pull
+			e.mu.Unlock()
+			if pull != nil {
+				return pull(ctx, ref)
+			}
+			return true, nil
+		},
+		ContainerRunning: func(ctx context.Context, endpoint, name string) (bool, error) {
+			e.mu.Lock()
+			e.cmds = append(e.cmds, []string{"cri-running", name})
+			running := e.running
+			e.mu.Unlock()
+			return running == nil || running(name), nil
+		}}
+}
+
+// fakeAPI is a cluster of Ready nodes as the API shows them: only the
+// admin may list them, or write Leases.
+type fakeAPI struct {
+	kubeconfig string
+	leases     *fakeLeases
+	nodes      []string
+}
+
+// fakeLeases keeps Leases as the API does: a new resourceVersion at every
+// write, a conflict for a write at an old one.
+type fakeLeases struct {
+	mu      sync.Mutex
+	byName  map[string]kubeclient.Lease
+	version int
+}
+
+func (f *fakeLeases) get(name string) (kubeclient.Lease, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.byName[name]
+	return l, ok
+}
+
+// put writes a Lease as another node would.
+func (f *fakeLeases) put(l kubeclient.Lease) kubeclient.Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.putLocked(l)
+}
+
+func (f *fakeLeases) putLocked(l kubeclient.Lease) kubeclient.Lease {
+	if f.byName == nil {
+		f.byName = map[string]kubeclient.Lease{}
+	}
+	f.version++
+	l.ResourceVersion = fmt.Sprint(f.version)
+	f.byName[l.Name] = l
+	return l
+}
+
+func (f fakeAPI) admin() error {
+	if f.kubeconfig != AdminKubeconfig {
+		return &kubeclient.StatusError{Code: 403, Status: "403 Forbidden", Body: "as " + f.kubeconfig}
+	}
+	return nil
+}
+
+func (f fakeAPI) Lease(ctx context.Context, ns, name string) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	l, ok := f.leases.get(name)
+	if !ok || l.Namespace != ns {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+	}
+	return l, nil
+}
+
+func (f fakeAPI) CreateLease(ctx context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	if _, ok := f.leases.get(l.Name); ok {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return f.leases.put(l), nil
+}
+
+func (f fakeAPI) UpdateLease(ctx context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	if err := f.admin(); err != nil {
+		return kubeclient.Lease{}, err
+	}
+	return f.leases.swap(l)
+}
+
+// swap writes l if the stored Lease is still at l's version.
+func (f *fakeLeases) swap(l kubeclient.Lease) (kubeclient.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.byName[l.Name]; !ok || cur.ResourceVersion != l.ResourceVersion {
+		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return f.putLocked(l), nil
+}
+
+func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
+	if f.kubeconfig != AdminKubeconfig {
+		return nil, fmt.Errorf("GET /api/v1/nodes: 403 Forbidden (as %s)", f.kubeconfig)
+	}
+	var out []kubeclient.Node
+	for _, n := range f.nodes {
+		out = append(out, kubeclient.Node{Name: n, Ready: true})
+	}
+	return out, nil
+}
+
+func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error) {
+	if !slices.Contains(f.nodes, name) {
+		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
+	}
+	return kubeclient.Node{Name: name, Ready: true}, nil
+}

@@ -1,0 +1,408 @@
+// Package firstboot is the appliance's orchestrator, run by systemd at every
+// boot: it acquires the machine config from a config disk, applies it on
+// the first boot (verifies and heals on later boots), records each step in a
+// journal on TERRA-STATE, reports status on the console and in
+// /run/terrarium/status.json, and blesses the boot only when its health
+// check passes.
+package firstboot
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+)
+
+// Options wires firstboot to its machine. Every field has a production
+// value from Defaults; tests replace them.
+type Options struct {
+	Host    *Host
+	Console io.Writer // what a person at the machine reads
+	Log     *slog.Logger
+	// Sources are probed in order until one offers a config, while the
+	// node is not enrolled (docs/config-acquisition.md).
+	Sources []configsource.Provider
+	// ChangeSources are probed at every boot of an enrolled node for a
+	// signed change request: the media a person inserts.
+	ChangeSources []configsource.Provider
+	// BootLoader blesses the boot.
+	BootLoader BootLoader
+	// Reboot restarts the machine (after a failed trial boot).
+	Reboot       func(ctx context.Context) error
+	PollInterval time.Duration
+	// WatchInterval is how often a running node looks for a change
+	// request after its boot; 0 means it does not (firstboot run then
+	// ends after the boot is blessed).
+	WatchInterval time.Duration
+	// AddressWait bounds the wait for configured interfaces' addresses.
+	AddressWait time.Duration
+	// TrialRebootDelay is how long a failed trial boot stays up (for a
+	// person to read the console) before it reboots into the fallback.
+	TrialRebootDelay time.Duration
+	Now              func() time.Time
+}
+
+// Run provisions or verifies the machine, then blesses the boot if healthy.
+func Run(ctx context.Context, o Options) error {
+	r, err := newRunner(o)
+	if err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+type runner struct {
+	o Options
+	// mu guards the journal, this boot's record and the status: long
+	// phases report progress from several goroutines (the image pulls),
+	// and the journal has one writer at a time.
+	mu      sync.Mutex
+	rel     *release.Release
+	slot    layout.Slot
+	bootID  string
+	journal *Journal
+	rec     *BootRecord
+	// changeSeen is the fingerprint of what the change sources offered
+	// when last looked at (judged once).
+	changeSeen string
+	status     Status
+}
+
+func newRunner(o Options) (*runner, error) {
+	h := o.Host
+	rel, err := release.Load(h.Path(layout.ReleaseFile))
+	if err != nil {
+		return nil, err
+	}
+	cmdline, _ := os.ReadFile(h.Path("/proc/cmdline"))
+	slot := layout.SlotA
+	for _, f := range strings.Fields(string(cmdline)) {
+		if v, ok := strings.CutPrefix(f, layout.CmdlineSlot+"="); ok && layout.Slot(v).Valid() {
+			slot = layout.Slot(v)
+		}
+	}
+	bootID, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
+	j, err := LoadJournal(h.Path(journalPath()))
+	if err != nil {
+		return nil, err
+	}
+	// One line at a time on the console, whichever goroutine reports.
+	o.Console = &lockedWriter{w: o.Console}
+	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), journal: j}
+	r.rec = j.Current(r.bootID, string(slot))
+	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.rec.Boot}
+	created, _ := os.ReadFile(h.Path(layout.StateMount + "/" + layout.StateMarkerFile))
+	r.status.StateCreated = strings.TrimSpace(string(created))
+	return r, nil
+}
+
+func journalPath() string { return layout.StateMount + "/" + layout.StateJournal }
+
+func (r *runner) say(format string, args ...any) {
+	fmt.Fprintf(r.o.Console, "terrarium: "+format+"\n", args...)
+	r.o.Log.Info(fmt.Sprintf(format, args...))
+}
+
+func (r *runner) saveJournal() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.journal.Save(r.o.Host.Path(journalPath()))
+}
+
+func (r *runner) step(name, result, detail string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rec.Steps = append(r.rec.Steps, StepRecord{Name: name, Result: result, Detail: detail, At: r.o.Now().UTC()})
+	return r.journal.Save(r.o.Host.Path(journalPath()))
+}
+
+func (r *runner) run(ctx context.Context) error {
+	if err := r.saveJournal(); err != nil {
+		return fmt.Errorf("journal on TERRA-STATE: %w", err)
+	}
+	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.rec.Boot)
+	cfg, ch, err := r.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	if ch != nil {
+		cfg = r.applyChange(ctx, cfg, ch)
+	} else if err := r.provisionOrVerify(ctx, cfg); err != nil {
+		return err
+	}
+	r.waitForAddresses(ctx, cfg)
+	err = r.healthAndBless(ctx, cfg)
+	if r.o.WatchInterval <= 0 || ctx.Err() != nil {
+		return err
+	}
+	if err != nil {
+		r.o.Log.Error("unhealthy; still watching for a signed change that repairs the node", "err", err)
+	}
+	return r.watchChanges(ctx, cfg)
+}
+
+// provisionOrVerify applies the desired config on its first boot and
+// verifies (heals) it on later ones.
+func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Config) error {
+	digest := cfg.Digest()
+	mode := "provision"
+	if p := r.journal.Provisioned; p != nil && p.ConfigDigest == digest {
+		mode = "verify"
+	}
+	r.rec.Mode = mode
+	if err := r.apply(ctx, cfg, mode); err != nil {
+		r.rec.Result = "failed"
+		r.status.State, r.status.Message = StateFailed, err.Error()
+		r.saveJournal()
+		r.publish()
+		return err
+	}
+	state := StateVerified
+	if mode == "provision" {
+		state = StateProvisioned
+	}
+	return r.applied(cfg, mode, state)
+}
+
+// applied records that cfg is in place.
+func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
+	digest := cfg.Digest()
+	if mode != "verify" {
+		r.journal.Provisioned = &Provisioned{ConfigDigest: digest, At: r.o.Now().UTC(), Boot: r.rec.Boot}
+	}
+	r.status.State = state
+	r.rec.Result = state
+	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
+	return r.saveJournal()
+}
+
+// applyChange reconciles the node to an accepted change: each phase
+// touches only what differs. When a phase fails, the enrolled config is
+// applied again, so the node is as it was, and the console says so; the
+// node runs on with it. It returns the config the node now runs.
+func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, ch *change) *machineconfig.Config {
+	r.rec.Mode = "change"
+	err := r.apply(ctx, ch.cfg, "change")
+	if err == nil {
+		err = r.commitChange(ch)
+	}
+	if err == nil {
+		if err := r.applied(ch.cfg, "change", StateChanged); err != nil {
+			r.say("record the change: %v", err)
+		}
+		r.status.Enrolled = r.journal.Enrollment.Summary()
+		return ch.cfg
+	}
+	r.say("the config change from %s FAILED (%v); restoring the enrolled config", ch.from, err)
+	r.step("config change", "failed", err.Error())
+	if rerr := r.apply(ctx, stored, "provision"); rerr != nil {
+		r.say("restoring the enrolled config failed too: %v", rerr)
+		r.status.State, r.status.Message = StateFailed, rerr.Error()
+	} else {
+		r.say("the enrolled config is in place again: nothing of the change remains")
+		r.applied(stored, "verify", StateVerified)
+		r.status.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
+	}
+	r.saveJournal()
+	return stored
+}
+
+// acquire returns the node's desired config. An enrolled node reads it
+// from its stored state, and looks for a change request on its change
+// sources; a node not enrolled waits for a valid config from its sources
+// and enrolls with it. Nothing is applied while the config is missing or
+// invalid; the console says what to do.
+func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, error) {
+	if e := r.journal.Enrollment; e != nil {
+		stored, err := r.loadStored(e)
+		if err != nil {
+			r.status.State, r.status.Message = StateFailed, err.Error()
+			r.say("%v", err)
+			r.publish()
+			return nil, nil, err
+		}
+		r.status.Enrolled = e.Summary()
+		r.say("enrolled %s; running from the stored config (%s)", e.Summary(), e.Digest)
+		return stored, r.changeRequest(ctx, stored), nil
+	}
+	var lastProblem string
+	for {
+		found, err := r.probe(ctx, r.o.Sources)
+		problem := ""
+		switch {
+		case err != nil:
+			problem = err.Error()
+		case found == nil:
+			problem = "waiting"
+		default:
+			cfg, perr := machineconfig.Parse(found.Source+":"+"machine.yaml", found.Config)
+			if perr == nil {
+				perr = r.admissible(cfg)
+			}
+			if perr == nil {
+				r.say("config from %s is valid (%s)", found.Source, cfg.Digest())
+				if err := r.enroll(cfg, found.Source); err != nil {
+					return nil, nil, err
+				}
+				// The note about a missing or invalid config is settled.
+				r.status.Message = ""
+				r.status.Enrolled = r.journal.Enrollment.Summary()
+				return cfg, nil, nil
+			}
+			problem = perr.Error()
+		}
+		if problem != lastProblem {
+			r.reportConfigProblem(problem)
+			lastProblem = problem
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(r.o.PollInterval):
+		}
+	}
+}
+
+// admissible reports what makes a valid config unusable on this machine
+// now, before anything is applied: a bootstrap token that expired before
+// it was used (the init node creates it in the cluster, the others join
+// with it; afterwards its expiry no longer matters).
+//
+// An admin named like an account or group the image already has (other
+// than the admin firstboot itself created) would make useradd fail halfway
+// through apply: it is a validation error instead.
+func (r *runner) admissible(cfg *machineconfig.Config) error {
+	if name := adminName(cfg); name != "" && name != managedAdmin(r.o.Host) {
+		file, err := nameTaken(r.o.Host, name)
+		if err != nil {
+			return fmt.Errorf("admin.name: cannot check %q against this image's accounts: %w", name, err)
+		}
+		if file != "" {
+			return fmt.Errorf("admin.name: %q is already an account or group of this image (%s); choose another name, such as \"ops\"", name, file)
+		}
+	}
+	cl := cfg.Cluster
+	if cl == nil || tokenUsed(r.o.Host, cl.Role) {
+		return nil
+	}
+	return cl.CheckToken(r.o.Now())
+}
+
+func (r *runner) reportConfigProblem(problem string) {
+	if problem == "waiting" {
+		r.status.State = StateWaiting
+		r.status.Message = "insert a config disk labelled TERRA-CONFIG holding machine.yaml"
+		r.say("no config disk found: insert a disk or USB stick labelled %s holding %s (make one with 'imagebuild config disk'); waiting", layout.LabelConfig, "machine.yaml")
+	} else {
+		r.status.State = StateConfigInvalid
+		r.status.Message = problem
+		r.say("the config is invalid; nothing was applied. Fix these and re-insert the disk:")
+		for _, line := range strings.Split(problem, "\n") {
+			r.say("  %s", line)
+		}
+	}
+	r.step("config", "waiting", r.status.Message)
+	r.publish()
+}
+
+// apply runs each phase: provision applies; verify checks and heals what
+// drifted.
+func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
+	r.watchHost(cfg)
+	for _, p := range phasesFor(cfg) {
+		if mode == "verify" {
+			if err := p.Verify(ctx, r.o.Host, cfg); err == nil {
+				if err := r.step(p.Name, "verified", ""); err != nil {
+					return err
+				}
+				continue
+			} else {
+				r.say("%s drifted (%v); healing", p.Name, err)
+			}
+		}
+		if err := p.Apply(ctx, r.o.Host, cfg); err != nil {
+			r.step(p.Name, "failed", err.Error())
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+		result := "applied"
+		switch mode {
+		case "verify":
+			result = "healed"
+		case "change":
+			result = "changed"
+		}
+		if err := r.step(p.Name, result, ""); err != nil {
+			return err
+		}
+		r.say("%s: %s", p.Name, result)
+	}
+	return nil
+}
+
+// waitForAddresses gives configured interfaces a moment (DHCP) to get
+// their addresses, so the banner shows them. It never fails the boot: a
+// DHCP server that is down must not roll the node back.
+func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config) {
+	if len(cfg.Network.Interfaces) == 0 {
+		return
+	}
+	deadline := r.o.Now().Add(r.o.AddressWait)
+	for len(addresses()) == 0 && r.o.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// watchHost lets long phases report their steps: each goes to the
+// journal, the console and the published status.
+func (r *runner) watchHost(cfg *machineconfig.Config) {
+	h := r.o.Host
+	if cfg.Cluster != nil && r.status.Cluster == nil {
+		r.status.Cluster = &ClusterStatus{Role: cfg.Cluster.Role}
+	}
+	h.Progress = func(step, result, detail string) {
+		r.step(step, result, detail)
+		if detail != "" {
+			r.say("%s: %s: %s", step, result, detail)
+		} else {
+			r.say("%s: %s", step, result)
+		}
+		// What a node waits for, and the end of a wait (a join lock
+		// taken), show in the status as they happen.
+		if result == "started" || result == "waiting" || result == "lock" {
+			r.publish()
+		}
+	}
+	h.Cluster = func(update func(*ClusterStatus)) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.status.Cluster == nil {
+			r.status.Cluster = &ClusterStatus{}
+		}
+		update(r.status.Cluster)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,101 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// BootLoader is the boot entries' side of boot counting.
+type BootLoader interface {
+	// OnTrial reports whether slot's entry still carries a boot counter.
+	OnTrial(ctx context.Context, slot layout.Slot) (bool, error)
+	// Bless removes the counter of slot's entry.
+	Bless(ctx context.Context, slot layout.Slot) (BlessResult, error)
+}
+
+// BlessResult says what blessing found.
+type BlessResult string
+
+// Bless results.
+const (
+	BlessedNow     BlessResult = "blessed"
+	AlreadyBlessed BlessResult = "good"
+)
+
+// errUnhealthy marks a failed health check.
+var errUnhealthy = errors.New("health check failed")
+
+// health checks that the node is what the config says and its state is
+// writable. A release carrying the "health" fault (a deliberately broken
+// test build) always fails.
+func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
+	if r.rel.HasFault("health") {
+		return fmt.Errorf("%w: this build carries the injected fault \"health\"", errUnhealthy)
+	}
+	for _, p := range phasesFor(cfg) {
+		if err := p.Verify(ctx, r.o.Host, cfg); err != nil {
+			return fmt.Errorf("%w: %s: %v", errUnhealthy, p.Name, err)
+		}
+	}
+	probe := r.o.Host.Path(layout.StateMount + "/" + layout.StateTerrarium + "/.health")
+	if err := os.WriteFile(probe, []byte(r.bootID), 0o644); err != nil {
+		return fmt.Errorf("%w: TERRA-STATE is not writable: %v", errUnhealthy, err)
+	}
+	return os.Remove(probe)
+}
+
+func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) error {
+	err := r.health(ctx, cfg)
+	healthy := err == nil
+	r.status.Healthy = &healthy
+	if !healthy {
+		r.step("health", "failed", err.Error())
+		r.status.Message = err.Error()
+		r.status.Blessed = "not blessed"
+		r.say("%v", err)
+		trial, terr := r.o.BootLoader.OnTrial(ctx, r.slot)
+		if terr != nil || !trial {
+			// A blessed slot that turns unhealthy stays up for repair:
+			// rebooting would only loop.
+			r.say("this boot is NOT blessed; the slot is not on trial, so it stays up for repair")
+			r.publish()
+			return err
+		}
+		r.say("this boot is NOT blessed; rebooting in %s so the boot loader counts the failed try", r.o.TrialRebootDelay)
+		r.publish()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.o.TrialRebootDelay):
+		}
+		return r.o.Reboot(ctx)
+	}
+	r.step("health", "passed", "")
+	// Healthy: every image the node runs is unpacked; made durable before
+	// the window closes.
+	if closed, err := closeUnpackWindow(r.o.Host); err != nil {
+		r.step("images durable", "failed", err.Error())
+		r.status.Message = err.Error()
+		r.publish()
+		return err
+	} else if closed {
+		r.step("images durable", "synced", "")
+	}
+	res, err := r.o.BootLoader.Bless(ctx, r.slot)
+	if err != nil {
+		r.step("bless", "failed", err.Error())
+		r.status.Blessed = "bless failed: " + err.Error()
+		r.publish()
+		return fmt.Errorf("bless slot %s: %w", r.slot, err)
+	}
+	r.status.Blessed = string(res)
+	r.step("bless", string(res), "")
+	r.publish()
+	return nil
+}

@@ -1,0 +1,94 @@
+package firstboot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+)
+
+// imagePullTimeout bounds one image's pull (hundreds of megabytes
+// unpacked under emulation take minutes).
+const imagePullTimeout = 15 * time.Minute
+
+// pullsAtOnce is how many images the images step pulls at the same
+// time: one pull is mostly a single thread (containerd's unpacking, the
+// registry's hashing), and a control plane has two CPUs.
+const pullsAtOnce = 2
+
+// controlPlaneRepositories are the repositories of the Kubernetes bundle
+// a control plane runs containers from: etcd, the static pods and CoreDNS,
+// then the pod sandbox, kube-proxy and the pod network that every node
+// runs.
+func controlPlaneRepositories() []string {
+	return []string{
+		"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "registry.k8s.io/kube-controller-manager",
+		"registry.k8s.io/kube-scheduler", "registry.k8s.io/coredns/coredns",
+		"registry.k8s.io/pause", "registry.k8s.io/kube-proxy", "docker.io/flannel/flannel",
+	}
+}
+
+// controlPlaneImages are the images of the slot's bundle a control plane
+// runs, in controlPlaneRepositories' order; an application's images are
+// never among them.
+func controlPlaneImages(h *Host) ([]string, error) {
+	names, err := bundleImages(h)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, repo := range controlPlaneRepositories() {
+		for _, n := range names {
+			if i := strings.LastIndex(n, ":"); i > 0 && n[:i] == repo {
+				refs = append(refs, n)
+			}
+		}
+	}
+	return refs, nil
+}
+
+// pullImages makes the images a control plane runs present in containerd,
+// two at a time, from the node's registry cache (containerd's mirrors),
+// right before kubeadm's preflight, which then finds them present. Over
+// kubeadm's own pulls it adds the pod network's image, which the node
+// would otherwise pull only once flannel's manifest is applied, and the
+// journal gets each image's time.
+//
+// Workers have no such step, and joiners do not pull before the API
+// answers: in the 2026-11-25 bench a worker doing so (one vCPU, sharing
+// the host with the init node forming the cluster) took 49, 543 and
+// 603 s for three images the init node pulled in 2 to 33 s, and its join
+// waited behind them. A worker's kubelet pulls them once it has joined,
+// when the control plane has calmed down.
+func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	refs, err := controlPlaneImages(h)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(pullsAtOnce)
+	for _, ref := range refs {
+		if ctx.Err() != nil {
+			break // a pull failed: start no more
+		}
+		g.Go(func() error {
+			start := h.now()
+			pctx, cancel := context.WithTimeout(ctx, imagePullTimeout)
+			defer cancel()
+			pulled, err := h.pullImage(pctx, kubeadmconfig.CRISocket, ref)
+			if err == nil && pulled {
+				h.progress(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.now().Sub(start).Seconds()))
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", err)
+	}
+	return nil
+}

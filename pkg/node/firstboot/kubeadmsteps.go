@@ -1,0 +1,364 @@
+package firstboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// kubeadmStep is one kubeadm phase (or our own step) of a role's sequence.
+type kubeadmStep struct {
+	name string
+	args []string // kubeadm arguments; nil for a step of our own
+	own  func(ctx context.Context, h *Host, c *machineconfig.Config) error
+	// oneAtATime: run while holding the cluster's join lock (see
+	// withJoinLock), never alongside the same step on another node.
+	oneAtATime bool
+}
+
+// ignorePreflight is kubeadm's flag for the preflight checks reported as
+// warnings: SystemVerification always (it reads the running kernel's
+// config, which an appliance kernel does not ship), CRI and
+// ContainerRuntimeVersion always (their two-second deadline is too short
+// for an emulated node; the container runtime step has asked the same
+// questions just before, with a minute each), and those the config names.
+func ignorePreflight(c *machineconfig.Cluster) string {
+	return "--ignore-preflight-errors=" + strings.Join(append([]string{"SystemVerification", "CRI", "ContainerRuntimeVersion"}, c.IgnorePreflightErrors...), ",")
+}
+
+func steps(c *machineconfig.Cluster) []kubeadmStep {
+	cfg := "--config=" + KubeadmConfigFile
+	k := func(args ...string) kubeadmStep {
+		return kubeadmStep{name: strings.Join(args, " "), args: append(args, cfg)}
+	}
+	// The container runtime answering, a control plane's images present,
+	// then the preflight of kubeadm init or join, with the checks it
+	// ignores.
+	runtime := kubeadmStep{name: stepRuntime, own: waitForRuntime}
+	images := kubeadmStep{name: stepImages, own: pullImages}
+	preflight := func(verb string) kubeadmStep {
+		s := k(verb, "phase", "preflight")
+		s.args = append(s.args, ignorePreflight(c))
+		return s
+	}
+	switch c.Role {
+	case machineconfig.RoleInit:
+		return []kubeadmStep{
+			runtime,
+			images,
+			preflight("init"),
+			k("init", "phase", "certs", "all"),
+			k("init", "phase", "kubeconfig", "all"),
+			k("init", "phase", "etcd", "local"),
+			k("init", "phase", "control-plane", "all"),
+			k("init", "phase", "kubelet-start"),
+			{name: "wait for the control plane", own: waitForLocalAPI},
+			k("init", "phase", "upload-config", "all"),
+			// The pod network as early as the admin may write (kubeadm
+			// binds the admin's group to cluster-admin when upload-config
+			// first uses admin.conf): no node is Ready before it runs.
+			{name: "pod network (flannel)", own: applyManifest(FlannelManifest)},
+			k("init", "phase", "mark-control-plane"),
+			k("init", "phase", "bootstrap-token"),
+			k("init", "phase", "kubelet-finalize", "all"),
+			// CoreDNS's air-gapped Corefile before kubeadm's add-on
+			// phase, which keeps it (see addons.CoreDNSConfig).
+			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
+			k("init", "phase", "addon", "coredns"),
+			k("init", "phase", "addon", "kube-proxy"),
+			{name: "admin kubeconfig", own: installAdminKubeconfig},
+		}
+	case machineconfig.RoleControlPlane:
+		return []kubeadmStep{
+			{name: stepWaitForAPI, own: waitForAPI},
+			runtime,
+			images,
+			preflight("join"),
+			// The certificates and kubeconfigs now, the control
+			// plane's static pods only once the local etcd member
+			// exists: written before, kube-apiserver crash-loops
+			// against a missing etcd for as long as the node waits for
+			// the join lock (e2e-ha run 5: a waiting 1-vCPU joiner
+			// took a whole host core that way, starving the members
+			// that were joining).
+			k("join", "phase", "control-plane-prepare", "certs"),
+			k("join", "phase", "control-plane-prepare", "kubeconfig"),
+			k("join", "phase", "kubelet-start"),
+			// One control plane at a time from its etcd join until
+			// its control plane answers, as kubeadm's HA guide joins
+			// them: etcd takes one learner at a time (two voters
+			// added before either starts lose the quorum), and a new
+			// member's first minutes (catching up, then its
+			// kube-apiserver starting) are the heaviest of the join.
+			// In e2e-ha run 6, cp-3 started its kube-apiserver while
+			// cp-2's member was added, and the API stalled for good.
+			oneAtATime(k("join", "phase", "etcd-join")),
+			oneAtATime(k("join", "phase", "control-plane-prepare", "control-plane")),
+			oneAtATime(k("join", "phase", "kubelet-wait-bootstrap")),
+			oneAtATime(k("join", "phase", "control-plane-join", "all")),
+			oneAtATime(kubeadmStep{name: "wait for the control plane", own: waitForLocalAPI}),
+		}
+	default:
+		return []kubeadmStep{
+			{name: stepWaitForAPI, own: waitForAPI},
+			runtime,
+			preflight("join"),
+			// kubelet-start only starts the kubelet, and kubeadm's
+			// kubelet-wait-bootstrap cannot run alone on a worker (it
+			// wants admin.conf): our own step waits for the TLS
+			// bootstrap and deletes the token credential as kubeadm's
+			// would.
+			k("join", "phase", "kubelet-start"),
+			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
+		}
+	}
+}
+
+// kubeadmProgress records the steps done, on TERRA-STATE: after a power
+// cut, provisioning resumes after the last step that completed.
+type kubeadmProgress struct {
+	// Config is the identity of the node the steps ran for
+	// (nodeIdentity).
+	Config string   `json:"config"`
+	Done   []string `json:"done"`
+}
+
+func progressPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, kubeadmProgressRel))
+}
+
+// readProgress reads the saved progress, whatever configuration it ran
+// with; nil when there is none.
+func readProgress(h *Host) (*kubeadmProgress, error) {
+	b, err := os.ReadFile(progressPath(h))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var saved kubeadmProgress
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return nil, fmt.Errorf("%s: %w", progressPath(h), err)
+	}
+	return &saved, nil
+}
+
+// loadProgress is the saved progress if it was made by the same node
+// (identity, nodeIdentity), else a fresh start. A node's kubeadm
+// configuration changes with its token (a --rotate-token disk) without the
+// node changing: its steps stay done. Progress saved before identities
+// keyed it (by legacyHash, the hash of the kubeadm configuration) counts
+// as the node's and is re-keyed on the next save.
+func loadProgress(h *Host, identity, legacyHash string) (*kubeadmProgress, error) {
+	saved, err := readProgress(h)
+	if err != nil {
+		return nil, err
+	}
+	if saved != nil && (saved.Config == identity || saved.Config == legacyHash) {
+		saved.Config = identity
+		return saved, nil
+	}
+	return &kubeadmProgress{Config: identity}, nil
+}
+
+// tokenUsed reports whether the node is past the step that uses the
+// bootstrap token, with any configuration: the init node created it in the
+// cluster, a joiner reached the API with it. Its expiry no longer matters.
+func tokenUsed(h *Host, role string) bool {
+	saved, err := readProgress(h)
+	if err != nil || saved == nil {
+		return false
+	}
+	if role == machineconfig.RoleInit {
+		return saved.done(stepBootstrapToken)
+	}
+	return saved.done(stepWaitForAPI)
+}
+
+func (p *kubeadmProgress) done(step string) bool {
+	for _, d := range p.Done {
+		if d == step {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *kubeadmProgress) save(h *Host, step string) error {
+	p.Done = append(p.Done, step)
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(progressPath(h)), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(progressPath(h), append(b, '\n'), 0o644)
+}
+
+func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	want, err := bundleKubernetesVersion(h)
+	if err != nil {
+		return err
+	}
+	out, err := h.output(ctx, "kubeadm", "version", "-o", "short")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(out); got != want {
+		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
+	}
+	// From here containerd may unpack images (the pulls, the kubelet's
+	// static pods): see unpackwindow.go.
+	if err := openUnpackWindow(h, h.now()); err != nil {
+		return err
+	}
+	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
+	prog, err := loadProgress(h, nodeIdentity(c), hex.EncodeToString(sum[:]))
+	if err != nil {
+		return err
+	}
+	// one runs a step not done yet and records it done.
+	one := func(ctx context.Context, st kubeadmStep) error {
+		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
+		h.progress(st.name, "started", "")
+		if err := runStep(ctx, h, c, st); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		// kubeadm does not sync what it writes: without this, a power
+		// cut could keep the record of a step and lose its files.
+		if err := h.run(ctx, "sync"); err != nil {
+			return err
+		}
+		if err := prog.save(h, st.name); err != nil {
+			return err
+		}
+		h.progress(st.name, "done", "")
+		return nil
+	}
+	for _, run := range stepRuns(steps(cl)) {
+		var todo []kubeadmStep
+		for _, st := range run {
+			if !prog.done(st.name) {
+				todo = append(todo, st)
+			}
+		}
+		if len(todo) == 0 {
+			continue
+		}
+		all := func(ctx context.Context) error {
+			for _, st := range todo {
+				if err := one(ctx, st); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if !todo[0].oneAtATime {
+			if err := all(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		// A run of one-at-a-time steps goes under one hold of the join
+		// lock.
+		h.cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
+		if err := withJoinLock(ctx, h, c, todo[0].name, all); err != nil {
+			return err
+		}
+	}
+	h.cluster(func(s *ClusterStatus) { s.Step = "joined" })
+	if cl.Role == machineconfig.RoleInit {
+		h.cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
+	}
+	return nil
+}
+
+// applyManifest is a step that applies a manifest as the admin.
+func applyManifest(file string) func(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	return func(ctx context.Context, h *Host, c *machineconfig.Config) error {
+		_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file)
+		return err
+	}
+}
+
+// installAdminKubeconfig gives the admin user the admin kubeconfig (the
+// control-plane components never use it: kubeadm gives each its own).
+func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	name := adminName(c)
+	if name == "" {
+		return nil
+	}
+	b, err := os.ReadFile(h.Path(AdminKubeconfig))
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join("/home", name, ".kube", "config")
+	if _, err := h.writeIfChanged(dst, b, 0o600); err != nil {
+		return err
+	}
+	return h.run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+}
+
+// stepRuns splits steps into runs of consecutive steps alike in oneAtATime.
+func stepRuns(steps []kubeadmStep) [][]kubeadmStep {
+	var runs [][]kubeadmStep
+	for i, st := range steps {
+		if i == 0 || st.oneAtATime != steps[i-1].oneAtATime {
+			runs = append(runs, nil)
+		}
+		runs[len(runs)-1] = append(runs[len(runs)-1], st)
+	}
+	return runs
+}
+
+func oneAtATime(st kubeadmStep) kubeadmStep {
+	st.oneAtATime = true
+	return st
+}
+
+// runStep runs one step, up to h.attempts() times, with diagnostics on
+// the console after each failure.
+func runStep(ctx context.Context, h *Host, c *machineconfig.Config, st kubeadmStep) error {
+	var err error
+	for attempt := 1; attempt <= h.attempts(); attempt++ {
+		if st.own != nil {
+			err = st.own(ctx, h, c)
+		} else {
+			_, err = h.output(ctx, "kubeadm", st.args...)
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.attempts(), err))
+		h.progress(st.name, "diagnostics", diagnostics(ctx, h))
+		if attempt < h.attempts() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(h.delay(stepRetryDelay)):
+			}
+		}
+	}
+	return err
+}

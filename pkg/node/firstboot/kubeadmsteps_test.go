@@ -1,0 +1,119 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+)
+
+// Every role's preflight ignores SystemVerification, the two CRI checks
+// the container runtime step makes with a longer deadline, and the checks
+// the config names, and nothing else.
+func TestPreflightIgnoresWhatTheConfigNames(t *testing.T) {
+	for _, role := range []string{machineconfig.RoleInit, machineconfig.RoleControlPlane, machineconfig.RoleWorker} {
+		for _, tt := range []struct {
+			ignore []string
+			want   string
+		}{
+			{nil, "--ignore-preflight-errors=SystemVerification,CRI,ContainerRuntimeVersion"},
+			{[]string{"NumCPU", "Mem"}, "--ignore-preflight-errors=SystemVerification,CRI,ContainerRuntimeVersion,NumCPU,Mem"},
+		} {
+			c := &machineconfig.Cluster{Role: role, IgnorePreflightErrors: tt.ignore}
+			var flags []string
+			for _, s := range steps(c) {
+				for _, a := range s.args {
+					if strings.HasPrefix(a, "--ignore-preflight-errors") {
+						if !strings.HasSuffix(s.name, "phase preflight") {
+							t.Errorf("%s: step %q ignores preflight errors", role, s.name)
+						}
+						flags = append(flags, a)
+					}
+				}
+			}
+			if !slices.Equal(flags, []string{tt.want}) {
+				t.Errorf("%s with ignorePreflightErrors %v: preflight flags %q, want [%s]", role, tt.ignore, flags, tt.want)
+			}
+		}
+	}
+}
+
+// Every role asks the container runtime, right before kubeadm's preflight
+// (whose own CRI checks it lets pass as warnings).
+func TestRuntimeCheckedBeforePreflight(t *testing.T) {
+	for _, node := range []string{"cp-1", "cp-2", "w-1"} {
+		t.Run(node, func(t *testing.T) {
+			e, _ := clusterEnv(t, "")
+			e.nodes = []string{"cp-1", "cp-2", "w-1"}
+			if err := e.run(clusterConfigWith(t, node, 2)); err != nil {
+				t.Fatalf("Run: %v\n%s", err, e.console.String())
+			}
+			cmds := e.commands()
+			check := slices.Index(cmds, "cri-check "+kubeadmconfig.CRISocket)
+			preflight := slices.IndexFunc(cmds, func(c string) bool { return strings.Contains(c, " phase preflight ") })
+			if check < 0 || preflight < 0 || check > preflight {
+				t.Fatalf("CRI check at %d, preflight at %d, want the check first:\n%s", check, preflight, strings.Join(cmds, "\n"))
+			}
+			for _, c := range cmds[check+1 : preflight] {
+				if strings.HasPrefix(c, "kubeadm ") {
+					t.Errorf("%q ran between the CRI check and the preflight", c)
+				}
+			}
+		})
+	}
+}
+
+// A runtime still starting is asked again until it answers; the
+// preflight runs once, after it does.
+func TestRuntimeWaitedFor(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	asked := 0
+	e.runtime = func(ctx context.Context, endpoint string) (cri.Info, error) {
+		if asked++; asked < 4 {
+			return cri.Info{}, errors.New("dial unix /run/containerd/containerd.sock: connect: no such file or directory")
+		}
+		return cri.Info{RuntimeName: "containerd"}, nil
+	}
+	if err := e.run(clusterConfig(t, "w-1")); err != nil {
+		t.Fatalf("Run: %v\n%s", err, e.console.String())
+	}
+	if asked != 4 {
+		t.Errorf("runtime asked %d times, want 4", asked)
+	}
+	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+		t.Errorf("worker ran %s", got)
+	}
+	if strings.Contains(e.console.String(), "retry") {
+		t.Errorf("waiting for the runtime retried a step:\n%s", e.console.String())
+	}
+}
+
+// A runtime that never answers fails the node with a message naming
+// containerd and the reason, before kubeadm has done anything.
+func TestRuntimeNeverReady(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	e.retryAttempts(1)
+	e.runtime = func(ctx context.Context, endpoint string) (cri.Info, error) {
+		return cri.Info{}, errors.New("containerd at " + endpoint + " is not ready: NotStarted")
+	}
+	if err := e.run(clusterConfig(t, "cp-1")); err == nil {
+		t.Fatal("Run succeeded with no container runtime")
+	}
+	if got := kubeadm(); len(got) != 0 {
+		t.Errorf("kubeadm ran %v without a container runtime", got)
+	}
+	st := e.status()
+	for _, want := range []string{"container runtime", "containerd.service", "is not ready: NotStarted"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("status message %q lacks %q", st.Message, want)
+		}
+	}
+	if st.State != "failed" {
+		t.Errorf("state %q, want failed", st.State)
+	}
+}

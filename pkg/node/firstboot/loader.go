@@ -1,0 +1,83 @@
+package firstboot
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"golang.org/x/sys/unix"
+)
+
+// ESPLoader blesses boots by renaming Boot Loader Spec entries on the
+// EFI system partition, which it mounts only for the rename.
+type ESPLoader struct {
+	Device string // the ESP block device
+	Mount  string // a private mount point
+}
+
+var _ BootLoader = (*ESPLoader)(nil)
+
+func (l *ESPLoader) withESP(write bool, fn func(dir string) error) error {
+	if err := os.MkdirAll(l.Mount, 0o700); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV)
+	if !write {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount(l.Device, l.Mount, "vfat", flags, "umask=0077"); err != nil {
+		return &os.PathError{Op: "mount ESP", Path: l.Device, Err: err}
+	}
+	ferr := fn(l.Mount)
+	unix.Sync()
+	if err := unix.Unmount(l.Mount, 0); err != nil && ferr == nil {
+		ferr = &os.PathError{Op: "unmount ESP", Path: l.Mount, Err: err}
+	}
+	return ferr
+}
+
+// countedEntry finds slot's entry carrying a boot counter.
+func countedEntry(dir string, slot layout.Slot) (string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, layout.ESPEntriesDir, slot.EntryID()+"+*.conf"))
+	if err != nil || len(matches) == 0 {
+		return "", err
+	}
+	return matches[0], nil
+}
+
+// OnTrial implements BootLoader.
+func (l *ESPLoader) OnTrial(ctx context.Context, slot layout.Slot) (bool, error) {
+	var trial bool
+	err := l.withESP(false, func(dir string) error {
+		e, err := countedEntry(dir, slot)
+		trial = e != ""
+		return err
+	})
+	return trial, err
+}
+
+// Bless implements BootLoader.
+func (l *ESPLoader) Bless(ctx context.Context, slot layout.Slot) (BlessResult, error) {
+	res := AlreadyBlessed
+	err := l.withESP(true, func(dir string) error {
+		e, err := countedEntry(dir, slot)
+		if err != nil || e == "" {
+			if _, serr := os.Stat(filepath.Join(dir, layout.ESPEntriesDir, slot.EntryFile(0))); serr != nil {
+				return fmt.Errorf("no boot entry for slot %s on the ESP", slot)
+			}
+			return err
+		}
+		if err := os.Rename(e, filepath.Join(filepath.Dir(e), slot.EntryFile(0))); err != nil {
+			return err
+		}
+		res = BlessedNow
+		return nil
+	})
+	return res, err
+}
+
+// entryName strips the directory from an entry path, for messages.
+func entryName(p string) string { return strings.TrimSuffix(filepath.Base(p), ".conf") }

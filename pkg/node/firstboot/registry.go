@@ -1,0 +1,130 @@
+package firstboot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
+	"github.com/terrarium-os/terrarium/pkg/node/registryd"
+)
+
+// Where the registry phase writes.
+const (
+	CertsDir           = "/etc/containerd/certs.d"
+	RegistryConfigFile = "/etc/terrarium/registry.json"
+	registryPKIDir     = "/etc/terrarium/pki"
+)
+
+// registryFiles renders every file of the registry phase: hosts.toml per
+// upstream, PKI material and registry.json. Modes go with the content.
+func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.FileMode, error) {
+	r := machineconfig.Registry{}
+	if c.Registry != nil {
+		r = *c.Registry
+	}
+	files, modes := map[string]string{}, map[string]os.FileMode{}
+	rc := registryd.Config{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers}
+	add := func(path, content string, mode os.FileMode) {
+		files[path], modes[path] = content, mode
+	}
+	if r.CA != "" {
+		rc.CAFile = registryPKIDir + "/registry-ca.pem"
+		add(rc.CAFile, r.CA, 0o644)
+	}
+	if r.Serve {
+		rc.CertFile, rc.KeyFile = registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem"
+		if !issuesRegistryCert(c) {
+			add(rc.CertFile, r.Certificate, 0o644)
+			add(rc.KeyFile, r.Key, 0o600)
+		}
+	}
+	var peers []mirrors.Peer
+	for _, p := range r.Peers {
+		peers = append(peers, mirrors.Peer{Addr: p, CAFile: rc.CAFile})
+	}
+	for rel, content := range mirrors.Files(peers) {
+		add(filepath.Join(CertsDir, rel), content, 0o644)
+	}
+	b, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	add(RegistryConfigFile, string(b)+"\n", 0o644)
+	return files, modes, nil
+}
+
+func applyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	files, modes, err := registryFiles(c)
+	if err != nil {
+		return err
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	changed := false
+	if issuesRegistryCert(c) {
+		w, err := ensureRegistryCert(h, c, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem")
+		if err != nil {
+			return err
+		}
+		changed = w
+	}
+	for _, p := range paths {
+		w, err := h.writeIfChanged(p, []byte(files[p]), modes[p])
+		if err != nil {
+			return err
+		}
+		changed = changed || w
+	}
+	if !changed {
+		return nil
+	}
+	// The registry re-reads its config on restart; containerd reads
+	// hosts.toml on every pull.
+	return h.run(ctx, "systemctl", "try-restart", "terrarium-registry.service")
+}
+
+func verifyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error {
+	files, _, err := registryFiles(c)
+	if err != nil {
+		return err
+	}
+	for p, content := range files {
+		b, err := os.ReadFile(h.Path(p))
+		if err != nil {
+			return err
+		}
+		if string(b) != content {
+			return fmt.Errorf("%s differs from the machine config", p)
+		}
+	}
+	if issuesRegistryCert(c) {
+		w, err := ensureRegistryCertCheck(h, c)
+		if err != nil || w {
+			return fmt.Errorf("the registry's certificate does not fit the cluster CA and address: %v", err)
+		}
+	}
+	return nil
+}
+
+// ensureRegistryCertCheck reports whether the issued certificate needs
+// replacing, without replacing it.
+func ensureRegistryCertCheck(h *Host, c *machineconfig.Config) (bool, error) {
+	ca, err := x509CA(c)
+	if err != nil {
+		return false, err
+	}
+	ap, err := netip.ParseAddrPort(c.Registry.Listen)
+	if err != nil {
+		return false, err
+	}
+	return registryCertFits(h, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem", ca, ap.Addr()) != nil, nil
+}

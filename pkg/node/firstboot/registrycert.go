@@ -1,0 +1,116 @@
+package firstboot
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// issuesRegistryCert: a control plane that serves its images and got no
+// certificate in its config issues one from the cluster CA it holds.
+func issuesRegistryCert(c *machineconfig.Config) bool {
+	r := c.Registry
+	return r != nil && r.Serve && r.Certificate == "" && c.Cluster != nil && c.Cluster.PKI != nil
+}
+
+// ensureRegistryCert keeps a serving certificate for the registry's listen
+// IP, signed by the cluster CA, at certFile/keyFile; an existing one that
+// still fits is kept. It reports whether it wrote.
+func ensureRegistryCert(h *Host, c *machineconfig.Config, certFile, keyFile string) (bool, error) {
+	ca, err := tls.X509KeyPair([]byte(c.Cluster.CACert), []byte(c.Cluster.PKI.CAKey))
+	if err != nil {
+		return false, fmt.Errorf("cluster CA: %w", err)
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		return false, err
+	}
+	ap, err := netip.ParseAddrPort(c.Registry.Listen)
+	if err != nil {
+		return false, err
+	}
+	if registryCertFits(h, certFile, keyFile, caCert, ap.Addr()) == nil {
+		return false, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return false, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "terrarium-registry " + c.Hostname},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     caCert.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{ap.Addr().AsSlice()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		return false, fmt.Errorf("issue registry certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return false, err
+	}
+	if _, err := h.writeIfChanged(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return false, err
+	}
+	if _, err := h.writeIfChanged(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// registryCertFits checks an issued certificate: it pairs with its key,
+// chains to the cluster CA, names ip and has not expired.
+func registryCertFits(h *Host, certFile, keyFile string, ca *x509.Certificate, ip netip.Addr) error {
+	certPEM, err := os.ReadFile(h.Path(certFile))
+	if err != nil {
+		return err
+	}
+	keyPEM, err := os.ReadFile(h.Path(keyFile))
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return err
+	}
+	return cert.VerifyHostname(ip.String())
+}
+
+// x509CA parses the cluster CA certificate.
+func x509CA(c *machineconfig.Config) (*x509.Certificate, error) {
+	b, _ := pem.Decode([]byte(c.Cluster.CACert))
+	if b == nil {
+		return nil, fmt.Errorf("cluster CA: no PEM certificate")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}

@@ -1,0 +1,86 @@
+package firstboot
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+)
+
+// ResetOptions wire `firstboot reset`.
+type ResetOptions struct {
+	// Root is the host root ("/").
+	Root string
+	// In answers the confirmation question; Out is where it is asked.
+	In  io.Reader
+	Out io.Writer
+	// Yes skips the question.
+	Yes bool
+	// Reboot restarts the machine once the request is recorded; nil
+	// leaves it to the caller.
+	Reboot func(ctx context.Context) error
+	Now    func() time.Time
+}
+
+// ResetWord is what a person types to confirm a reset.
+const ResetWord = "erase"
+
+// ErrResetDeclined means the person did not confirm.
+var ErrResetDeclined = errors.New("reset not confirmed: nothing was changed")
+
+// Reset takes the node back to an unenrolled one: it says what the reset
+// erases, asks for confirmation unless Yes, records the request on
+// TERRA-STATE and reboots; the initramfs formats TERRA-STATE on the way up
+// (as with terrarium.reset-state on the kernel command line), and the node
+// enrolls again from the first valid config its sources offer.
+func Reset(ctx context.Context, o ResetOptions) error {
+	h := &Host{Root: o.Root}
+	fmt.Fprint(o.Out, resetSummary(h))
+	if !o.Yes {
+		fmt.Fprintf(o.Out, "Type %q to erase TERRA-STATE and reboot: ", ResetWord)
+		line, _ := bufio.NewReader(o.In).ReadString('\n')
+		if strings.TrimSpace(line) != ResetWord {
+			return ErrResetDeclined
+		}
+	}
+	p := h.Path(filepath.Join(layout.StateMount, layout.StateResetRequest))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(p, []byte("requested at "+o.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record the reset request: %w", err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(p)); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.Out, "reset requested: TERRA-STATE is erased on the next boot")
+	if o.Reboot == nil {
+		return nil
+	}
+	fmt.Fprintln(o.Out, "rebooting")
+	return o.Reboot(ctx)
+}
+
+// resetSummary says what a reset erases.
+func resetSummary(h *Host) string {
+	var b strings.Builder
+	b.WriteString("firstboot reset erases TERRA-STATE, the node's whole writable state:\n")
+	if j, err := LoadJournal(h.Path(journalPath())); err == nil && j.Enrollment != nil {
+		fmt.Fprintf(&b, "  - the enrolled config (%s, enrolled %s)\n", j.Enrollment.Digest, j.Enrollment.Summary())
+	} else {
+		b.WriteString("  - the enrolled config (this node is not enrolled)\n")
+	}
+	b.WriteString("  - the journal and the Kubernetes progress (the node forms or joins its cluster again)\n")
+	b.WriteString("  - every change to /etc (admin users, network files) and all of /var:\n")
+	b.WriteString("    containerd's images and containers, the kubelet's state, this node's etcd data, the registry cache\n")
+	b.WriteString("The slots (the OS) are kept. A control plane's etcd member must be removed from the cluster first.\n")
+	return b.String()
+}

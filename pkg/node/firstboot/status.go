@@ -1,0 +1,188 @@
+package firstboot
+
+import (
+	"encoding/json"
+	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// States a node reports.
+const (
+	StateWaiting       = "waiting-for-config"
+	StateConfigInvalid = "config-invalid"
+	StateProvisioned   = "provisioned"
+	StateVerified      = "verified"
+	// StateChanged: a signed config change was applied this boot.
+	StateChanged = "changed"
+	StateFailed  = "failed"
+)
+
+// StatusFile is where firstboot publishes the node's status.
+const StatusFile = "/run/terrarium/status.json"
+
+// Status is the content of status.json.
+type Status struct {
+	Name         string   `json:"name"`
+	Version      string   `json:"version"`
+	Slot         string   `json:"slot"`
+	Boot         int      `json:"boot"`
+	State        string   `json:"state"`
+	Mode         string   `json:"mode,omitempty"`
+	Hostname     string   `json:"hostname,omitempty"`
+	Addresses    []string `json:"addresses,omitempty"`
+	ConfigDigest string   `json:"configDigest,omitempty"`
+	StateCreated string   `json:"stateCreated,omitempty"`
+	// Enrolled says where and when the node enrolled ("from X at T").
+	Enrolled string `json:"enrolled,omitempty"`
+	Healthy  *bool  `json:"healthy,omitempty"`
+	Blessed  string `json:"blessed,omitempty"`
+	Message  string `json:"message,omitempty"`
+	// Cluster is the node's part in its Kubernetes cluster, if any.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+}
+
+// ClusterStatus is what the banner and `firstboot status` say about the
+// node's cluster.
+type ClusterStatus struct {
+	Role string `json:"role"`
+	// Step is the provisioning step in progress, or the last one done.
+	Step string `json:"step,omitempty"`
+	// APIUp says the API answered through the node's balancer.
+	APIUp bool `json:"apiUp"`
+	// Nodes is what the API last said: "<ready>/<total> nodes Ready" on a
+	// control plane, "this node Ready" on a worker, which may read only
+	// its own Node.
+	Nodes string `json:"nodes,omitempty"`
+	// AdminKubeconfig is where the admin kubeconfig is (init node).
+	AdminKubeconfig string `json:"adminKubeconfig,omitempty"`
+}
+
+// publish writes status.json, then prints the banner and the file's
+// content (read back) on the console.
+func (r *runner) publish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Addresses = addresses()
+	data, err := json.Marshal(r.status)
+	if err != nil {
+		return
+	}
+	path := r.o.Host.Path(StatusFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+			r.o.Log.Error("write status", "err", err)
+		}
+	}
+	written, err := os.ReadFile(path)
+	if err != nil {
+		r.o.Log.Error("read back status", "err", err)
+		return
+	}
+	fmt.Fprint(r.o.Console, Banner(r.status))
+	fmt.Fprintf(r.o.Console, "terrarium-status: %s", written)
+}
+
+func addresses() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ip, _, _ := net.ParseCIDR(a.String()); ip != nil && ip.IsLinkLocalUnicast() {
+				continue
+			}
+			out = append(out, a.String()+" ("+ifc.Name+")")
+		}
+	}
+	return out
+}
+
+// Banner draws the console banner.
+func Banner(s Status) string {
+	rows := [][2]string{
+		{"version", fmt.Sprintf("%s %s (slot %s, boot %d)", s.Name, s.Version, s.Slot, s.Boot)},
+		{"hostname", orDash(s.Hostname)},
+		{"addresses", orDash(strings.Join(s.Addresses, ", "))},
+		{"state", s.State + modeNote(s)},
+	}
+	if s.Enrolled != "" {
+		rows = append(rows, [2]string{"enrolled", s.Enrolled})
+	}
+	if c := s.Cluster; c != nil {
+		api := "down"
+		if c.APIUp {
+			api = "up"
+		}
+		rows = append(rows, [2]string{"cluster", fmt.Sprintf("%s, API %s, %s", c.Role, api, orDash(c.Nodes))})
+		if c.Step != "" {
+			rows = append(rows, [2]string{"step", c.Step})
+		}
+		if c.AdminKubeconfig != "" {
+			rows = append(rows, [2]string{"kubeconfig", c.AdminKubeconfig})
+		}
+	}
+	if s.Message != "" {
+		rows = append(rows, [2]string{"note", s.Message})
+	}
+	const width = 66
+	var b strings.Builder
+	title := " Terrarium "
+	b.WriteString("╭" + strings.Repeat("─", 3) + title + strings.Repeat("─", width-3-len(title)) + "╮\n")
+	for _, row := range rows {
+		// A value of several lines (an invalid config's problems) gets a
+		// row per line, so no newline breaks the box.
+		for i, text := range strings.Split(row[1], "\n") {
+			label := row[0]
+			if i > 0 {
+				label = ""
+			}
+			line := fmt.Sprintf(" %-10s %s", label, text)
+			for _, part := range wrap(line, width-1) {
+				b.WriteString("│" + part + strings.Repeat(" ", width-len([]rune(part))) + "│\n")
+			}
+		}
+	}
+	b.WriteString("╰" + strings.Repeat("─", width) + "╯\n")
+	return b.String()
+}
+
+func modeNote(s Status) string {
+	var notes []string
+	if s.Healthy != nil {
+		notes = append(notes, map[bool]string{true: "healthy", false: "UNHEALTHY"}[*s.Healthy])
+	}
+	if s.Blessed != "" {
+		notes = append(notes, "boot "+s.Blessed)
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, ", ") + ")"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func wrap(s string, n int) []string {
+	var out []string
+	r := []rune(s)
+	for len(r) > n {
+		out = append(out, string(r[:n]))
+		r = append([]rune("            "), r[n:]...)
+	}
+	return append(out, string(r))
+}

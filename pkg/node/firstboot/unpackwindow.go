@@ -1,0 +1,148 @@
+package firstboot
+
+import (
+	"errors"
+	"fmt"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"golang.org/x/sys/unix"
+)
+
+// The unpack window spans the part of formation in which containerd
+// unpacks images onto STATE: from the start of the kubernetes phase until
+// the node is healthy (its static pods, kube-proxy and pod network run, so
+// every image it needs is unpacked) and STATE has been synced.
+//
+// containerd records an unpacked snapshot as committed in its metadata
+// (which it syncs) before the files it unpacked reach the disk (which it
+// does not sync): a power cut in between leaves images containerd trusts
+// with empty or truncated files, and their containers fail with "exec
+// format error" for good (containerd/containerd#10457, #5854, #3671).
+// Terrarium keeps nothing it cannot vouch for: a boot that finds the window
+// still open starts containerd from an empty store (RepairRuntime, before
+// containerd starts), and the images come again from the slot's bundle
+// through the node's registry.
+
+func unpackWindowPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateUnpackWindow))
+}
+
+// openUnpackWindow durably records that containerd may unpack images from
+// now on, before it can, with the boot that opened it.
+func openUnpackWindow(h *Host, now time.Time) error {
+	p := unpackWindowPath(h)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	return writeUnpackWindow(h, now)
+}
+
+func writeUnpackWindow(h *Host, now time.Time) error {
+	p := unpackWindowPath(h)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	line := fmt.Sprintf("opened %s boot %s\n", now.UTC().Format(time.RFC3339), currentBootID(h))
+	if err := atomicfile.WriteFile(p, []byte(line), 0o644); err != nil {
+		return fmt.Errorf("open the image unpack window: %w", err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(p))
+}
+
+// currentBootID is the kernel's id of this boot.
+func currentBootID(h *Host) string {
+	b, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
+	return strings.TrimSpace(string(b))
+}
+
+// windowBootID is the boot that opened the window.
+func windowBootID(data []byte) string {
+	f := strings.Fields(string(data))
+	if len(f) == 4 && f[2] == "boot" {
+		return f[3]
+	}
+	return ""
+}
+
+// closeUnpackWindow makes everything containerd unpacked durable (a sync
+// of STATE's whole filesystem), then removes the record. It reports whether
+// a window was open.
+func closeUnpackWindow(h *Host) (bool, error) {
+	p := unpackWindowPath(h)
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err := syncFS(h.Path(layout.StateMount)); err != nil {
+		return true, fmt.Errorf("sync TERRA-STATE before closing the image unpack window: %w", err)
+	}
+	if err := os.Remove(p); err != nil {
+		return true, fmt.Errorf("close the image unpack window: %w", err)
+	}
+	return true, atomicfile.SyncDir(filepath.Dir(p))
+}
+
+// RepairRuntime runs before containerd starts (containerd.service's
+// ExecStartPre, `firstboot repair-images`). When the last boot was cut
+// inside the unpack window, it removes containerd's store, which may hold
+// torn images, and says so on console; containerd then starts empty. The
+// window stays open: the images unpacked again are made durable before it
+// closes. It reports whether it removed the store.
+//
+// The window file names the boot that opened it: containerd restarting
+// within that boot (no power cut) keeps its store.
+func RepairRuntime(root string, console io.Writer) (bool, error) {
+	h := &Host{Root: root}
+	window, err := os.ReadFile(unpackWindowPath(h))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if id := windowBootID(window); id != "" && id == currentBootID(h) {
+		return false, nil // containerd restarted within the boot: no power cut
+	}
+	store := h.Path(layout.ContainerdRoot)
+	if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
+		"removing %s, which may hold torn images: they are pulled again from this slot's bundle\n",
+		filepath.Join(layout.StateMount, layout.StateUnpackWindow), layout.ContainerdRoot)
+	// Renamed first, so a power cut during the removal leaves no half
+	// store where containerd looks.
+	torn := store + ".torn"
+	if err := os.RemoveAll(torn); err != nil {
+		return false, fmt.Errorf("remove %s: %w", torn, err)
+	}
+	if err := os.Rename(store, torn); err != nil {
+		return false, fmt.Errorf("move aside %s: %w", store, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(store)); err != nil {
+		return false, err
+	}
+	if err := os.RemoveAll(torn); err != nil {
+		return false, fmt.Errorf("remove %s: %w", torn, err)
+	}
+	// The window is this boot's now: containerd restarting later in it
+	// keeps what it unpacked since.
+	return true, writeUnpackWindow(h, time.Now())
+}
+
+// syncFS flushes the whole filesystem holding dir (syncfs(2)).
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package firstboot
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+)
+
+func TestUnpackWindow(t *testing.T) {
+	root := t.TempDir()
+	h := &Host{Root: root}
+	require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
+	setBootID(t, root, "boot-1")
+
+	closed, err := closeUnpackWindow(h)
+	require.NoError(t, err)
+	assert.False(t, closed, "no window was open")
+
+	require.NoError(t, openUnpackWindow(h, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+	b, err := os.ReadFile(unpackWindowPath(h))
+	require.NoError(t, err)
+	assert.Equal(t, "opened 2026-01-02T03:04:05Z boot boot-1\n", string(b))
+	// Opening again keeps the first time.
+	require.NoError(t, openUnpackWindow(h, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)))
+	b, err = os.ReadFile(unpackWindowPath(h))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "2026-01-02")
+
+	closed, err = closeUnpackWindow(h)
+	require.NoError(t, err)
+	assert.True(t, closed)
+	assert.NoFileExists(t, unpackWindowPath(h))
+}
+
+func TestRepairRuntime(t *testing.T) {
+	seed := func(t *testing.T, window bool) string {
+		root := t.TempDir()
+		store := filepath.Join(root, layout.ContainerdRoot)
+		blob := filepath.Join(store, "io.containerd.snapshotter.v1.overlayfs", "snapshots", "7", "fs", "usr", "local", "bin", "etcd")
+		require.NoError(t, os.MkdirAll(filepath.Dir(blob), 0o755))
+		require.NoError(t, os.WriteFile(blob, nil, 0o755)) // torn: empty
+		if window {
+			setBootID(t, root, "cut-boot")
+			require.NoError(t, openUnpackWindow(&Host{Root: root}, time.Now()))
+		}
+		setBootID(t, root, "this-boot")
+		return root
+	}
+	t.Run("window open: store removed, window kept", func(t *testing.T) {
+		root := seed(t, true)
+		var console bytes.Buffer
+		removed, err := RepairRuntime(root, &console)
+		require.NoError(t, err)
+		assert.True(t, removed)
+		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot))
+		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
+		w, err := os.ReadFile(unpackWindowPath(&Host{Root: root}))
+		require.NoError(t, err, "the window closes only once the new images are durable")
+		assert.Equal(t, "this-boot", windowBootID(w))
+		assert.Contains(t, console.String(), "may hold torn images")
+
+		// containerd restarts later in the same boot: what it unpacked
+		// since is kept.
+		require.NoError(t, os.MkdirAll(filepath.Join(root, layout.ContainerdRoot, "new"), 0o755))
+		removed, err = RepairRuntime(root, &console)
+		require.NoError(t, err)
+		assert.False(t, removed)
+		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "new"))
+	})
+	t.Run("window closed: store kept", func(t *testing.T) {
+		root := seed(t, false)
+		var console bytes.Buffer
+		removed, err := RepairRuntime(root, &console)
+		require.NoError(t, err)
+		assert.False(t, removed)
+		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "io.containerd.snapshotter.v1.overlayfs"))
+		assert.Empty(t, console.String())
+	})
+	t.Run("a removal cut short is finished", func(t *testing.T) {
+		root := seed(t, true)
+		torn := filepath.Join(root, layout.ContainerdRoot+".torn", "leftover")
+		require.NoError(t, os.MkdirAll(torn, 0o755))
+		removed, err := RepairRuntime(root, &bytes.Buffer{})
+		require.NoError(t, err)
+		assert.True(t, removed)
+		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
+	})
+}
+
+func setBootID(t *testing.T, root, id string) {
+	t.Helper()
+	p := filepath.Join(root, "/proc/sys/kernel/random/boot_id")
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(id+"\n"), 0o644))
+}

@@ -1,0 +1,139 @@
+package kubeadmconfig
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func cluster(role, ip string) *machineconfig.Cluster {
+	return &machineconfig.Cluster{
+		Name: "lab", Role: role, NodeIP: ip, ControlPlanes: []string{"10.77.0.10", "10.77.0.11"},
+		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12",
+		Token: "abcdef.0123456789abcdef", TokenExpires: now.Add(24 * time.Hour),
+		CACertHash: "sha256:" + strings.Repeat("ab", 32),
+	}
+}
+
+func TestRender(t *testing.T) {
+	for _, tt := range []struct{ name, role, ip string }{
+		{"init", machineconfig.RoleInit, "10.77.0.10"},
+		{"controlplane", machineconfig.RoleControlPlane, "10.77.0.11"},
+		{"worker", machineconfig.RoleWorker, "10.77.0.20"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Render(Input{Cluster: cluster(tt.role, tt.ip), NodeName: "node-" + tt.name, KubernetesVersion: "v1.36.3", PodResolvConf: "/etc/terrarium/pod-resolv.conf", Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every document is YAML with the kind kubeadm expects.
+			dec := yaml.NewDecoder(strings.NewReader(string(got)))
+			var kinds []string
+			for {
+				var doc map[string]any
+				if err := dec.Decode(&doc); err != nil {
+					break
+				}
+				kinds = append(kinds, doc["kind"].(string))
+			}
+			want := "JoinConfiguration"
+			if tt.role == machineconfig.RoleInit {
+				want = "InitConfiguration,ClusterConfiguration,KubeletConfiguration,KubeProxyConfiguration"
+			}
+			if strings.Join(kinds, ",") != want {
+				t.Errorf("documents %v, want %s", kinds, want)
+			}
+			golden := filepath.Join("testdata", tt.name+".yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantBytes, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(wantBytes) {
+				t.Errorf("differs from %s (run with -update to accept):\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestRenderTTLAndExpiry(t *testing.T) {
+	c := cluster(machineconfig.RoleInit, "10.77.0.10")
+	got, err := Render(Input{Cluster: c, NodeName: "cp-1", KubernetesVersion: "v1.36.3", Now: now.Add(23 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), TTLLine+`"1h0m0s"`) {
+		t.Errorf("an hour before expiry the TTL line should say 1h:\n%s", got)
+	}
+	// A later boot of the init node, after the token expired, still
+	// renders (to verify the file), never with a TTL of zero ("never").
+	late, err := Render(Input{Cluster: c, NodeName: "cp-1", KubernetesVersion: "v1.36.3", Now: now.Add(25 * time.Hour)})
+	if err != nil {
+		t.Fatalf("rendering after the token expired: %v", err)
+	}
+	if !strings.Contains(string(late), TTLLine+`"1s"`) {
+		t.Errorf("after expiry the TTL line should say 1s:\n%s", late)
+	}
+}
+
+// TestPatches: each patch names its target's container, etcd requests the
+// most CPU of the static pods, and together they request no more than
+// kubeadm's own 650m (a node that admitted kubeadm's pods admits these).
+func TestPatches(t *testing.T) {
+	millicores := func(q string) int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSuffix(q, "m"))
+		if err != nil || !strings.HasSuffix(q, "m") {
+			t.Fatalf("CPU request %q: want millicores like 100m", q)
+		}
+		return n
+	}
+	cpu := map[string]int{}
+	total := 0
+	for name, p := range Patches() {
+		target, ok := strings.CutSuffix(name, "+strategic.yaml")
+		if !ok {
+			t.Fatalf("patch %s: want target+strategic.yaml", name)
+		}
+		var pod struct {
+			Spec struct {
+				Containers []struct {
+					Name      string
+					Resources struct{ Requests map[string]string }
+				}
+			}
+		}
+		if err := yaml.Unmarshal(p, &pod); err != nil {
+			t.Fatalf("patch %s: %v", name, err)
+		}
+		if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != target {
+			t.Fatalf("patch %s: containers %+v, want one named %s", name, pod.Spec.Containers, target)
+		}
+		cpu[target] = millicores(pod.Spec.Containers[0].Resources.Requests["cpu"])
+		total += cpu[target]
+	}
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if cpu[c] == 0 || cpu[c] >= cpu["etcd"] {
+			t.Errorf("%s requests %dm, etcd %dm: want etcd's the largest request", c, cpu[c], cpu["etcd"])
+		}
+	}
+	if total > 650 {
+		t.Errorf("the static pods request %dm in all, more than kubeadm's 650m", total)
+	}
+}

@@ -1,0 +1,211 @@
+// Package registryd is `firstboot registry`: the node's long-running
+// registry. It serves the slot's bundle (read-only) and the node's cache on
+// loopback for containerd, on the node address over TLS for the other nodes
+// when configured, fills the cache from peers on a miss, and adds bundles
+// side-loaded from disks labelled TERRA-BUNDLE.
+package registryd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
+	"github.com/terrarium-os/terrarium/pkg/node/registry"
+)
+
+// Config is /etc/terrarium/registry.json, written by firstboot's registry
+// phase from the machine config.
+type Config struct {
+	Serve    bool     `json:"serve,omitempty"`
+	Listen   string   `json:"listen,omitempty"`
+	Peers    []string `json:"peers,omitempty"`
+	CAFile   string   `json:"caFile,omitempty"`
+	CertFile string   `json:"certFile,omitempty"`
+	KeyFile  string   `json:"keyFile,omitempty"`
+}
+
+// Options wire the daemon to its machine; Defaults has production values.
+type Options struct {
+	BundleDir  string // the slot's OCI layout (absent: no bundle)
+	CacheDir   string // the writable cache on TERRA-STATE
+	ConfigFile string
+	Loopback   string // ip:port for containerd
+	Log        *slog.Logger
+	// Notify tells systemd the registry is ready (sd_notify READY=1).
+	Notify func() error
+	// SideLoad watches for bundle disks; nil disables it.
+	SideLoad *SideLoader
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	cfg, err := loadConfig(o.ConfigFile)
+	if err != nil {
+		return err
+	}
+	var stores []registry.Store
+	if _, err := os.Stat(o.BundleDir); err == nil {
+		l, err := registry.OpenLayout(o.BundleDir, registry.WithLogger(o.Log))
+		if err != nil {
+			return fmt.Errorf("open the slot's bundle: %w", err)
+		}
+		stores = append(stores, l)
+	}
+	cache, err := registry.OpenCache(o.CacheDir, registry.WithLogger(o.Log))
+	if err != nil {
+		return fmt.Errorf("open registry cache: %w", err)
+	}
+	opts := []registry.Option{registry.WithStores(stores...), registry.WithCache(cache), registry.WithLogger(o.Log)}
+	if len(cfg.Peers) > 0 {
+		pool, err := loadCA(cfg.CAFile)
+		if err != nil {
+			return err
+		}
+		var urls []string
+		for _, p := range cfg.Peers {
+			urls = append(urls, "https://"+p)
+		}
+		opts = append(opts, registry.WithPeers(urls, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
+	srv, err := registry.New(opts...)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, 3)
+	ln, err := net.Listen("tcp", o.Loopback)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.Loopback, err)
+	}
+	go func() { errs <- registry.Serve(ctx, ln, srv) }()
+	o.Log.Info("registry: serving", "addr", o.Loopback, "bundle", o.BundleDir, "cache", o.CacheDir, "peers", cfg.Peers)
+	if cfg.Serve {
+		tln, err := tlsListener(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		go func() { errs <- registry.Serve(ctx, tln, srv) }()
+		o.Log.Info("registry: serving peers over TLS", "addr", cfg.Listen)
+	}
+	if o.Notify != nil {
+		if err := o.Notify(); err != nil {
+			o.Log.Warn("registry: sd_notify", "err", err)
+		}
+	}
+	if o.SideLoad != nil {
+		go o.SideLoad.Watch(ctx, cache)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+func loadConfig(path string) (Config, error) {
+	var c Config
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil // not provisioned yet: loopback only
+	}
+	if err != nil {
+		return c, fmt.Errorf("read registry config: %w", err)
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("parse registry config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("registry peers need the cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+func tlsListener(ctx context.Context, c Config) (net.Listener, error) {
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("registry TLS certificate: %w", err)
+	}
+	ln, err := listenFreebind(ctx, c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+}
+
+// listenFreebind listens on addr even while no interface has its address
+// yet (IP_FREEBIND). The peer listener is on the node's cluster address,
+// which the network brings up on its own schedule; a plain bind failed
+// with "cannot assign requested address" and the service restarted until
+// the address came, close to systemd's start limit (seen in make e2e
+// after a power cut). Peers reach the listener once the address is up.
+func listenFreebind(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_FREEBIND, 1)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("set IP_FREEBIND: %w", serr)
+		}
+		return nil
+	}}
+	return lc.Listen(ctx, "tcp", addr)
+}
+
+// Notify returns an sd_notify READY=1 sender for $NOTIFY_SOCKET (a no-op
+// outside systemd).
+func Notify() func() error {
+	return func() error {
+		sock := os.Getenv("NOTIFY_SOCKET")
+		if sock == "" {
+			return nil
+		}
+		if sock[0] == '@' {
+			sock = "\x00" + sock[1:]
+		}
+		conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = conn.Write([]byte("READY=1"))
+		return err
+	}
+}
+
+// Defaults returns the production wiring.
+func Defaults(log *slog.Logger, console io.Writer) Options {
+	return Options{
+		BundleDir:  "/usr/lib/terrarium/bundle",
+		CacheDir:   "/var/lib/terrarium/registry",
+		ConfigFile: "/etc/terrarium/registry.json",
+		Loopback:   mirrors.Loopback,
+		Log:        log,
+		Notify:     Notify(),
+		SideLoad: &SideLoader{
+			LabelDir: "/dev/disk/by-label", MountDir: "/run/terrarium/bundle-disk",
+			Console: console, Log: log, Interval: 2 * time.Second,
+		},
+	}
+}
