@@ -8,17 +8,18 @@ package configdisk
 import (
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
 
-	"github.com/terrarium-os/terrarium/pkg/layout"
-	"github.com/terrarium-os/terrarium/pkg/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
 // FileName is the machine config's name on the disk.
@@ -91,8 +92,24 @@ func writeFile(fs filesystem.FileSystem, name string, data []byte) error {
 		f.Close()
 		return fmt.Errorf("write %s: %w", name, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// go-diskfs stamps entries with the time (or SOURCE_DATE_EPOCH): two
+	// disks of the same config written a second apart would differ.
+	if ct, ok := fs.(interface {
+		Chtimes(p string, ctime, atime, mtime time.Time) error
+	}); ok {
+		if err := ct.Chtimes("/"+name, fileTime, fileTime, fileTime); err != nil {
+			return fmt.Errorf("set the times of %s: %w", name, err)
+		}
+	}
+	return nil
 }
+
+// fileTime is every file's time on a config disk, so that the same config
+// always gives the same disk.
+var fileTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // maxConfigSize is the largest machine.yaml Read accepts.
 const maxConfigSize = 1 << 20
