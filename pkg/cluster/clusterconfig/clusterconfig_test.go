@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
-	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
@@ -54,7 +55,7 @@ func TestWriteThenRerunReproduces(t *testing.T) {
 		if !bytes.Equal(a, b) || len(a) == 0 {
 			t.Errorf("%s: config differs between runs with the same secrets", n.Hostname)
 		}
-		disk, err := configdisk.Read(n.Disk)
+		disk, err := readConfig(n.Disk)
 		if err != nil || !bytes.Equal(disk, a) {
 			t.Errorf("%s: config disk does not hold the config: %v", n.Hostname, err)
 		}
@@ -178,4 +179,12 @@ func TestIgnorePreflightErrorsOnEveryNode(t *testing.T) {
 	if _, err := Configs(&top, s); err == nil || !strings.Contains(err.Error(), "ignorePreflightErrors[0]: all would hide") {
 		t.Errorf("Configs with all ignored: %v, want the config's error", err)
 	}
+}
+
+func readConfig(path string) ([]byte, error) {
+	f, err := labeldisk.ReadDisk(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Config, nil
 }

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
-	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
@@ -45,7 +46,7 @@ func TestWrittenConfigsVerify(t *testing.T) {
 			require.NoError(t, err, "the config does not verify against the key it trusts")
 			assert.Equal(t, clusterKey, signer)
 
-			files, err := configdisk.ReadFiles(n.Disk)
+			files, err := labeldisk.ReadDisk(n.Disk)
 			require.NoError(t, err)
 			assert.Equal(t, data, files.Config)
 			assert.Equal(t, sig, files.Signature)

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"gopkg.in/yaml.v3"
 

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
-	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
@@ -154,7 +155,7 @@ func TestWriteDisk(t *testing.T) {
 	assert.Equal(t, "node-1", cfg.Hostname)
 	require.NotNil(t, s)
 	assert.True(t, s.KeyTrusted)
-	files, err := configdisk.ReadFiles(signedDisk)
+	files, err := labeldisk.ReadDisk(signedDisk)
 	require.NoError(t, err)
 	assert.Equal(t, data, files.Config)
 	_, err = signature.Verify(files.Signature, files.Config, cfg.TrustedPublicKeys())
@@ -164,7 +165,7 @@ func TestWriteDisk(t *testing.T) {
 	_, s, err = WriteDisk(configPath, plainDisk, "")
 	require.NoError(t, err)
 	assert.Nil(t, s)
-	files, err = configdisk.ReadFiles(plainDisk)
+	files, err = labeldisk.ReadDisk(plainDisk)
 	require.NoError(t, err)
 	assert.Nil(t, files.Signature)
 

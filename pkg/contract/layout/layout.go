@@ -27,6 +27,10 @@ const (
 	// characters, and every FAT formatter (mkfs.fat -n, Windows) truncates
 	// TERRA-CONFIG to this.
 	LabelConfigFAT = "TERRA-CONFI"
+	// ConfigFile is the machine config's name on a config volume, and
+	// ConfigSignatureFile its detached signature's.
+	ConfigFile          = "machine.yaml"
+	ConfigSignatureFile = "machine.yaml.sig"
 	// LabelESPFS is the FAT volume label of the ESP.
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
@@ -122,6 +126,13 @@ const (
 	CmdlineResetState = "terrarium.reset-state"
 	// CmdlineRescue drops into the rescue shell before switch_root.
 	CmdlineRescue = "terrarium.rescue"
+)
+
+// Paths inside the initramfs that the build writes and its /init reads.
+const (
+	InitramfsModulesDir   = "/lib/modules"
+	InitramfsModulesOrder = "/lib/modules/load.order"
+	InitramfsBusybox      = "/bin/busybox"
 )
 
 // Paths inside a slot's root filesystem.

@@ -14,15 +14,16 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/u-root/u-root/pkg/cpio"
 	"github.com/ulikunitz/xz"
 )
 
-// Paths inside the initramfs that /init relies on.
+// Paths inside the initramfs that /init relies on: the contract's.
 const (
-	ModulesDir   = "/lib/modules"
-	ModulesOrder = "/lib/modules/load.order"
-	Busybox      = "/bin/busybox"
+	ModulesDir   = layout.InitramfsModulesDir
+	ModulesOrder = layout.InitramfsModulesOrder
+	Busybox      = layout.InitramfsBusybox
 )
 
 // DefaultModules are loaded when the build spec names none: storage

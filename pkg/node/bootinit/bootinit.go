@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/image/initramfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -131,13 +130,13 @@ func parseCmdline(s string) map[string]string {
 // module that fails is reported and skipped: the disk it drives may not be
 // the boot disk.
 func (in *Init) loadModules(context.Context) error {
-	order, err := os.ReadFile(initramfs.ModulesOrder)
+	order, err := os.ReadFile(layout.InitramfsModulesOrder)
 	if err != nil {
 		return err
 	}
 	loaded, failed := 0, 0
 	for _, name := range strings.Fields(string(order)) {
-		data, err := os.ReadFile(filepath.Join(initramfs.ModulesDir, name+".ko"))
+		data, err := os.ReadFile(filepath.Join(layout.InitramfsModulesDir, name+".ko"))
 		if err == nil {
 			err = unix.InitModule(data, "")
 		}
@@ -190,7 +189,7 @@ func (in *Init) rescue(cause error) error {
 }
 
 func (in *Init) shell() {
-	cmd := exec.Command(initramfs.Busybox, "sh")
+	cmd := exec.Command(layout.InitramfsBusybox, "sh")
 	cmd.Env = []string{"PATH=/bin:/sbin:/sysroot/usr/sbin:/sysroot/usr/bin", "PS1=terrarium-rescue# "}
 	if tty, err := os.OpenFile("/dev/console", os.O_RDWR, 0); err == nil {
 		defer tty.Close()

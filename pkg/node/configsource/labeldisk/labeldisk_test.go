@@ -62,7 +62,7 @@ func TestFetchNoMachineYAML(t *testing.T) {
 
 	// The disk is there but holds no config: an error, not absence.
 	_, err = Provider{Dir: dir}.Fetch(context.Background())
-	require.ErrorIs(t, err, configdisk.ErrNoConfig)
+	require.ErrorIs(t, err, ErrNoConfig)
 	assert.NotErrorIs(t, err, configsource.ErrAbsent)
 }
 
