@@ -94,14 +94,15 @@ func TestBadClusterConfigs(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := m.inspectState()
-	if journal := st.readFile("/terrarium/journal.json"); strings.Contains(journal, `"applied"`) || strings.Contains(journal, `"provisioned"`) {
+	if journal := st.readFile("/terrarium/journal.json"); strings.Contains(journal, `"applied"`) || strings.Contains(journal, `"provisioned"`) ||
+		strings.Contains(journal, `"kubeadm"`) || strings.Contains(journal, `"enrollment"`) {
 		t.Fatalf("a bad cluster config applied something:\n%s", journal)
 	}
 	if got := st.readFile("/etc/upper/hostname"); strings.Contains(got, "w-1") {
 		t.Errorf("the hostname was written from a bad cluster config: %q", got)
 	}
 	// debugfs prints nothing on stdout for a file that does not exist.
-	for _, f := range []string{"/etc/upper/terrarium/kubeadm.yaml", "/etc/upper/kubernetes/pki/ca.crt", "/terrarium/kubeadm.json"} {
+	for _, f := range []string{"/etc/upper/terrarium/kubeadm.yaml", "/etc/upper/kubernetes/pki/ca.crt", "/terrarium/machine.yaml"} {
 		if got := st.readFile(f); got != "" {
 			t.Errorf("%s was written from a bad cluster config:\n%s", f, got)
 		}

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/addons"
-	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
@@ -153,7 +154,7 @@ func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 	if i < 0 {
 		return nil, fmt.Errorf("journal: no JSON in %q", raw)
 	}
-	var j firstboot.Journal
+	var j nodestate.Journal
 	if err := json.Unmarshal([]byte(raw[i:]), &j); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
@@ -164,7 +165,7 @@ func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 // their end, a failed attempt named as one and with its message (the
 // bench of 2026-11-25 drew the worker's preflight twice and could not say
 // why).
-func journalPhases(j firstboot.Journal, start time.Time) []phaseMark {
+func journalPhases(j nodestate.Journal, start time.Time) []phaseMark {
 	var out []phaseMark
 	// A step's pulled images, until the record that ends it.
 	pulls := map[string][]string{}

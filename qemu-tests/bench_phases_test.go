@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 )
 
 // TestJournalPhases: a retried step shows in the timeline as a failed
@@ -17,7 +17,7 @@ import (
 func TestJournalPhases(t *testing.T) {
 	start := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
-	j := firstboot.Journal{Boots: []firstboot.BootRecord{{Steps: []firstboot.StepRecord{
+	j := nodestate.Journal{Boots: []nodestate.BootRecord{{Steps: []nodestate.StepRecord{
 		{Name: "wait for the API", Result: "applied", At: at(100)},
 		{Name: "join phase preflight", Result: "started", At: at(101)},
 		{Name: "join phase preflight", Result: "retry", Detail: "attempt 1 of 3 failed: image pull timed out", At: at(170)},

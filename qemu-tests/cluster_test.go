@@ -161,7 +161,7 @@ func TestClusterFormation(t *testing.T) {
 			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			c := dialSSH(dctx, t, n.sshPort, key)
 			// Into a file first, then read until whole (see sshClient.output).
-			if out, err := c.try("{ sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/kubeadm.json; " +
+			if out, err := c.try("{ sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/journal.json | head -60; " +
 				"K='sudo kubectl --kubeconfig /etc/kubernetes/admin.conf'; $K get pods -A -o wide; $K get events -A --sort-by=.lastTimestamp | tail -30; " +
 				"$K -n kube-system describe pods -l k8s-app=kube-dns | tail -25; " +
 				"$K -n kube-flannel logs -l app=flannel --tail=25; $K -n kube-system logs -l k8s-app=kube-proxy --tail=15; } > /tmp/diagnostics.txt 2>&1"); err != nil {

@@ -31,7 +31,9 @@ const (
 	// client certificate the bootstrap ends with.
 	BootstrapKubeconfig = "/etc/kubernetes/bootstrap-kubelet.conf"
 	KubeletClientCert   = "/var/lib/kubelet/pki/kubelet-client-current.pem"
-	kubeadmProgressRel  = "kubeadm.json"
+	// legacyProgressFile is where nodes formed by earlier versions kept
+	// their kubeadm progress (now in the node state).
+	legacyProgressFile = "kubeadm.json"
 	// The steps after which the bootstrap token is no longer needed: a
 	// joiner's wait for the API, the init node's creation of the token.
 	stepWaitForAPI     = "wait for the API"

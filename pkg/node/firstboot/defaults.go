@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/cmdline"
@@ -31,7 +33,7 @@ func Defaults(log *slog.Logger) Options {
 		ChangeSources: []configsource.Provider{
 			labeldisk.Provider{Dir: "/dev/disk/by-label"},
 		},
-		BootLoader:       &ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
+		BootLoader:       &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
 		Reboot:           func(ctx context.Context) error { return RealHost().run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
 		WatchInterval:    3 * time.Second,

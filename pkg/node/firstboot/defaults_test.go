@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
@@ -54,8 +56,8 @@ func TestDefaults(t *testing.T) {
 	if o.PollInterval <= 0 || o.AddressWait <= 0 || o.TrialRebootDelay <= 0 {
 		t.Errorf("durations: %+v", o)
 	}
-	l, ok := o.BootLoader.(*ESPLoader)
+	l, ok := o.BootLoader.(*bootloader.ESPLoader)
 	if !ok || l.Device != "/dev/disk/by-partlabel/"+layout.LabelESP {
-		t.Errorf("BootLoader = %#v", o.BootLoader)
+		t.Errorf("bootloader.BootLoader = %#v", o.BootLoader)
 	}
 }

@@ -6,49 +6,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
 )
-
-// Enrollment records the node's desired state: the config stored on
-// TERRA-STATE (layout.StateNodeConfig), where it came from and when. A
-// node enrolls once, from the first valid config its sources offer; from
-// then on it boots from the stored config, and a different config is a
-// change request that needs a trusted signature (docs/config-acquisition.md).
-type Enrollment struct {
-	// Digest is the stored config's digest (machineconfig.Config.Digest).
-	Digest string `json:"digest"`
-	// Source is where the node enrolled from; At is when.
-	Source string    `json:"source"`
-	At     time.Time `json:"at"`
-	// Change is the last signed change applied, if any.
-	Change *ConfigChange `json:"change,omitempty"`
-}
-
-// ConfigChange is a signed config change the node applied.
-type ConfigChange struct {
-	Digest   string    `json:"digest"`
-	Source   string    `json:"source"`
-	SignedBy string    `json:"signedBy"`
-	At       time.Time `json:"at"`
-}
-
-// Summary is what the banner says: "from X at T".
-func (e *Enrollment) Summary() string {
-	s := fmt.Sprintf("from %s at %s", e.Source, e.At.UTC().Format(time.RFC3339))
-	if c := e.Change; c != nil {
-		s += fmt.Sprintf("; changed from %s at %s (signed by %s)", c.Source, c.At.UTC().Format(time.RFC3339), c.SignedBy)
-	}
-	return s
-}
 
 func storedConfigPath(h *Host) string {
 	return h.Path(filepath.Join(layout.StateMount, layout.StateNodeConfig))
@@ -59,7 +30,7 @@ var errStoredConfig = errors.New("the stored node config is unusable")
 
 // loadStored reads the stored config and checks it against the journal's
 // digest.
-func (r *runner) loadStored(e *Enrollment) (*machineconfig.Config, error) {
+func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, error) {
 	p := storedConfigPath(r.o.Host)
 	data, err := os.ReadFile(p)
 	if err != nil {
@@ -97,10 +68,8 @@ func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
 	if err := r.store(cfg); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	r.journal.Enrollment = &Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Now().UTC()}
-	r.mu.Unlock()
-	if err := r.saveJournal(); err != nil {
+	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Now().UTC()}
+	if err := r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment = e }); err != nil {
 		return err
 	}
 	r.say("enrolled from %s (%s): this node now boots from its stored config; the config medium may be removed", from, cfg.Digest())
@@ -112,12 +81,11 @@ func (r *runner) commitChange(ch *change) error {
 	if err := r.store(ch.cfg); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	e := r.journal.Enrollment
-	e.Digest = ch.cfg.Digest()
-	e.Change = &ConfigChange{Digest: e.Digest, Source: ch.from, SignedBy: ch.signer, At: r.o.Now().UTC()}
-	r.mu.Unlock()
-	return r.saveJournal()
+	digest, at := ch.cfg.Digest(), r.o.Now().UTC()
+	return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) {
+		j.Enrollment.Digest = digest
+		j.Enrollment.Change = &nodestate.ConfigChange{Digest: digest, Source: ch.from, SignedBy: ch.signer, At: at}
+	})
 }
 
 // change is an accepted, not yet applied change request.
@@ -336,7 +304,7 @@ func RunPhase(ctx context.Context, o Options, name string) error {
 	if err != nil {
 		return err
 	}
-	e := r.journal.Enrollment
+	e, _ := r.journal()
 	if e == nil {
 		return fmt.Errorf("this node is not enrolled: `firstboot run` enrolls it from a config source first")
 	}

@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
@@ -94,7 +98,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{
 		t:        t,
 		root:     t.TempDir(),
-		loader:   &fakeLoader{result: BlessedNow},
+		loader:   &fakeLoader{result: bootloader.BlessedNow},
 		failCmd:  map[string]error{},
 		clockNow: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
 	}
@@ -297,16 +301,16 @@ func sequenceSource(results ...sourceResult) (func(ctx context.Context) ([]byte,
 	}, calls
 }
 
-func (e *env) journal() *Journal {
+func (e *env) journal() *nodestate.Journal {
 	e.t.Helper()
-	j, err := LoadJournal(e.path(journalPath()))
+	j, err := nodestate.Load(e.path(journalPath()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return j
 }
 
-func (e *env) lastBoot() BootRecord {
+func (e *env) lastBoot() nodestate.BootRecord {
 	e.t.Helper()
 	j := e.journal()
 	if len(j.Boots) == 0 {
@@ -357,7 +361,7 @@ func (e *env) consoleStatuses() []Status {
 	return out
 }
 
-func stepResults(r BootRecord) []string {
+func stepResults(r nodestate.BootRecord) []string {
 	var out []string
 	for _, s := range r.Steps {
 		out = append(out, s.Name+"="+s.Result)
@@ -374,12 +378,12 @@ func mode(t *testing.T, path string) os.FileMode {
 	return fi.Mode().Perm()
 }
 
-// fakeLoader is a BootLoader that records its calls.
+// fakeLoader is a bootloader.BootLoader that records its calls.
 type fakeLoader struct {
 	mu        sync.Mutex
 	trial     bool
 	trialErr  error
-	result    BlessResult
+	result    bootloader.BlessResult
 	blessErr  error
 	blessed   []layout.Slot
 	trialAsks []layout.Slot
@@ -392,7 +396,7 @@ func (l *fakeLoader) OnTrial(ctx context.Context, slot layout.Slot) (bool, error
 	return l.trial, l.trialErr
 }
 
-func (l *fakeLoader) Bless(ctx context.Context, slot layout.Slot) (BlessResult, error) {
+func (l *fakeLoader) Bless(ctx context.Context, slot layout.Slot) (bootloader.BlessResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.blessed = append(l.blessed, slot)

@@ -16,6 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
@@ -35,7 +39,7 @@ type Options struct {
 	// signed change request: the media a person inserts.
 	ChangeSources []configsource.Provider
 	// BootLoader blesses the boot.
-	BootLoader BootLoader
+	BootLoader bootloader.BootLoader
 	// Reboot restarts the machine (after a failed trial boot).
 	Reboot       func(ctx context.Context) error
 	PollInterval time.Duration
@@ -62,15 +66,15 @@ func Run(ctx context.Context, o Options) error {
 
 type runner struct {
 	o Options
-	// mu guards the journal, this boot's record and the status: long
-	// phases report progress from several goroutines (the image pulls),
-	// and the journal has one writer at a time.
-	mu      sync.Mutex
-	rel     *release.Release
-	slot    layout.Slot
-	bootID  string
-	journal *Journal
-	rec     *BootRecord
+	// mu guards the status: long phases report progress from several
+	// goroutines (the image pulls).
+	mu     sync.Mutex
+	rel    *release.Release
+	slot   layout.Slot
+	bootID string
+	// state is the node's persisted state, written only through it.
+	state *nodestate.Store
+	boot  int
 	// changeSeen is the fingerprint of what the change sources offered
 	// when last looked at (judged once).
 	changeSeen string
@@ -91,15 +95,16 @@ func newRunner(o Options) (*runner, error) {
 		}
 	}
 	bootID, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
-	j, err := LoadJournal(h.Path(journalPath()))
+	state, err := nodestate.Open(h.Path(journalPath()))
 	if err != nil {
 		return nil, err
 	}
 	// One line at a time on the console, whichever goroutine reports.
 	o.Console = &lockedWriter{w: o.Console}
-	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), journal: j}
-	r.rec = j.Current(r.bootID, string(slot))
-	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.rec.Boot}
+	h.State = state
+	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), state: state}
+	state.Read(func(j *nodestate.Journal) { r.boot = j.Current(r.bootID, string(slot)).Boot })
+	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot}
 	created, _ := os.ReadFile(h.Path(layout.StateMount + "/" + layout.StateMarkerFile))
 	r.status.StateCreated = strings.TrimSpace(string(created))
 	return r, nil
@@ -112,24 +117,40 @@ func (r *runner) say(format string, args ...any) {
 	r.o.Log.Info(fmt.Sprintf(format, args...))
 }
 
-func (r *runner) saveJournal() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.journal.Save(r.o.Host.Path(journalPath()))
+// record changes the node state and this boot's record, and saves them.
+func (r *runner) record(fn func(j *nodestate.Journal, rec *nodestate.BootRecord)) error {
+	return r.state.Update(func(j *nodestate.Journal) {
+		fn(j, j.Current(r.bootID, string(r.slot)))
+	})
+}
+
+// journal returns a copy of the node state's top-level records.
+func (r *runner) journal() (enrollment *nodestate.Enrollment, provisioned *nodestate.Provisioned) {
+	r.state.Read(func(j *nodestate.Journal) {
+		if j.Enrollment != nil {
+			e := *j.Enrollment
+			enrollment = &e
+		}
+		if j.Provisioned != nil {
+			p := *j.Provisioned
+			provisioned = &p
+		}
+	})
+	return enrollment, provisioned
 }
 
 func (r *runner) step(name, result, detail string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rec.Steps = append(r.rec.Steps, StepRecord{Name: name, Result: result, Detail: detail, At: r.o.Now().UTC()})
-	return r.journal.Save(r.o.Host.Path(journalPath()))
+	at := r.o.Now().UTC()
+	return r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) {
+		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: name, Result: result, Detail: detail, At: at})
+	})
 }
 
 func (r *runner) run(ctx context.Context) error {
-	if err := r.saveJournal(); err != nil {
+	if err := r.record(func(*nodestate.Journal, *nodestate.BootRecord) {}); err != nil {
 		return fmt.Errorf("journal on TERRA-STATE: %w", err)
 	}
-	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.rec.Boot)
+	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.boot)
 	cfg, ch, err := r.acquire(ctx)
 	if err != nil {
 		return err
@@ -155,14 +176,15 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Config) error {
 	digest := cfg.Digest()
 	mode := "provision"
-	if p := r.journal.Provisioned; p != nil && p.ConfigDigest == digest {
+	if _, p := r.journal(); p != nil && p.ConfigDigest == digest {
 		mode = "verify"
 	}
-	r.rec.Mode = mode
+	if err := r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Mode = mode }); err != nil {
+		return err
+	}
 	if err := r.apply(ctx, cfg, mode); err != nil {
-		r.rec.Result = "failed"
+		r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Result = "failed" })
 		r.status.State, r.status.Message = StateFailed, err.Error()
-		r.saveJournal()
 		r.publish()
 		return err
 	}
@@ -176,13 +198,15 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 // applied records that cfg is in place.
 func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
 	digest := cfg.Digest()
-	if mode != "verify" {
-		r.journal.Provisioned = &Provisioned{ConfigDigest: digest, At: r.o.Now().UTC(), Boot: r.rec.Boot}
-	}
+	at := r.o.Now().UTC()
 	r.status.State = state
-	r.rec.Result = state
 	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
-	return r.saveJournal()
+	return r.record(func(j *nodestate.Journal, rec *nodestate.BootRecord) {
+		if mode != "verify" {
+			j.Provisioned = &nodestate.Provisioned{ConfigDigest: digest, At: at, Boot: rec.Boot}
+		}
+		rec.Result = state
+	})
 }
 
 // applyChange reconciles the node to an accepted change: each phase
@@ -190,8 +214,10 @@ func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
 // applied again, so the node is as it was, and the console says so; the
 // node runs on with it. It returns the config the node now runs.
 func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, ch *change) *machineconfig.Config {
-	r.rec.Mode = "change"
-	err := r.apply(ctx, ch.cfg, "change")
+	err := r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Mode = "change" })
+	if err == nil {
+		err = r.apply(ctx, ch.cfg, "change")
+	}
 	if err == nil {
 		err = r.commitChange(ch)
 	}
@@ -199,7 +225,9 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 		if err := r.applied(ch.cfg, "change", StateChanged); err != nil {
 			r.say("record the change: %v", err)
 		}
-		r.status.Enrolled = r.journal.Enrollment.Summary()
+		if e, _ := r.journal(); e != nil {
+			r.status.Enrolled = e.Summary()
+		}
 		return ch.cfg
 	}
 	r.say("the config change from %s FAILED (%v); restoring the enrolled config", ch.from, err)
@@ -212,7 +240,6 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 		r.applied(stored, "verify", StateVerified)
 		r.status.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
 	}
-	r.saveJournal()
 	return stored
 }
 
@@ -222,7 +249,7 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 // and enrolls with it. Nothing is applied while the config is missing or
 // invalid; the console says what to do.
 func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, error) {
-	if e := r.journal.Enrollment; e != nil {
+	if e, _ := r.journal(); e != nil {
 		stored, err := r.loadStored(e)
 		if err != nil {
 			r.status.State, r.status.Message = StateFailed, err.Error()
@@ -255,7 +282,9 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 				}
 				// The note about a missing or invalid config is settled.
 				r.status.Message = ""
-				r.status.Enrolled = r.journal.Enrollment.Summary()
+				if e, _ := r.journal(); e != nil {
+					r.status.Enrolled = e.Summary()
+				}
 				return cfg, nil, nil
 			}
 			problem = perr.Error()

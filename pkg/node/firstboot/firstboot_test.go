@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -135,7 +137,7 @@ func TestFirstRunProvisions(t *testing.T) {
 	// Status.
 	s := e.status()
 	if s.State != StateProvisioned || s.Mode != "provision" || s.Hostname != "node-1" || s.Slot != "a" || s.Boot != 1 ||
-		s.Name != "terrarium" || s.Version != "1.2.3" || s.ConfigDigest != cfg.Digest() || s.Blessed != string(BlessedNow) ||
+		s.Name != "terrarium" || s.Version != "1.2.3" || s.ConfigDigest != cfg.Digest() || s.Blessed != string(bootloader.BlessedNow) ||
 		s.Healthy == nil || !*s.Healthy || s.StateCreated != "created=2025-06-01T11:59:00Z slot=a" || s.Message != "" {
 		t.Errorf("status = %+v", s)
 	}
@@ -191,7 +193,7 @@ func TestSecondBootVerifies(t *testing.T) {
 	}
 	e.resetCommands()
 	e.console.Reset()
-	e.loader.result = AlreadyBlessed
+	e.loader.result = bootloader.AlreadyBlessed
 	e.setBootID("22222222-2222-2222-2222-222222222222")
 
 	if err := e.run(fullConfig); err != nil {
@@ -216,7 +218,7 @@ func TestSecondBootVerifies(t *testing.T) {
 		t.Errorf("provisioned = %+v, want boot 1", j.Provisioned)
 	}
 	s := e.status()
-	if s.State != StateVerified || s.Mode != "verify" || s.Boot != 2 || s.Blessed != string(AlreadyBlessed) {
+	if s.State != StateVerified || s.Mode != "verify" || s.Boot != 2 || s.Blessed != string(bootloader.AlreadyBlessed) {
 		t.Errorf("status = %+v", s)
 	}
 	if !strings.Contains(e.console.String(), "Terrarium 1.2.3, slot a, boot 2") {

@@ -11,23 +11,6 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
-// BootLoader is the boot entries' side of boot counting.
-type BootLoader interface {
-	// OnTrial reports whether slot's entry still carries a boot counter.
-	OnTrial(ctx context.Context, slot layout.Slot) (bool, error)
-	// Bless removes the counter of slot's entry.
-	Bless(ctx context.Context, slot layout.Slot) (BlessResult, error)
-}
-
-// BlessResult says what blessing found.
-type BlessResult string
-
-// Bless results.
-const (
-	BlessedNow     BlessResult = "blessed"
-	AlreadyBlessed BlessResult = "good"
-)
-
 // errUnhealthy marks a failed health check.
 var errUnhealthy = errors.New("health check failed")
 

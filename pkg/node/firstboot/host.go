@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
@@ -26,6 +29,9 @@ type Host struct {
 	Root string
 	// Exec runs a program and returns its combined output.
 	Exec func(ctx context.Context, name string, args ...string) ([]byte, error)
+	// State is the node's persisted state (the kubeadm progress is kept
+	// there); firstboot's runner sets it.
+	State *nodestate.Store
 	// Progress, if set, hears about long steps as they start and end
 	// (firstboot records them in the journal and on the console).
 	Progress func(step, result, detail string)

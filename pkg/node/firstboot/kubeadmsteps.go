@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -125,34 +126,49 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	}
 }
 
-// kubeadmProgress records the steps done, on TERRA-STATE: after a power
-// cut, provisioning resumes after the last step that completed.
-type kubeadmProgress struct {
-	// Config is the identity of the node the steps ran for
-	// (nodeIdentity).
+// The kubeadm steps done are in the node state (nodestate.KubeadmProgress),
+// keyed by the node's identity. Nodes formed before they moved there kept
+// them in legacyProgressFile, keyed by the hash of the kubeadm
+// configuration: read once, then saved in the node state.
+
+// legacyProgress is kubeadm.json's content.
+type legacyProgress struct {
 	Config string   `json:"config"`
 	Done   []string `json:"done"`
 }
 
-func progressPath(h *Host) string {
-	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, kubeadmProgressRel))
+func legacyProgressPath(h *Host) string {
+	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, legacyProgressFile))
 }
 
-// readProgress reads the saved progress, whatever configuration it ran
-// with; nil when there is none.
-func readProgress(h *Host) (*kubeadmProgress, error) {
-	b, err := os.ReadFile(progressPath(h))
+// readProgress returns the saved progress, whichever node it ran for; nil
+// when there is none.
+func readProgress(h *Host) (*nodestate.KubeadmProgress, error) {
+	var p *nodestate.KubeadmProgress
+	if h.State != nil {
+		h.State.Read(func(j *nodestate.Journal) {
+			if j.Kubeadm != nil {
+				c := *j.Kubeadm
+				c.Done = append([]string(nil), j.Kubeadm.Done...)
+				p = &c
+			}
+		})
+	}
+	if p != nil {
+		return p, nil
+	}
+	b, err := os.ReadFile(legacyProgressPath(h))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var saved kubeadmProgress
-	if err := json.Unmarshal(b, &saved); err != nil {
-		return nil, fmt.Errorf("%s: %w", progressPath(h), err)
+	var old legacyProgress
+	if err := json.Unmarshal(b, &old); err != nil {
+		return nil, fmt.Errorf("%s: %w", legacyProgressPath(h), err)
 	}
-	return &saved, nil
+	return &nodestate.KubeadmProgress{Node: old.Config, Done: old.Done}, nil
 }
 
 // loadProgress is the saved progress if it was made by the same node
@@ -160,17 +176,17 @@ func readProgress(h *Host) (*kubeadmProgress, error) {
 // configuration changes with its token (a --rotate-token disk) without the
 // node changing: its steps stay done. Progress saved before identities
 // keyed it (by legacyHash, the hash of the kubeadm configuration) counts
-// as the node's and is re-keyed on the next save.
-func loadProgress(h *Host, identity, legacyHash string) (*kubeadmProgress, error) {
+// as the node's.
+func loadProgress(h *Host, identity, legacyHash string) (*nodestate.KubeadmProgress, error) {
 	saved, err := readProgress(h)
 	if err != nil {
 		return nil, err
 	}
-	if saved != nil && (saved.Config == identity || saved.Config == legacyHash) {
-		saved.Config = identity
+	if saved != nil && (saved.Node == identity || saved.Node == legacyHash) {
+		saved.Node = identity
 		return saved, nil
 	}
-	return &kubeadmProgress{Config: identity}, nil
+	return &nodestate.KubeadmProgress{Node: identity}, nil
 }
 
 // tokenUsed reports whether the node is past the step that uses the
@@ -182,30 +198,20 @@ func tokenUsed(h *Host, role string) bool {
 		return false
 	}
 	if role == machineconfig.RoleInit {
-		return saved.done(stepBootstrapToken)
+		return saved.IsDone(stepBootstrapToken)
 	}
-	return saved.done(stepWaitForAPI)
+	return saved.IsDone(stepWaitForAPI)
 }
 
-func (p *kubeadmProgress) done(step string) bool {
-	for _, d := range p.Done {
-		if d == step {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *kubeadmProgress) save(h *Host, step string) error {
+// saveProgress records step done, in the node state.
+func saveProgress(h *Host, p *nodestate.KubeadmProgress, step string) error {
 	p.Done = append(p.Done, step)
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
+	c := *p
+	c.Done = append([]string(nil), p.Done...)
+	if h.State == nil {
+		return errors.New("no node state to record the kubeadm progress in")
 	}
-	if err := os.MkdirAll(filepath.Dir(progressPath(h)), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(progressPath(h), append(b, '\n'), 0o644)
+	return h.State.Update(func(j *nodestate.Journal) { j.Kubeadm = &c })
 }
 
 func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
@@ -251,7 +257,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		if err := h.run(ctx, "sync"); err != nil {
 			return err
 		}
-		if err := prog.save(h, st.name); err != nil {
+		if err := saveProgress(h, prog, st.name); err != nil {
 			return err
 		}
 		h.progress(st.name, "done", "")
@@ -260,7 +266,7 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
 		for _, st := range run {
-			if !prog.done(st.name) {
+			if !prog.IsDone(st.name) {
 				todo = append(todo, st)
 			}
 		}

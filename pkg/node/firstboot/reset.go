@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
@@ -73,7 +76,7 @@ func Reset(ctx context.Context, o ResetOptions) error {
 func resetSummary(h *Host) string {
 	var b strings.Builder
 	b.WriteString("firstboot reset erases TERRA-STATE, the node's whole writable state:\n")
-	if j, err := LoadJournal(h.Path(journalPath())); err == nil && j.Enrollment != nil {
+	if j, err := nodestate.Load(h.Path(journalPath())); err == nil && j.Enrollment != nil {
 		fmt.Fprintf(&b, "  - the enrolled config (%s, enrolled %s)\n", j.Enrollment.Digest, j.Enrollment.Summary())
 	} else {
 		b.WriteString("  - the enrolled config (this node is not enrolled)\n")

@@ -3,11 +3,12 @@ package firstboot
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 )
 
 // States a node reports.

@@ -3,12 +3,13 @@ package firstboot
 import (
 	"errors"
 	"fmt"
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"golang.org/x/sys/unix"

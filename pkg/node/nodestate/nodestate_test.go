@@ -1,4 +1,4 @@
-package firstboot
+package nodestate
 
 import (
 	"errors"
@@ -7,32 +7,36 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-func TestLoadJournalMissing(t *testing.T) {
-	j, err := LoadJournal(filepath.Join(t.TempDir(), "state", "terrarium", "journal.json"))
+func TestLoadMissing(t *testing.T) {
+	j, err := Load(filepath.Join(t.TempDir(), "state", "terrarium", "journal.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j == nil || j.Provisioned != nil || len(j.Boots) != 0 {
-		t.Errorf("LoadJournal(missing) = %+v, want an empty journal", j)
+		t.Errorf("Load(missing) = %+v, want an empty journal", j)
 	}
 }
 
-func TestLoadJournalErrors(t *testing.T) {
+func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "journal.json")
 	if err := os.WriteFile(bad, []byte(`{"boots": [`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadJournal(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("LoadJournal(corrupt) = %v, want an error naming the file", err)
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("Load(corrupt) = %v, want an error naming the file", err)
 	}
 	// A directory cannot be read as a file: not "missing".
-	if _, err := LoadJournal(dir); err == nil {
-		t.Error("LoadJournal(dir) succeeded")
+	if _, err := Load(dir); err == nil {
+		t.Error("Load(dir) succeeded")
 	}
 }
 
@@ -41,7 +45,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	j := &Journal{
 		Provisioned: &Provisioned{ConfigDigest: "sha256:abc", At: at, Boot: 1},
 		Boots: []BootRecord{
-			{Boot: 1, BootID: "id-1", Slot: "a", Mode: "provision", Result: StateProvisioned, Steps: []StepRecord{
+			{Boot: 1, BootID: "id-1", Slot: "a", Mode: "provision", Result: "provisioned", Steps: []StepRecord{
 				{Name: "hostname", Result: "applied", At: at},
 				{Name: "health", Result: "failed", Detail: "health check failed: x", At: at.Add(time.Second)},
 			}},
@@ -62,7 +66,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	if !strings.HasSuffix(string(data), "}\n") || !strings.Contains(string(data), "\n  \"boots\": [") {
 		t.Errorf("journal is not indented JSON ending in a newline:\n%s", data)
 	}
-	got, err := LoadJournal(path)
+	got, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +79,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	if err := j.Save(path); err != nil {
 		t.Fatal(err)
 	}
-	got, err = LoadJournal(path)
+	got, err = Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +126,7 @@ func TestJournalKeepsLastBoots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := LoadJournal(path)
+	got, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,4 +170,39 @@ func TestJournalSaveError(t *testing.T) {
 	if err := (&Journal{}).Save(filepath.Join(blocker, "terrarium", "journal.json")); err == nil {
 		t.Error("Save below a file succeeded")
 	}
+}
+
+func TestStoreOneWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.json")
+	s, err := Open(path)
+	require.NoError(t, err)
+	require.NoError(t, s.Update(func(j *Journal) { j.Current("boot-1", "a") }))
+	// Steps reported from many goroutines at once all land, whole.
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, s.Update(func(j *Journal) {
+				rec := &j.Boots[len(j.Boots)-1]
+				rec.Steps = append(rec.Steps, StepRecord{Name: fmt.Sprintf("pull %d", i), Result: "pulled"})
+			}))
+		}()
+	}
+	wg.Wait()
+	j, err := Load(path)
+	require.NoError(t, err)
+	require.Len(t, j.Boots, 1)
+	assert.Len(t, j.Boots[0].Steps, 20)
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left")
+}
+
+func TestKubeadmProgress(t *testing.T) {
+	var p *KubeadmProgress
+	assert.False(t, p.IsDone("x"))
+	p = &KubeadmProgress{Node: "n", Done: []string{"a", "b"}}
+	assert.True(t, p.IsDone("b"))
+	assert.False(t, p.IsDone("c"))
 }

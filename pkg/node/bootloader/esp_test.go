@@ -1,4 +1,4 @@
-package firstboot
+package bootloader
 
 import (
 	"os"

@@ -1,4 +1,7 @@
-package firstboot
+// Package bootloader is the boot entries' side of boot counting (Boot
+// Loader Spec entries on the EFI system partition, systemd-boot): it tells
+// whether a slot is on trial and blesses a boot by removing its counter.
+package bootloader
 
 import (
 	"context"
@@ -9,6 +12,23 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"golang.org/x/sys/unix"
+)
+
+// BootLoader is the boot entries' side of boot counting.
+type BootLoader interface {
+	// OnTrial reports whether slot's entry still carries a boot counter.
+	OnTrial(ctx context.Context, slot layout.Slot) (bool, error)
+	// Bless removes the counter of slot's entry.
+	Bless(ctx context.Context, slot layout.Slot) (BlessResult, error)
+}
+
+// BlessResult says what blessing found.
+type BlessResult string
+
+// Bless results.
+const (
+	BlessedNow     BlessResult = "blessed"
+	AlreadyBlessed BlessResult = "good"
 )
 
 // ESPLoader blesses boots by renaming Boot Loader Spec entries on the

@@ -1,0 +1,191 @@
+// Package nodestate is the node's one persisted state on TERRA-STATE: its
+// enrollment (the desired config's digest and source), what was applied,
+// the Kubernetes steps done and each boot's steps, in one journal file with
+// one writer (Store), written atomically (pkg/contract/atomicfile).
+package nodestate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+)
+
+// Journal is the node's record of what it did, on TERRA-STATE. It
+// survives reboots and power cuts (written to a temporary file, synced and
+// renamed), so a later boot knows the node is provisioned.
+type Journal struct {
+	// Enrollment is the node's desired state, set when it enrolls.
+	Enrollment *Enrollment `json:"enrollment,omitempty"`
+	// Provisioned is set once a config was fully applied.
+	Provisioned *Provisioned `json:"provisioned,omitempty"`
+	// Kubeadm is the progress of the node's Kubernetes steps.
+	Kubeadm *KubeadmProgress `json:"kubeadm,omitempty"`
+	Boots   []BootRecord     `json:"boots"`
+}
+
+// Provisioned records the config a node was provisioned with.
+type Provisioned struct {
+	ConfigDigest string    `json:"configDigest"`
+	At           time.Time `json:"at"`
+	Boot         int       `json:"boot"`
+}
+
+// BootRecord is one boot's entry.
+type BootRecord struct {
+	Boot   int          `json:"boot"`
+	BootID string       `json:"bootID"`
+	Slot   string       `json:"slot"`
+	Mode   string       `json:"mode,omitempty"` // provision or verify
+	Steps  []StepRecord `json:"steps"`
+	Result string       `json:"result,omitempty"`
+}
+
+// StepRecord is one completed step.
+type StepRecord struct {
+	Name   string    `json:"name"`
+	Result string    `json:"result"` // applied, verified, failed
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+const maxBoots = 100
+
+// Load reads the journal; a missing file is an empty journal.
+func Load(path string) (*Journal, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Journal{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	var j Journal
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("parse journal %s: %w", path, err)
+	}
+	return &j, nil
+}
+
+// Save writes the journal atomically.
+func (j *Journal) Save(path string) error {
+	if len(j.Boots) > maxBoots {
+		j.Boots = j.Boots[len(j.Boots)-maxBoots:]
+	}
+	data, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// Current returns this boot's record, creating it for bootID if needed.
+func (j *Journal) Current(bootID, slot string) *BootRecord {
+	if n := len(j.Boots); n > 0 && j.Boots[n-1].BootID == bootID {
+		return &j.Boots[n-1]
+	}
+	num := 1
+	if n := len(j.Boots); n > 0 {
+		num = j.Boots[n-1].Boot + 1
+	}
+	j.Boots = append(j.Boots, BootRecord{Boot: num, BootID: bootID, Slot: slot, Steps: []StepRecord{}})
+	return &j.Boots[len(j.Boots)-1]
+}
+
+// Enrollment records the node's desired state: the config stored on
+// TERRA-STATE (layout.StateNodeConfig), where it came from and when. A
+// node enrolls once, from the first valid config its sources offer; from
+// then on it boots from the stored config, and a different config is a
+// change request that needs a trusted signature (docs/config-acquisition.md).
+type Enrollment struct {
+	// Digest is the stored config's digest (machineconfig.Config.Digest).
+	Digest string `json:"digest"`
+	// Source is where the node enrolled from; At is when.
+	Source string    `json:"source"`
+	At     time.Time `json:"at"`
+	// Change is the last signed change applied, if any.
+	Change *ConfigChange `json:"change,omitempty"`
+}
+
+// ConfigChange is a signed config change the node applied.
+type ConfigChange struct {
+	Digest   string    `json:"digest"`
+	Source   string    `json:"source"`
+	SignedBy string    `json:"signedBy"`
+	At       time.Time `json:"at"`
+}
+
+// Summary is what the banner says: "from X at T".
+func (e *Enrollment) Summary() string {
+	s := fmt.Sprintf("from %s at %s", e.Source, e.At.UTC().Format(time.RFC3339))
+	if c := e.Change; c != nil {
+		s += fmt.Sprintf("; changed from %s at %s (signed by %s)", c.Source, c.At.UTC().Format(time.RFC3339), c.SignedBy)
+	}
+	return s
+}
+
+// KubeadmProgress records the Kubernetes steps done: after a power cut,
+// formation resumes after the last step that completed.
+type KubeadmProgress struct {
+	// Node is the identity of the node the steps ran for: a node whose
+	// identity changed starts again.
+	Node string   `json:"node"`
+	Done []string `json:"done"`
+}
+
+// IsDone reports whether step is done.
+func (p *KubeadmProgress) IsDone(step string) bool {
+	if p == nil {
+		return false
+	}
+	for _, d := range p.Done {
+		if d == step {
+			return true
+		}
+	}
+	return false
+}
+
+// Store is the journal's one writer: every change goes through Update,
+// which saves the whole journal atomically before it returns. Safe for
+// concurrent use (long steps report progress from several goroutines).
+type Store struct {
+	mu   sync.Mutex
+	path string
+	j    *Journal
+}
+
+// Open loads the journal at path (a missing file is an empty journal).
+func Open(path string) (*Store, error) {
+	j, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: path, j: j}, nil
+}
+
+// Path is where the journal lives.
+func (s *Store) Path() string { return s.path }
+
+// Update changes the journal with fn and saves it.
+func (s *Store) Update(fn func(j *Journal)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.j)
+	return s.j.Save(s.path)
+}
+
+// Read lets fn look at the journal; fn must not keep what it sees.
+func (s *Store) Read(fn func(j *Journal)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.j)
+}
