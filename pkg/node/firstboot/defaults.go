@@ -39,7 +39,6 @@ func Defaults(log *slog.Logger) Options {
 		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,
 		TrialRebootDelay: 10 * time.Second,
-		Now:              time.Now,
 	}
 }
 

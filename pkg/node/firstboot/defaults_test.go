@@ -50,7 +50,7 @@ func TestDefaults(t *testing.T) {
 	if o.Host == nil || o.Host.Root != "/" || o.Host.Exec == nil {
 		t.Errorf("Host = %+v", o.Host)
 	}
-	if o.Console == nil || o.Log == nil || len(o.Sources) != 3 || len(o.ChangeSources) != 1 || o.BootLoader == nil || o.Reboot == nil || o.Now == nil {
+	if o.Console == nil || o.Log == nil || len(o.Sources) != 3 || len(o.ChangeSources) != 1 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
 		t.Errorf("unset fields: %+v", o)
 	}
 	if o.PollInterval <= 0 || o.AddressWait <= 0 || o.TrialRebootDelay <= 0 {

@@ -68,7 +68,7 @@ func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
 	if err := r.store(cfg); err != nil {
 		return err
 	}
-	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Now().UTC()}
+	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Host.now().UTC()}
 	if err := r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment = e }); err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (r *runner) commitChange(ch *change) error {
 	if err := r.store(ch.cfg); err != nil {
 		return err
 	}
-	digest, at := ch.cfg.Digest(), r.o.Now().UTC()
+	digest, at := ch.cfg.Digest(), r.o.Host.now().UTC()
 	return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) {
 		j.Enrollment.Digest = digest
 		j.Enrollment.Change = &nodestate.ConfigChange{Digest: digest, Source: ch.from, SignedBy: ch.signer, At: at}

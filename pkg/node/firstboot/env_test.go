@@ -249,7 +249,6 @@ func (e *env) optionsWith(providers ...configsource.Provider) Options {
 		PollInterval:     time.Millisecond,
 		AddressWait:      0,
 		TrialRebootDelay: time.Millisecond,
-		Now:              e.now,
 	}
 }
 

@@ -52,7 +52,6 @@ type Options struct {
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
 	// person to read the console) before it reboots into the fallback.
 	TrialRebootDelay time.Duration
-	Now              func() time.Time
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.
@@ -140,7 +139,7 @@ func (r *runner) journal() (enrollment *nodestate.Enrollment, provisioned *nodes
 }
 
 func (r *runner) step(name, result, detail string) error {
-	at := r.o.Now().UTC()
+	at := r.o.Host.now().UTC()
 	return r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) {
 		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: name, Result: result, Detail: detail, At: at})
 	})
@@ -198,7 +197,7 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 // applied records that cfg is in place.
 func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
 	digest := cfg.Digest()
-	at := r.o.Now().UTC()
+	at := r.o.Host.now().UTC()
 	r.status.State = state
 	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
 	return r.record(func(j *nodestate.Journal, rec *nodestate.BootRecord) {
@@ -323,7 +322,7 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 	if cl == nil || tokenUsed(r.o.Host, cl.Role) {
 		return nil
 	}
-	return cl.CheckToken(r.o.Now())
+	return cl.CheckToken(r.o.Host.now())
 }
 
 func (r *runner) reportConfigProblem(problem string) {
@@ -384,8 +383,8 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 	if len(cfg.Network.Interfaces) == 0 {
 		return
 	}
-	deadline := r.o.Now().Add(r.o.AddressWait)
-	for len(addresses()) == 0 && r.o.Now().Before(deadline) {
+	deadline := r.o.Host.now().Add(r.o.AddressWait)
+	for len(addresses()) == 0 && r.o.Host.now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return

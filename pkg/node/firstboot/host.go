@@ -49,7 +49,8 @@ type Host struct {
 	// kubeconfig file; nil means a real client (pkg/node/kubeclient), with the
 	// kubeconfig and the files it names read under Root.
 	KubeClient func(kubeconfig string) (APIClient, error)
-	// Now is the clock; nil means time.Now.
+	// Now is the node's one clock (firstboot's runner and every phase
+	// read it); nil means time.Now.
 	Now func() time.Time
 	// CheckRuntime asks the container runtime at a CRI endpoint whether
 	// it is ready for the kubelet; nil means a real CRI client (pkg/node/cri).
@@ -222,7 +223,7 @@ func lastLines(s string, n int) string {
 
 // RealHost acts on this machine.
 func RealHost() *Host {
-	return &Host{Root: "/", Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return &Host{Root: "/", Now: time.Now, Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		return exec.CommandContext(ctx, name, args...).CombinedOutput()
 	}}
 }
