@@ -39,7 +39,7 @@ func waitForRuntime(ctx context.Context, h *Host, _ *machineconfig.Config) error
 	deadline := h.now().Add(runtimeWaitTimeout)
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
-		_, err := h.checkRuntime(callCtx, kubeadmconfig.CRISocket)
+		_, err := h.Runtime.Check(callCtx, kubeadmconfig.CRISocket)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -283,7 +283,7 @@ func podNetworkMissing(ctx context.Context, h *Host) (string, error) {
 	var missing []string
 	for _, name := range podNetworkContainers {
 		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
-		running, err := h.containerRunning(callCtx, kubeadmconfig.CRISocket, name)
+		running, err := h.Runtime.Running(callCtx, kubeadmconfig.CRISocket, name)
 		cancel()
 		if err != nil {
 			return "", err

@@ -427,33 +427,45 @@ func (e *env) host() *Host {
 			}
 			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
 		},
-		CheckRuntime: func(ctx context.Context, endpoint string) (cri.Info, error) {
-			e.mu.Lock()
-			e.cmds = append(e.cmds, []string{"cri-check", endpoint})
-			rt := e.runtime
-			e.mu.Unlock()
-			if rt != nil {
-				return rt(ctx, endpoint)
-			}
-			return cri.Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: "systemd"}, nil
-		},
-		PullImage: func(ctx context.Context, endpoint, ref string) (bool, error) {
-			e.mu.Lock()
-			e.cmds = append(e.cmds, []string{"cri-pull", ref})
-			pull := e.pull
-			e.mu.Unlock()
-			if pull != nil {
-				return pull(ctx, ref)
-			}
-			return true, nil
-		},
-		ContainerRunning: func(ctx context.Context, endpoint, name string) (bool, error) {
-			e.mu.Lock()
-			e.cmds = append(e.cmds, []string{"cri-running", name})
-			running := e.running
-			e.mu.Unlock()
-			return running == nil || running(name), nil
-		}}
+		Runtime: fakeRuntime{e}}
+}
+
+// fakeRuntime answers the host's CRI questions from the env, recording
+// each as a command ("cri-check ENDPOINT", "cri-pull REF", "cri-running
+// NAME").
+type fakeRuntime struct{ e *env }
+
+func (f fakeRuntime) Check(ctx context.Context, endpoint string) (cri.Info, error) {
+	e := f.e
+	e.mu.Lock()
+	e.cmds = append(e.cmds, []string{"cri-check", endpoint})
+	rt := e.runtime
+	e.mu.Unlock()
+	if rt != nil {
+		return rt(ctx, endpoint)
+	}
+	return cri.Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: "systemd"}, nil
+}
+
+func (f fakeRuntime) Pull(ctx context.Context, endpoint, ref string) (bool, error) {
+	e := f.e
+	e.mu.Lock()
+	e.cmds = append(e.cmds, []string{"cri-pull", ref})
+	pull := e.pull
+	e.mu.Unlock()
+	if pull != nil {
+		return pull(ctx, ref)
+	}
+	return true, nil
+}
+
+func (f fakeRuntime) Running(ctx context.Context, endpoint, name string) (bool, error) {
+	e := f.e
+	e.mu.Lock()
+	e.cmds = append(e.cmds, []string{"cri-running", name})
+	running := e.running
+	e.mu.Unlock()
+	return running == nil || running(name), nil
 }
 
 // fakeAPI is a cluster of Ready nodes as the API shows them: only the

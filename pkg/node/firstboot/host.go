@@ -52,30 +52,33 @@ type Host struct {
 	// Now is the node's one clock (firstboot's runner and every phase
 	// read it); nil means time.Now.
 	Now func() time.Time
-	// CheckRuntime asks the container runtime at a CRI endpoint whether
-	// it is ready for the kubelet; nil means a real CRI client (pkg/node/cri).
-	CheckRuntime func(ctx context.Context, endpoint string) (cri.Info, error)
-	// PullImage makes an image present in the container runtime at a CRI
-	// endpoint and reports whether it pulled it; nil means a real CRI
-	// client (pkg/node/cri).
-	PullImage func(ctx context.Context, endpoint, ref string) (bool, error)
-	// ContainerRunning reports whether a container the kubelet created
-	// under a name (the pod spec's) runs in the runtime at a CRI endpoint;
-	// nil means a real CRI client (pkg/node/cri).
-	ContainerRunning func(ctx context.Context, endpoint, name string) (bool, error)
+	// Runtime is the container runtime, asked over the CRI; RealHost
+	// sets the real one (pkg/node/cri), tests a fake.
+	Runtime ContainerRuntime
 }
 
-func (h *Host) checkRuntime(ctx context.Context, endpoint string) (cri.Info, error) {
-	if h.CheckRuntime != nil {
-		return h.CheckRuntime(ctx, endpoint)
-	}
+// ContainerRuntime is what firstboot asks the container runtime at a CRI
+// endpoint.
+type ContainerRuntime interface {
+	// Check reports whether it is ready for the kubelet.
+	Check(ctx context.Context, endpoint string) (cri.Info, error)
+	// Pull makes an image present and reports whether it pulled it.
+	Pull(ctx context.Context, endpoint, ref string) (bool, error)
+	// Running reports whether a container the kubelet created under a
+	// name (the pod spec's) runs.
+	Running(ctx context.Context, endpoint, name string) (bool, error)
+}
+
+// criRuntime is the real container runtime: one CRI client per question.
+type criRuntime struct{}
+
+var _ ContainerRuntime = criRuntime{}
+
+func (criRuntime) Check(ctx context.Context, endpoint string) (cri.Info, error) {
 	return cri.Check(ctx, endpoint)
 }
 
-func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (pulled bool, err error) {
-	if h.PullImage != nil {
-		return h.PullImage(ctx, endpoint, ref)
-	}
+func (criRuntime) Pull(ctx context.Context, endpoint, ref string) (pulled bool, err error) {
 	err = withCRI(endpoint, func(c *cri.Client) (err error) {
 		pulled, err = c.Pull(ctx, ref)
 		return err
@@ -83,10 +86,7 @@ func (h *Host) pullImage(ctx context.Context, endpoint, ref string) (pulled bool
 	return pulled, err
 }
 
-func (h *Host) containerRunning(ctx context.Context, endpoint, name string) (running bool, err error) {
-	if h.ContainerRunning != nil {
-		return h.ContainerRunning(ctx, endpoint, name)
-	}
+func (criRuntime) Running(ctx context.Context, endpoint, name string) (running bool, err error) {
 	err = withCRI(endpoint, func(c *cri.Client) (err error) {
 		running, err = c.Running(ctx, name)
 		return err
@@ -223,7 +223,7 @@ func lastLines(s string, n int) string {
 
 // RealHost acts on this machine.
 func RealHost() *Host {
-	return &Host{Root: "/", Now: time.Now, Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return &Host{Root: "/", Now: time.Now, Runtime: criRuntime{}, Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		return exec.CommandContext(ctx, name, args...).CombinedOutput()
 	}}
 }

@@ -80,7 +80,7 @@ func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
 			start := h.now()
 			pctx, cancel := context.WithTimeout(ctx, imagePullTimeout)
 			defer cancel()
-			pulled, err := h.pullImage(pctx, kubeadmconfig.CRISocket, ref)
+			pulled, err := h.Runtime.Pull(pctx, kubeadmconfig.CRISocket, ref)
 			if err == nil && pulled {
 				h.progress(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.now().Sub(start).Seconds()))
 			}
