@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/vmware"
+
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -25,14 +28,8 @@ func Defaults(log *slog.Logger) Options {
 		Console: Consoles{SysActive: "/sys/class/tty/console/active"},
 		Log:     log,
 		// The order is documented in docs/config-acquisition.md.
-		Sources: []configsource.Provider{
-			embedded.Provider{Path: layout.EmbeddedConfig},
-			cmdline.Provider{Path: "/proc/cmdline"},
-			labeldisk.Provider{Dir: "/dev/disk/by-label"},
-		},
-		ChangeSources: []configsource.Provider{
-			labeldisk.Provider{Dir: "/dev/disk/by-label"},
-		},
+		Sources:          enrollSources(),
+		ChangeSources:    changeSources(),
 		BootLoader:       &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
 		Reboot:           func(ctx context.Context) error { return RealHost().run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
@@ -66,3 +63,28 @@ func (c Consoles) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = Consoles{}
+
+// byLabel is where udev links volumes by their filesystem label.
+const byLabel = "/dev/disk/by-label"
+
+// enrollSources are the config sources a node not yet enrolled probes, in
+// the documented order (docs/config-acquisition.md): the stored state
+// comes before them all (the runner reads it first).
+func enrollSources() []configsource.Provider {
+	return append([]configsource.Provider{
+		embedded.Provider{Path: layout.EmbeddedConfig},
+		cmdline.Provider{Path: "/proc/cmdline"},
+	}, changeSources()...)
+}
+
+// changeSources are the sources an enrolled node watches for signed
+// changes: the media a person inserts and the platforms' channels, which
+// an administrator can change while the node runs. (A config in the image
+// or on the kernel command line is the same at every boot.)
+func changeSources() []configsource.Provider {
+	return []configsource.Provider{
+		labeldisk.Provider{Dir: byLabel},
+		vmware.Provider{},
+		fwcfg.Provider{},
+	}
+}

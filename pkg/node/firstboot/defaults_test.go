@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
@@ -50,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	if o.Host == nil || o.Host.Root != "/" || o.Host.Exec == nil {
 		t.Errorf("Host = %+v", o.Host)
 	}
-	if o.Console == nil || o.Log == nil || len(o.Sources) != 3 || len(o.ChangeSources) != 1 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
+	if o.Console == nil || o.Log == nil || len(o.Sources) != 5 || len(o.ChangeSources) != 3 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
 		t.Errorf("unset fields: %+v", o)
 	}
 	if o.PollInterval <= 0 || o.AddressWait <= 0 || o.TrialRebootDelay <= 0 {
@@ -59,5 +63,25 @@ func TestDefaults(t *testing.T) {
 	l, ok := o.BootLoader.(*bootloader.ESPLoader)
 	if !ok || l.Device != "/dev/disk/by-partlabel/"+layout.LabelESP {
 		t.Errorf("bootloader.BootLoader = %#v", o.BootLoader)
+	}
+}
+
+// TestSourceOrder pins the documented order of config sources
+// (docs/config-acquisition.md).
+func TestSourceOrder(t *testing.T) {
+	names := func(ps []configsource.Provider) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name())
+		}
+		return out
+	}
+	o := Defaults(slog.New(slog.DiscardHandler))
+	assert.Equal(t, []string{"image", "kernel-cmdline", "config-disk", "vmware", "qemu-fw_cfg"}, names(o.Sources))
+	assert.Equal(t, []string{"config-disk", "vmware", "qemu-fw_cfg"}, names(o.ChangeSources))
+	doc, err := os.ReadFile("../../../docs/config-acquisition.md")
+	require.NoError(t, err)
+	for _, n := range names(o.Sources) {
+		assert.Contains(t, string(doc), "`"+n+"`", "docs/config-acquisition.md lists the source")
 	}
 }
