@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/configdrive"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/nocloud"
+
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/vmware"
 
@@ -84,6 +87,8 @@ func enrollSources() []configsource.Provider {
 func changeSources() []configsource.Provider {
 	return []configsource.Provider{
 		labeldisk.Provider{Dir: byLabel},
+		nocloud.Provider{Dir: byLabel},
+		configdrive.Provider{Dir: byLabel},
 		vmware.Provider{},
 		fwcfg.Provider{},
 	}

@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	if o.Host == nil || o.Host.Root != "/" || o.Host.Exec == nil {
 		t.Errorf("Host = %+v", o.Host)
 	}
-	if o.Console == nil || o.Log == nil || len(o.Sources) != 5 || len(o.ChangeSources) != 3 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
+	if o.Console == nil || o.Log == nil || len(o.Sources) != 7 || len(o.ChangeSources) != 5 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
 		t.Errorf("unset fields: %+v", o)
 	}
 	if o.PollInterval <= 0 || o.AddressWait <= 0 || o.TrialRebootDelay <= 0 {
@@ -77,8 +77,8 @@ func TestSourceOrder(t *testing.T) {
 		return out
 	}
 	o := Defaults(slog.New(slog.DiscardHandler))
-	assert.Equal(t, []string{"image", "kernel-cmdline", "config-disk", "vmware", "qemu-fw_cfg"}, names(o.Sources))
-	assert.Equal(t, []string{"config-disk", "vmware", "qemu-fw_cfg"}, names(o.ChangeSources))
+	assert.Equal(t, []string{"image", "kernel-cmdline", "config-disk", "nocloud", "openstack-config-drive", "vmware", "qemu-fw_cfg"}, names(o.Sources))
+	assert.Equal(t, []string{"config-disk", "nocloud", "openstack-config-drive", "vmware", "qemu-fw_cfg"}, names(o.ChangeSources))
 	doc, err := os.ReadFile("../../../docs/config-acquisition.md")
 	require.NoError(t, err)
 	for _, n := range names(o.Sources) {
