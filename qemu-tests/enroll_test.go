@@ -3,6 +3,7 @@ package qemutests
 import (
 	"context"
 	"crypto/ed25519"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -94,3 +95,20 @@ func TestSignedConfigChange(t *testing.T) {
 
 // enrolledBanner is the banner's enrollment line.
 var enrolledBanner = regexp.MustCompile(`│ enrolled\s+from /dev/disk/by-label/TERRA-CONFI\S* at 20\d\d-`)
+
+// TestFwCfgEnrollment: with no config disk, a machine config passed with
+// QEMU's -fw_cfg (the CI engineer's channel) enrolls the node.
+func TestFwCfgEnrollment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	cfg := filepath.Join(m.dir, "machine.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(adminConfig("ci-node", newSSHKey(t).authorized, "")), 0o644))
+	m.fwCfg = []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: cfg}}
+
+	vm := m.boot(ctx)
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	require.Equal(t, "provisioned", s.State, "%+v", s)
+	assert.Equal(t, "ci-node", s.Hostname)
+	assert.Contains(t, s.Enrolled, "from QEMU fw_cfg (opt/dev.terrarium/config)")
+}

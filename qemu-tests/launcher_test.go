@@ -55,6 +55,9 @@ type machine struct {
 	forward []string
 	// link is an optional second NIC on a private link to another VM.
 	link *qemu.Network
+	// fwCfg are QEMU fw_cfg entries (a machine config for the qemu-fw_cfg
+	// config source).
+	fwCfg []qemu.FwCfg
 	// memMiB is the VM's memory; 0 is QEMU's default here (2 GiB).
 	memMiB int
 	// cpus is the VM's vCPU count (0: the qemu package's default, 2) and
@@ -105,6 +108,7 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		InstructionClock: m.instructionClock,
 		Network:          qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
 		Link:             m.link,
+		FwCfg:            m.fwCfg,
 	})
 	if err != nil {
 		m.t.Fatalf("start QEMU: %v", err)
