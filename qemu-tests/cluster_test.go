@@ -120,7 +120,7 @@ func TestClusterFormation(t *testing.T) {
 	// Power cut in the middle of the init node's image pulls (the cut that
 	// used to leave etcd's and kube-apiserver's images torn for good): the
 	// next boot starts containerd from an empty store and pulls again.
-	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`pull images: pulled \S+`)); err != nil {
+	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`pull images: pulled: \S+`)); err != nil {
 		t.Fatalf("init node never pulled an image: %v", err)
 	}
 	t.Logf("%s: power cut during pull images, %s after power-on", cp.name, time.Since(start).Round(time.Second))

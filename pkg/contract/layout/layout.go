@@ -31,6 +31,10 @@ const (
 	// ConfigSignatureFile its detached signature's.
 	ConfigFile          = "machine.yaml"
 	ConfigSignatureFile = "machine.yaml.sig"
+	// LabelBundle is the filesystem label of a side-load bundle disk, and
+	// LabelBundleFAT the same as FAT stores it (11 characters).
+	LabelBundle    = "TERRA-BUNDLE"
+	LabelBundleFAT = "TERRA-BUNDL"
 	// LabelESPFS is the FAT volume label of the ESP.
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
@@ -141,6 +145,11 @@ const (
 	ReleaseFile = "/usr/lib/terrarium/release.json"
 	// StateMount is where the initramfs mounts TERRA-STATE in the real root.
 	StateMount = "/state"
+	// BundleDir is where the slot carries its bundle, one OCI layout.
+	BundleDir = "/usr/lib/terrarium/bundle"
+	// RegistryConfigFile is the registry service's configuration, which
+	// firstboot writes from the machine config.
+	RegistryConfigFile = "/etc/terrarium/registry.json"
 	// EmbeddedConfig is a machine config the build spec bakes into the
 	// slot (optional), with its signature at EmbeddedConfig+".sig".
 	EmbeddedConfig = "/usr/lib/terrarium/machine.yaml"

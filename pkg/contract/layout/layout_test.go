@@ -193,9 +193,10 @@ func TestContractDocumented(t *testing.T) {
 		TypeESP, TypeRootX86_64, TypeVar,
 		ESPBootloader, ESPSystemdBoot, ESPLoaderConf, ESPEntriesDir,
 		CmdlineSlot, CmdlineResetState, CmdlineRescue,
-		ReleaseFile, StateMount, EmbeddedConfig,
+		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
+		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
-		StateResetRequest, StateUnpackWindow,
+		StateResetRequest, StateUnpackWindow, ContainerdRoot,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}

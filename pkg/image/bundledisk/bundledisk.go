@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 )
 
 // Label is the filesystem label the registry looks for.
-const Label = "TERRA-BUNDLE"
+const Label = layout.LabelBundle
 
 // Write resolves the bundle file's images and writes the disk image to out.
 // Nothing is left at out when it fails.

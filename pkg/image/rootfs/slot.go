@@ -40,7 +40,7 @@ type Program struct {
 }
 
 // BundlePath is where the slot carries its OCI layout.
-const BundlePath = "usr/lib/terrarium/bundle"
+const BundlePath = layout.BundleDir
 
 // SlotImage is the file name of the squashfs in a slot cache entry.
 const SlotImage = "slot.squashfs"

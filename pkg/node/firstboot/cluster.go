@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/addons"
 	"github.com/terrarium-os/terrarium/pkg/node/apilb"
@@ -42,7 +44,7 @@ const (
 	stepRuntime = "container runtime"
 	// stepImages pulls the images the node will run (pullImages).
 	stepImages  = "pull images"
-	bundleIndex = "/usr/lib/terrarium/bundle/index.json"
+	bundleIndex = layout.BundleDir + "/index.json"
 	// FlannelSubnetEnv is where flanneld writes the node's pod-subnet
 	// lease, which our flannel CNI plugin reads.
 	FlannelSubnetEnv = "/run/flannel/subnet.env"

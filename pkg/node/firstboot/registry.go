@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
 	"github.com/terrarium-os/terrarium/pkg/node/registryd"
@@ -17,7 +19,7 @@ import (
 // Where the registry phase writes.
 const (
 	CertsDir           = "/etc/containerd/certs.d"
-	RegistryConfigFile = "/etc/terrarium/registry.json"
+	RegistryConfigFile = layout.RegistryConfigFile
 	registryPKIDir     = "/etc/terrarium/pki"
 )
 

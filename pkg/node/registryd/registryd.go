@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 )
@@ -197,9 +199,9 @@ func Notify() func() error {
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger, console io.Writer) Options {
 	return Options{
-		BundleDir:  "/usr/lib/terrarium/bundle",
+		BundleDir:  layout.BundleDir,
 		CacheDir:   "/var/lib/terrarium/registry",
-		ConfigFile: "/etc/terrarium/registry.json",
+		ConfigFile: layout.RegistryConfigFile,
 		Loopback:   mirrors.Loopback,
 		Log:        log,
 		Notify:     Notify(),

@@ -9,13 +9,15 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 	"golang.org/x/sys/unix"
 )
 
 // Labels of a side-load disk: ext4 and ISO 9660 hold the full name, FAT
 // truncates it to 11 characters.
-var bundleLabels = []string{"TERRA-BUNDLE", "TERRA-BUNDL"}
+var bundleLabels = []string{layout.LabelBundle, layout.LabelBundleFAT}
 
 // SideLoader adds bundles from disks labelled TERRA-BUNDLE, attached at
 // boot or later, to the node's cache.
