@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/internal/testvolume"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -45,7 +47,7 @@ const (
 		"network:\n  interfaces:\n    - name: en*\n      dhcp: true\n"
 )
 
-var volumes = map[string]makeVolume{"iso9660": isoVolume, "fat": fatVolume}
+var volumes = testvolume.Both
 
 func TestFetch(t *testing.T) {
 	static := machineconfig.Network{Interfaces: []machineconfig.Interface{
@@ -102,7 +104,7 @@ func TestFetchMachineConfig(t *testing.T) {
 	dir := t.TempDir()
 	// The machine config says everything itself: network_data.json is not
 	// read, and the key pair not added.
-	isoVolume(t, dir, Label, map[string]string{MetaDataFile: metaJSON, UserDataFile: machineYAML, NetworkDataFile: "["})
+	testvolume.ISO(t, dir, Label, map[string]string{MetaDataFile: metaJSON, UserDataFile: machineYAML, NetworkDataFile: "["})
 	f, err := Provider{Dir: dir}.Fetch(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, machineYAML, string(f.Config))
@@ -138,7 +140,7 @@ func TestFetchErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			dev := isoVolume(t, dir, Label, tc.files)
+			dev := testvolume.ISO(t, dir, Label, tc.files)
 			_, err := Provider{Dir: dir}.Fetch(context.Background())
 			require.ErrorIs(t, err, tc.sentinel)
 			assert.NotErrorIs(t, err, configsource.ErrAbsent)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/internal/testvolume"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,7 +30,7 @@ const (
 	netV1DHCP = "version: 1\nconfig:\n  - {type: physical, name: ens3, subnets: [{type: dhcp}]}\n"
 )
 
-var volumes = map[string]makeVolume{"fat": fatVolume, "iso9660": isoVolume}
+var volumes = testvolume.Both
 
 func TestFetch(t *testing.T) {
 	for fsName, mk := range volumes {
@@ -110,8 +112,8 @@ func TestFetchLabels(t *testing.T) {
 	assert.Contains(t, err.Error(), dir)
 	assert.Contains(t, err.Error(), "CIDATA or cidata")
 
-	isoVolume(t, dir, LabelLower, map[string]string{MetaDataFile: "local-hostname: lower\n"})
-	fatVolume(t, dir, Label, map[string]string{MetaDataFile: "local-hostname: upper\n"})
+	testvolume.ISO(t, dir, LabelLower, map[string]string{MetaDataFile: "local-hostname: lower\n"})
+	testvolume.FAT(t, dir, Label, map[string]string{MetaDataFile: "local-hostname: upper\n"})
 	f, err := Provider{Dir: dir}.Fetch(context.Background())
 	require.NoError(t, err)
 	assert.Contains(t, string(f.Config), "hostname: upper", "CIDATA is looked for first")
@@ -138,7 +140,7 @@ func TestFetchErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			dev := fatVolume(t, dir, Label, tc.files)
+			dev := testvolume.FAT(t, dir, Label, tc.files)
 			_, err := Provider{Dir: dir}.Fetch(context.Background())
 			require.ErrorIs(t, err, tc.sentinel)
 			assert.NotErrorIs(t, err, configsource.ErrAbsent)
