@@ -376,3 +376,19 @@ func TestRunPhaseAlone(t *testing.T) {
 	fresh := newEnv(t)
 	assert.ErrorContains(t, RunPhase(context.Background(), fresh.optionsWith(noStick()), "network"), "not enrolled")
 }
+
+// TestClusterConfigOnImageWithoutKubernetes: a cluster config on an image
+// that carries no Kubernetes bundle is invalid before anything is applied
+// (it used to fail in the kubernetes phase, after hostname and network).
+func TestClusterConfigOnImageWithoutKubernetes(t *testing.T) {
+	e := newEnv(t) // no bundle index in the slot
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, Run(ctx, e.optionsWith(stick(clusterConfig(t, "w-1"), nil))), context.DeadlineExceeded)
+	s := e.status()
+	assert.Equal(t, StateConfigInvalid, s.State)
+	assert.Contains(t, s.Message, "cluster: ")
+	assert.Contains(t, s.Message, "Kubernetes bundle")
+	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
+	assert.Empty(t, e.commands())
+}

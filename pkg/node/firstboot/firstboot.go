@@ -319,7 +319,13 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 		}
 	}
 	cl := cfg.Cluster
-	if cl == nil || tokenUsed(r.o.Host, cl.Role) {
+	if cl == nil {
+		return nil
+	}
+	if _, err := bundleKubernetesVersion(r.o.Host); err != nil {
+		return fmt.Errorf("cluster: %w; boot an image built with the Kubernetes bundle (bundles/kubernetes-*.yaml in the build spec), or remove cluster: from the config", err)
+	}
+	if tokenUsed(r.o.Host, cl.Role) {
 		return nil
 	}
 	return cl.CheckToken(r.o.Host.now())
