@@ -89,7 +89,7 @@ func changeSources() []configsource.Provider {
 		labeldisk.Provider{Dir: byLabel},
 		nocloud.Provider{Dir: byLabel},
 		configdrive.Provider{Dir: byLabel},
-		vmware.Provider{},
+		vmware.Provider{DMIVendorFile: vmware.DefaultDMIVendorFile},
 		fwcfg.Provider{},
 	}
 }

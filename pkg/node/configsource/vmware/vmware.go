@@ -22,6 +22,8 @@ package vmware
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
@@ -61,7 +63,16 @@ type Provider struct {
 	MediaDir string
 	// ReadMedia reads a file from a CD; nil means ReadVolumeFile.
 	ReadMedia MediaReader
+	// DMIVendorFile, when set (DefaultDMIVendorFile on a node), is read
+	// first: a machine whose firmware does not name VMware skips
+	// guestinfo without running Tool (a running node looks every few
+	// seconds). Empty means no check.
+	DMIVendorFile string
 }
+
+// DefaultDMIVendorFile is where the kernel shows the firmware's system
+// vendor ("VMware, Inc." on VMware).
+const DefaultDMIVendorFile = "/sys/class/dmi/id/sys_vendor"
 
 var _ configsource.Provider = Provider{}
 
@@ -85,6 +96,11 @@ func (p Provider) Fetch(ctx context.Context) (*configsource.Found, error) {
 // environment in guestinfo.ovfEnv. It returns the config, or nil and why
 // there is none, or an error.
 func (p Provider) fromGuestinfo(ctx context.Context) (*configsource.Found, string, error) {
+	if p.DMIVendorFile != "" {
+		if b, err := os.ReadFile(p.DMIVendorFile); err == nil && !strings.Contains(strings.ToLower(string(b)), "vmware") {
+			return nil, fmt.Sprintf("not a VMware VM (%s: %q)", p.DMIVendorFile, strings.TrimSpace(string(b))), nil
+		}
+	}
 	raw, ok, err := p.guestinfo(ctx, ConfigKey)
 	if isNoGuestinfo(err) {
 		return nil, err.Error(), nil

@@ -355,3 +355,30 @@ esac
 	require.ErrorIs(t, err, configsource.ErrAbsent)
 	assert.Contains(t, err.Error(), "is not installed (package open-vm-tools)")
 }
+
+// TestNotVMwareByDMI: off VMware (by the firmware's vendor) guestinfo is
+// not asked at all: a running node looks every few seconds.
+func TestNotVMwareByDMI(t *testing.T) {
+	vendor := filepath.Join(t.TempDir(), "sys_vendor")
+	require.NoError(t, os.WriteFile(vendor, []byte("QEMU\n"), 0o644))
+	runner := &countingRunner{}
+	p := Provider{Runner: runner, DMIVendorFile: vendor, MediaDir: t.TempDir()}
+	_, err := p.Fetch(context.Background())
+	require.ErrorIs(t, err, configsource.ErrAbsent)
+	assert.Contains(t, err.Error(), `not a VMware VM`)
+	assert.Contains(t, err.Error(), `"QEMU"`)
+	assert.Zero(t, runner.calls, "vmware-rpctool not run")
+
+	require.NoError(t, os.WriteFile(vendor, []byte("VMware, Inc.\n"), 0o644))
+	_, _ = p.Fetch(context.Background())
+	assert.NotZero(t, runner.calls, "on VMware, guestinfo is asked")
+}
+
+// countingRunner counts its calls and answers like vmware-rpctool for an
+// unset key. (A fake: the VMware backdoor cannot run here.)
+type countingRunner struct{ calls int }
+
+func (r *countingRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	r.calls++
+	return nil, &CommandError{Name: name, Code: 1, Stderr: "No value found"}
+}
