@@ -25,8 +25,9 @@ import (
 // but a directory must be used by one process at a time (OpenCache removes
 // leftover temporary files, and index.json is rewritten from memory).
 type Cache struct {
-	dir string
-	log *slog.Logger
+	dir    string
+	log    *slog.Logger
+	bundle Store // the slot's bundle (WithBundle), or nil
 
 	mu      sync.RWMutex // guards entries and cat
 	entries []v1.Descriptor
@@ -47,7 +48,7 @@ func OpenCache(dir string, opts ...Option) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache{dir: dir, log: o.log, cat: newCatalog()}
+	c := &Cache{dir: dir, log: o.log, bundle: o.bundle, cat: newCatalog()}
 	if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
 		return nil, fmt.Errorf("create cache %s: %w", dir, err)
 	}
@@ -68,7 +69,7 @@ func OpenCache(dir string, opts ...Option) (*Cache, error) {
 			return nil, err
 		}
 	}
-	idx, err := readLayoutIndex(dir)
+	idx, err := readCacheIndex(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +80,15 @@ func OpenCache(dir string, opts ...Option) (*Cache, error) {
 		}
 	}
 	return c, nil
+}
+
+func readCacheIndex(dir string) (*v1.IndexManifest, error) {
+	l, err := openLayoutDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	return readLayoutIndex(l, indexMax)
 }
 
 // Dir is the directory holding the cache's OCI layout.

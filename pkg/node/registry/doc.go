@@ -6,5 +6,7 @@
 // writable on-disk Cache (OpenCache) that holds side-loaded bundles and
 // content pulled through from peer nodes. Every manifest and blob is hashed
 // and compared with its digest before this process serves it for the first
-// time; content that does not match is never served.
+// time; content that does not match is never served. A side-loaded layout
+// (Cache.AddLayout) is untrusted: it is read through an os.Root with size
+// caps, and it can never shadow a tag of the slot's bundle (WithBundle).
 package registry

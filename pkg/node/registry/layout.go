@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // layoutStore serves a read-only OCI image layout. Its index.json is read
-// once, when the store is opened.
+// once, when the store is opened. Every file is read through the layout's
+// os.Root (layoutDir): nothing outside the directory, only regular files.
 type layoutStore struct {
-	dir string
+	dir *layoutDir
 	cat *catalog
 }
 
@@ -34,11 +33,17 @@ func OpenLayout(dir string, opts ...Option) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx, err := readLayoutIndex(dir)
+	ld, err := openLayoutDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	l := &layoutStore{dir: dir, cat: newCatalog()}
+	idx, err := readLayoutIndex(ld, indexMax)
+	if err != nil {
+		ld.Close()
+		return nil, err
+	}
+	// The store keeps ld open for as long as it serves.
+	l := &layoutStore{dir: ld, cat: newCatalog()}
 	for _, e := range idx.Manifests {
 		names := entryNames(e)
 		if len(names) == 0 {
@@ -54,35 +59,36 @@ func OpenLayout(dir string, opts ...Option) (Store, error) {
 	return l, nil
 }
 
-// readLayoutIndex checks dir's oci-layout marker and parses its index.json.
-func readLayoutIndex(dir string) (*v1.IndexManifest, error) {
-	marker, err := os.ReadFile(filepath.Join(dir, "oci-layout"))
+// indexMax caps the index.json of the node's own layouts (the slot's
+// bundle and the cache); side-loads have sideloadIndexMax.
+const indexMax = 64 << 20
+
+// readLayoutIndex checks the layout's oci-layout marker and parses its
+// index.json, read up to limit bytes.
+func readLayoutIndex(l *layoutDir, limit int64) (*v1.IndexManifest, error) {
+	marker, err := l.readFile("oci-layout", sideloadManifestMax)
 	if err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: %w", dir, err)
+		return nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
 	}
 	var m struct {
 		Version string `json:"imageLayoutVersion"`
 	}
 	if err := json.Unmarshal(marker, &m); err != nil || m.Version == "" {
-		return nil, fmt.Errorf("open OCI layout %s: bad oci-layout file", dir)
+		return nil, fmt.Errorf("open OCI layout %s: bad oci-layout file", l.dir)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	raw, err := l.readFile("index.json", limit)
 	if err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: %w", dir, err)
+		return nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
 	}
 	var idx v1.IndexManifest
 	if err := json.Unmarshal(raw, &idx); err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: parse index.json: %w", dir, err)
+		return nil, fmt.Errorf("open OCI layout %s: parse index.json: %w", l.dir, err)
 	}
 	return &idx, nil
 }
 
 func (l *layoutStore) readManifest(h v1.Hash) ([]byte, error) {
-	p, err := blobPath(l.dir, h)
-	if err != nil {
-		return nil, err
-	}
-	return readVerified(p, h)
+	return l.dir.readVerified(h, maxManifestSize)
 }
 
 // Resolve implements Store.
@@ -92,11 +98,11 @@ func (l *layoutStore) Resolve(_ context.Context, repo, reference string) (v1.Des
 
 // Open implements Store.
 func (l *layoutStore) Open(_ context.Context, digest v1.Hash) (*Content, error) {
-	p, err := blobPath(l.dir, digest)
+	name, err := blobName(digest)
 	if err != nil {
 		return nil, err
 	}
-	return openFile(p)
+	return l.dir.open(name, -1)
 }
 
 // Repositories implements Lister.
@@ -110,4 +116,4 @@ func (l *layoutStore) Tags(_ context.Context, repo string) ([]string, error) {
 }
 
 // String names the store in logs.
-func (l *layoutStore) String() string { return "layout " + l.dir }
+func (l *layoutStore) String() string { return "layout " + l.dir.dir }

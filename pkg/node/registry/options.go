@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// Option configures New, OpenLayout or OpenCache. Only WithLogger applies to
-// the stores; the others configure a Server.
+// Option configures New, OpenLayout or OpenCache. WithLogger applies to all
+// three, WithBundle to OpenCache only; the others configure a Server.
 type Option func(*options) error
 
 type options struct {
@@ -20,7 +20,9 @@ type options struct {
 	peers         []*url.URL
 	peerTLS       *tls.Config
 	verifiedLimit int
+	bundle        Store
 	serverOnly    []string // server options given, to reject them for stores
+	cacheOnly     []string // cache options given, to reject them elsewhere
 }
 
 const defaultVerifiedLimit = 1 << 16
@@ -46,6 +48,9 @@ func storeOptions(opts []Option, what string) (*options, error) {
 	}
 	if len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("%s: options %s only apply to a server", what, strings.Join(o.serverOnly, ", "))
+	}
+	if what != "OpenCache" && len(o.cacheOnly) > 0 {
+		return nil, fmt.Errorf("%s: options %s only apply to OpenCache", what, strings.Join(o.cacheOnly, ", "))
 	}
 	return o, nil
 }
@@ -118,6 +123,21 @@ func WithVerifiedLimit(n int) Option {
 			return fmt.Errorf("WithVerifiedLimit: %d is not positive", n)
 		}
 		o.verifiedLimit = n
+		return nil
+	}
+}
+
+// WithBundle gives OpenCache the slot's bundle, whose tags can never be
+// shadowed: AddLayout refuses a side-load that tags a name:tag the bundle
+// holds with another digest (ErrShadowsBundle). (A server consults its
+// stores before the cache in any case; see New.)
+func WithBundle(bundle Store) Option {
+	return func(o *options) error {
+		o.cacheOnly = append(o.cacheOnly, "WithBundle")
+		if bundle == nil {
+			return errors.New("WithBundle: nil store")
+		}
+		o.bundle = bundle
 		return nil
 	}
 }

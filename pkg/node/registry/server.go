@@ -31,11 +31,16 @@ type source struct {
 }
 
 // New creates a Server. Stores (WithStores) are consulted in order, then the
-// cache (WithCache), then peers (WithPeers).
+// cache (WithCache), then peers (WithPeers), whatever the order of the
+// options: a tag the slot's bundle (a store) holds is always served from it,
+// never from the cache, and short names resolve to its repositories first.
 func New(opts ...Option) (*Server, error) {
 	o, err := applyOptions(opts)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if len(o.cacheOnly) > 0 {
+		return nil, fmt.Errorf("registry: options %s only apply to OpenCache", strings.Join(o.cacheOnly, ", "))
 	}
 	if len(o.peers) > 0 && o.cache == nil {
 		return nil, errors.New("registry: WithPeers needs WithCache to keep what it fetches")
@@ -197,6 +202,9 @@ func validHost(h string) bool {
 // fullRepo maps a request's name (and ns parameter) to a full repository:
 // ns/name when ns is given; name when it starts with a registry host;
 // otherwise the one known repository whose path after the host is name.
+// Stores are asked in order and the first that knows the path decides, so
+// a side-load in the cache cannot make a name of the slot's bundle
+// ambiguous.
 func (s *Server) fullRepo(ctx context.Context, name, ns string) string {
 	if ns != "" {
 		return ns + "/" + name
@@ -205,21 +213,23 @@ func (s *Server) fullRepo(ctx context.Context, name, ns string) string {
 	if hostLike(first) {
 		return name
 	}
-	repos := s.repositories(ctx)
-	var matches []string
-	for _, r := range repos {
-		if r == name {
-			return r
+	for _, src := range s.sources {
+		var matches []string
+		for _, r := range s.repositoriesOf(ctx, src) {
+			if r == name {
+				return r
+			}
+			if repoPath(r) == name {
+				matches = append(matches, r)
+			}
 		}
-		if repoPath(r) == name {
-			matches = append(matches, r)
+		if len(matches) == 1 {
+			return matches[0]
 		}
-	}
-	if len(matches) == 1 {
-		return matches[0]
-	}
-	if len(matches) > 1 {
-		s.log.Debug("registry: ambiguous repository name", "name", name, "matches", matches)
+		if len(matches) > 1 {
+			s.log.Debug("registry: ambiguous repository name", "name", name, "store", src.key, "matches", matches)
+			return name
+		}
 	}
 	return name
 }
@@ -229,16 +239,7 @@ func (s *Server) repositories(ctx context.Context) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, src := range s.sources {
-		l, ok := src.store.(Lister)
-		if !ok {
-			continue
-		}
-		repos, err := l.Repositories(ctx)
-		if err != nil {
-			s.log.Warn("registry: list repositories", "store", src.key, "err", err)
-			continue
-		}
-		for _, r := range repos {
+		for _, r := range s.repositoriesOf(ctx, src) {
 			if !seen[r] {
 				seen[r] = true
 				out = append(out, r)
@@ -246,4 +247,18 @@ func (s *Server) repositories(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// repositoriesOf lists one store's repositories (none if it cannot list).
+func (s *Server) repositoriesOf(ctx context.Context, src source) []string {
+	l, ok := src.store.(Lister)
+	if !ok {
+		return nil
+	}
+	repos, err := l.Repositories(ctx)
+	if err != nil {
+		s.log.Warn("registry: list repositories", "store", src.key, "err", err)
+		return nil
+	}
+	return repos
 }

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -43,13 +42,6 @@ type Content struct {
 
 // Close closes the content's body.
 func (c *Content) Close() error { return c.Body.Close() }
-
-// ErrNotFound is matched (errors.Is) by every "no such content" error.
-var ErrNotFound = errors.New("not found")
-
-// ErrUnknownRepository is matched by errors for a repository the store does
-// not hold at all; it also matches ErrNotFound.
-var ErrUnknownRepository = fmt.Errorf("repository %w", ErrNotFound)
 
 // maxManifestSize bounds manifests read into memory.
 const maxManifestSize = 16 << 20

@@ -13,10 +13,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// ErrDigestMismatch is matched by errors for content whose hash is not its
-// digest.
-var ErrDigestMismatch = errors.New("content does not match its digest")
-
 // hashBufSize is the read size used when hashing files.
 const hashBufSize = 1 << 20
 

@@ -56,14 +56,18 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	var stores []registry.Store
+	cacheOpts := []registry.Option{registry.WithLogger(o.Log)}
 	if _, err := os.Stat(o.BundleDir); err == nil {
 		l, err := registry.OpenLayout(o.BundleDir, registry.WithLogger(o.Log))
 		if err != nil {
 			return fmt.Errorf("open the slot's bundle: %w", err)
 		}
 		stores = append(stores, l)
+		// The slot's tags can never be shadowed by a side-load; the server
+		// consults the bundle before the cache as well.
+		cacheOpts = append(cacheOpts, registry.WithBundle(l))
 	}
-	cache, err := registry.OpenCache(o.CacheDir, registry.WithLogger(o.Log))
+	cache, err := registry.OpenCache(o.CacheDir, cacheOpts...)
 	if err != nil {
 		return fmt.Errorf("open registry cache: %w", err)
 	}

@@ -19,6 +19,17 @@ import (
 // truncates it to 11 characters.
 var bundleLabels = []string{layout.LabelBundle, layout.LabelBundleFAT}
 
+// mountFlags mount a side-load disk: never written, and nothing on it is a
+// device, runs, or gains privileges.
+const mountFlags = unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOSUID
+
+// layoutAdder is what the side-loader needs of the cache.
+type layoutAdder interface {
+	AddLayout(ctx context.Context, dir string) ([]string, error)
+}
+
+var _ layoutAdder = (*registry.Cache)(nil)
+
 // SideLoader adds bundles from disks labelled TERRA-BUNDLE, attached at
 // boot or later, to the node's cache.
 type SideLoader struct {
@@ -27,11 +38,17 @@ type SideLoader struct {
 	Console  io.Writer
 	Log      *slog.Logger
 	Interval time.Duration
+
+	// mount and unmount default to mount(2) with mountFlags and
+	// umount(2); tests replace them.
+	mount   func(dev, dir string) error
+	unmount func(dir string) error
 }
 
 // Watch polls for bundle disks until ctx ends. Each disk (by device and
-// size) is loaded once per boot.
-func (s *SideLoader) Watch(ctx context.Context, cache *registry.Cache) {
+// size) is loaded once per boot: a refused disk is reported once, and the
+// registry keeps serving (nothing of it was added).
+func (s *SideLoader) Watch(ctx context.Context, cache layoutAdder) {
 	done := map[string]bool{}
 	for {
 		for _, label := range bundleLabels {
@@ -42,7 +59,7 @@ func (s *SideLoader) Watch(ctx context.Context, cache *registry.Cache) {
 			}
 			done[id] = true
 			if err := s.load(ctx, dev, cache); err != nil {
-				s.say("bundle disk %s rejected: %v", dev, err)
+				s.say("bundle disk %s refused, nothing was added to the cache (the registry keeps serving): %v", dev, err)
 			}
 		}
 		select {
@@ -75,26 +92,39 @@ func (s *SideLoader) say(format string, args ...any) {
 	}
 }
 
-func (s *SideLoader) load(ctx context.Context, dev string, cache *registry.Cache) error {
+// load mounts dev and adds its layout to the cache. A panic on the disk's
+// content is an error too: the service must not restart into the same
+// disk.
+func (s *SideLoader) load(ctx context.Context, dev string, cache layoutAdder) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error while reading the disk (please report it): %v", r)
+		}
+	}()
 	if err := os.MkdirAll(s.MountDir, 0o700); err != nil {
 		return err
 	}
-	var merr error
-	mounted := false
-	for _, fs := range []string{"ext4", "iso9660", "vfat"} {
-		if merr = unix.Mount(dev, s.MountDir, fs, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_NOSUID, ""); merr == nil {
-			mounted = true
-			break
+	mount, unmount := s.mount, s.unmount
+	if mount == nil {
+		mount = mountReadOnly
+	}
+	if unmount == nil {
+		unmount = func(dir string) error { return unix.Unmount(dir, 0) }
+	}
+	if err := mount(dev, s.MountDir); err != nil {
+		return err
+	}
+	defer func() {
+		if err := unmount(s.MountDir); err != nil {
+			s.Log.Warn("registry: unmount bundle disk", "dir", s.MountDir, "err", err)
 		}
-	}
-	if !mounted {
-		return fmt.Errorf("mount read-only: %w", merr)
-	}
-	defer unix.Unmount(s.MountDir, 0)
+	}()
+	// AddLayout refuses a layout directory that is a symlink, so a
+	// "bundle" linking out of the disk goes no further.
 	root := s.MountDir
-	if _, err := os.Stat(filepath.Join(root, "oci-layout")); err != nil {
+	if _, err := os.Lstat(filepath.Join(root, "oci-layout")); err != nil {
 		root = filepath.Join(s.MountDir, "bundle")
-		if _, err := os.Stat(filepath.Join(root, "oci-layout")); err != nil {
+		if _, err := os.Lstat(filepath.Join(root, "oci-layout")); err != nil {
 			return fmt.Errorf("no OCI layout at / or /bundle (make the disk with 'imagebuild bundle disk')")
 		}
 	}
@@ -105,4 +135,16 @@ func (s *SideLoader) load(ctx context.Context, dev string, cache *registry.Cache
 	}
 	s.say("bundle disk %s added %d images to the cache: %v", dev, len(refs), refs)
 	return nil
+}
+
+// mountReadOnly mounts dev on dir with mountFlags, trying the file systems
+// a bundle disk may have.
+func mountReadOnly(dev, dir string) error {
+	var err error
+	for _, fs := range []string{"ext4", "iso9660", "vfat"} {
+		if err = unix.Mount(dev, dir, fs, mountFlags, ""); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("mount read-only: %w", err)
 }

@@ -1,0 +1,41 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is matched (errors.Is) by every "no such content" error.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnknownRepository is matched by errors for a repository the store does
+// not hold at all; it also matches ErrNotFound.
+var ErrUnknownRepository = fmt.Errorf("repository %w", ErrNotFound)
+
+// ErrDigestMismatch is matched by errors for content whose hash is not its
+// digest.
+var ErrDigestMismatch = errors.New("content does not match its digest")
+
+// Errors refusing a side-loaded layout (Cache.AddLayout). Each refuses the
+// whole layout: nothing is added to the cache.
+var (
+	// ErrSideloadTooLarge: index.json, oci-layout, a manifest or an image
+	// config is larger than its cap (sideloadIndexMax, sideloadManifestMax,
+	// sideloadConfigMax), or a blob is larger than its descriptor says.
+	ErrSideloadTooLarge = errors.New("larger than a side-load disk may hold " +
+		"(index.json, manifests and configs 4 MiB each, a blob exactly its descriptor's size); " +
+		"write the disk again with 'imagebuild bundle disk'")
+	// ErrSideloadOutside: a symlink or path leads out of the layout's
+	// directory (os.Root refused it).
+	ErrSideloadOutside = errors.New("leads outside the side-loaded layout (a symlink out of the medium); " +
+		"write the disk again with 'imagebuild bundle disk', which writes no symlinks")
+	// ErrSideloadNotRegular: a file of the layout is a device, a FIFO, a
+	// socket or a directory, or a symlink to one.
+	ErrSideloadNotRegular = errors.New("is not a regular file (a device, FIFO, socket or directory); " +
+		"write the disk again with 'imagebuild bundle disk'")
+	// ErrShadowsBundle: the layout tags a name:tag that the slot's bundle
+	// holds with another digest. The slot's images are never replaced.
+	ErrShadowsBundle = errors.New("tags an image of the slot's bundle with another digest; " +
+		"the slot's images cannot be replaced by a side-load: drop that tag from the bundle " +
+		"(or give the image another tag), or update the node's image to change them")
+)

@@ -1,0 +1,225 @@
+package registryd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	contract "github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/registry"
+)
+
+const (
+	helloRef     = "docker.io/library/hello:1.0"
+	apiserverRef = "registry.k8s.io/kube-apiserver:v1.36.3"
+)
+
+// A side-load disk is mounted read-only, without devices, programs or
+// set-uid bits.
+func TestSideloadMountFlags(t *testing.T) {
+	assert.Equal(t, uintptr(unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_NOSUID), uintptr(mountFlags))
+}
+
+// consoleBuffer collects console lines written by the side-loader.
+type consoleBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (c *consoleBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.Write(p)
+}
+
+func (c *consoleBuffer) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
+}
+
+// writeLayout writes an OCI layout in dir holding images under their refs.
+func writeLayout(t *testing.T, dir string, imgs map[string]v1.Image) {
+	t.Helper()
+	p, err := layout.Write(dir, empty.Index)
+	require.NoError(t, err)
+	for ref, img := range imgs {
+		require.NoError(t, p.AppendImage(img, layout.WithAnnotations(map[string]string{
+			"org.opencontainers.image.ref.name": ref, "io.containerd.image.name": ref,
+		})))
+	}
+}
+
+func randomImage(t *testing.T) v1.Image {
+	t.Helper()
+	img, err := random.Image(1024, 1)
+	require.NoError(t, err)
+	return img
+}
+
+// fakeDisk is a TERRA-BUNDLE "device" (a file in a label directory) whose
+// "mount" is a directory already holding its content.
+func fakeDisk(t *testing.T, sl *SideLoader, mounts *atomic.Int32) {
+	t.Helper()
+	sl.LabelDir = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(sl.LabelDir, contract.LabelBundle), []byte("disk"), 0o644))
+	sl.mount = func(dev, dir string) error {
+		mounts.Add(1)
+		return nil
+	}
+	sl.unmount = func(string) error { return nil }
+}
+
+// TestRefusedDiskKeepsServing runs the registry with a slot bundle and a
+// hostile side-load disk: the disk is refused with its named error,
+// reported once, and the registry keeps serving the slot's images.
+func TestRefusedDiskKeepsServing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		disk func(t *testing.T, dir string)
+		want error
+	}{{
+		name: "index.json is a symlink to /dev/zero",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+			require.NoError(t, os.Remove(filepath.Join(dir, "index.json")))
+			require.NoError(t, os.Symlink("/dev/zero", filepath.Join(dir, "index.json")))
+		},
+		want: registry.ErrSideloadOutside,
+	}, {
+		name: "index.json is 10 GiB",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+			require.NoError(t, os.Truncate(filepath.Join(dir, "index.json"), 10<<30))
+		},
+		want: registry.ErrSideloadTooLarge,
+	}, {
+		name: "kube-apiserver of the slot re-tagged",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{apiserverRef: randomImage(t)})
+		},
+		want: registry.ErrShadowsBundle,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			hello, apiserver := randomImage(t), randomImage(t)
+			bundleDir := filepath.Join(dir, "bundle")
+			writeLayout(t, bundleDir, map[string]v1.Image{helloRef: hello, apiserverRef: apiserver})
+
+			console := &consoleBuffer{}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			sl := &SideLoader{MountDir: filepath.Join(dir, "disk"), Console: console, Log: log, Interval: 5 * time.Millisecond}
+			var mounts atomic.Int32
+			fakeDisk(t, sl, &mounts)
+			tc.disk(t, sl.MountDir)
+
+			addr := freeAddr(t)
+			ready := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, Options{
+					BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
+					Loopback: addr, Log: log, SideLoad: sl,
+					Notify: func() error { close(ready); return nil },
+				})
+			}()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("Run: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("not ready after 10s")
+			}
+			require.Eventually(t, func() bool { return strings.Contains(console.String(), "refused") },
+				10*time.Second, 5*time.Millisecond, "console: %s", console)
+			time.Sleep(20 * sl.Interval) // more polls: the disk is not tried again
+			out := console.String()
+			t.Log(out)
+			assert.Equal(t, 1, strings.Count(out, "refused, nothing was added"), "reported once")
+			assert.Equal(t, int32(1), mounts.Load(), "mounted once")
+			assert.Contains(t, out, tc.want.Error())
+
+			for ref, img := range map[string]v1.Image{helloRef: hello, apiserverRef: apiserver} {
+				repo, tag, _ := strings.Cut(ref, ":")
+				host, name, _ := strings.Cut(repo, "/")
+				resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/manifests/%s?ns=%s", addr, name, tag, host))
+				require.NoError(t, err)
+				resp.Body.Close()
+				d, err := img.Digest()
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, resp.StatusCode, ref)
+				assert.Equal(t, d.String(), resp.Header.Get("Docker-Content-Digest"), ref)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("Run returned: %v", err)
+			default:
+			}
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+}
+
+// adderFunc is a hand-written fake of the cache.
+type adderFunc func(ctx context.Context, dir string) ([]string, error)
+
+func (f adderFunc) AddLayout(ctx context.Context, dir string) ([]string, error) { return f(ctx, dir) }
+
+// A refusal, or even a panic on the disk's content, is reported once and
+// the watcher goes on: the service does not restart into the same disk.
+func TestWatchReportsOnceAndGoesOn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		add  adderFunc
+		want string
+	}{
+		{"refused", func(context.Context, string) ([]string, error) {
+			return nil, fmt.Errorf("index.json: %w", registry.ErrSideloadTooLarge)
+		}, registry.ErrSideloadTooLarge.Error()},
+		{"panic", func(context.Context, string) ([]string, error) { panic("boom") }, "internal error while reading the disk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			console := &consoleBuffer{}
+			sl := &SideLoader{MountDir: t.TempDir(), Console: console, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Interval: time.Millisecond}
+			var mounts atomic.Int32
+			fakeDisk(t, sl, &mounts)
+			require.NoError(t, os.WriteFile(filepath.Join(sl.MountDir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644))
+			var calls atomic.Int32
+			add := adderFunc(func(ctx context.Context, dir string) ([]string, error) {
+				calls.Add(1)
+				return tc.add(ctx, dir)
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { sl.Watch(ctx, add); close(done) }()
+			require.Eventually(t, func() bool { return strings.Contains(console.String(), "refused") }, 5*time.Second, time.Millisecond)
+			time.Sleep(20 * sl.Interval)
+			cancel()
+			<-done
+			assert.Equal(t, int32(1), calls.Load())
+			assert.Equal(t, 1, strings.Count(console.String(), "refused, nothing was added"))
+			assert.Contains(t, console.String(), tc.want)
+		})
+	}
+}
