@@ -7,7 +7,7 @@ SPEC ?= os/terrarium.yaml
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet bench bench-cluster bench-idle clean
+.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet fuzz bench bench-cluster bench-idle clean
 
 all: image
 
@@ -45,6 +45,14 @@ qemu-test: image
 		$(GO) test -count=1 -timeout 80m -v ./qemu-tests/...
 
 test: deps bin vet unit qemu-test
+
+# Every Go fuzz target (go test -list '^Fuzz' ./pkg/...) for FUZZTIME each,
+# one after another; not part of `make test`. A failing input is written to
+# the package's testdata/fuzz/ and becomes a regression test
+# (docs/fuzzing.md). `make fuzz FUZZTIME=30s` for a quick pass.
+FUZZTIME ?= 10m
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 # End-to-end cluster formation in QEMU (two VMs, a power cut, a Service
 # across nodes): too long for CI under TCG, so not part of `make test`.

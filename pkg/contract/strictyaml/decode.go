@@ -16,7 +16,8 @@ import (
 // a non-nil pointer (normally to a struct).
 //
 // Unlike yaml.Unmarshal it rejects unknown fields at any depth, values of the
-// wrong type, duplicate keys, empty input and more than one document. The
+// wrong type, duplicate keys, empty list items that yaml.v3 would silently
+// drop, empty input and more than one document. The
 // returned error is a Problems listing every such problem found, each with
 // its path and line; out is left untouched unless there are none.
 // ErrInvalidTarget is returned when out is not a non-nil pointer.

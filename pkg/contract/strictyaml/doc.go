@@ -1,7 +1,8 @@
 // Package strictyaml decodes YAML into Go structs strictly: unknown fields,
-// type mismatches, duplicate keys, empty input and multi-document input are
-// all errors, and every problem is reported (not just the first) tagged with
-// its JSONPath-like location in the document, such as
+// type mismatches, duplicate keys, empty list items (which yaml.v3 would
+// drop), empty input and multi-document input are all errors, and every
+// problem is reported (not just the first) tagged with its JSONPath-like
+// location in the document, such as
 //
 //	$.network.interfaces[0].adress: unknown field; did you mean "address"? (line 7)
 //

@@ -273,3 +273,53 @@ func TestDecodeErrorMapsLinesToPaths(t *testing.T) {
 		t.Errorf("non-TypeError not wrapped: %v", err)
 	}
 }
+
+func TestUnmarshalAnyRejectsCollectionKeys(t *testing.T) {
+	// Found by FuzzUnmarshal (testdata/fuzz/FuzzUnmarshal/508edda557f26817):
+	// yaml.v3 cannot decode a list or mapping key into an interface and
+	// failed without a path.
+	for in, want := range map[string]string{
+		"extra: {[] }\n":                "$.extra: mapping keys must be plain values, got a list (line 1)",
+		"extra: [{a: {{b: 1}: 2}}]\n":   "$.extra[0].a: mapping keys must be plain values, got a mapping (line 1)",
+		"extra: {<<: {[x]: 1}, y: 2}\n": "$.extra: mapping keys must be plain values, got a list (line 1)",
+	} {
+		var got testDoc
+		err := Unmarshal([]byte(in), &got)
+		var ps Problems
+		if !errors.As(err, &ps) || err.Error() != want {
+			t.Errorf("Unmarshal(%q) = %v (%T), want Problems %q", in, err, err, want)
+		}
+	}
+}
+
+func TestUnmarshalRejectsEmptyListItems(t *testing.T) {
+	// Found by bundle's FuzzParse (pkg/image/bundle/testdata/fuzz/FuzzParse/
+	// c15b7f82c0cf9a33): yaml.v3 drops a null item from a list of structs or
+	// scalars, so a truncated "lock:\n  -" read as no lock at all, and
+	// shifts the items of an array after it.
+	for in, want := range map[string]string{
+		"tags: [a, ~, b]\n":                "$.tags[1]: is an empty list item; remove it or give it a value (line 1)",
+		"network:\n  interfaces:\n    -\n": "$.network.interfaces[0]: is an empty list item; remove it or give it a value (line 3)",
+		"pair: [~, 1]\n":                   "$.pair[0]: is an empty list item; remove it or give it a value (line 1)",
+		"routes: {a: &n ~}\ntags: [*n]\n":  "$.tags[0]: is an empty list item; remove it or give it a value (line 2)",
+	} {
+		var got testDoc
+		err := Unmarshal([]byte(in), &got)
+		var ps Problems
+		if !errors.As(err, &ps) || err.Error() != want {
+			t.Errorf("Unmarshal(%q) = %v, want Problems %q", in, err, want)
+		}
+	}
+	// Where yaml.v3 keeps a nil, a null item is a value.
+	var got struct {
+		Any  []any               `yaml:"any"`
+		Ptrs []*testAddress      `yaml:"ptrs"`
+		Maps []map[string]string `yaml:"maps"`
+	}
+	if err := Unmarshal([]byte("any: [~]\nptrs: [~]\nmaps: [~]\n"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Any) != 1 || len(got.Ptrs) != 1 || len(got.Maps) != 1 {
+		t.Errorf("null items of nilable types were dropped: %+v", got)
+	}
+}

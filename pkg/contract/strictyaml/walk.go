@@ -60,7 +60,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, p Path) {
 	case reflect.Pointer:
 		w.walk(n, t.Elem(), p)
 	case reflect.Interface:
-		// Anything decodes into an interface.
+		w.walkAny(n, t, p)
 	case reflect.Struct:
 		w.walkStruct(n, t, p)
 	case reflect.Map:
@@ -108,6 +108,19 @@ func (w *walker) tryDecode(n *yaml.Node, t reflect.Type, p Path) {
 	w.problems.addAt(p, n.Line, "%s", errorMessage(err))
 }
 
+// walkAny checks n for an interface of type t. Any scalar decodes into
+// one, but yaml.v3 fails, without a line, on a mapping key that is a list
+// or a mapping (it cannot be a Go map key) at any depth, so collections
+// are walked as map[t]t and []t.
+func (w *walker) walkAny(n *yaml.Node, t reflect.Type, p Path) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		w.walkMap(n, reflect.MapOf(t, t), p)
+	case yaml.SequenceNode:
+		w.walkSequence(n, reflect.SliceOf(t), p)
+	}
+}
+
 func (w *walker) walkScalar(n *yaml.Node, t reflect.Type, p Path) {
 	if n.Kind != yaml.ScalarNode {
 		w.mismatch(n, t, p)
@@ -126,8 +139,31 @@ func (w *walker) walkSequence(n *yaml.Node, t reflect.Type, p Path) {
 		return
 	}
 	for i, item := range n.Content {
+		if isNull(resolveAlias(item)) && droppedWhenNull(t.Elem()) {
+			w.problems.addAt(p.Index(i), item.Line, "is an empty list item; remove it or give it a value")
+			continue
+		}
 		w.walk(item, t.Elem(), p.Index(i))
 	}
+}
+
+// droppedWhenNull reports whether yaml.v3 drops a null list item bound for
+// type t (it keeps nil only for interfaces, pointers, maps and slices): a
+// list would silently lose the item, and an array shift the items after it.
+func droppedWhenNull(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Interface, reflect.Pointer, reflect.Map, reflect.Slice:
+		return false
+	}
+	return true
+}
+
+// resolveAlias returns the node an alias stands for, or n itself.
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
 }
 
 func (w *walker) walkMap(n *yaml.Node, t reflect.Type, p Path) {
@@ -182,9 +218,7 @@ func (w *walker) walkStruct(n *yaml.Node, t reflect.Type, p Path) {
 // checkKey reports whether k is a usable, first-seen scalar key, recording a
 // problem otherwise.
 func (w *walker) checkKey(k *yaml.Node, seen map[string]int, p Path) bool {
-	if k.Kind == yaml.AliasNode && k.Alias != nil {
-		k = k.Alias
-	}
+	k = resolveAlias(k)
 	if k.Kind != yaml.ScalarNode {
 		w.problems.addAt(p, k.Line, "mapping keys must be plain values, got %s", describeNode(k))
 		return false
@@ -200,10 +234,7 @@ func (w *walker) checkKey(k *yaml.Node, seen map[string]int, p Path) bool {
 // walkMerge checks the value of a "<<" merge key: a mapping, or a list of
 // mappings, whose keys are merged into the enclosing mapping of type t.
 func (w *walker) walkMerge(v *yaml.Node, t reflect.Type, p Path) {
-	target := v
-	if target.Kind == yaml.AliasNode && target.Alias != nil {
-		target = target.Alias
-	}
+	target := resolveAlias(v)
 	switch target.Kind {
 	case yaml.MappingNode:
 		w.walk(v, t, p)

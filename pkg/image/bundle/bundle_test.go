@@ -11,7 +11,7 @@ import (
 )
 
 func TestParseErrors(t *testing.T) {
-	for _, name := range []string{"invalid", "unknown-fields", "no-images", "empty", "bad-lock"} {
+	for _, name := range []string{"invalid", "unknown-fields", "no-images", "empty", "bad-lock", "truncated-lock"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse(filepath.Join("testdata", "parse", name+".yaml"))
 			if err == nil {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target of the repository (found with
+# `go test -list '^Fuzz' ./pkg/...`) for FUZZTIME each (default 10m), one
+# after another, and prints each target's last execs line. Exits non-zero
+# if any target fails; Go then writes the failing input to the package's
+# testdata/fuzz/<Target>/, where it becomes a regression test
+# (docs/fuzzing.md). `make fuzz` runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+FUZZTIME=${FUZZTIME:-10m}
+
+# `go test -list` prints a package's matching names, then "ok <package>".
+list=$($GO test -list '^Fuzz' ./pkg/...)
+targets=()
+names=()
+while IFS= read -r line; do
+	case $line in
+	Fuzz*) names+=("$line") ;;
+	ok*)
+		pkg=$(awk '{print $2}' <<<"$line")
+		for n in "${names[@]}"; do targets+=("$pkg $n"); done
+		names=()
+		;;
+	*) names=() ;;
+	esac
+done <<<"$list"
+if [ ${#targets[@]} -eq 0 ]; then
+	echo "fuzz: no fuzz targets found" >&2
+	exit 1
+fi
+echo "fuzz: ${#targets[@]} targets, $FUZZTIME each"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# fuzz PKG NAME runs one target into $log.
+fuzz() { $GO test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" "$1" >"$log" 2>&1; }
+
+# deadline_race reports whether the run in $log failed only because a worker
+# missed the end of -fuzztime (go.dev/issue/75804): no input was found.
+deadline_race() {
+	grep -q '^[[:space:]]*context deadline exceeded$' "$log" && ! grep -q 'Failing input written' "$log"
+}
+
+failed=()
+for t in "${targets[@]}"; do
+	read -r pkg name <<<"$t"
+	echo "== $pkg $name"
+	ok=true
+	if ! fuzz "$pkg" "$name"; then
+		ok=false
+		if deadline_race; then
+			echo "(stopped by Go's fuzztime deadline race, no failing input; running it again)"
+			fuzz "$pkg" "$name" && ok=true
+		fi
+	fi
+	if ! $ok; then
+		grep -v '^fuzz: elapsed' "$log" || true
+		failed+=("$pkg $name")
+	fi
+	grep '^fuzz: elapsed' "$log" | tail -n 1 || true
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "fuzz: ${#failed[@]} of ${#targets[@]} targets failed:"
+	printf '  %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "fuzz: all ${#targets[@]} targets passed"
