@@ -60,7 +60,7 @@ func (r *runner) store(cfg *machineconfig.Config) error {
 	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
 		return fmt.Errorf("store the node config: %w", err)
 	}
-	return os.Chmod(p, 0o600)
+	return nil
 }
 
 // enroll stores the first valid config as the node's desired state.

@@ -249,8 +249,9 @@ func (h *Host) writeIfChanged(p string, data []byte, mode os.FileMode) (bool, er
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		return false, err
 	}
+	// WriteFile sets the mode itself, whatever the umask.
 	if err := atomicfile.WriteFile(full, data, mode); err != nil {
 		return false, fmt.Errorf("write %s: %w", p, err)
 	}
-	return true, os.Chmod(full, mode)
+	return true, nil
 }

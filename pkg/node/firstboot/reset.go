@@ -61,9 +61,6 @@ func Reset(ctx context.Context, o ResetOptions) error {
 	if err := atomicfile.WriteFile(p, []byte("requested at "+o.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record the reset request: %w", err)
 	}
-	if err := atomicfile.SyncDir(filepath.Dir(p)); err != nil {
-		return err
-	}
 	fmt.Fprintln(o.Out, "reset requested: TERRA-STATE is erased on the next boot")
 	if o.Reboot == nil {
 		return nil

@@ -50,10 +50,11 @@ func writeUnpackWindow(h *Host, now time.Time) error {
 		return err
 	}
 	line := fmt.Sprintf("opened %s boot %s\n", now.UTC().Format(time.RFC3339), currentBootID(h))
+	// WriteFile syncs the file and its directory: the window is durable.
 	if err := atomicfile.WriteFile(p, []byte(line), 0o644); err != nil {
 		return fmt.Errorf("open the image unpack window: %w", err)
 	}
-	return atomicfile.SyncDir(filepath.Dir(p))
+	return nil
 }
 
 // currentBootID is the kernel's id of this boot.
