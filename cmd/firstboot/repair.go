@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 )
 
 func repairImagesCmd() *cobra.Command {
@@ -12,7 +14,7 @@ func repairImagesCmd() *cobra.Command {
 		Use:   "repair-images",
 		Short: "Before containerd starts: drop its store if the last boot was cut while it unpacked images",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			removed, err := firstboot.RepairRuntime("/", firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
+			removed, err := unpackwindow.Repair(host.Real(), firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
 			if err != nil {
 				return err
 			}

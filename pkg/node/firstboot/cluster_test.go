@@ -2,12 +2,8 @@ package firstboot
 
 import (
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,9 +14,9 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
-	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
-	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
 )
 
@@ -75,9 +71,9 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 	for _, ref := range testBundle {
 		manifests = append(manifests, `{"annotations":{"io.containerd.image.name":"`+ref+`"}}`)
 	}
-	e.write(bundleIndex, `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
-	e.write(AdminKubeconfig, "admin kubeconfig\n")
-	e.write(KubeletKubeconfig, "kubelet kubeconfig\n")
+	e.write(layout.BundleDir+"/index.json", `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
+	e.write(kubeadmflow.AdminKubeconfig, "admin kubeconfig\n")
+	e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
 	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
 	}
@@ -97,8 +93,8 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			if strings.HasPrefix(line, "join phase kubelet-start ") {
 				// The kubelet starts with the token credential and
 				// ends its TLS bootstrap with a client certificate.
-				e.write(BootstrapKubeconfig, "bootstrap token kubeconfig\n")
-				e.write(KubeletClientCert, "client certificate\n")
+				e.write(kubeadmflow.BootstrapKubeconfig, "bootstrap token kubeconfig\n")
+				e.write(kubeadmflow.KubeletClientCert, "client certificate\n")
 			}
 			if failOnce != "" && strings.HasPrefix(line, failOnce) && !failed {
 				failed = true
@@ -123,8 +119,8 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
 		}
 	}
-	if !strings.Contains(e.read(CoreDNSManifest), "name: coredns") || strings.Contains(e.read(CoreDNSManifest), "forward") {
-		t.Errorf("CoreDNS configuration:\n%s", e.read(CoreDNSManifest))
+	if !strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "name: coredns") || strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "forward") {
+		t.Errorf("CoreDNS configuration:\n%s", e.read(kubeadmflow.CoreDNSManifest))
 	}
 	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
 		t.Errorf("phases out of order:\n%s", got)
@@ -132,18 +128,18 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	// The pod network goes in once the admin may write (after
 	// upload-config), before the add-ons: no node is Ready without it.
 	cmds := strings.Join(e.commands(), "\n")
-	flannel := strings.Index(cmds, "apply --server-side --force-conflicts -f "+FlannelManifest)
+	flannel := strings.Index(cmds, "apply --server-side --force-conflicts -f "+kubeadmflow.FlannelManifest)
 	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
 		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
 	}
 	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
-	if m := mode(t, e.path(KubernetesPKIDir+"/ca.key")); m != 0o600 {
+	if m := mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.key")); m != 0o600 {
 		t.Errorf("ca.key mode %o", m)
 	}
-	if m := mode(t, e.path(KubernetesPKIDir)); m != 0o700 {
+	if m := mode(t, e.path(kubeadmflow.KubernetesPKIDir)); m != 0o700 {
 		t.Errorf("pki dir mode %o", m)
 	}
-	cfg := e.read(KubeadmConfigFile)
+	cfg := e.read(kubeadmflow.KubeadmConfigFile)
 	for _, want := range []string{`kubernetesVersion: "v1.36.3"`, `controlPlaneEndpoint: "127.0.0.1:7445"`, `advertiseAddress: "10.77.0.10"`} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("kubeadm.yaml lacks %s:\n%s", want, cfg)
@@ -161,11 +157,11 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	if !strings.Contains(e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`) {
 		t.Errorf("apilb.json: %s", e.read("/etc/terrarium/apilb.json"))
 	}
-	if !strings.Contains(e.read(FlannelManifest), `"Network": "10.244.0.0/16"`) || !strings.Contains(e.read(FlannelManifest), "docker.io/flannel/flannel:v0.28.10") {
-		t.Errorf("flannel manifest:\n%s", e.read(FlannelManifest))
+	if !strings.Contains(e.read(kubeadmflow.FlannelManifest), `"Network": "10.244.0.0/16"`) || !strings.Contains(e.read(kubeadmflow.FlannelManifest), "docker.io/flannel/flannel:v0.28.10") {
+		t.Errorf("flannel manifest:\n%s", e.read(kubeadmflow.FlannelManifest))
 	}
 	st := e.status()
-	if st.Cluster == nil || st.Cluster.Role != "init" || st.Cluster.Nodes != "2/2 nodes Ready" || st.Cluster.AdminKubeconfig != AdminKubeconfig {
+	if st.Cluster == nil || st.Cluster.Role != "init" || st.Cluster.Nodes != "2/2 nodes Ready" || st.Cluster.AdminKubeconfig != kubeadmflow.AdminKubeconfig {
 		t.Errorf("status cluster = %+v", st.Cluster)
 	}
 }
@@ -202,20 +198,20 @@ func TestWorkerJoins(t *testing.T) {
 	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}
-	if e.exists(KubernetesPKIDir + "/ca.key") {
+	if e.exists(kubeadmflow.KubernetesPKIDir + "/ca.key") {
 		t.Error("a worker got the CA key")
 	}
-	if e.exists(kubeadmconfig.PatchesDir) || strings.Contains(e.read(KubeadmConfigFile), "patches:") {
+	if e.exists(kubeadmconfig.PatchesDir) || strings.Contains(e.read(kubeadmflow.KubeadmConfigFile), "patches:") {
 		t.Error("a worker got the control plane's kubeadm patches")
 	}
-	if e.exists(BootstrapKubeconfig) {
+	if e.exists(kubeadmflow.BootstrapKubeconfig) {
 		t.Error("the bootstrap token credential is still on the worker after its TLS bootstrap")
 	}
 	if !strings.Contains(e.console.String(), "kubelet TLS bootstrap: done") {
 		t.Errorf("the console does not show the TLS bootstrap step:\n%s", e.console.String())
 	}
-	if !strings.Contains(e.read(KubeadmConfigFile), "caCertHashes: [\"sha256:") {
-		t.Errorf("join config does not pin the CA:\n%s", e.read(KubeadmConfigFile))
+	if !strings.Contains(e.read(kubeadmflow.KubeadmConfigFile), "caCertHashes: [\"sha256:") {
+		t.Errorf("join config does not pin the CA:\n%s", e.read(kubeadmflow.KubeadmConfigFile))
 	}
 	// A worker reads only its own Node, so it does not claim to know the
 	// cluster's count.
@@ -230,7 +226,7 @@ func TestWorkerJoins(t *testing.T) {
 func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
 	e.nodes = []string{"cp-1", "cp-2", "cp-3", "w-1"}
-	e.leases.put(kubeclient.Lease{Namespace: JoinLockNamespace, Name: JoinLockName, Holder: "cp-3", DurationSeconds: 180})
+	e.leases.put(kubeclient.Lease{Namespace: kubeadmflow.JoinLockNamespace, Name: kubeadmflow.JoinLockName, Holder: "cp-3", DurationSeconds: 180})
 	// The status published while cp-2 runs etcd-join no longer says it
 	// waits.
 	var stepDuringJoin atomic.Value
@@ -248,7 +244,7 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 		}
 		for _, phase := range []string{"etcd-join", "control-plane-prepare control-plane", "kubelet-wait-bootstrap", "control-plane-join all"} {
 			if name == "kubeadm" && strings.HasPrefix(cmd, "join phase "+phase+" ") {
-				l, _ := e.leases.get(JoinLockName)
+				l, _ := e.leases.get(kubeadmflow.JoinLockName)
 				mu.Lock()
 				holders[phase] = l.Holder
 				mu.Unlock()
@@ -274,7 +270,7 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 			t.Fatal("cp-2 ran etcd-join while cp-3 held the lock")
 		}
 	}
-	held, _ := e.leases.get(JoinLockName)
+	held, _ := e.leases.get(kubeadmflow.JoinLockName)
 	held.Holder = ""
 	e.leases.swap(held)
 	if err := <-done; err != nil {
@@ -295,7 +291,7 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	if got, _ := stepDuringJoin.Load().(string); got != "join phase etcd-join" {
 		t.Errorf("published step while cp-2 joins etcd: %q, want %q", got, "join phase etcd-join")
 	}
-	l, _ := e.leases.get(JoinLockName)
+	l, _ := e.leases.get(kubeadmflow.JoinLockName)
 	if l.Holder != "" || l.Transitions != 1 {
 		t.Errorf("join lock after cp-2's join: %+v, want released after one transition", l)
 	}
@@ -319,7 +315,7 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	src := func(ctx context.Context) ([]byte, string, bool, error) {
 		calls++
 		if calls == 3 {
-			if e.exists("/etc/hostname") || e.exists(KubeadmConfigFile) || len(kubeadm()) != 0 {
+			if e.exists("/etc/hostname") || e.exists(kubeadmflow.KubeadmConfigFile) || len(kubeadm()) != 0 {
 				t.Errorf("applied something with an expired token; kubeadm ran %v", kubeadm())
 			}
 			if s := e.status(); s.State != StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
@@ -373,99 +369,19 @@ func TestExpiredTokenAfterUseIsFine(t *testing.T) {
 	}
 }
 
-// The steps that mark the token as used are steps of the roles.
-func TestTokenStepsExist(t *testing.T) {
-	for role, want := range map[string]string{"init": stepBootstrapToken, "worker": stepWaitForAPI, "controlplane": stepWaitForAPI} {
-		found := false
-		for _, st := range steps(&machineconfig.Cluster{Role: role}) {
-			found = found || st.name == want
-		}
-		if !found {
-			t.Errorf("role %s has no step %q", role, want)
-		}
-	}
-}
-
-// An API server that answers 403 (just restarted, RBAC not bootstrapped
-// yet) or 500 (not ready) is waited for; only 200 is ready.
-func TestWaitForReadyzWantsOK(t *testing.T) {
-	c, err := machineconfig.Parse("w-1", []byte(clusterConfig(t, "w-1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	codes := []int{403, 500, 401, 200}
-	calls := 0
-	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond, Probe: func(ctx context.Context, url, caPEM string) (int, error) {
-		code := codes[min(calls, len(codes)-1)]
-		calls++
-		return code, nil
-	}}
-	if err := waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if calls != 4 {
-		t.Errorf("probed %d times, want 4 (403, 500 and 401 are not ready)", calls)
-	}
-	codes, calls = []int{403}, 0
-	err = waitForReadyz(context.Background(), h, c, "10.77.0.10:6443", 10*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "answered 403") {
-		t.Errorf("err = %v, want the API reported as answering 403", err)
-	}
-}
-
-// waitForReadyz keeps one connection to the API across its polls (a TLS
-// handshake per poll costs a loaded control plane under emulation), and
-// trusts only the cluster CA.
-func TestWaitForReadyzKeepsItsConnection(t *testing.T) {
-	var requests, conns atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) < 3 {
-			http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.StartTLS()
-	defer srv.Close()
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{CACert: ca, ControlPlanes: []string{"127.0.0.1"}}}
-	h := &Host{Root: t.TempDir(), RetryDelay: time.Millisecond}
-	endpoint := srv.Listener.Addr().String()
-	if err := waitForReadyz(context.Background(), h, c, endpoint, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if requests.Load() != 3 || conns.Load() != 1 {
-		t.Errorf("%d requests over %d connections, want 3 over 1", requests.Load(), conns.Load())
-	}
-	other, err := clustersecrets.Generate("other", time.Now(), time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Cluster.CACert = other.CA.Cert
-	err = waitForReadyz(context.Background(), h, c, endpoint, 10*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("with another CA: %v, want a certificate error", err)
-	}
-}
-
 // A Ready node is healthy only once its pod network runs: flanneld has
 // leased the node's subnet and the flannel and kube-proxy containers run
 // (their images may take minutes to unpack after the node is Ready).
 func TestNodeWaitsForItsPodNetwork(t *testing.T) {
 	e, _ := clusterEnv(t, "")
-	if err := os.Remove(e.path(FlannelSubnetEnv)); err != nil {
+	if err := os.Remove(e.path(kubeadmflow.FlannelSubnetEnv)); err != nil {
 		t.Fatal(err)
 	}
 	asked := map[string]int{}
 	e.running = func(name string) bool {
 		asked[name]++
 		if name == "kube-flannel" && asked[name] == 3 {
-			e.write(FlannelSubnetEnv, "FLANNEL_SUBNET=10.244.1.1/24\n") // flanneld got its lease
+			e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_SUBNET=10.244.1.1/24\n") // flanneld got its lease
 		}
 		return asked[name] >= 3 && (name != "kube-proxy" || asked[name] >= 5)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/configdrive"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/nocloud"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/vmware"
@@ -26,15 +28,17 @@ import (
 
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
+	h := host.Real()
 	return Options{
-		Host:    RealHost(),
+		Host:    h,
+		Cluster: kubeadmflow.Real(h),
 		Console: Consoles{SysActive: "/sys/class/tty/console/active"},
 		Log:     log,
 		// The order is documented in docs/config-acquisition.md.
 		Sources:          enrollSources(),
 		ChangeSources:    changeSources(),
 		BootLoader:       &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
-		Reboot:           func(ctx context.Context) error { return RealHost().run(ctx, "systemctl", "reboot") },
+		Reboot:           func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
 		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,

@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
@@ -51,19 +54,26 @@ func TestConsolesSkipsMissingTTYs(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	o := Defaults(slog.New(slog.DiscardHandler))
-	if o.Host == nil || o.Host.Root != "/" || o.Host.Exec == nil {
-		t.Errorf("Host = %+v", o.Host)
-	}
-	if o.Console == nil || o.Log == nil || len(o.Sources) != 7 || len(o.ChangeSources) != 5 || o.BootLoader == nil || o.Reboot == nil || o.Host.Now == nil {
-		t.Errorf("unset fields: %+v", o)
-	}
-	if o.PollInterval <= 0 || o.AddressWait <= 0 || o.TrialRebootDelay <= 0 {
-		t.Errorf("durations: %+v", o)
-	}
+	require.NotNil(t, o.Host)
+	assert.Equal(t, "/", o.Host.Root)
+	assert.NotNil(t, o.Host.Executor)
+	assert.NotNil(t, o.Host.Clock)
+	assert.NotNil(t, o.Console)
+	assert.NotNil(t, o.Log)
+	assert.Len(t, o.Sources, 7)
+	assert.Len(t, o.ChangeSources, 5)
+	assert.NotNil(t, o.Reboot)
+	assert.Positive(t, o.PollInterval)
+	assert.Positive(t, o.AddressWait)
+	assert.Positive(t, o.TrialRebootDelay)
 	l, ok := o.BootLoader.(*bootloader.ESPLoader)
-	if !ok || l.Device != "/dev/disk/by-partlabel/"+layout.LabelESP {
-		t.Errorf("bootloader.BootLoader = %#v", o.BootLoader)
-	}
+	require.True(t, ok, "boot loader %#v", o.BootLoader)
+	assert.Equal(t, "/dev/disk/by-partlabel/"+layout.LabelESP, l.Device)
+	// The cluster's production dependencies are complete: a flow can be
+	// built from them.
+	_, err := kubeadmflow.New(o.Host, o.Cluster, &nodestate.Store{}, host.ReporterFunc(func(_, _, _ string) {}), func(func(*kubeadmflow.ClusterStatus)) {})
+	assert.NoError(t, err)
+	assert.Equal(t, kubeadmflow.DefaultTiming(), o.Cluster.Timing)
 }
 
 // TestSourceOrder pins the documented order of config sources

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
@@ -21,7 +23,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
 )
 
-func storedConfigPath(h *Host) string {
+func storedConfigPath(h *host.Host) string {
 	return h.Path(filepath.Join(layout.StateMount, layout.StateNodeConfig))
 }
 
@@ -68,7 +70,7 @@ func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
 	if err := r.store(cfg); err != nil {
 		return err
 	}
-	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Host.now().UTC()}
+	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Host.Now().UTC()}
 	if err := r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment = e }); err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func (r *runner) commitChange(ch *change) error {
 	if err := r.store(ch.cfg); err != nil {
 		return err
 	}
-	digest, at := ch.cfg.Digest(), r.o.Host.now().UTC()
+	digest, at := ch.cfg.Digest(), r.o.Host.Now().UTC()
 	return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) {
 		j.Enrollment.Digest = digest
 		j.Enrollment.Change = &nodestate.ConfigChange{Digest: digest, Source: ch.from, SignedBy: ch.signer, At: at}
@@ -246,15 +248,6 @@ func immutableChanges(old, next *machineconfig.Config) error {
 	return fmt.Errorf("it changes what defines this formed node, which never changes in place (run `firstboot reset` to re-enroll instead):\n%s", strings.Join(bad, "\n"))
 }
 
-// nodeIdentity keys the kubeadm progress: what defines the node in its
-// cluster (the immutable fields), not the rendered kubeadm configuration,
-// which a rotated token changes.
-func nodeIdentity(c *machineconfig.Config) string {
-	cl := c.Cluster
-	sum := sha256.Sum256([]byte(strings.Join([]string{"node-identity-v1", cl.Name, cl.Role, cl.NodeIP, c.Hostname, cl.CACertHash}, "\x00")))
-	return "identity:" + hex.EncodeToString(sum[:])
-}
-
 // watchChanges keeps looking for change requests while the node runs (a
 // stick inserted into a running node), every WatchInterval, until ctx
 // ends. cfg is the config the node runs.
@@ -312,24 +305,23 @@ func RunPhase(ctx context.Context, o Options, name string) error {
 	if err != nil {
 		return err
 	}
-	var names []string
-	for _, p := range phasesFor(cfg) {
-		names = append(names, p.Name)
+	phases := r.phases(cfg)
+	for _, p := range phases {
 		if p.Name != name {
 			continue
 		}
-		if err := p.Verify(ctx, o.Host, cfg); err == nil {
+		if err := p.Verify(ctx, cfg); err == nil {
 			r.say("%s: already as desired", name)
 			return r.step(name, "verified", "run alone")
 		} else {
 			r.say("%s: %v; applying", name, err)
 		}
-		if err := p.Apply(ctx, o.Host, cfg); err != nil {
+		if err := p.Apply(ctx, cfg); err != nil {
 			r.step(name, "failed", err.Error())
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		r.say("%s: applied", name)
 		return r.step(name, "applied", "run alone")
 	}
-	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(names, ", "))
+	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(phase.Names(phases), ", "))
 }

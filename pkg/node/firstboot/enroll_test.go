@@ -19,6 +19,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
 )
 
 // signer is a key a test node trusts (or not).
@@ -150,7 +151,7 @@ func TestSignedChangeApplied(t *testing.T) {
 
 	require.NoError(t, e.runWithProviders(sig.stick(changed)), e.console.String())
 	assert.Equal(t, "node-2\n", e.read("/etc/hostname"))
-	assert.Equal(t, "bob ALL=(ALL) NOPASSWD:ALL\n", e.read(adminSudoers))
+	assert.Equal(t, "bob ALL=(ALL) NOPASSWD:ALL\n", e.read(nodephases.AdminSudoers))
 	cmds := e.commands()
 	assert.Contains(t, cmds, "userdel --force --remove ops", "the removed admin is gone")
 	assert.Contains(t, cmds, "hostname node-2")

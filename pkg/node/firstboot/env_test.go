@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
@@ -107,7 +109,7 @@ func newEnv(t *testing.T) *env {
 	e.setBootID("11111111-1111-1111-1111-111111111111")
 	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
-	e.write(FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
+	e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
 	e.mkdir("/run")
 	return e
 }
@@ -235,6 +237,7 @@ func (e *env) options(src func(ctx context.Context) ([]byte, string, bool, error
 func (e *env) optionsWith(providers ...configsource.Provider) Options {
 	return Options{
 		Host:          e.host(),
+		Cluster:       e.clusterDeps(),
 		Console:       &e.console,
 		Log:           slog.New(slog.DiscardHandler),
 		Sources:       providers,
@@ -413,21 +416,35 @@ func (l *fakeLoader) blessCalls() []layout.Slot {
 
 var errFake = errors.New("fake error")
 
-func (e *env) host() *Host {
+func (e *env) host() *host.Host {
 	ex := e.exec
 	if e.hostExec != nil {
 		ex = e.hostExec
 	}
-	return &Host{Root: e.root, Exec: ex, RetryDelay: time.Millisecond, StepAttempts: e.attempts, Now: e.now,
-		Probe: func(ctx context.Context, url, caPEM string) (int, error) { return 200, nil },
-		KubeClient: func(kubeconfig string) (APIClient, error) {
+	return &host.Host{Root: e.root, Executor: host.ExecFunc(ex), Clock: host.ClockFunc(e.now)}
+}
+
+// clusterDeps answer the cluster's questions from the env: a fake
+// runtime, a fake API, a probe that finds every API ready, no waits.
+func (e *env) clusterDeps() kubeadmflow.Deps {
+	attempts := e.attempts
+	if attempts == 0 {
+		attempts = 3
+	}
+	return kubeadmflow.Deps{
+		Runtime: fakeRuntime{e},
+		API: func(kubeconfig string) (kubeadmflow.APIClient, error) {
 			nodes := e.nodes
 			if nodes == nil {
 				nodes = []string{"cp-1", "w-1"}
 			}
 			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
 		},
-		Runtime: fakeRuntime{e}}
+		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
+			return func(ctx context.Context, url string) (int, error) { return 200, nil }, func() {}
+		},
+		Timing: kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
+	}
 }
 
 // fakeRuntime answers the host's CRI questions from the env, recording
@@ -509,7 +526,7 @@ func (f *fakeLeases) putLocked(l kubeclient.Lease) kubeclient.Lease {
 }
 
 func (f fakeAPI) admin() error {
-	if f.kubeconfig != AdminKubeconfig {
+	if f.kubeconfig != kubeadmflow.AdminKubeconfig {
 		return &kubeclient.StatusError{Code: 403, Status: "403 Forbidden", Body: "as " + f.kubeconfig}
 	}
 	return nil
@@ -554,7 +571,7 @@ func (f *fakeLeases) swap(l kubeclient.Lease) (kubeclient.Lease, error) {
 }
 
 func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
-	if f.kubeconfig != AdminKubeconfig {
+	if f.kubeconfig != kubeadmflow.AdminKubeconfig {
 		return nil, fmt.Errorf("GET /api/v1/nodes: 403 Forbidden (as %s)", f.kubeconfig)
 	}
 	var out []kubeclient.Node

@@ -1,9 +1,11 @@
-// Package firstboot is the appliance's orchestrator, run by systemd at every
-// boot: it acquires the machine config from a config disk, applies it on
-// the first boot (verifies and heals on later boots), records each step in a
-// journal on TERRA-STATE, reports status on the console and in
-// /run/terrarium/status.json, and blesses the boot only when its health
-// check passes.
+// Package firstboot is the appliance's runner, started by systemd at every
+// boot. It enrolls the node from the first valid config its sources offer
+// (or loads the stored one), reconciles the node through its phases
+// (pkg/node/nodephases, registryphase, kubeadmflow: each phase checks
+// before it acts), records each step in the node state on TERRA-STATE,
+// reports status on the console and in /run/terrarium/status.json, blesses
+// the boot only when its health check passes, and then watches for signed
+// config changes.
 package firstboot
 
 import (
@@ -16,7 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/registryphase"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
@@ -29,7 +36,10 @@ import (
 // Options wires firstboot to its machine. Every field has a production
 // value from Defaults; tests replace them.
 type Options struct {
-	Host    *Host
+	Host *host.Host
+	// Cluster are what a cluster node's formation asks beyond the host
+	// (pkg/node/kubeadmflow): the container runtime, the API, timing.
+	Cluster kubeadmflow.Deps
 	Console io.Writer // what a person at the machine reads
 	Log     *slog.Logger
 	// Sources are probed in order until one offers a config, while the
@@ -78,6 +88,8 @@ type runner struct {
 	// when last looked at (judged once).
 	changeSeen string
 	status     Status
+	// flow forms or joins the cluster (a cluster node's later phases).
+	flow *kubeadmflow.Flow
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -100,8 +112,11 @@ func newRunner(o Options) (*runner, error) {
 	}
 	// One line at a time on the console, whichever goroutine reports.
 	o.Console = &lockedWriter{w: o.Console}
-	h.State = state
 	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), state: state}
+	r.flow, err = kubeadmflow.New(h, o.Cluster, state, host.ReporterFunc(r.report), r.updateCluster)
+	if err != nil {
+		return nil, err
+	}
 	state.Read(func(j *nodestate.Journal) { r.boot = j.Current(r.bootID, string(slot)).Boot })
 	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot}
 	created, _ := os.ReadFile(h.Path(layout.StateMount + "/" + layout.StateMarkerFile))
@@ -139,7 +154,7 @@ func (r *runner) journal() (enrollment *nodestate.Enrollment, provisioned *nodes
 }
 
 func (r *runner) step(name, result, detail string) error {
-	at := r.o.Host.now().UTC()
+	at := r.o.Host.Now().UTC()
 	return r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) {
 		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: name, Result: result, Detail: detail, At: at})
 	})
@@ -197,7 +212,7 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 // applied records that cfg is in place.
 func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
 	digest := cfg.Digest()
-	at := r.o.Host.now().UTC()
+	at := r.o.Host.Now().UTC()
 	r.status.State = state
 	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
 	return r.record(func(j *nodestate.Journal, rec *nodestate.BootRecord) {
@@ -309,8 +324,8 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 // than the admin firstboot itself created) would make useradd fail halfway
 // through apply: it is a validation error instead.
 func (r *runner) admissible(cfg *machineconfig.Config) error {
-	if name := adminName(cfg); name != "" && name != managedAdmin(r.o.Host) {
-		file, err := nameTaken(r.o.Host, name)
+	if name := nodephases.AdminName(cfg); name != "" && name != nodephases.ManagedAdmin(r.o.Host) {
+		file, err := r.o.Host.NameTaken(name)
 		if err != nil {
 			return fmt.Errorf("admin.name: cannot check %q against this image's accounts: %w", name, err)
 		}
@@ -318,17 +333,7 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 			return fmt.Errorf("admin.name: %q is already an account or group of this image (%s); choose another name, such as \"ops\"", name, file)
 		}
 	}
-	cl := cfg.Cluster
-	if cl == nil {
-		return nil
-	}
-	if _, err := bundleKubernetesVersion(r.o.Host); err != nil {
-		return fmt.Errorf("cluster: %w; boot an image built with the Kubernetes bundle (bundles/kubernetes-*.yaml in the build spec), or remove cluster: from the config", err)
-	}
-	if tokenUsed(r.o.Host, cl.Role) {
-		return nil
-	}
-	return cl.CheckToken(r.o.Host.now())
+	return r.flow.Admissible(cfg)
 }
 
 func (r *runner) reportConfigProblem(problem string) {
@@ -352,9 +357,9 @@ func (r *runner) reportConfigProblem(problem string) {
 // drifted.
 func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
 	r.watchHost(cfg)
-	for _, p := range phasesFor(cfg) {
+	for _, p := range r.phases(cfg) {
 		if mode == "verify" {
-			if err := p.Verify(ctx, r.o.Host, cfg); err == nil {
+			if err := p.Verify(ctx, cfg); err == nil {
 				if err := r.step(p.Name, "verified", ""); err != nil {
 					return err
 				}
@@ -363,7 +368,7 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 				r.say("%s drifted (%v); healing", p.Name, err)
 			}
 		}
-		if err := p.Apply(ctx, r.o.Host, cfg); err != nil {
+		if err := p.Apply(ctx, cfg); err != nil {
 			r.step(p.Name, "failed", err.Error())
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
@@ -389,8 +394,8 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 	if len(cfg.Network.Interfaces) == 0 {
 		return
 	}
-	deadline := r.o.Host.now().Add(r.o.AddressWait)
-	for len(addresses()) == 0 && r.o.Host.now().Before(deadline) {
+	deadline := r.o.Host.Now().Add(r.o.AddressWait)
+	for len(addresses()) == 0 && r.o.Host.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return
@@ -399,34 +404,52 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 	}
 }
 
-// watchHost lets long phases report their steps: each goes to the
-// journal, the console and the published status.
+// watchHost shows a cluster node's role in the status before its phases
+// report.
 func (r *runner) watchHost(cfg *machineconfig.Config) {
-	h := r.o.Host
-	if cfg.Cluster != nil && r.status.Cluster == nil {
-		r.status.Cluster = &ClusterStatus{Role: cfg.Cluster.Role}
+	if cfg.Cluster != nil {
+		r.updateCluster(func(s *kubeadmflow.ClusterStatus) {
+			if s.Role == "" {
+				s.Role = cfg.Cluster.Role
+			}
+		})
 	}
-	h.Progress = func(step, result, detail string) {
-		r.step(step, result, detail)
-		if detail != "" {
-			r.say("%s: %s: %s", step, result, detail)
-		} else {
-			r.say("%s: %s", step, result)
-		}
-		// What a node waits for, and the end of a wait (a join lock
-		// taken), show in the status as they happen.
-		if result == "started" || result == "waiting" || result == "lock" {
-			r.publish()
-		}
+}
+
+// report lets long phases report their steps: each goes to the journal,
+// the console and the published status.
+func (r *runner) report(step, result, detail string) {
+	r.step(step, result, detail)
+	if detail != "" {
+		r.say("%s: %s: %s", step, result, detail)
+	} else {
+		r.say("%s: %s", step, result)
 	}
-	h.Cluster = func(update func(*ClusterStatus)) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.status.Cluster == nil {
-			r.status.Cluster = &ClusterStatus{}
-		}
-		update(r.status.Cluster)
+	// What a node waits for, and the end of a wait (a join lock taken),
+	// show in the status as they happen.
+	if result == "started" || result == "waiting" || result == "lock" {
+		r.publish()
 	}
+}
+
+// updateCluster changes what the status says about the cluster.
+func (r *runner) updateCluster(update func(*kubeadmflow.ClusterStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status.Cluster == nil {
+		r.status.Cluster = &kubeadmflow.ClusterStatus{}
+	}
+	update(r.status.Cluster)
+}
+
+// phases are the phases of a config, in order: the node's own, its
+// registry's, then (on a cluster node) the cluster's.
+func (r *runner) phases(c *machineconfig.Config) []phase.Phase {
+	ps := append(nodephases.Phases(r.o.Host), registryphase.Phase(r.o.Host))
+	if c.Cluster == nil {
+		return ps
+	}
+	return append(ps, r.flow.Phases()...)
 }
 
 // lockedWriter serializes writes to w.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -380,7 +381,7 @@ func TestNetworkFileRemovedWithInterface(t *testing.T) {
 	m, _ := filepath.Glob(e.path("/etc/systemd/network/10-terrarium-*"))
 	assert.Empty(t, m)
 	assert.Equal(t, []string{"hostname lonely", "networkctl reload", "loginctl terminate-user ops", "userdel --force --remove ops"}, e.commands())
-	assert.False(t, e.exists(adminSudoers))
+	assert.False(t, e.exists(nodephases.AdminSudoers))
 }
 
 func TestMinimalConfig(t *testing.T) {

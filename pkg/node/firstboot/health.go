@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 )
 
 // errUnhealthy marks a failed health check.
@@ -21,8 +22,8 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 	if r.rel.HasFault("health") {
 		return fmt.Errorf("%w: this build carries the injected fault \"health\"", errUnhealthy)
 	}
-	for _, p := range phasesFor(cfg) {
-		if err := p.Verify(ctx, r.o.Host, cfg); err != nil {
+	for _, p := range r.phases(cfg) {
+		if err := p.Verify(ctx, cfg); err != nil {
 			return fmt.Errorf("%w: %s: %v", errUnhealthy, p.Name, err)
 		}
 	}
@@ -62,7 +63,7 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	r.step("health", "passed", "")
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.
-	if closed, err := closeUnpackWindow(r.o.Host); err != nil {
+	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
 		r.step("images durable", "failed", err.Error())
 		r.status.Message = err.Error()
 		r.publish()

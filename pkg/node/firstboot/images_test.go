@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 )
 
 // pulled are the refs of the "cri-pull" commands, in order.
@@ -102,8 +104,8 @@ func TestPullsTwoAtATime(t *testing.T) {
 	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
-	if most != pullsAtOnce {
-		t.Errorf("at most %d pulls ran at once, want %d", most, pullsAtOnce)
+	if most != kubeadmflow.PullsAtOnce {
+		t.Errorf("at most %d pulls ran at once, want %d", most, kubeadmflow.PullsAtOnce)
 	}
 }
 

@@ -7,46 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 )
-
-// Every role's preflight ignores SystemVerification, the two CRI checks
-// the container runtime step makes with a longer deadline, and the checks
-// the config names, and nothing else.
-func TestPreflightIgnoresWhatTheConfigNames(t *testing.T) {
-	for _, role := range []string{machineconfig.RoleInit, machineconfig.RoleControlPlane, machineconfig.RoleWorker} {
-		for _, tt := range []struct {
-			ignore []string
-			want   string
-		}{
-			{nil, "--ignore-preflight-errors=SystemVerification,CRI,ContainerRuntimeVersion"},
-			{[]string{"NumCPU", "Mem"}, "--ignore-preflight-errors=SystemVerification,CRI,ContainerRuntimeVersion,NumCPU,Mem"},
-		} {
-			c := &machineconfig.Cluster{Role: role, IgnorePreflightErrors: tt.ignore}
-			var flags []string
-			for _, s := range steps(c) {
-				for _, a := range s.args {
-					if strings.HasPrefix(a, "--ignore-preflight-errors") {
-						if !strings.HasSuffix(s.name, "phase preflight") {
-							t.Errorf("%s: step %q ignores preflight errors", role, s.name)
-						}
-						flags = append(flags, a)
-					}
-				}
-			}
-			if !slices.Equal(flags, []string{tt.want}) {
-				t.Errorf("%s with ignorePreflightErrors %v: preflight flags %q, want [%s]", role, tt.ignore, flags, tt.want)
-			}
-		}
-	}
-}
 
 // Every role asks the container runtime, right before kubeadm's preflight
 // (whose own CRI checks it lets pass as warnings).
@@ -121,31 +84,4 @@ func TestRuntimeNeverReady(t *testing.T) {
 	if st.State != "failed" {
 		t.Errorf("state %q, want failed", st.State)
 	}
-}
-
-// TestLegacyKubeadmProgress: a node formed before the kubeadm progress
-// moved into the node state keeps its steps (kubeadm.json, keyed by the
-// kubeadm configuration's hash), and saves them in the node state.
-func TestLegacyKubeadmProgress(t *testing.T) {
-	e := newEnv(t)
-	h := e.host()
-	state, err := nodestate.Open(e.path(journalPath()))
-	require.NoError(t, err)
-	h.State = state
-	e.write(layout.StateMount+"/"+layout.StateTerrarium+"/"+legacyProgressFile, `{"config":"cfghash","done":["`+stepWaitForAPI+`"]}`)
-
-	assert.True(t, tokenUsed(h, machineconfig.RoleWorker))
-	p, err := loadProgress(h, "identity:w", "cfghash")
-	require.NoError(t, err)
-	assert.Equal(t, "identity:w", p.Node)
-	assert.True(t, p.IsDone(stepWaitForAPI))
-	require.NoError(t, saveProgress(h, p, "kubelet TLS bootstrap"))
-	j, err := nodestate.Load(e.path(journalPath()))
-	require.NoError(t, err)
-	require.NotNil(t, j.Kubeadm)
-	assert.Equal(t, []string{stepWaitForAPI, "kubelet TLS bootstrap"}, j.Kubeadm.Done)
-
-	other, err := loadProgress(h, "identity:other", "otherhash")
-	require.NoError(t, err)
-	assert.Empty(t, other.Done, "another node starts again")
 }

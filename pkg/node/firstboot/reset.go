@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
@@ -45,7 +46,7 @@ var ErrResetDeclined = errors.New("reset not confirmed: nothing was changed")
 // (as with terrarium.reset-state on the kernel command line), and the node
 // enrolls again from the first valid config its sources offer.
 func Reset(ctx context.Context, o ResetOptions) error {
-	h := &Host{Root: o.Root}
+	h := &host.Host{Root: o.Root}
 	fmt.Fprint(o.Out, resetSummary(h))
 	if !o.Yes {
 		fmt.Fprintf(o.Out, "Type %q to erase TERRA-STATE and reboot: ", ResetWord)
@@ -70,7 +71,7 @@ func Reset(ctx context.Context, o ResetOptions) error {
 }
 
 // resetSummary says what a reset erases.
-func resetSummary(h *Host) string {
+func resetSummary(h *host.Host) string {
 	var b strings.Builder
 	b.WriteString("firstboot reset erases TERRA-STATE, the node's whole writable state:\n")
 	if j, err := nodestate.Load(h.Path(journalPath())); err == nil && j.Enrollment != nil {

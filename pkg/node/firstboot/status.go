@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 )
 
 // States a node reports.
@@ -43,23 +44,7 @@ type Status struct {
 	Blessed  string `json:"blessed,omitempty"`
 	Message  string `json:"message,omitempty"`
 	// Cluster is the node's part in its Kubernetes cluster, if any.
-	Cluster *ClusterStatus `json:"cluster,omitempty"`
-}
-
-// ClusterStatus is what the banner and `firstboot status` say about the
-// node's cluster.
-type ClusterStatus struct {
-	Role string `json:"role"`
-	// Step is the provisioning step in progress, or the last one done.
-	Step string `json:"step,omitempty"`
-	// APIUp says the API answered through the node's balancer.
-	APIUp bool `json:"apiUp"`
-	// Nodes is what the API last said: "<ready>/<total> nodes Ready" on a
-	// control plane, "this node Ready" on a worker, which may read only
-	// its own Node.
-	Nodes string `json:"nodes,omitempty"`
-	// AdminKubeconfig is where the admin kubeconfig is (init node).
-	AdminKubeconfig string `json:"adminKubeconfig,omitempty"`
+	Cluster *kubeadmflow.ClusterStatus `json:"cluster,omitempty"`
 }
 
 // publish writes status.json, then prints the banner and the file's

@@ -1,4 +1,4 @@
-package firstboot
+package kubeadmflow
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -22,7 +24,7 @@ import (
 type kubeadmStep struct {
 	name string
 	args []string // kubeadm arguments; nil for a step of our own
-	own  func(ctx context.Context, h *Host, c *machineconfig.Config) error
+	own  func(ctx context.Context, h *Flow, c *machineconfig.Config) error
 	// oneAtATime: run while holding the cluster's join lock (see
 	// withJoinLock), never alongside the same step on another node.
 	oneAtATime bool
@@ -137,23 +139,21 @@ type legacyProgress struct {
 	Done   []string `json:"done"`
 }
 
-func legacyProgressPath(h *Host) string {
+func legacyProgressPath(h *Flow) string {
 	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, legacyProgressFile))
 }
 
 // readProgress returns the saved progress, whichever node it ran for; nil
 // when there is none.
-func readProgress(h *Host) (*nodestate.KubeadmProgress, error) {
+func readProgress(h *Flow) (*nodestate.KubeadmProgress, error) {
 	var p *nodestate.KubeadmProgress
-	if h.State != nil {
-		h.State.Read(func(j *nodestate.Journal) {
-			if j.Kubeadm != nil {
-				c := *j.Kubeadm
-				c.Done = append([]string(nil), j.Kubeadm.Done...)
-				p = &c
-			}
-		})
-	}
+	h.State.Read(func(j *nodestate.Journal) {
+		if j.Kubeadm != nil {
+			c := *j.Kubeadm
+			c.Done = append([]string(nil), j.Kubeadm.Done...)
+			p = &c
+		}
+	})
 	if p != nil {
 		return p, nil
 	}
@@ -177,7 +177,7 @@ func readProgress(h *Host) (*nodestate.KubeadmProgress, error) {
 // node changing: its steps stay done. Progress saved before identities
 // keyed it (by legacyHash, the hash of the kubeadm configuration) counts
 // as the node's.
-func loadProgress(h *Host, identity, legacyHash string) (*nodestate.KubeadmProgress, error) {
+func loadProgress(h *Flow, identity, legacyHash string) (*nodestate.KubeadmProgress, error) {
 	saved, err := readProgress(h)
 	if err != nil {
 		return nil, err
@@ -192,7 +192,7 @@ func loadProgress(h *Host, identity, legacyHash string) (*nodestate.KubeadmProgr
 // tokenUsed reports whether the node is past the step that uses the
 // bootstrap token, with any configuration: the init node created it in the
 // cluster, a joiner reached the API with it. Its expiry no longer matters.
-func tokenUsed(h *Host, role string) bool {
+func tokenUsed(h *Flow, role string) bool {
 	saved, err := readProgress(h)
 	if err != nil || saved == nil {
 		return false
@@ -204,27 +204,24 @@ func tokenUsed(h *Host, role string) bool {
 }
 
 // saveProgress records step done, in the node state.
-func saveProgress(h *Host, p *nodestate.KubeadmProgress, step string) error {
+func saveProgress(h *Flow, p *nodestate.KubeadmProgress, step string) error {
 	p.Done = append(p.Done, step)
 	c := *p
 	c.Done = append([]string(nil), p.Done...)
-	if h.State == nil {
-		return errors.New("no node state to record the kubeadm progress in")
-	}
 	return h.State.Update(func(j *nodestate.Journal) { j.Kubeadm = &c })
 }
 
-func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	cl := c.Cluster
 	if cl == nil {
 		return nil
 	}
-	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	h.Cluster(func(s *ClusterStatus) { s.Role = cl.Role })
 	want, err := bundleKubernetesVersion(h)
 	if err != nil {
 		return err
 	}
-	out, err := h.output(ctx, "kubeadm", "version", "-o", "short")
+	out, err := h.Output(ctx, "kubeadm", "version", "-o", "short")
 	if err != nil {
 		return err
 	}
@@ -232,8 +229,8 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
 	}
 	// From here containerd may unpack images (the pulls, the kubelet's
-	// static pods): see unpackwindow.go.
-	if err := openUnpackWindow(h, h.now()); err != nil {
+	// static pods): see pkg/node/unpackwindow.
+	if err := unpackwindow.Open(h.Host); err != nil {
 		return err
 	}
 	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
@@ -241,26 +238,26 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		return err
 	}
 	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
-	prog, err := loadProgress(h, nodeIdentity(c), hex.EncodeToString(sum[:]))
+	prog, err := loadProgress(h, NodeIdentity(c), hex.EncodeToString(sum[:]))
 	if err != nil {
 		return err
 	}
 	// one runs a step not done yet and records it done.
 	one := func(ctx context.Context, st kubeadmStep) error {
-		h.cluster(func(s *ClusterStatus) { s.Step = st.name })
-		h.progress(st.name, "started", "")
+		h.Cluster(func(s *ClusterStatus) { s.Step = st.name })
+		h.Report.Report(st.name, "started", "")
 		if err := runStep(ctx, h, c, st); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
 		}
 		// kubeadm does not sync what it writes: without this, a power
 		// cut could keep the record of a step and lose its files.
-		if err := h.run(ctx, "sync"); err != nil {
+		if err := h.Run(ctx, "sync"); err != nil {
 			return err
 		}
 		if err := saveProgress(h, prog, st.name); err != nil {
 			return err
 		}
-		h.progress(st.name, "done", "")
+		h.Report.Report(st.name, "done", "")
 		return nil
 	}
 	for _, run := range stepRuns(steps(cl)) {
@@ -289,30 +286,30 @@ func applyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) erro
 		}
 		// A run of one-at-a-time steps goes under one hold of the join
 		// lock.
-		h.cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
+		h.Cluster(func(s *ClusterStatus) { s.Step = todo[0].name })
 		if err := withJoinLock(ctx, h, c, todo[0].name, all); err != nil {
 			return err
 		}
 	}
-	h.cluster(func(s *ClusterStatus) { s.Step = "joined" })
+	h.Cluster(func(s *ClusterStatus) { s.Step = "joined" })
 	if cl.Role == machineconfig.RoleInit {
-		h.cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
+		h.Cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
 	}
 	return nil
 }
 
 // applyManifest is a step that applies a manifest as the admin.
-func applyManifest(file string) func(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	return func(ctx context.Context, h *Host, c *machineconfig.Config) error {
-		_, err := h.output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file)
+func applyManifest(file string) func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+	return func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+		_, err := h.Output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file)
 		return err
 	}
 }
 
 // installAdminKubeconfig gives the admin user the admin kubeconfig (the
 // control-plane components never use it: kubeadm gives each its own).
-func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	name := adminName(c)
+func installAdminKubeconfig(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+	name := nodephases.AdminName(c)
 	if name == "" {
 		return nil
 	}
@@ -321,10 +318,10 @@ func installAdminKubeconfig(ctx context.Context, h *Host, c *machineconfig.Confi
 		return err
 	}
 	dst := filepath.Join("/home", name, ".kube", "config")
-	if _, err := h.writeIfChanged(dst, b, 0o600); err != nil {
+	if _, err := h.WriteIfChanged(dst, b, 0o600); err != nil {
 		return err
 	}
-	return h.run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+	return h.Run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
 }
 
 // stepRuns splits steps into runs of consecutive steps alike in oneAtATime.
@@ -344,27 +341,36 @@ func oneAtATime(st kubeadmStep) kubeadmStep {
 	return st
 }
 
-// runStep runs one step, up to h.attempts() times, with diagnostics on
+// runStep runs one step, up to h.Timing.StepAttempts times, with diagnostics on
 // the console after each failure.
-func runStep(ctx context.Context, h *Host, c *machineconfig.Config, st kubeadmStep) error {
+func runStep(ctx context.Context, h *Flow, c *machineconfig.Config, st kubeadmStep) error {
 	var err error
-	for attempt := 1; attempt <= h.attempts(); attempt++ {
+	for attempt := 1; attempt <= h.Timing.StepAttempts; attempt++ {
 		if st.own != nil {
 			err = st.own(ctx, h, c)
 		} else {
-			_, err = h.output(ctx, "kubeadm", st.args...)
+			_, err = h.Output(ctx, "kubeadm", st.args...)
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		h.progress(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.attempts(), err))
-		h.progress(st.name, "diagnostics", diagnostics(ctx, h))
-		if attempt < h.attempts() {
+		h.Report.Report(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.Timing.StepAttempts, err))
+		h.Report.Report(st.name, "diagnostics", diagnostics(ctx, h))
+		if attempt < h.Timing.StepAttempts {
 			select {
 			case <-ctx.Done():
-			case <-time.After(h.delay(stepRetryDelay)):
+			case <-time.After(h.Timing.StepRetry):
 			}
 		}
 	}
 	return err
+}
+
+// NodeIdentity keys the kubeadm progress: what defines the node in its
+// cluster (the immutable fields), not the rendered kubeadm configuration,
+// which a rotated token changes.
+func NodeIdentity(c *machineconfig.Config) string {
+	cl := c.Cluster
+	sum := sha256.Sum256([]byte(strings.Join([]string{"node-identity-v1", cl.Name, cl.Role, cl.NodeIP, c.Hostname, cl.CACertHash}, "\x00")))
+	return "identity:" + hex.EncodeToString(sum[:])
 }

@@ -1,4 +1,8 @@
-package firstboot
+// Package nodephases brings the machine itself to what its config says:
+// hostname, network (systemd-networkd) and the admin user with its SSH keys
+// and sudo rule. Each phase touches only its own files and restarts nothing
+// when they are already as desired.
+package nodephases
 
 import (
 	"context"
@@ -10,49 +14,35 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
 )
 
-// phase is one provisioning step. Apply is idempotent (it checks before it
-// acts, so a rerun after a power cut is safe); Verify checks the result
-// without changing anything.
-type phase struct {
-	Name   string
-	Apply  func(ctx context.Context, h *Host, c *machineconfig.Config) error
-	Verify func(ctx context.Context, h *Host, c *machineconfig.Config) error
-}
-
-func phases() []phase {
-	return []phase{
-		{Name: "hostname", Apply: applyHostname, Verify: verifyHostname},
-		{Name: "network", Apply: applyNetwork, Verify: verifyNetwork},
-		{Name: "admin-user", Apply: applyAdmin, Verify: verifyAdmin},
-		{Name: "registry-mirrors", Apply: applyRegistry, Verify: verifyRegistry},
+// Phases are the node's own phases, in order: what the machine config
+// says of the machine itself, before any registry or cluster.
+func Phases(h *host.Host) []phase.Phase {
+	return []phase.Phase{
+		{Name: "hostname", Apply: phase.On(h, applyHostname), Verify: phase.On(h, verifyHostname)},
+		{Name: "network", Apply: phase.On(h, applyNetwork), Verify: phase.On(h, verifyNetwork)},
+		{Name: "admin-user", Apply: phase.On(h, applyAdmin), Verify: phase.On(h, verifyAdmin)},
 	}
-}
-
-// phasesFor are the phases of a config: the cluster's follow the node's.
-func phasesFor(c *machineconfig.Config) []phase {
-	if c.Cluster == nil {
-		return phases()
-	}
-	return append(phases(), clusterPhases()...)
 }
 
 func hostsFile(name string) string {
 	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + name + "\n"
 }
 
-func applyHostname(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	if _, err := h.writeIfChanged("/etc/hostname", []byte(c.Hostname+"\n"), 0o644); err != nil {
+func applyHostname(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
+	if _, err := h.WriteIfChanged("/etc/hostname", []byte(c.Hostname+"\n"), 0o644); err != nil {
 		return err
 	}
-	if _, err := h.writeIfChanged("/etc/hosts", []byte(hostsFile(c.Hostname)), 0o644); err != nil {
+	if _, err := h.WriteIfChanged("/etc/hosts", []byte(hostsFile(c.Hostname)), 0o644); err != nil {
 		return err
 	}
-	return h.run(ctx, "hostname", c.Hostname)
+	return h.Run(ctx, "hostname", c.Hostname)
 }
 
-func verifyHostname(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyHostname(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
 	b, err := os.ReadFile(h.Path("/etc/hostname"))
 	if err != nil {
 		return err
@@ -110,7 +100,7 @@ func networkFiles(c *machineconfig.Config) map[string]string {
 	return files
 }
 
-func applyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyNetwork(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
 	want := networkFiles(c)
 	changed := false
 	old, _ := filepath.Glob(h.Path(filepath.Join(networkDir, "10-terrarium-*.network")))
@@ -129,7 +119,7 @@ func applyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		w, err := h.writeIfChanged(n, []byte(want[n]), 0o644)
+		w, err := h.WriteIfChanged(n, []byte(want[n]), 0o644)
 		if err != nil {
 			return err
 		}
@@ -138,10 +128,10 @@ func applyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	if !changed {
 		return nil
 	}
-	return h.run(ctx, "networkctl", "reload")
+	return h.Run(ctx, "networkctl", "reload")
 }
 
-func verifyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyNetwork(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
 	for n, content := range networkFiles(c) {
 		b, err := os.ReadFile(h.Path(n))
 		if err != nil {
@@ -154,20 +144,21 @@ func verifyNetwork(ctx context.Context, h *Host, c *machineconfig.Config) error 
 	return nil
 }
 
-func adminName(c *machineconfig.Config) string {
+// AdminName is the admin user a config names, "" when none.
+func AdminName(c *machineconfig.Config) string {
 	if c.Admin == nil {
 		return ""
 	}
 	return c.Admin.Name
 }
 
-// adminSudoers names the admin firstboot manages: its content is
+// AdminSudoers names the admin firstboot manages: its content is
 // "<name> ALL=(ALL) NOPASSWD:ALL".
-const adminSudoers = "/etc/sudoers.d/terrarium-admin"
+const AdminSudoers = "/etc/sudoers.d/terrarium-admin"
 
-// managedAdmin is the admin user firstboot created, "" when none.
-func managedAdmin(h *Host) string {
-	b, err := os.ReadFile(h.Path(adminSudoers))
+// ManagedAdmin is the admin user firstboot created, "" when none.
+func ManagedAdmin(h *host.Host) string {
+	b, err := os.ReadFile(h.Path(AdminSudoers))
 	if err != nil {
 		return ""
 	}
@@ -180,26 +171,26 @@ func managedAdmin(h *Host) string {
 
 // removeAdmin removes the admin firstboot created before, when the config
 // no longer names it: its account, home and sudo rule.
-func removeAdmin(ctx context.Context, h *Host, old string) error {
-	if _, err := lookupUser(h, old); err == nil {
+func removeAdmin(ctx context.Context, h *host.Host, old string) error {
+	if _, err := h.LookupUser(old); err == nil {
 		// Its sessions end with its access (best effort: it may have none).
-		_ = h.run(ctx, "loginctl", "terminate-user", old)
+		_ = h.Run(ctx, "loginctl", "terminate-user", old)
 		// --force: even if a process of it is still running.
-		if err := h.run(ctx, "userdel", "--force", "--remove", old); err != nil {
+		if err := h.Run(ctx, "userdel", "--force", "--remove", old); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, errNoUser) {
+	} else if !errors.Is(err, host.ErrNoUser) {
 		return err
 	}
-	if err := os.Remove(h.Path(adminSudoers)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(h.Path(AdminSudoers)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
-func applyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	name := adminName(c)
-	if old := managedAdmin(h); old != "" && old != name {
+func applyAdmin(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
+	name := AdminName(c)
+	if old := ManagedAdmin(h); old != "" && old != name {
 		if err := removeAdmin(ctx, h, old); err != nil {
 			return fmt.Errorf("remove the former admin %s: %w", old, err)
 		}
@@ -207,51 +198,51 @@ func applyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
 	if name == "" {
 		return nil
 	}
-	if _, err := lookupUser(h, name); errors.Is(err, errNoUser) {
-		if err := h.run(ctx, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", "--comment", "Terrarium admin", name); err != nil {
+	if _, err := h.LookupUser(name); errors.Is(err, host.ErrNoUser) {
+		if err := h.Run(ctx, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", "--comment", "Terrarium admin", name); err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
 	// No password logins: the password stays locked, SSH keys only.
-	if err := h.run(ctx, "usermod", "--lock", name); err != nil {
+	if err := h.Run(ctx, "usermod", "--lock", name); err != nil {
 		return err
 	}
-	u, err := lookupUser(h, name)
+	u, err := h.LookupUser(name)
 	if err != nil {
 		return err
 	}
 	keys := strings.Join(c.Admin.SSHAuthorizedKeys, "\n") + "\n"
-	sshDir := filepath.Join(u.home, ".ssh")
-	if _, err := h.writeIfChanged(filepath.Join(sshDir, "authorized_keys"), []byte(keys), 0o600); err != nil {
+	sshDir := filepath.Join(u.Home, ".ssh")
+	if _, err := h.WriteIfChanged(filepath.Join(sshDir, "authorized_keys"), []byte(keys), 0o600); err != nil {
 		return err
 	}
 	for _, p := range []string{sshDir, filepath.Join(sshDir, "authorized_keys")} {
-		if err := os.Chown(h.Path(p), u.uid, u.gid); err != nil {
+		if err := os.Chown(h.Path(p), u.UID, u.GID); err != nil {
 			return err
 		}
 	}
 	if err := os.Chmod(h.Path(sshDir), 0o700); err != nil {
 		return err
 	}
-	_, err = h.writeIfChanged(adminSudoers, []byte(name+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440)
+	_, err = h.WriteIfChanged(AdminSudoers, []byte(name+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440)
 	return err
 }
 
-func verifyAdmin(ctx context.Context, h *Host, c *machineconfig.Config) error {
-	name := adminName(c)
-	if old := managedAdmin(h); old != name && old != "" {
+func verifyAdmin(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
+	name := AdminName(c)
+	if old := ManagedAdmin(h); old != name && old != "" {
 		return fmt.Errorf("the former admin %s still has a sudo rule", old)
 	}
 	if name == "" {
 		return nil
 	}
-	u, err := lookupUser(h, name)
+	u, err := h.LookupUser(name)
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(h.Path(filepath.Join(u.home, ".ssh", "authorized_keys")))
+	b, err := os.ReadFile(h.Path(filepath.Join(u.Home, ".ssh", "authorized_keys")))
 	if err != nil {
 		return err
 	}

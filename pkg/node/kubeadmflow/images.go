@@ -1,4 +1,4 @@
-package firstboot
+package kubeadmflow
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 // unpacked under emulation take minutes).
 const imagePullTimeout = 15 * time.Minute
 
-// pullsAtOnce is how many images the images step pulls at the same
+// PullsAtOnce is how many images the images step pulls at the same
 // time: one pull is mostly a single thread (containerd's unpacking, the
 // registry's hashing), and a control plane has two CPUs.
-const pullsAtOnce = 2
+const PullsAtOnce = 2
 
 // controlPlaneRepositories are the repositories of the Kubernetes bundle
 // a control plane runs containers from: etcd, the static pods and CoreDNS,
@@ -36,7 +36,7 @@ func controlPlaneRepositories() []string {
 // controlPlaneImages are the images of the slot's bundle a control plane
 // runs, in controlPlaneRepositories' order; an application's images are
 // never among them.
-func controlPlaneImages(h *Host) ([]string, error) {
+func controlPlaneImages(h *Flow) ([]string, error) {
 	names, err := bundleImages(h)
 	if err != nil {
 		return nil, err
@@ -65,24 +65,24 @@ func controlPlaneImages(h *Host) ([]string, error) {
 // 603 s for three images the init node pulled in 2 to 33 s, and its join
 // waited behind them. A worker's kubelet pulls them once it has joined,
 // when the control plane has calmed down.
-func pullImages(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	refs, err := controlPlaneImages(h)
 	if err != nil {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(pullsAtOnce)
+	g.SetLimit(PullsAtOnce)
 	for _, ref := range refs {
 		if ctx.Err() != nil {
 			break // a pull failed: start no more
 		}
 		g.Go(func() error {
-			start := h.now()
+			start := h.Now()
 			pctx, cancel := context.WithTimeout(ctx, imagePullTimeout)
 			defer cancel()
 			pulled, err := h.Runtime.Pull(pctx, kubeadmconfig.CRISocket, ref)
 			if err == nil && pulled {
-				h.progress(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.now().Sub(start).Seconds()))
+				h.Report.Report(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.Now().Sub(start).Seconds()))
 			}
 			return err
 		})

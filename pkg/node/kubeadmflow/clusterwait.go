@@ -1,4 +1,4 @@
-package firstboot
+package kubeadmflow
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 
 // waitForAPI waits until the API answers through the node's balancer:
 // nodes may boot in any order, and joiners wait for the init node.
-func waitForAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout)
 }
 
 // waitForLocalAPI waits until this control plane's own API server is
 // ready (kubeadm's wait-control-plane phase takes no configuration, so its
 // timeout cannot be raised for emulated machines).
-func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func waitForLocalAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	return waitForReadyz(ctx, h, c, netip.AddrPortFrom(netip.MustParseAddr(c.Cluster.NodeIP), machineconfig.APIServerPort).String(), localAPIWaitTimeout)
 }
 
@@ -35,8 +35,8 @@ func waitForLocalAPI(ctx context.Context, h *Host, c *machineconfig.Config) erro
 // fixed two seconds, which an emulated node short of CPU misses: the bench
 // lost 80 s to a preflight retry that way. They are warnings for kubeadm
 // (ignorePreflight) because this step asked first.
-func waitForRuntime(ctx context.Context, h *Host, _ *machineconfig.Config) error {
-	deadline := h.now().Add(runtimeWaitTimeout)
+func waitForRuntime(ctx context.Context, h *Flow, _ *machineconfig.Config) error {
+	deadline := h.Now().Add(runtimeWaitTimeout)
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
 		_, err := h.Runtime.Check(callCtx, kubeadmconfig.CRISocket)
@@ -44,13 +44,13 @@ func waitForRuntime(ctx context.Context, h *Host, _ *machineconfig.Config) error
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if !h.now().Before(deadline) {
+		if !h.Now().Before(deadline) {
 			return fmt.Errorf("the container runtime did not become ready in %s (is containerd.service running? `journalctl -u containerd`): %w", runtimeWaitTimeout, err)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(filePoll)):
+		case <-time.After(h.Timing.FilePoll):
 		}
 	}
 }
@@ -58,7 +58,7 @@ func waitForRuntime(ctx context.Context, h *Host, _ *machineconfig.Config) error
 // waitForKubeletBootstrap waits until a joining kubelet holds its client
 // certificate (its CSR signed by the controller manager), then deletes
 // bootstrap-kubelet.conf: the bootstrap token is not left on the node.
-func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func waitForKubeletBootstrap(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if err := waitForFiles(ctx, h, readyWaitTimeout, KubeletKubeconfig, KubeletClientCert); err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -74,7 +74,7 @@ func waitForKubeletBootstrap(ctx context.Context, h *Host, c *machineconfig.Conf
 // waitForFiles polls until every path exists, for up to timeout. After
 // the timeout it returns the first missing path's error; when ctx ends,
 // ctx's error.
-func waitForFiles(ctx context.Context, h *Host, timeout time.Duration, paths ...string) error {
+func waitForFiles(ctx context.Context, h *Flow, timeout time.Duration, paths ...string) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var missing error
@@ -93,19 +93,19 @@ func waitForFiles(ctx context.Context, h *Host, timeout time.Duration, paths ...
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(filePoll)):
+		case <-time.After(h.Timing.FilePoll):
 		}
 	}
 }
 
 // diagnostics collects what helps a person see why a step fails: the
 // kubelet's last log lines and the containers it runs.
-func diagnostics(ctx context.Context, h *Host) string {
+func diagnostics(ctx context.Context, h *Flow) string {
 	var b strings.Builder
-	if out, err := h.Exec(ctx, "journalctl", "-u", "kubelet.service", "--no-pager", "-n", "12", "-o", "cat"); err == nil {
+	if out, err := h.Command(ctx, "journalctl", "-u", "kubelet.service", "--no-pager", "-n", "12", "-o", "cat"); err == nil {
 		b.WriteString("kubelet log:\n" + strings.TrimSpace(string(out)) + "\n")
 	}
-	if out, err := h.Exec(ctx, "ctr", "-n", "k8s.io", "tasks", "ls"); err == nil {
+	if out, err := h.Command(ctx, "ctr", "-n", "k8s.io", "tasks", "ls"); err == nil {
 		b.WriteString("containers:\n" + strings.TrimSpace(string(out)) + "\n")
 	}
 	for _, pod := range []string{"etcd", "kube-apiserver"} {
@@ -118,7 +118,7 @@ func diagnostics(ctx context.Context, h *Host) string {
 
 // podLogTail is the last n lines of the newest log of a static pod's
 // container (kubelet writes /var/log/pods/<ns>_<pod>-<node>_<uid>/<container>/<restart>.log).
-func podLogTail(h *Host, container string, n int) string {
+func podLogTail(h *Flow, container string, n int) string {
 	logs, _ := filepath.Glob(h.Path("/var/log/pods/kube-system_" + container + "-*/" + container + "/*.log"))
 	var newest string
 	var newestTime time.Time
@@ -140,10 +140,10 @@ func podLogTail(h *Host, container string, n int) string {
 
 // waitForReadyz polls an API server's /readyz, verifying it with the
 // cluster CA, until it answers.
-func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoint string, timeout time.Duration) error {
+func waitForReadyz(ctx context.Context, h *Flow, c *machineconfig.Config, endpoint string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	url := "https://" + endpoint + "/readyz"
-	probe, closeProbe := h.prober(c.Cluster.CACert)
+	probe, closeProbe := h.Probe(c.Cluster.CACert)
 	defer closeProbe()
 	for {
 		// Only 200 is ready. kubeadm's clusters serve /readyz to anonymous
@@ -153,7 +153,7 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 		// "forbidden". The local balancer (pkg/node/apilb) judges the same way.
 		code, err := probe(ctx, url)
 		if err == nil && code == http.StatusOK {
-			h.cluster(func(s *ClusterStatus) { s.APIUp = true })
+			h.Cluster(func(s *ClusterStatus) { s.APIUp = true })
 			return nil
 		}
 		if err == nil {
@@ -166,7 +166,7 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(apiPoll)):
+		case <-time.After(h.Timing.APIPoll):
 		}
 	}
 }
@@ -174,12 +174,12 @@ func waitForReadyz(ctx context.Context, h *Host, c *machineconfig.Config, endpoi
 // verifyKubernetes: kubelet runs, control planes have their static pods,
 // and the node is Ready. It waits for readiness (a fresh boot needs a
 // while), and reports the cluster's state.
-func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	cl := c.Cluster
 	if cl == nil {
 		return nil
 	}
-	h.cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	h.Cluster(func(s *ClusterStatus) { s.Role = cl.Role })
 	deadline := time.Now().Add(readyWaitTimeout)
 	// A joining kubelet writes its kubeconfig once its TLS bootstrap
 	// is done, a little after kubeadm returned.
@@ -197,25 +197,25 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		}
 	}
 	if cl.Role == machineconfig.RoleInit {
-		h.cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
+		h.Cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
 	}
-	if err := h.run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
-		if err := h.run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+	if err := h.Run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
+		if err := h.Run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
 		}
 	}
 	poller := newNodePoller(h, c)
 	for polls := 1; ; polls++ {
 		ready, total, mine, err := poller.poll(ctx, c.Hostname)
-		if polls%int(diagnosticsEvery/apiPoll) == 0 {
+		if polls%diagnosticsEveryPolls == 0 {
 			why := "node " + c.Hostname + " is not Ready yet"
 			if err != nil {
 				why = err.Error()
 			}
-			h.progress("node ready", "waiting", why+"\n"+diagnostics(ctx, h))
+			h.Report.Report("node ready", "waiting", why+"\n"+diagnostics(ctx, h))
 		}
 		if err == nil {
-			h.cluster(func(s *ClusterStatus) {
+			h.Cluster(func(s *ClusterStatus) {
 				s.APIUp, s.Nodes = true, poller.summary(ready, total, mine)
 			})
 			if mine {
@@ -231,7 +231,7 @@ func verifyKubernetes(ctx context.Context, h *Host, c *machineconfig.Config) err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(apiPoll)):
+		case <-time.After(h.Timing.APIPoll):
 		}
 	}
 }
@@ -250,8 +250,8 @@ var podNetworkContainers = []string{"kube-flannel", "kube-proxy"}
 // images may still be unpacking (minutes on a slow node), and every pod
 // scheduled here meanwhile fails to get a sandbox. It asks at the API
 // polls' pace: two CRI calls a poll on a node that may be starved.
-func waitForPodNetwork(ctx context.Context, h *Host) error {
-	deadline := h.now().Add(podNetworkWaitTimeout)
+func waitForPodNetwork(ctx context.Context, h *Flow) error {
+	deadline := h.Now().Add(podNetworkWaitTimeout)
 	for polls := 1; ; polls++ {
 		missing, err := podNetworkMissing(ctx, h)
 		if err == nil && missing == "" {
@@ -262,24 +262,24 @@ func waitForPodNetwork(ctx context.Context, h *Host) error {
 		}
 		switch {
 		case polls == 1:
-			h.progress("pod network", "waiting", err.Error())
-		case polls%int(diagnosticsEvery/apiPoll) == 0:
-			h.progress("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
+			h.Report.Report("pod network", "waiting", err.Error())
+		case polls%diagnosticsEveryPolls == 0:
+			h.Report.Report("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
 		}
-		if !h.now().Before(deadline) {
+		if !h.Now().Before(deadline) {
 			return fmt.Errorf("the node is Ready but its pod network is not, after %s: %w (`crictl ps -a`, `crictl logs` of kube-flannel and kube-proxy)", podNetworkWaitTimeout, err)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(h.delay(apiPoll)):
+		case <-time.After(h.Timing.APIPoll):
 		}
 	}
 }
 
 // podNetworkMissing says what of the pod network is not there yet ("" when
 // all is).
-func podNetworkMissing(ctx context.Context, h *Host) (string, error) {
+func podNetworkMissing(ctx context.Context, h *Flow) (string, error) {
 	var missing []string
 	for _, name := range podNetworkContainers {
 		callCtx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
@@ -305,13 +305,13 @@ func podNetworkMissing(ctx context.Context, h *Host) (string, error) {
 // (the kubelet's credentials may not be there yet) and kept, so that polls
 // share one connection (see pkg/node/kubeclient).
 type nodePoller struct {
-	h          *Host
+	h          *Flow
 	kubeconfig string
 	all        bool
 	client     NodeReader
 }
 
-func newNodePoller(h *Host, c *machineconfig.Config) *nodePoller {
+func newNodePoller(h *Flow, c *machineconfig.Config) *nodePoller {
 	p := &nodePoller{h: h, kubeconfig: KubeletKubeconfig}
 	if _, err := os.Stat(h.Path(AdminKubeconfig)); err == nil && c.Cluster.IsControlPlane() {
 		p.kubeconfig, p.all = AdminKubeconfig, true
@@ -322,7 +322,7 @@ func newNodePoller(h *Host, c *machineconfig.Config) *nodePoller {
 func (p *nodePoller) poll(ctx context.Context, hostname string) (ready, total int, mine bool, err error) {
 	list, err := p.list(ctx, hostname)
 	if err != nil {
-		p.h.cluster(func(s *ClusterStatus) { s.APIUp = false })
+		p.h.Cluster(func(s *ClusterStatus) { s.APIUp = false })
 		return 0, 0, false, err
 	}
 	for _, n := range list {
@@ -350,7 +350,7 @@ func (p *nodePoller) summary(ready, total int, mine bool) string {
 
 func (p *nodePoller) list(ctx context.Context, hostname string) ([]kubeclient.Node, error) {
 	if p.client == nil {
-		c, err := p.h.kubeClient(p.kubeconfig)
+		c, err := p.h.API(p.kubeconfig)
 		if err != nil {
 			return nil, err
 		}

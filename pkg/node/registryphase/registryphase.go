@@ -1,4 +1,9 @@
-package firstboot
+// Package registryphase configures the node's image registry: containerd's
+// hosts.toml per upstream (the peers as mirrors), the registry's PKI and its
+// registry.json. A control plane that serves its images and got no
+// certificate issues one from the cluster CA. Only the registry restarts,
+// and only when one of its files changed.
+package registryphase
 
 import (
 	"context"
@@ -12,16 +17,22 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/registryd"
 )
 
 // Where the registry phase writes.
 const (
-	CertsDir           = "/etc/containerd/certs.d"
-	RegistryConfigFile = layout.RegistryConfigFile
-	registryPKIDir     = "/etc/terrarium/pki"
+	certsDir       = "/etc/containerd/certs.d"
+	registryPKIDir = "/etc/terrarium/pki"
 )
+
+// Phase is the registry-mirrors phase on a host.
+func Phase(h *host.Host) phase.Phase {
+	return phase.Phase{Name: "registry-mirrors", Apply: phase.On(h, applyRegistry), Verify: phase.On(h, verifyRegistry)}
+}
 
 // registryFiles renders every file of the registry phase: hosts.toml per
 // upstream, PKI material and registry.json. Modes go with the content.
@@ -51,17 +62,17 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 		peers = append(peers, mirrors.Peer{Addr: p, CAFile: rc.CAFile})
 	}
 	for rel, content := range mirrors.Files(peers) {
-		add(filepath.Join(CertsDir, rel), content, 0o644)
+		add(filepath.Join(certsDir, rel), content, 0o644)
 	}
 	b, err := json.MarshalIndent(rc, "", "  ")
 	if err != nil {
 		return nil, nil, err
 	}
-	add(RegistryConfigFile, string(b)+"\n", 0o644)
+	add(layout.RegistryConfigFile, string(b)+"\n", 0o644)
 	return files, modes, nil
 }
 
-func applyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
 	files, modes, err := registryFiles(c)
 	if err != nil {
 		return err
@@ -80,7 +91,7 @@ func applyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error 
 		changed = w
 	}
 	for _, p := range paths {
-		w, err := h.writeIfChanged(p, []byte(files[p]), modes[p])
+		w, err := h.WriteIfChanged(p, []byte(files[p]), modes[p])
 		if err != nil {
 			return err
 		}
@@ -91,10 +102,10 @@ func applyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error 
 	}
 	// The registry re-reads its config on restart; containerd reads
 	// hosts.toml on every pull.
-	return h.run(ctx, "systemctl", "try-restart", "terrarium-registry.service")
+	return h.Run(ctx, "systemctl", "try-restart", "terrarium-registry.service")
 }
 
-func verifyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
 	files, _, err := registryFiles(c)
 	if err != nil {
 		return err
@@ -119,7 +130,7 @@ func verifyRegistry(ctx context.Context, h *Host, c *machineconfig.Config) error
 
 // ensureRegistryCertCheck reports whether the issued certificate needs
 // replacing, without replacing it.
-func ensureRegistryCertCheck(h *Host, c *machineconfig.Config) (bool, error) {
+func ensureRegistryCertCheck(h *host.Host, c *machineconfig.Config) (bool, error) {
 	ca, err := x509CA(c)
 	if err != nil {
 		return false, err

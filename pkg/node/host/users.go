@@ -1,4 +1,4 @@
-package firstboot
+package host
 
 import (
 	"bufio"
@@ -9,15 +9,17 @@ import (
 	"strings"
 )
 
-var errNoUser = errors.New("no such user")
+// ErrNoUser: the account files name no such user.
+var ErrNoUser = errors.New("no such user")
 
-type user struct {
-	uid, gid int
-	home     string
+// User is an account of /etc/passwd.
+type User struct {
+	UID, GID int
+	Home     string
 }
 
-// lookupUser reads /etc/passwd under the host root.
-func lookupUser(h *Host, name string) (*user, error) {
+// LookupUser reads /etc/passwd under the host root.
+func (h *Host) LookupUser(name string) (*User, error) {
 	f, err := os.Open(h.Path("/etc/passwd"))
 	if err != nil {
 		return nil, err
@@ -34,14 +36,14 @@ func lookupUser(h *Host, name string) (*user, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("/etc/passwd: bad ids for %s", name)
 		}
-		return &user{uid: uid, gid: gid, home: fields[5]}, nil
+		return &User{UID: uid, GID: gid, Home: fields[5]}, nil
 	}
-	return nil, fmt.Errorf("user %s: %w", name, errNoUser)
+	return nil, fmt.Errorf("user %s: %w", name, ErrNoUser)
 }
 
-// nameTaken reports which of the host's account files (/etc/passwd,
+// NameTaken reports which of the host's account files (/etc/passwd,
 // /etc/group) already hold name; "" when neither does.
-func nameTaken(h *Host, name string) (string, error) {
+func (h *Host) NameTaken(name string) (string, error) {
 	for _, file := range []string{"/etc/passwd", "/etc/group"} {
 		b, err := os.ReadFile(h.Path(file))
 		if errors.Is(err, os.ErrNotExist) {

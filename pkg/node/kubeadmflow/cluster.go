@@ -1,4 +1,4 @@
-package firstboot
+package kubeadmflow
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/addons"
 	"github.com/terrarium-os/terrarium/pkg/node/apilb"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
 )
 
 // Where the cluster phases write.
@@ -65,26 +66,21 @@ const (
 	// runtimeCallTimeout one question to it (kubeadm's: 2 s).
 	runtimeWaitTimeout = 10 * time.Minute
 	runtimeCallTimeout = time.Minute
-	stepAttempts       = 3
-	stepRetryDelay     = 15 * time.Second
-	// apiPoll is the pause between two questions to the API (readyz,
-	// the nodes, the join lock): one request on a kept-alive connection,
-	// or one TLS handshake, costs the API server milliseconds even under
-	// emulation, and every poll saved is a node up sooner.
-	apiPoll = 2 * time.Second
-	// filePoll is the pause between two looks for a file.
-	filePoll = time.Second
 	// diagnosticsEvery is how often a long wait for the node's
 	// readiness shows the kubelet's log and the containers.
 	diagnosticsEvery = 2 * time.Minute
 )
 
-func clusterPhases() []phase {
-	return []phase{
-		{Name: "kubernetes-host", Apply: applyKubernetesHost, Verify: verifyKubernetesHost},
-		{Name: "kubernetes-pki", Apply: applyKubernetesPKI, Verify: verifyKubernetesPKI},
-		{Name: "kubernetes-config", Apply: applyKubeadmConfig, Verify: verifyKubeadmConfig},
-		{Name: "kubernetes", Apply: applyKubernetes, Verify: verifyKubernetes},
+// Phases are a cluster node's phases, in order, after the node's own.
+func (f *Flow) Phases() []phase.Phase {
+	on := func(fn func(ctx context.Context, h *Flow, c *machineconfig.Config) error) phase.Func {
+		return func(ctx context.Context, c *machineconfig.Config) error { return fn(ctx, f, c) }
+	}
+	return []phase.Phase{
+		{Name: "kubernetes-host", Apply: on(applyKubernetesHost), Verify: on(verifyKubernetesHost)},
+		{Name: "kubernetes-pki", Apply: on(applyKubernetesPKI), Verify: on(verifyKubernetesPKI)},
+		{Name: "kubernetes-config", Apply: on(applyKubeadmConfig), Verify: on(verifyKubeadmConfig)},
+		{Name: "kubernetes", Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
 	}
 }
 
@@ -109,16 +105,16 @@ func hostFiles(c *machineconfig.Config) (map[string]string, error) {
 	}, nil
 }
 
-func applyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil {
 		return nil
 	}
 	for _, m := range []string{"overlay", "br_netfilter", "vxlan"} {
-		if err := h.run(ctx, "modprobe", m); err != nil {
+		if err := h.Run(ctx, "modprobe", m); err != nil {
 			return err
 		}
 	}
-	if err := h.run(ctx, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+	if err := h.Run(ctx, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
 		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
 		return err
 	}
@@ -128,22 +124,22 @@ func applyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config) 
 	}
 	lbChanged := false
 	for _, p := range sortedKeys(files) {
-		w, err := h.writeIfChanged(p, []byte(files[p]), 0o644)
+		w, err := h.WriteIfChanged(p, []byte(files[p]), 0o644)
 		if err != nil {
 			return err
 		}
 		lbChanged = lbChanged || (w && p == apilb.ConfigFile)
 	}
 	if lbChanged {
-		if err := h.run(ctx, "systemctl", "enable", apilb.Unit); err != nil {
+		if err := h.Run(ctx, "systemctl", "enable", apilb.Unit); err != nil {
 			return err
 		}
-		return h.run(ctx, "systemctl", "restart", apilb.Unit)
+		return h.Run(ctx, "systemctl", "restart", apilb.Unit)
 	}
-	return h.run(ctx, "systemctl", "start", apilb.Unit)
+	return h.Run(ctx, "systemctl", "start", apilb.Unit)
 }
 
-func verifyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil {
 		return nil
 	}
@@ -160,7 +156,7 @@ func verifyKubernetesHost(ctx context.Context, h *Host, c *machineconfig.Config)
 			return fmt.Errorf("%s differs from the machine config", p)
 		}
 	}
-	if err := h.run(ctx, "systemctl", "is-active", "--quiet", apilb.Unit); err != nil {
+	if err := h.Run(ctx, "systemctl", "is-active", "--quiet", apilb.Unit); err != nil {
 		return fmt.Errorf("the local API balancer is not running: %w", err)
 	}
 	return nil
@@ -187,13 +183,13 @@ func pkiContent(c *machineconfig.Cluster) map[string]string {
 	}
 }
 
-func applyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
 		return nil
 	}
 	content := pkiContent(c.Cluster)
 	for name, mode := range pkiFiles(c.Cluster) {
-		if _, err := h.writeIfChanged(filepath.Join(KubernetesPKIDir, name), []byte(content[name]), mode); err != nil {
+		if _, err := h.WriteIfChanged(filepath.Join(KubernetesPKIDir, name), []byte(content[name]), mode); err != nil {
 			return err
 		}
 	}
@@ -205,7 +201,7 @@ func applyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) e
 	return nil
 }
 
-func verifyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
 		return nil
 	}
@@ -231,7 +227,7 @@ func verifyKubernetesPKI(ctx context.Context, h *Host, c *machineconfig.Config) 
 
 // bundleImages are the names of the images in the slot's bundle, in its
 // order.
-func bundleImages(h *Host) ([]string, error) {
+func bundleImages(h *Flow) ([]string, error) {
 	b, err := os.ReadFile(h.Path(bundleIndex))
 	if err != nil {
 		return nil, fmt.Errorf("read the slot's bundle: %w", err)
@@ -258,7 +254,7 @@ func bundleImages(h *Host) ([]string, error) {
 
 // bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
 // the tag of its kube-apiserver image.
-func bundleKubernetesVersion(h *Host) (string, error) {
+func bundleKubernetesVersion(h *Flow) (string, error) {
 	names, err := bundleImages(h)
 	if err != nil {
 		return "", err
@@ -272,13 +268,13 @@ func bundleKubernetesVersion(h *Host) (string, error) {
 	return "", fmt.Errorf("the slot's bundle (%s) carries no %s image: this image cannot run Kubernetes", bundleIndex, strings.TrimSuffix(prefix, ":"))
 }
 
-func kubeadmConfig(h *Host, c *machineconfig.Config) ([]byte, error) {
+func kubeadmConfig(h *Flow, c *machineconfig.Config) ([]byte, error) {
 	v, err := bundleKubernetesVersion(h)
 	if err != nil {
 		return nil, err
 	}
 	return kubeadmconfig.Render(kubeadmconfig.Input{
-		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: h.now(),
+		Cluster: c.Cluster, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: h.Now(),
 	})
 }
 
@@ -293,7 +289,7 @@ func withoutTTL(b []byte) string {
 	return strings.Join(keep, "\n")
 }
 
-func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil {
 		return nil
 	}
@@ -302,12 +298,12 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 		return err
 	}
 	// Rewritten every time: the token's TTL counts from now.
-	if _, err := h.writeIfChanged(KubeadmConfigFile, b, 0o600); err != nil {
+	if _, err := h.WriteIfChanged(KubeadmConfigFile, b, 0o600); err != nil {
 		return err
 	}
 	if c.Cluster.IsControlPlane() {
 		for name, p := range kubeadmconfig.Patches() {
-			if _, err := h.writeIfChanged(filepath.Join(kubeadmconfig.PatchesDir, name), p, 0o644); err != nil {
+			if _, err := h.WriteIfChanged(filepath.Join(kubeadmconfig.PatchesDir, name), p, 0o644); err != nil {
 				return err
 			}
 		}
@@ -317,21 +313,21 @@ func applyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) e
 		if err != nil {
 			return err
 		}
-		if _, err := h.writeIfChanged(FlannelManifest, m, 0o644); err != nil {
+		if _, err := h.WriteIfChanged(FlannelManifest, m, 0o644); err != nil {
 			return err
 		}
 		dns, err := addons.CoreDNSConfig(kubeadmconfig.DNSDomain)
 		if err != nil {
 			return err
 		}
-		if _, err := h.writeIfChanged(CoreDNSManifest, dns, 0o644); err != nil {
+		if _, err := h.WriteIfChanged(CoreDNSManifest, dns, 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func verifyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) error {
+func verifyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil {
 		return nil
 	}
@@ -358,7 +354,7 @@ func verifyKubeadmConfig(ctx context.Context, h *Host, c *machineconfig.Config) 
 }
 
 // flannelImage is the flannel image the bundle carries.
-func flannelImage(h *Host) string {
+func flannelImage(h *Flow) string {
 	b, _ := os.ReadFile(h.Path(bundleIndex))
 	const prefix = `"docker.io/flannel/flannel:`
 	if i := strings.Index(string(b), prefix); i >= 0 {

@@ -1,4 +1,4 @@
-package firstboot
+package unpackwindow
 
 import (
 	"bytes"
@@ -11,35 +11,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 func TestUnpackWindow(t *testing.T) {
 	root := t.TempDir()
-	h := &Host{Root: root}
+	h := testHost(root, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
 	setBootID(t, root, "boot-1")
 
-	closed, err := closeUnpackWindow(h)
+	closed, err := Close(h)
 	require.NoError(t, err)
 	assert.False(t, closed, "no window was open")
 
-	require.NoError(t, openUnpackWindow(h, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
-	b, err := os.ReadFile(unpackWindowPath(h))
+	require.NoError(t, Open(h))
+	b, err := os.ReadFile(path(h))
 	require.NoError(t, err)
 	assert.Equal(t, "opened 2026-01-02T03:04:05Z boot boot-1\n", string(b))
 	// Opening again keeps the first time.
-	require.NoError(t, openUnpackWindow(h, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)))
-	b, err = os.ReadFile(unpackWindowPath(h))
+	h.Clock = host.ClockFunc(func() time.Time { return time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC) })
+	require.NoError(t, Open(h))
+	b, err = os.ReadFile(path(h))
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "2026-01-02")
 
-	closed, err = closeUnpackWindow(h)
+	closed, err = Close(h)
 	require.NoError(t, err)
 	assert.True(t, closed)
-	assert.NoFileExists(t, unpackWindowPath(h))
+	assert.NoFileExists(t, path(h))
 }
 
-func TestRepairRuntime(t *testing.T) {
+func TestRepair(t *testing.T) {
 	seed := func(t *testing.T, window bool) string {
 		root := t.TempDir()
 		store := filepath.Join(root, layout.ContainerdRoot)
@@ -48,7 +50,7 @@ func TestRepairRuntime(t *testing.T) {
 		require.NoError(t, os.WriteFile(blob, nil, 0o755)) // torn: empty
 		if window {
 			setBootID(t, root, "cut-boot")
-			require.NoError(t, openUnpackWindow(&Host{Root: root}, time.Now()))
+			require.NoError(t, Open(testHost(root, time.Now())))
 		}
 		setBootID(t, root, "this-boot")
 		return root
@@ -56,12 +58,12 @@ func TestRepairRuntime(t *testing.T) {
 	t.Run("window open: store removed, window kept", func(t *testing.T) {
 		root := seed(t, true)
 		var console bytes.Buffer
-		removed, err := RepairRuntime(root, &console)
+		removed, err := Repair(testHost(root, time.Now()), &console)
 		require.NoError(t, err)
 		assert.True(t, removed)
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot))
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
-		w, err := os.ReadFile(unpackWindowPath(&Host{Root: root}))
+		w, err := os.ReadFile(path(testHost(root, time.Now())))
 		require.NoError(t, err, "the window closes only once the new images are durable")
 		assert.Equal(t, "this-boot", windowBootID(w))
 		assert.Contains(t, console.String(), "may hold torn images")
@@ -69,7 +71,7 @@ func TestRepairRuntime(t *testing.T) {
 		// containerd restarts later in the same boot: what it unpacked
 		// since is kept.
 		require.NoError(t, os.MkdirAll(filepath.Join(root, layout.ContainerdRoot, "new"), 0o755))
-		removed, err = RepairRuntime(root, &console)
+		removed, err = Repair(testHost(root, time.Now()), &console)
 		require.NoError(t, err)
 		assert.False(t, removed)
 		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "new"))
@@ -77,7 +79,7 @@ func TestRepairRuntime(t *testing.T) {
 	t.Run("window closed: store kept", func(t *testing.T) {
 		root := seed(t, false)
 		var console bytes.Buffer
-		removed, err := RepairRuntime(root, &console)
+		removed, err := Repair(testHost(root, time.Now()), &console)
 		require.NoError(t, err)
 		assert.False(t, removed)
 		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "io.containerd.snapshotter.v1.overlayfs"))
@@ -87,7 +89,7 @@ func TestRepairRuntime(t *testing.T) {
 		root := seed(t, true)
 		torn := filepath.Join(root, layout.ContainerdRoot+".torn", "leftover")
 		require.NoError(t, os.MkdirAll(torn, 0o755))
-		removed, err := RepairRuntime(root, &bytes.Buffer{})
+		removed, err := Repair(testHost(root, time.Now()), &bytes.Buffer{})
 		require.NoError(t, err)
 		assert.True(t, removed)
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
@@ -99,4 +101,8 @@ func setBootID(t *testing.T, root, id string) {
 	p := filepath.Join(root, "/proc/sys/kernel/random/boot_id")
 	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 	require.NoError(t, os.WriteFile(p, []byte(id+"\n"), 0o644))
+}
+
+func testHost(root string, now time.Time) *host.Host {
+	return &host.Host{Root: root, Clock: host.ClockFunc(func() time.Time { return now })}
 }

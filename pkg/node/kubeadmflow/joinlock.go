@@ -1,4 +1,4 @@
-package firstboot
+package kubeadmflow
 
 import (
 	"context"
@@ -20,30 +20,30 @@ const (
 // name. While another control plane holds it, the console and the status
 // say which. A node whose etcd join failed keeps it until its retry
 // succeeds (or it stays silent for the Lease's duration).
-func withJoinLock(ctx context.Context, h *Host, c *machineconfig.Config, step string, fn func(ctx context.Context) error) error {
-	client, err := h.kubeClient(AdminKubeconfig)
+func withJoinLock(ctx context.Context, h *Flow, c *machineconfig.Config, step string, fn func(ctx context.Context) error) error {
+	client, err := h.API(AdminKubeconfig)
 	if err != nil {
 		return fmt.Errorf("the join lock needs the API: %w", err)
 	}
 	report := func(event, detail string) {
 		switch event {
 		case "waiting":
-			h.cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for " + detail })
-			h.progress(step, "waiting", "another control plane is joining etcd: "+detail)
+			h.Cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for " + detail })
+			h.Report.Report(step, "waiting", "another control plane is joining etcd: "+detail)
 		case "unreachable":
-			h.cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for the join lock" })
-			h.progress(step, "waiting", "cannot read the join lock yet (retrying): "+detail)
+			h.Cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for the join lock" })
+			h.Report.Report(step, "waiting", "cannot read the join lock yet (retrying): "+detail)
 		case "acquired":
-			h.cluster(func(s *ClusterStatus) { s.Step = step })
-			h.progress(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
+			h.Cluster(func(s *ClusterStatus) { s.Step = step })
+			h.Report.Report(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
 		case "kept":
-			h.progress(step, "lock", "kept the join lock after a failure: this node resumes its etcd join before any other starts one")
+			h.Report.Report(step, "lock", "kept the join lock after a failure: this node resumes its etcd join before any other starts one")
 		case "lost", "renew failed", "release failed":
-			h.progress(step, "lock", event+": "+detail)
+			h.Report.Report(step, "lock", event+": "+detail)
 		}
 	}
 	lock, err := leaselock.New(client, JoinLockNamespace, JoinLockName, c.Hostname,
-		leaselock.WithPoll(h.delay(apiPoll)), leaselock.WithClock(h.now), leaselock.WithReport(report),
+		leaselock.WithPoll(h.Timing.APIPoll), leaselock.WithClock(h.Now), leaselock.WithReport(report),
 		// A failed etcd-join may leave a member added and not yet
 		// promoted: etcd takes no other learner until it is, so only
 		// this node may go on (kubeadm's etcd-join resumes it).

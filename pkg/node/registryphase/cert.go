@@ -1,4 +1,4 @@
-package firstboot
+package registryphase
 
 import (
 	"crypto/ecdsa"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 // issuesRegistryCert: a control plane that serves its images and got no
@@ -28,7 +29,7 @@ func issuesRegistryCert(c *machineconfig.Config) bool {
 // ensureRegistryCert keeps a serving certificate for the registry's listen
 // IP, signed by the cluster CA, at certFile/keyFile; an existing one that
 // still fits is kept. It reports whether it wrote.
-func ensureRegistryCert(h *Host, c *machineconfig.Config, certFile, keyFile string) (bool, error) {
+func ensureRegistryCert(h *host.Host, c *machineconfig.Config, certFile, keyFile string) (bool, error) {
 	ca, err := tls.X509KeyPair([]byte(c.Cluster.CACert), []byte(c.Cluster.PKI.CAKey))
 	if err != nil {
 		return false, fmt.Errorf("cluster CA: %w", err)
@@ -52,7 +53,7 @@ func ensureRegistryCert(h *Host, c *machineconfig.Config, certFile, keyFile stri
 	if err != nil {
 		return false, err
 	}
-	now := time.Now()
+	now := h.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: "terrarium-registry " + c.Hostname},
@@ -70,10 +71,10 @@ func ensureRegistryCert(h *Host, c *machineconfig.Config, certFile, keyFile stri
 	if err != nil {
 		return false, err
 	}
-	if _, err := h.writeIfChanged(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if _, err := h.WriteIfChanged(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return false, err
 	}
-	if _, err := h.writeIfChanged(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if _, err := h.WriteIfChanged(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -81,7 +82,7 @@ func ensureRegistryCert(h *Host, c *machineconfig.Config, certFile, keyFile stri
 
 // registryCertFits checks an issued certificate: it pairs with its key,
 // chains to the cluster CA, names ip and has not expired.
-func registryCertFits(h *Host, certFile, keyFile string, ca *x509.Certificate, ip netip.Addr) error {
+func registryCertFits(h *host.Host, certFile, keyFile string, ca *x509.Certificate, ip netip.Addr) error {
 	certPEM, err := os.ReadFile(h.Path(certFile))
 	if err != nil {
 		return err

@@ -1,4 +1,21 @@
-package firstboot
+// Package unpackwindow keeps containerd's image store trustworthy across
+// power cuts.
+//
+// The unpack window spans the part of formation in which containerd
+// unpacks images onto STATE: from the start of the kubernetes phase until
+// the node is healthy (its static pods, kube-proxy and pod network run, so
+// every image it needs is unpacked) and STATE has been synced.
+//
+// containerd records an unpacked snapshot as committed in its metadata
+// (which it syncs) before the files it unpacked reach the disk (which it
+// does not sync): a power cut in between leaves images containerd trusts
+// with empty or truncated files, and their containers fail with "exec
+// format error" for good (containerd/containerd#10457, #5854, #3671).
+// Terrarium keeps nothing it cannot vouch for: a boot that finds the window
+// still open starts containerd from an empty store (Repair, before
+// containerd starts), and the images come again from the slot's bundle
+// through the node's registry.
+package unpackwindow
 
 import (
 	"errors"
@@ -12,40 +29,26 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"golang.org/x/sys/unix"
 )
 
-// The unpack window spans the part of formation in which containerd
-// unpacks images onto STATE: from the start of the kubernetes phase until
-// the node is healthy (its static pods, kube-proxy and pod network run, so
-// every image it needs is unpacked) and STATE has been synced.
-//
-// containerd records an unpacked snapshot as committed in its metadata
-// (which it syncs) before the files it unpacked reach the disk (which it
-// does not sync): a power cut in between leaves images containerd trusts
-// with empty or truncated files, and their containers fail with "exec
-// format error" for good (containerd/containerd#10457, #5854, #3671).
-// Terrarium keeps nothing it cannot vouch for: a boot that finds the window
-// still open starts containerd from an empty store (RepairRuntime, before
-// containerd starts), and the images come again from the slot's bundle
-// through the node's registry.
-
-func unpackWindowPath(h *Host) string {
+func path(h *host.Host) string {
 	return h.Path(filepath.Join(layout.StateMount, layout.StateUnpackWindow))
 }
 
-// openUnpackWindow durably records that containerd may unpack images from
+// Open durably records that containerd may unpack images from
 // now on, before it can, with the boot that opened it.
-func openUnpackWindow(h *Host, now time.Time) error {
-	p := unpackWindowPath(h)
+func Open(h *host.Host) error {
+	p := path(h)
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	return writeUnpackWindow(h, now)
+	return write(h, h.Now())
 }
 
-func writeUnpackWindow(h *Host, now time.Time) error {
-	p := unpackWindowPath(h)
+func write(h *host.Host, now time.Time) error {
+	p := path(h)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
@@ -58,7 +61,7 @@ func writeUnpackWindow(h *Host, now time.Time) error {
 }
 
 // currentBootID is the kernel's id of this boot.
-func currentBootID(h *Host) string {
+func currentBootID(h *host.Host) string {
 	b, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
 	return strings.TrimSpace(string(b))
 }
@@ -72,11 +75,11 @@ func windowBootID(data []byte) string {
 	return ""
 }
 
-// closeUnpackWindow makes everything containerd unpacked durable (a sync
+// Close makes everything containerd unpacked durable (a sync
 // of STATE's whole filesystem), then removes the record. It reports whether
 // a window was open.
-func closeUnpackWindow(h *Host) (bool, error) {
-	p := unpackWindowPath(h)
+func Close(h *host.Host) (bool, error) {
+	p := path(h)
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -89,7 +92,7 @@ func closeUnpackWindow(h *Host) (bool, error) {
 	return true, atomicfile.SyncDir(filepath.Dir(p))
 }
 
-// RepairRuntime runs before containerd starts (containerd.service's
+// Repair runs before containerd starts (containerd.service's
 // ExecStartPre, `firstboot repair-images`). When the last boot was cut
 // inside the unpack window, it removes containerd's store, which may hold
 // torn images, and says so on console; containerd then starts empty. The
@@ -98,9 +101,8 @@ func closeUnpackWindow(h *Host) (bool, error) {
 //
 // The window file names the boot that opened it: containerd restarting
 // within that boot (no power cut) keeps its store.
-func RepairRuntime(root string, console io.Writer) (bool, error) {
-	h := &Host{Root: root}
-	window, err := os.ReadFile(unpackWindowPath(h))
+func Repair(h *host.Host, console io.Writer) (bool, error) {
+	window, err := os.ReadFile(path(h))
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	} else if err != nil {
@@ -133,7 +135,7 @@ func RepairRuntime(root string, console io.Writer) (bool, error) {
 	}
 	// The window is this boot's now: containerd restarting later in it
 	// keeps what it unpacked since.
-	return true, writeUnpackWindow(h, time.Now())
+	return true, write(h, h.Now())
 }
 
 // syncFS flushes the whole filesystem holding dir (syncfs(2)).

@@ -1,0 +1,128 @@
+// Package host is the machine the node's phases act on: a root directory
+// every path is read and written under, a way to run programs, and the
+// node's one clock. Production uses the real root (Real); tests point Root
+// at a temporary directory and hand in fakes of the small interfaces.
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+)
+
+// Executor runs a program and returns its combined output.
+type Executor interface {
+	Exec(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// ExecFunc adapts a function into an Executor.
+type ExecFunc func(ctx context.Context, name string, args ...string) ([]byte, error)
+
+// Exec calls f.
+func (f ExecFunc) Exec(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return f(ctx, name, args...)
+}
+
+// Clock tells the time. A node has one, handed down from its runner.
+type Clock interface {
+	Now() time.Time
+}
+
+// ClockFunc adapts a function into a Clock.
+type ClockFunc func() time.Time
+
+// Now calls f.
+func (f ClockFunc) Now() time.Time { return f() }
+
+// Reporter hears about long steps as they start, wait and end: firstboot
+// records them in the node's journal, on the console and in its status.
+type Reporter interface {
+	Report(step, result, detail string)
+}
+
+// ReporterFunc adapts a function into a Reporter.
+type ReporterFunc func(step, result, detail string)
+
+// Report calls f.
+func (f ReporterFunc) Report(step, result, detail string) { f(step, result, detail) }
+
+// Host is the machine acted on. Every field is required: Real sets the
+// production values, tests set their own.
+type Host struct {
+	// Root prefixes every file path.
+	Root string
+	// Executor runs programs.
+	Executor Executor
+	// Clock is the node's one clock.
+	Clock Clock
+}
+
+// Real acts on this machine.
+func Real() *Host {
+	return &Host{Root: "/", Clock: ClockFunc(time.Now), Executor: ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, name, args...).CombinedOutput()
+	})}
+}
+
+// Path maps an absolute path onto the host root.
+func (h *Host) Path(p string) string { return filepath.Join(h.Root, p) }
+
+// Now reads the host's clock.
+func (h *Host) Now() time.Time { return h.Clock.Now() }
+
+// Command runs a program and returns its combined output and error as
+// they are.
+func (h *Host) Command(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return h.Executor.Exec(ctx, name, args...)
+}
+
+// Run runs a program, failing with its output in the error.
+func (h *Host) Run(ctx context.Context, name string, args ...string) error {
+	out, err := h.Executor.Exec(ctx, name, args...)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Output runs a program and returns its output, failing with the end of
+// the output in the error.
+func (h *Host) Output(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := h.Executor.Exec(ctx, name, args...)
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, LastLines(string(out), 15))
+	}
+	return string(out), nil
+}
+
+// LastLines keeps the end of a long command output for an error message.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// WriteIfChanged writes a file atomically, only when its content differs;
+// it reports whether it wrote.
+func (h *Host) WriteIfChanged(p string, data []byte, mode os.FileMode) (bool, error) {
+	full := h.Path(p)
+	if old, err := os.ReadFile(full); err == nil && string(old) == string(data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return false, err
+	}
+	// WriteFile sets the mode itself, whatever the umask.
+	if err := atomicfile.WriteFile(full, data, mode); err != nil {
+		return false, fmt.Errorf("write %s: %w", p, err)
+	}
+	return true, nil
+}
