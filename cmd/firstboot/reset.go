@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 func resetCmd() *cobra.Command {
@@ -16,8 +15,9 @@ func resetCmd() *cobra.Command {
 		Use:   "reset",
 		Short: "Erase TERRA-STATE on the next boot: the node forgets its enrollment and enrolls again",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := firstboot.ResetOptions{Root: "/", In: os.Stdin, Out: os.Stdout, Yes: yes, Now: time.Now,
-				Reboot: func(ctx context.Context) error { return exec.CommandContext(ctx, "systemctl", "reboot").Run() }}
+			h := host.Real()
+			o := firstboot.ResetOptions{Host: h, In: os.Stdin, Out: os.Stdout, Yes: yes,
+				Reboot: func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") }}
 			if noReboot {
 				o.Reboot = nil
 			}

@@ -21,8 +21,8 @@ import (
 
 // ResetOptions wire `firstboot reset`.
 type ResetOptions struct {
-	// Root is the host root ("/").
-	Root string
+	// Host is the machine reset (its root and clock).
+	Host *host.Host
 	// In answers the confirmation question; Out is where it is asked.
 	In  io.Reader
 	Out io.Writer
@@ -31,7 +31,6 @@ type ResetOptions struct {
 	// Reboot restarts the machine once the request is recorded; nil
 	// leaves it to the caller.
 	Reboot func(ctx context.Context) error
-	Now    func() time.Time
 }
 
 // ResetWord is what a person types to confirm a reset.
@@ -46,7 +45,7 @@ var ErrResetDeclined = errors.New("reset not confirmed: nothing was changed")
 // (as with terrarium.reset-state on the kernel command line), and the node
 // enrolls again from the first valid config its sources offer.
 func Reset(ctx context.Context, o ResetOptions) error {
-	h := &host.Host{Root: o.Root}
+	h := o.Host
 	fmt.Fprint(o.Out, resetSummary(h))
 	if !o.Yes {
 		fmt.Fprintf(o.Out, "Type %q to erase TERRA-STATE and reboot: ", ResetWord)
@@ -59,7 +58,7 @@ func Reset(ctx context.Context, o ResetOptions) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(p, []byte("requested at "+o.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(p, []byte("requested at "+h.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record the reset request: %w", err)
 	}
 	fmt.Fprintln(o.Out, "reset requested: TERRA-STATE is erased on the next boot")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 func TestReset(t *testing.T) {
@@ -31,10 +32,12 @@ func TestReset(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := enrolled(t, fullConfig)
+			h := e.host()
+			h.Clock = host.ClockFunc(now)
 			var out bytes.Buffer
 			reboots := 0
 			err := Reset(context.Background(), ResetOptions{
-				Root: e.root, In: strings.NewReader(tc.answer), Out: &out, Yes: tc.yes, Now: now,
+				Host: h, In: strings.NewReader(tc.answer), Out: &out, Yes: tc.yes,
 				Reboot: func(context.Context) error { reboots++; return nil },
 			})
 			assert.ErrorIs(t, err, tc.wantErr)
