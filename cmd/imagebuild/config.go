@@ -3,31 +3,29 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/configsign"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
 func configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Machine configs and config disks"}
+	var specPath string
 	validate := &cobra.Command{
 		Use:   "validate MACHINE.yaml",
 		Short: "Check a machine config and list every problem",
-		Args:  cobra.ExactArgs(1),
+		Long: "Check a machine config and list every problem, including those of the image it lands on: " +
+			"its link naming (the kernel command line of --spec; without it, the default image's predictable names).",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			if _, err := machineconfig.Parse(args[0], data); err != nil {
-				return err
-			}
-			fmt.Println(args[0] + ": valid")
-			return nil
+			return validateConfig(args[0], specPath)
 		},
 	}
+	validate.Flags().StringVar(&specPath, "spec", "", "the build spec of the image the config lands on")
 	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd())
 	return cmd
 }
@@ -115,4 +113,30 @@ made by 'imagebuild config cluster'.`,
 	cmd.Flags().StringVarP(&name, "out", "o", "", "name of the key files to write: NAME.key and NAME.pub")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
+}
+
+// validateConfig checks a machine config alone and against the image a
+// build spec makes.
+func validateConfig(path, specPath string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	c, err := machineconfig.Parse(path, data)
+	if err != nil {
+		return err
+	}
+	var cmdline string
+	if specPath != "" {
+		s, err := spec.Parse(specPath)
+		if err != nil {
+			return err
+		}
+		cmdline = strings.Join(s.Kernel.Cmdline, " ")
+	}
+	if err := machineconfig.CheckLinkNaming(c, cmdline); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Println(path + ": valid")
+	return nil
 }

@@ -231,6 +231,29 @@ func TestAdminNameTakenIsInvalid(t *testing.T) {
 	}
 }
 
+// A link named the kernel's way on a slot that names links predictably
+// matches nothing: invalid, nothing applied; the same config on a slot
+// booted with net.ifnames=0 enrolls.
+func TestKernelLinkNameIsInvalidOnPredictableSlot(t *testing.T) {
+	cfg := strings.Replace(fullConfig, "- name: enp0s2", "- name: eth0", 1)
+	require.NotEqual(t, fullConfig, cfg)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, Run(ctx, e.optionsWith(stick(cfg, nil))), context.DeadlineExceeded, "waits for a config it can apply")
+	s := e.status()
+	assert.Equal(t, StateConfigInvalid, s.State)
+	assert.Contains(t, s.Message, `$.network.interfaces[0].name: "eth0" is a kernel link name`)
+	assert.Contains(t, s.Message, "macAddress")
+	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
+	assert.Empty(t, e.commands())
+
+	e = newEnv(t)
+	e.write("/proc/cmdline", "root=PARTLABEL=TERRA-A ro terrarium.slot=a net.ifnames=0\n")
+	require.NoError(t, e.runWithProviders(stick(cfg, nil)))
+	assert.Contains(t, e.read("/etc/systemd/network/10-terrarium-0.network"), "Name=eth0\n")
+}
+
 func TestPasswdUnreadableIsInvalid(t *testing.T) {
 	e := newEnv(t)
 	os.Remove(e.path("/etc/passwd"))

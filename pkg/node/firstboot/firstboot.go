@@ -88,6 +88,8 @@ type runner struct {
 	// when last looked at (judged once).
 	changeSeen string
 	status     Status
+	// cmdline is this boot's kernel command line (the slot's).
+	cmdline string
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 }
@@ -112,7 +114,7 @@ func newRunner(o Options) (*runner, error) {
 	}
 	// One line at a time on the console, whichever goroutine reports.
 	o.Console = &lockedWriter{w: o.Console}
-	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), state: state}
+	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), state: state, cmdline: string(cmdline)}
 	r.flow, err = kubeadmflow.New(h, o.Cluster, state, host.ReporterFunc(r.report), r.updateCluster)
 	if err != nil {
 		return nil, err
@@ -320,10 +322,17 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 // it was used (the init node creates it in the cluster, the others join
 // with it; afterwards its expiry no longer matters).
 //
-// An admin named like an account or group the image already has (other
-// than the admin firstboot itself created) would make useradd fail halfway
-// through apply: it is a validation error instead.
+// An interface named like a kernel link (eth0) on a slot that names links
+// predictably would match nothing, and an admin named like an account or
+// group the image already has (other than the admin firstboot itself
+// created) would make useradd fail halfway through apply: both are
+// validation errors instead.
 func (r *runner) admissible(cfg *machineconfig.Config) error {
+	// A link name this slot's naming scheme never gives would leave the
+	// node unreachable.
+	if err := machineconfig.CheckLinkNaming(cfg, r.cmdline); err != nil {
+		return err
+	}
 	if name := nodephases.AdminName(cfg); name != "" && name != nodephases.ManagedAdmin(r.o.Host) {
 		file, err := r.o.Host.NameTaken(name)
 		if err != nil {
