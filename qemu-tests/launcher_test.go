@@ -70,6 +70,8 @@ type machine struct {
 	// cores, each a slower machine instead of one that misses its own
 	// timeouts.
 	instructionClock bool
+	// rtcBase starts the VM's RTC at this time ("" is the host's).
+	rtcBase string
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image.
@@ -109,6 +111,7 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		Network:          qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
 		Link:             m.link,
 		FwCfg:            m.fwCfg,
+		ExtraArgs:        m.extraArgs(),
 	})
 	if err != nil {
 		m.t.Fatalf("start QEMU: %v", err)
@@ -120,6 +123,13 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		vm.Close()
 	})
 	return vm
+}
+
+func (m *machine) extraArgs() []string {
+	if m.rtcBase == "" {
+		return nil
+	}
+	return []string{"-rtc", "base=" + m.rtcBase}
 }
 
 func configAttached(path string) qemu.Disk {

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 )
 
 // clusterConfig is a real node's config from clusterconfig, in a cluster
@@ -195,6 +197,13 @@ func TestWorkerJoins(t *testing.T) {
 	if err := e.run(clusterConfig(t, "w-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
+	// Its time follows the control plane, synced before its cluster
+	// phases; the banner says so.
+	assert.Equal(t, "10.77.0.10 (stratum 9), offset -0.000012 s", e.status().Time)
+	assert.Contains(t, e.console.String(), "time: synced: 10.77.0.10")
+	assert.Less(t, strings.Index(e.console.String(), "time: synced"), strings.Index(e.console.String(), "kubernetes-pki"))
+	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
+	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
 	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}

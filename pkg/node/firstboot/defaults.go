@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/nocloud"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/vmware"
@@ -42,6 +43,7 @@ func Defaults(log *slog.Logger) Options {
 		PollInterval:     2 * time.Second,
 		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,
+		TimeSync:         timesync.DefaultSync(),
 		TrialRebootDelay: 10 * time.Second,
 	}
 }

@@ -395,7 +395,7 @@ func TestRunPhaseAlone(t *testing.T) {
 
 	err := RunPhase(context.Background(), o, "netwrk")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "hostname, network, admin-user, registry-mirrors")
+	assert.Contains(t, err.Error(), "hostname, network, admin-user, time, registry-mirrors")
 
 	fresh := newEnv(t)
 	assert.ErrorContains(t, RunPhase(context.Background(), fresh.optionsWith(noStick()), "network"), "not enrolled")

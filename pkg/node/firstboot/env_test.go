@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
@@ -60,6 +62,9 @@ hostname: lonely
 `
 
 const configFrom = "/dev/disk/by-label/TERRA-CONFIG"
+
+// chronyTracking is chrony following the init node (`chronyc -c tracking`).
+const chronyTracking = "0A4D000A,10.77.0.10,9,1764144000.123456789,-0.000012000,0.000003000,0.000010000,-1.500,0.001,0.100,0.000500000,0.000100000,16.2,Normal\n"
 
 // env is a fake machine: a root directory, a recording Exec, a boot loader
 // and a reboot function.
@@ -171,6 +176,14 @@ func (e *env) exec(ctx context.Context, name string, args ...string) ([]byte, er
 	if err := e.failCmd[name]; err != nil {
 		return []byte("fake failure output\n"), err
 	}
+	if name == "date" && len(args) == 3 && args[1] == "--set" {
+		// date --utc --set @SECONDS steps the clock.
+		sec, err := strconv.ParseInt(strings.TrimPrefix(args[2], "@"), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		e.clockNow = time.Unix(sec, 0).UTC()
+	}
 	if name == "useradd" {
 		user := args[len(args)-1]
 		home := "/home/" + user
@@ -252,6 +265,7 @@ func (e *env) optionsWith(providers ...configsource.Provider) Options {
 		PollInterval:     time.Millisecond,
 		AddressWait:      0,
 		TrialRebootDelay: time.Millisecond,
+		TimeSync:         timesync.Sync{Wait: time.Second, Every: time.Millisecond},
 	}
 }
 
@@ -421,7 +435,14 @@ func (e *env) host() *host.Host {
 	if e.hostExec != nil {
 		ex = e.hostExec
 	}
-	return &host.Host{Root: e.root, Executor: host.ExecFunc(ex), Clock: host.ClockFunc(e.now)}
+	withChrony := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "chronyc" {
+			// Following the init node.
+			return []byte(chronyTracking), nil
+		}
+		return ex(ctx, name, args...)
+	}
+	return &host.Host{Root: e.root, Executor: host.ExecFunc(withChrony), Clock: host.ClockFunc(e.now)}
 }
 
 // clusterDeps answer the cluster's questions from the env: a fake

@@ -24,6 +24,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/registryphase"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
@@ -59,6 +60,9 @@ type Options struct {
 	WatchInterval time.Duration
 	// AddressWait bounds the wait for configured interfaces' addresses.
 	AddressWait time.Duration
+	// TimeSync bounds a following node's wait for its first time from
+	// the control planes (pkg/node/timesync).
+	TimeSync timesync.Sync
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
 	// person to read the console) before it reboots into the fallback.
 	TrialRebootDelay time.Duration
@@ -167,6 +171,11 @@ func (r *runner) run(ctx context.Context) error {
 		return fmt.Errorf("journal on TERRA-STATE: %w", err)
 	}
 	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.boot)
+	// A clock that reads before this image was built (a flat RTC
+	// battery) is wrong: stepped before anything is recorded.
+	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil), host.ReporterFunc(r.report)); err != nil {
+		r.say("%v", err)
+	}
 	cfg, ch, err := r.acquire(ctx)
 	if err != nil {
 		return err
@@ -451,10 +460,12 @@ func (r *runner) updateCluster(update func(*kubeadmflow.ClusterStatus)) {
 	update(r.status.Cluster)
 }
 
-// phases are the phases of a config, in order: the node's own, its
-// registry's, then (on a cluster node) the cluster's.
+// phases are the phases of a config, in order: the node's own, its time,
+// its registry's, then (on a cluster node) the cluster's.
 func (r *runner) phases(c *machineconfig.Config) []phase.Phase {
-	ps := append(nodephases.Phases(r.o.Host), registryphase.Phase(r.o.Host))
+	// The clock is right before the registry phase issues a certificate
+	// and the cluster's phases check any.
+	ps := append(nodephases.Phases(r.o.Host), timesync.Phase(r.o.Host, r.o.TimeSync, host.ReporterFunc(r.report)), registryphase.Phase(r.o.Host))
 	if c.Cluster == nil {
 		return ps
 	}

@@ -103,6 +103,7 @@ func TestFirstRunProvisions(t *testing.T) {
 		"networkctl reload",
 		"useradd --create-home --shell /bin/bash --groups sudo --comment Terrarium admin ops",
 		"usermod --lock ops",
+		"systemctl restart chrony.service",
 		"systemctl try-restart terrarium-registry.service",
 	}
 	if got := e.commands(); !reflect.DeepEqual(got, wantCmds) {
@@ -118,7 +119,7 @@ func TestFirstRunProvisions(t *testing.T) {
 	if rec.Boot != 1 || rec.BootID != "11111111-1111-1111-1111-111111111111" || rec.Slot != "a" || rec.Mode != "provision" || rec.Result != StateProvisioned {
 		t.Errorf("boot record = %+v", rec)
 	}
-	wantSteps := []string{"hostname=applied", "network=applied", "admin-user=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=applied", "network=applied", "admin-user=applied", "time=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -211,7 +212,7 @@ func TestSecondBootVerifies(t *testing.T) {
 	if rec.Boot != 2 || rec.BootID != "22222222-2222-2222-2222-222222222222" || rec.Mode != "verify" || rec.Result != StateVerified {
 		t.Errorf("boot record = %+v", rec)
 	}
-	wantSteps := []string{"hostname=verified", "network=verified", "admin-user=verified", "registry-mirrors=verified", "health=passed", "bless=good"}
+	wantSteps := []string{"hostname=verified", "network=verified", "admin-user=verified", "time=verified", "registry-mirrors=verified", "health=passed", "bless=good"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -244,7 +245,7 @@ func TestRerunInSameBootReusesRecord(t *testing.T) {
 	if len(j.Boots) != 1 {
 		t.Fatalf("journal has %d boots, want 1", len(j.Boots))
 	}
-	if j.Boots[0].Mode != "verify" || len(j.Boots[0].Steps) != 12 {
+	if j.Boots[0].Mode != "verify" || len(j.Boots[0].Steps) != 14 {
 		t.Errorf("record = %+v", j.Boots[0])
 	}
 	if s := e.status(); s.Boot != 1 {
@@ -288,7 +289,7 @@ func TestVerifyHealsDrift(t *testing.T) {
 		t.Errorf("ops is %d times in /etc/passwd", n)
 	}
 	rec := e.lastBoot()
-	wantSteps := []string{"hostname=healed", "network=healed", "admin-user=healed", "registry-mirrors=verified", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=healed", "network=healed", "admin-user=healed", "time=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
 	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -327,7 +328,7 @@ func TestVerifyHealsOnlyWhatDrifted(t *testing.T) {
 	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname node-1"}) {
 		t.Errorf("commands = %q", got)
 	}
-	wantSteps := []string{"hostname=healed", "network=verified", "admin-user=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
+	wantSteps := []string{"hostname=healed", "network=verified", "admin-user=verified", "time=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
 	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -390,7 +391,7 @@ func TestMinimalConfig(t *testing.T) {
 	if err := e.run(minimalConfig); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl try-restart terrarium-registry.service"}) {
+	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl restart chrony.service", "systemctl try-restart terrarium-registry.service"}) {
 		t.Errorf("commands = %q", got)
 	}
 	if e.exists("/etc/systemd/network") || e.exists("/etc/sudoers.d") {
@@ -429,7 +430,7 @@ func TestWaitsForConfigDisk(t *testing.T) {
 	if !strings.Contains(statuses[0].Message, "TERRA-CONFIG") {
 		t.Errorf("waiting message = %q", statuses[0].Message)
 	}
-	wantSteps := []string{"config=waiting", "hostname=applied", "network=applied", "admin-user=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
+	wantSteps := []string{"config=waiting", "hostname=applied", "network=applied", "admin-user=applied", "time=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
 	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
 		t.Errorf("steps = %v, want %v", got, wantSteps)
 	}
@@ -826,4 +827,22 @@ func TestPhaseFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node whose RTC reads 1970 steps its clock to the image's build time
+// before it records anything: its enrollment has a time that can be true.
+func TestClockBeforeTheImageIsSteppedFirst(t *testing.T) {
+	e := newEnv(t)
+	e.mu.Lock()
+	e.clockNow = time.Unix(0, 0).UTC()
+	e.mu.Unlock()
+	require.NoError(t, e.run(minimalConfig))
+	assert.Contains(t, e.console.String(), "time: stepped: the clock read 1970-01-01T00:00:01Z")
+	assert.Contains(t, e.console.String(), "stepped forward to 2025-01-01T00:00:00Z")
+	cmds := e.commands()
+	require.NotEmpty(t, cmds)
+	assert.Equal(t, "date --utc --set @1735689600", cmds[0], "the first thing done")
+	j := e.journal()
+	require.NotNil(t, j.Enrollment)
+	assert.False(t, j.Enrollment.At.Before(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)), "enrolled at %s", j.Enrollment.At)
 }

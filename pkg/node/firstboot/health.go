@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 )
 
@@ -61,6 +62,7 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 		return r.o.Reboot(ctx)
 	}
 	r.step("health", "passed", "")
+	r.status.Time = r.timeSource(ctx, cfg)
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
@@ -82,4 +84,16 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	r.step("bless", string(res), "")
 	r.publish()
 	return nil
+}
+
+// timeSource says where the node's time comes from, for the status.
+func (r *runner) timeSource(ctx context.Context, cfg *machineconfig.Config) string {
+	tr, err := timesync.Track(ctx, r.o.Host)
+	switch {
+	case err != nil:
+		return "unknown: " + err.Error()
+	case cfg.Cluster == nil && !tr.Synced():
+		return "local clock (a standalone node has no time source)"
+	}
+	return tr.String()
 }

@@ -43,6 +43,8 @@ type Status struct {
 	Healthy  *bool  `json:"healthy,omitempty"`
 	Blessed  string `json:"blessed,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// Time is the node's time source and offset, as chrony last said.
+	Time string `json:"time,omitempty"`
 	// Cluster is the node's part in its Kubernetes cluster, if any.
 	Cluster *kubeadmflow.ClusterStatus `json:"cluster,omitempty"`
 }
@@ -103,6 +105,9 @@ func Banner(s Status) string {
 	}
 	if s.Enrolled != "" {
 		rows = append(rows, [2]string{"enrolled", s.Enrolled})
+	}
+	if s.Time != "" {
+		rows = append(rows, [2]string{"time", s.Time})
 	}
 	if c := s.Cluster; c != nil {
 		api := "down"
