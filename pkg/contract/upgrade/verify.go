@@ -1,0 +1,129 @@
+package upgrade
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+)
+
+// Verified is an upgrade file whose manifest is signed by a trusted key
+// and whose parts matched the manifest when Verify read them. It hands
+// out the parts for writing into a slot.
+type Verified struct {
+	f      *File
+	signer signature.PublicKey
+}
+
+// Verify checks that the manifest is signed by one of the trusted keys
+// and then reads every part through SHA-256 and compares it with the
+// manifest. Its errors are *Error values wrapping ErrMalformed (of the
+// signature), ErrUnknownKey, ErrBadSignature or ErrHashMismatch (naming
+// the part), ctx's error, or an I/O error of the file. Nothing is to be
+// written from the file before Verify returns a Verified.
+func (f *File) Verify(ctx context.Context, trusted []signature.PublicKey) (*Verified, error) {
+	signer, err := f.verifySignature(trusted)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range f.parts {
+		if err := f.copySection(ctx, io.Discard, s); err != nil {
+			return nil, err
+		}
+	}
+	return &Verified{f: f, signer: signer}, nil
+}
+
+// verifySignature checks the manifest's signature and returns its key,
+// naming the file in its errors.
+func (f *File) verifySignature(trusted []signature.PublicKey) (signature.PublicKey, error) {
+	key, err := signature.Verify(f.sig, signedData(f.raw), trusted)
+	if err == nil {
+		return key, nil
+	}
+	fail := func(member string, sentinel, ours error) (signature.PublicKey, error) {
+		return signature.PublicKey{}, &Error{File: f.name, Member: member, Detail: detail(err, sentinel), Err: ours}
+	}
+	switch {
+	case errors.Is(err, signature.ErrMalformed):
+		return fail(SignatureName, signature.ErrMalformed, ErrMalformed)
+	case errors.Is(err, signature.ErrUnknownKey):
+		return fail(SignatureName, signature.ErrUnknownKey, ErrUnknownKey)
+	case errors.Is(err, signature.ErrBadSignature):
+		return fail(ManifestName, signature.ErrBadSignature, ErrBadSignature)
+	}
+	return signature.PublicKey{}, &Error{File: f.name, Member: SignatureName, Err: err}
+}
+
+// copySection copies a part to dst, hashing it, and fails with
+// ErrHashMismatch when it does not match the manifest.
+func (f *File) copySection(ctx context.Context, dst io.Writer, s section) error {
+	h := sha256.New()
+	r := io.NewSectionReader(f.r, s.offset, s.info.Size)
+	n, err := copyContext(ctx, io.MultiWriter(dst, h), r, s.info.Size)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("%s: part %s: %w", f.name, s.info.Name, err)
+	case err != nil:
+		return &Error{File: f.name, Member: s.info.Name, Detail: "copy", Err: err}
+	case n != s.info.Size:
+		return &Error{File: f.name, Member: s.info.Name, Detail: fmt.Sprintf("read %d of its %d bytes", n, s.info.Size), Err: ErrTruncated}
+	}
+	if got := hexSum(h); got != s.info.SHA256 {
+		return &Error{File: f.name, Member: s.info.Name,
+			Detail: fmt.Sprintf("sha256 %s, the manifest says %s", got, s.info.SHA256), Err: ErrHashMismatch}
+	}
+	return nil
+}
+
+// Manifest returns the verified manifest.
+func (v *Verified) Manifest() Manifest { return v.f.manifest.clone() }
+
+// Signer returns the trusted key that signed the manifest.
+func (v *Verified) Signer() signature.PublicKey { return v.signer }
+
+// Part returns a reader of the part of that name, and its manifest
+// entry. Its bytes were verified, but the file may have changed since:
+// copy a part with CopyPart, which checks it again, or hash what is read.
+func (v *Verified) Part(name string) (*io.SectionReader, PartInfo, error) {
+	s, err := v.section(name)
+	if err != nil {
+		return nil, PartInfo{}, err
+	}
+	return io.NewSectionReader(v.f.r, s.offset, s.info.Size), s.info, nil
+}
+
+// CopyPart copies the part of that name to dst, hashing it again on the
+// way, and fails with ErrHashMismatch (or ErrTruncated) when what it read
+// differs from the manifest: the file changed after Verify. dst has then
+// received bytes that must not be used (the slot must not be booted).
+func (v *Verified) CopyPart(ctx context.Context, dst io.Writer, name string) error {
+	s, err := v.section(name)
+	if err != nil {
+		return err
+	}
+	return v.f.copySection(ctx, dst, s)
+}
+
+func (v *Verified) section(name string) (section, error) {
+	for _, s := range v.f.parts {
+		if s.info.Name == name {
+			return s, nil
+		}
+	}
+	return section{}, fmt.Errorf("%s: no part %q; it has %s", v.f.name, name, partNames(v.f.manifest.Parts))
+}
+
+func partNames(parts []PartInfo) string {
+	var s string
+	for i, p := range parts {
+		if i > 0 {
+			s += ", "
+		}
+		s += p.Name
+	}
+	return s
+}
