@@ -26,7 +26,62 @@ type Journal struct {
 	Provisioned *Provisioned `json:"provisioned,omitempty"`
 	// Kubeadm is the progress of the node's Kubernetes steps.
 	Kubeadm *KubeadmProgress `json:"kubeadm,omitempty"`
-	Boots   []BootRecord     `json:"boots"`
+	// Upgrade is the node's last OS upgrade and where it stands.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// BadUpgrades are upgrades that rolled back: never retried
+	// automatically.
+	BadUpgrades []BadUpgrade `json:"badUpgrades,omitempty"`
+	Boots       []BootRecord `json:"boots"`
+}
+
+// Where an upgrade stands.
+const (
+	// UpgradeInstalled: written to the other slot, which boots next on
+	// trial.
+	UpgradeInstalled = "installed"
+	// UpgradeCommitted: the new slot passed its health check and is
+	// blessed.
+	UpgradeCommitted = "committed"
+	// UpgradeRolledBack: the new slot failed; the node runs the old one.
+	UpgradeRolledBack = "rolled-back"
+)
+
+// Upgrade is an OS upgrade from an upgrade file.
+type Upgrade struct {
+	// Digest identifies the upgrade file: the sha256 of its signed
+	// manifest.
+	Digest string `json:"digest"`
+	// From and To are the versions, FromSlot and ToSlot the slots.
+	From     string `json:"from"`
+	To       string `json:"to"`
+	FromSlot string `json:"fromSlot"`
+	ToSlot   string `json:"toSlot"`
+	// Source is where the file came from.
+	Source string `json:"source"`
+	State  string `json:"state"`
+	// Reason says why it rolled back.
+	Reason      string    `json:"reason,omitempty"`
+	InstalledAt time.Time `json:"installedAt"`
+	DoneAt      time.Time `json:"doneAt,omitzero"`
+}
+
+// BadUpgrade is an upgrade that rolled back.
+type BadUpgrade struct {
+	Digest  string    `json:"digest"`
+	Version string    `json:"version"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+// Bad returns the record of an upgrade that rolled back, nil when the
+// digest never did.
+func (j *Journal) Bad(digest string) *BadUpgrade {
+	for i := range j.BadUpgrades {
+		if j.BadUpgrades[i].Digest == digest {
+			return &j.BadUpgrades[i]
+		}
+	}
+	return nil
 }
 
 // Provisioned records the config a node was provisioned with.

@@ -206,3 +206,24 @@ func TestKubeadmProgress(t *testing.T) {
 	assert.True(t, p.IsDone("b"))
 	assert.False(t, p.IsDone("c"))
 }
+
+// An upgrade's record and the upgrades marked bad survive a save and a
+// load; Bad finds a bad upgrade by digest.
+func TestUpgradeRecords(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "journal.json")
+	s, err := Open(p)
+	require.NoError(t, err)
+	at := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
+	require.NoError(t, s.Update(func(j *Journal) {
+		j.Upgrade = &Upgrade{Digest: "sha256:aa", From: "0.1.0", To: "0.2.1", FromSlot: "a", ToSlot: "b", Source: "TERRA-UPGRADE", State: UpgradeRolledBack, Reason: "health check failed", InstalledAt: at}
+		j.BadUpgrades = append(j.BadUpgrades, BadUpgrade{Digest: "sha256:aa", Version: "0.2.1", Reason: "health check failed", At: at})
+	}))
+	j, err := Load(p)
+	require.NoError(t, err)
+	require.NotNil(t, j.Upgrade)
+	assert.Equal(t, UpgradeRolledBack, j.Upgrade.State)
+	assert.True(t, j.Upgrade.DoneAt.IsZero())
+	require.NotNil(t, j.Bad("sha256:aa"))
+	assert.Equal(t, "0.2.1", j.Bad("sha256:aa").Version)
+	assert.Nil(t, j.Bad("sha256:bb"))
+}
