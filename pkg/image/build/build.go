@@ -1,6 +1,7 @@
 // Package build runs imagebuild's pipeline: rootfs base, initramfs, slot
-// images, ESP, disk, qcow2 and the manifest. Every expensive stage is
-// cached by content hash; the outputs are reproducible from the same inputs.
+// images, ESP, disk, qcow2, vmdk, ova and the manifest. Every expensive
+// stage is cached by content hash; the outputs are reproducible from the
+// same inputs.
 package build
 
 import (
@@ -62,6 +63,7 @@ type run struct {
 	esp      string
 	placed   []diskimage.Placed
 	size     int64
+	vmdk     vmdkImage
 }
 
 // Run builds the image s describes.
@@ -96,6 +98,8 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		{"EFI system partition", r.buildESP},
 		{"raw disk image", r.buildRaw},
 		{"qcow2 image", r.buildQCOW2},
+		{"vmdk image (streamOptimized)", r.buildVMDK},
+		{"ova (vSphere)", r.buildOVA},
 		{"manifest", r.writeManifest},
 	}
 	r.stage = progress.New(opt.Progress, len(stages))

@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
+	"github.com/terrarium-os/terrarium/pkg/image/ova"
 )
 
 // APIVersion and Kind identify a build spec document.
@@ -26,7 +28,15 @@ const (
 const (
 	OutputRaw   = "raw"
 	OutputQCOW2 = "qcow2"
+	// OutputVMDK is a streamOptimized VMDK (pkg/image/vmdk).
+	OutputVMDK = "vmdk"
+	// OutputOVA is an OVA for vSphere (pkg/image/ova), which carries the
+	// VMDK.
+	OutputOVA = "ova"
 )
+
+// outputs lists the output formats, in the order messages name them.
+func outputs() []string { return []string{OutputRaw, OutputQCOW2, OutputVMDK, OutputOVA} }
 
 // Slot B modes.
 const (
@@ -60,6 +70,8 @@ type Spec struct {
 	// into the slot (node binaries such as kubelet and containerd).
 	Components []Component `yaml:"components,omitempty"`
 	Outputs    []string    `yaml:"outputs,omitempty"`
+	// VSphere holds the ova output's settings.
+	VSphere VSphere `yaml:"vsphere,omitempty"`
 
 	// dir is the directory relative paths are resolved against.
 	dir string
@@ -120,6 +132,14 @@ type SlotB struct {
 	// Faults injected into slot B's release (copy mode only), e.g.
 	// "health" makes its health check fail: a deliberately broken build.
 	Faults []string `yaml:"faults,omitempty"`
+}
+
+// VSphere holds the settings of the ova output.
+type VSphere struct {
+	// HardwareVersion is the VM's virtual hardware version (vmx-NN): the
+	// oldest ESXi release that can run it. Defaults to
+	// ova.DefaultHardwareVersion when the ova output is requested.
+	HardwareVersion int `yaml:"hardwareVersion,omitempty"`
 }
 
 // Parse reads a build spec file.
@@ -210,6 +230,9 @@ func (s *Spec) setDefaults() {
 	if s.SourceDateEpoch == 0 {
 		s.SourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 	}
+	if s.WantsOutput(OutputOVA) && s.VSphere.HardwareVersion == 0 {
+		s.VSphere.HardwareVersion = ova.DefaultHardwareVersion
+	}
 }
 
 var (
@@ -255,12 +278,30 @@ func (s *Spec) Validate() error {
 		}
 	}
 	s.validateBoot(&p, root)
-	for i, o := range s.Outputs {
-		if o != OutputRaw && o != OutputQCOW2 {
-			p.Addf(root.Field("outputs").Index(i), "unknown output %q (supported: raw, qcow2)", o)
-		}
-	}
+	s.validateOutputs(&p, root)
 	return p.Err()
+}
+
+func (s *Spec) validateOutputs(p *strictyaml.Problems, root strictyaml.Path) {
+	seen := map[string]bool{}
+	for i, o := range s.Outputs {
+		switch {
+		case !slices.Contains(outputs(), o):
+			p.Addf(root.Field("outputs").Index(i), "unknown output %q (supported: %s)", o, strings.Join(outputs(), ", "))
+		case seen[o]:
+			p.Addf(root.Field("outputs").Index(i), "%q is listed twice", o)
+		}
+		seen[o] = true
+	}
+	hw := root.Field("vsphere").Field("hardwareVersion")
+	switch {
+	case !s.WantsOutput(OutputOVA):
+		if s.VSphere.HardwareVersion != 0 {
+			p.Addf(hw, "is set but outputs lists no ova, the only output that uses it")
+		}
+	case ova.CheckHardwareVersion(s.VSphere.HardwareVersion) != nil:
+		p.Addf(hw, "%v", ova.CheckHardwareVersion(s.VSphere.HardwareVersion))
+	}
 }
 
 func (s *Spec) validateOS(p *strictyaml.Problems, path strictyaml.Path) {

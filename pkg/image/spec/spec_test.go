@@ -214,6 +214,7 @@ func TestParseInvalid(t *testing.T) {
 		{"unknown-output", []string{"$.outputs[1]"}},
 		{"bad-fault", []string{"$.slotB.faults[1]"}},
 		{"bad-components", []string{"$.components[0].component", "$.components[1].programs", "$.components[1].dir"}},
+		{"bad-vsphere", []string{"$.outputs[2]", "$.vsphere.hardwareVersion"}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -287,6 +288,10 @@ func TestParseValidationProblems(t *testing.T) {
 		{"bad slot mode", "os:", "slotB:\n  mode: mirror\nos:", "$.slotB.mode", `use "empty" or "copy"`},
 		{"faults need copy", "os:", "slotB:\n  faults: [health]\nos:", "$.slotB.faults", "needs slotB.mode: copy"},
 		{"wrong type", "version: 0.0.1", "version: 0.0.1\nsourceDateEpoch: soon", "$.sourceDateEpoch", ""},
+		{"unknown output", "os:", "outputs: [raw, vhd]\nos:", "$.outputs[1]", `unknown output "vhd" (supported: raw, qcow2, vmdk, ova)`},
+		{"output twice", "os:", "outputs: [vmdk, vmdk]\nos:", "$.outputs[1]", "listed twice"},
+		{"hardware version without ova", "os:", "outputs: [vmdk]\nvsphere:\n  hardwareVersion: 14\nos:", "$.vsphere.hardwareVersion", "lists no ova"},
+		{"unknown hardware version", "os:", "outputs: [ova]\nvsphere:\n  hardwareVersion: 16\nos:", "$.vsphere.hardwareVersion", "unsupported virtual hardware version: 16; use one of 13 (ESXi 6.5)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
