@@ -35,6 +35,10 @@ const (
 	// LabelBundleFAT the same as FAT stores it (11 characters).
 	LabelBundle    = "TERRA-BUNDLE"
 	LabelBundleFAT = "TERRA-BUNDL"
+	// LabelSupport is the label of a stick a running node writes a
+	// support bundle to, and LabelSupportFAT the same as FAT stores it.
+	LabelSupport    = "TERRA-SUPPORT"
+	LabelSupportFAT = "TERRA-SUPPO"
 	// LabelESPFS is the FAT volume label of the ESP.
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
@@ -143,6 +147,9 @@ const (
 const (
 	// ReleaseFile describes the slot's build: version, bundle, inputs.
 	ReleaseFile = "/usr/lib/terrarium/release.json"
+	// StatusFile is where firstboot publishes the node's status (in
+	// /run, not on a disk): what the banner and `firstboot status` show.
+	StatusFile = "/run/terrarium/status.json"
 	// StateMount is where the initramfs mounts TERRA-STATE in the real root.
 	StateMount = "/state"
 	// BundleDir is where the slot carries its bundle, one OCI layout.

@@ -196,7 +196,8 @@ func TestContractDocumented(t *testing.T) {
 		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
-		StateResetRequest, StateUnpackWindow, ContainerdRoot,
+		StateResetRequest, StateUnpackWindow, ContainerdRoot, StatusFile,
+		LabelSupport, LabelSupportFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}

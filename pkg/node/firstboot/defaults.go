@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/nocloud"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
@@ -44,6 +45,7 @@ func Defaults(log *slog.Logger) Options {
 		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,
 		TimeSync:         timesync.DefaultSync(),
+		Media:            &media.Block{Host: h, Dir: "/run/terrarium/media"},
 		TrialRebootDelay: 10 * time.Second,
 	}
 }

@@ -252,13 +252,14 @@ func immutableChanges(old, next *machineconfig.Config) error {
 // stick inserted into a running node), every WatchInterval, until ctx
 // ends. cfg is the config the node runs.
 func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) error {
-	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig", layout.LabelConfig)
+	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle", layout.LabelConfig, layout.LabelSupport)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(r.o.WatchInterval):
 		}
+		r.serveSupportStick(ctx)
 		found, err := r.probe(ctx, r.o.ChangeSources)
 		fp := fingerprint(found, err)
 		if fp == r.changeSeen {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
@@ -82,6 +83,8 @@ type env struct {
 	// hostExec replaces exec as the host's Exec when set.
 	hostExec func(ctx context.Context, name string, args ...string) ([]byte, error)
 	attempts int
+	// media are the sticks inserted into the running node.
+	media fakeMedia
 	// leases are the API's Leases (the join lock).
 	leases fakeLeases
 	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
@@ -266,6 +269,7 @@ func (e *env) optionsWith(providers ...configsource.Provider) Options {
 		AddressWait:      0,
 		TrialRebootDelay: time.Millisecond,
 		TimeSync:         timesync.Sync{Wait: time.Second, Every: time.Millisecond},
+		Media:            &e.media,
 	}
 }
 
@@ -607,4 +611,47 @@ func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error)
 		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
 	}
 	return kubeclient.Node{Name: name, Ready: true}, nil
+}
+
+// fakeMedia are sticks as directories under the host root, by label.
+type fakeMedia struct {
+	mu     sync.Mutex
+	sticks map[string]media.Medium // label -> medium
+	dirs   map[string]string       // device -> directory on the host
+	uses   int
+}
+
+func (f *fakeMedia) insert(label, device, dir string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sticks == nil {
+		f.sticks, f.dirs = map[string]media.Medium{}, map[string]string{}
+	}
+	f.sticks[label] = media.Medium{Device: device, Label: label}
+	f.dirs[device] = dir
+}
+
+func (f *fakeMedia) remove(label string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sticks, label)
+}
+
+func (f *fakeMedia) Find(labels ...string) (media.Medium, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range labels {
+		if m, ok := f.sticks[l]; ok {
+			return m, true
+		}
+	}
+	return media.Medium{}, false
+}
+
+func (f *fakeMedia) Use(ctx context.Context, m media.Medium, writable bool, fn func(dir string) error) error {
+	f.mu.Lock()
+	dir := f.dirs[m.Device]
+	f.uses++
+	f.mu.Unlock()
+	return fn(dir)
 }

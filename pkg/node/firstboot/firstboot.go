@@ -20,6 +20,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
@@ -60,6 +61,9 @@ type Options struct {
 	WatchInterval time.Duration
 	// AddressWait bounds the wait for configured interfaces' addresses.
 	AddressWait time.Duration
+	// Media finds and mounts the sticks a person inserts into the running
+	// node (TERRA-SUPPORT).
+	Media media.Media
 	// TimeSync bounds a following node's wait for its first time from
 	// the control planes (pkg/node/timesync).
 	TimeSync timesync.Sync
@@ -94,6 +98,9 @@ type runner struct {
 	status     Status
 	// cmdline is this boot's kernel command line (the slot's).
 	cmdline string
+	// supportServed is the TERRA-SUPPORT stick last written to, while it
+	// stays inserted.
+	supportServed string
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 )
 
@@ -24,7 +25,7 @@ const (
 )
 
 // StatusFile is where firstboot publishes the node's status.
-const StatusFile = "/run/terrarium/status.json"
+const StatusFile = layout.StatusFile
 
 // Status is the content of status.json.
 type Status struct {

@@ -1,0 +1,112 @@
+// Package media finds the sticks a person inserts into a running node by
+// their filesystem label and mounts them for one job: a support bundle
+// written to a TERRA-SUPPORT stick, an upgrade file read from another. A
+// medium is mounted only for the job (nosuid, nodev, noexec), synced and
+// unmounted after it, so that pulling the stick afterwards loses nothing.
+package media
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+)
+
+// byLabel is where udev links filesystems by label.
+const byLabel = "/dev/disk/by-label"
+
+// Medium is an inserted medium.
+type Medium struct {
+	// Device is the block device ("/dev/sdb1"), Label the label it was
+	// found by.
+	Device string
+	Label  string
+}
+
+// Media finds and mounts media.
+type Media interface {
+	// Find returns the first medium carrying one of the labels; false
+	// when none is inserted.
+	Find(labels ...string) (Medium, bool)
+	// Use mounts m (writable or read-only) for fn, which gets the mount
+	// point as a path on the host, and syncs and unmounts it after.
+	Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) error
+}
+
+// Block are the machine's block devices, found under a host's root and
+// mounted under Dir.
+type Block struct {
+	Host *host.Host
+	// Dir is the private directory media are mounted under, a path on
+	// the host.
+	Dir string
+}
+
+var _ Media = (*Block)(nil)
+
+// Find looks up /dev/disk/by-label.
+func (b *Block) Find(labels ...string) (Medium, bool) {
+	for _, l := range labels {
+		link := b.Host.Path(filepath.Join(byLabel, l))
+		dev, err := filepath.EvalSymlinks(link)
+		if err != nil {
+			continue
+		}
+		return Medium{Device: strings.TrimPrefix(dev, strings.TrimSuffix(b.Host.Root, "/")), Label: l}, true
+	}
+	return Medium{}, false
+}
+
+// filesystems are tried in order; ISO 9660 is read-only.
+var filesystems = []string{"vfat", "exfat", "ext4", "iso9660"}
+
+// errNoFilesystem: no filesystem Terrarium reads mounted.
+var errNoFilesystem = errors.New("no FAT, exFAT, ext4 or ISO 9660 filesystem")
+
+// Use mounts the medium with the first filesystem that takes it.
+func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) error {
+	dir := filepath.Join(b.Dir, filepath.Base(m.Device))
+	mnt := b.Host.Path(dir)
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if !writable {
+		flags |= unix.MS_RDONLY
+	}
+	var errs []error
+	mounted := false
+	for _, fs := range filesystems {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if fs == "iso9660" && writable {
+			continue
+		}
+		data := ""
+		if fs == "vfat" || fs == "exfat" {
+			data = "umask=0077"
+		}
+		if err := unix.Mount(b.Host.Path(m.Device), mnt, fs, flags, data); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fs, err))
+			continue
+		}
+		mounted = true
+		break
+	}
+	if !mounted {
+		return fmt.Errorf("mount %s (%s): %w: %w", m.Device, m.Label, errNoFilesystem, errors.Join(errs...))
+	}
+	ferr := fn(dir)
+	unix.Sync()
+	if err := unix.Unmount(mnt, 0); err != nil && ferr == nil {
+		ferr = &os.PathError{Op: "unmount", Path: mnt, Err: err}
+	}
+	return ferr
+}
