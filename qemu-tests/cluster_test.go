@@ -268,6 +268,19 @@ spec:
 	}
 	t.Logf("after the power cut, without sticks:\n%s", nodes)
 
+	// Time: the worker follows the init node, which is the cluster's
+	// reference.
+	if !regexp.MustCompile(`"time":"10\.77\.0\.10 \(stratum \d+\), offset`).MatchString(w.vm.Console()) {
+		t.Errorf("the worker's status does not name the init node as its time source")
+	}
+	if !strings.Contains(cp.vm.Console(), `"time":"local clock (the cluster's reference`) {
+		t.Errorf("the init node's status does not say its clock is the cluster's reference")
+	}
+
+	// A support bundle: a TERRA-SUPPORT stick inserted into the control
+	// plane receives one archive with no secret of the cluster in it.
+	checkSupportStick(ctx, t, cp.vm, filepath.Join(work, "support.img"), filepath.Join(configs, "secrets.yaml"))
+
 	for _, n := range []*clusterNode{cp, w} {
 		if err := n.vm.Quit(ctx); err != nil {
 			t.Error(err)
