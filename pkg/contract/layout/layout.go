@@ -147,6 +147,9 @@ const (
 const (
 	// ReleaseFile describes the slot's build: version, bundle, inputs.
 	ReleaseFile = "/usr/lib/terrarium/release.json"
+	// UpgradeKeysFile lists the public keys (ed25519:..., one a line)
+	// the slot trusts for upgrade files, from its build spec.
+	UpgradeKeysFile = "/usr/lib/terrarium/upgrade-keys"
 	// StatusFile is where firstboot publishes the node's status (in
 	// /run, not on a disk): what the banner and `firstboot status` show.
 	StatusFile = "/run/terrarium/status.json"

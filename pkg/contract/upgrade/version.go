@@ -143,3 +143,10 @@ func compareVersions(a, b string) (int, error) {
 	}
 	return va.compare(vb), nil
 }
+
+// CheckVersion reports whether s is a semantic version an upgrade file can
+// name (0.2.0, v1.36.3, 1.0.0-rc.1).
+func CheckVersion(s string) error {
+	_, err := parseVersion(s)
+	return err
+}

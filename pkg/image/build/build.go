@@ -100,6 +100,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		{"qcow2 image", r.buildQCOW2},
 		{"vmdk image (streamOptimized)", r.buildVMDK},
 		{"ova (vSphere)", r.buildOVA},
+		{"upgrade file", r.buildUpgradeFile},
 		{"manifest", r.writeManifest},
 	}
 	r.stage = progress.New(opt.Progress, len(stages))
@@ -171,9 +172,16 @@ func (r *run) release(faults []string) release.Release {
 }
 
 func (r *run) buildSlots(ctx context.Context) (string, error) {
+	keys, err := r.spec.UpgradeKeys()
+	if err != nil {
+		return "", fmt.Errorf("upgrade keys: %w", err)
+	}
 	in := rootfs.SlotInputs{
 		Base: r.base, Overlay: r.spec.Resolve(r.spec.OS.Overlay), Firstboot: r.in.Firstboot,
 		Release: r.release(nil), Enable: r.spec.OS.Enable, Programs: r.programs,
+	}
+	for _, k := range keys {
+		in.UpgradeKeys = append(in.UpgradeKeys, k.String())
 	}
 	if r.bundle != nil {
 		in.BundleDir, in.BundleKey = r.bundle.dir, r.bundle.key

@@ -29,6 +29,9 @@ type SlotInputs struct {
 	BundleDir, BundleKey string
 	// Programs are built programs installed into the slot.
 	Programs []Program
+	// UpgradeKeys are the public keys the slot trusts for upgrade files
+	// (layout.UpgradeKeysFile), one a line; none writes no file.
+	UpgradeKeys []string
 }
 
 // Program is a file installed into the slot.
@@ -65,7 +68,7 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	k := cache.NewKey("slot/v1").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
-		String("bundle", in.BundleKey)
+		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)
 	for _, p := range in.Programs {
 		k.String("program "+p.Dest, p.Key)
 	}
@@ -138,6 +141,12 @@ func customize(ctx context.Context, root string, in SlotInputs, rel []byte) erro
 	}
 	if err := os.WriteFile(relPath, rel, 0o644); err != nil {
 		return err
+	}
+	if len(in.UpgradeKeys) > 0 {
+		p := filepath.Join(root, strings.TrimPrefix(layout.UpgradeKeysFile, "/"))
+		if err := os.WriteFile(p, []byte(strings.Join(in.UpgradeKeys, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
 	}
 	if in.BundleDir != "" {
 		dst := filepath.Join(root, BundlePath)

@@ -72,6 +72,9 @@ type Spec struct {
 	Outputs    []string    `yaml:"outputs,omitempty"`
 	// VSphere holds the ova output's settings.
 	VSphere VSphere `yaml:"vsphere,omitempty"`
+	// Upgrade holds the upgrade file's settings and the keys the image
+	// trusts for upgrade files.
+	Upgrade Upgrade `yaml:"upgrade,omitempty"`
 
 	// dir is the directory relative paths are resolved against.
 	dir string
@@ -279,6 +282,7 @@ func (s *Spec) Validate() error {
 	}
 	s.validateBoot(&p, root)
 	s.validateOutputs(&p, root)
+	s.validateUpgrade(&p, root.Field("upgrade"))
 	return p.Err()
 }
 

@@ -1,0 +1,129 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+)
+
+// UpgradeFileName is the name of the upgrade file a build of version
+// writes.
+func UpgradeFileName(name, version string) string {
+	return fmt.Sprintf("%s-%s.upgrade", name, version)
+}
+
+// upgradeInputs are what the upgrade file stage reads.
+type upgradeInputs struct {
+	name, version, minFrom string
+	builtAt                string // upgrade.BuiltAtLayout
+	rootfs, kernel, initrd string // files
+	bundleIndex            string // the slot bundle's index.json, "" without one
+	key                    string // the signing key file
+}
+
+// writeUpgradeFile writes the signed upgrade file of a build to dst, whole
+// or not at all, and returns its manifest.
+func writeUpgradeFile(ctx context.Context, in upgradeInputs, dst string) (upgrade.Manifest, error) {
+	key, err := signature.LoadPrivateKey(in.key)
+	if err != nil {
+		return upgrade.Manifest{}, fmt.Errorf("upgrade.signingKey: %w", err)
+	}
+	kube, etcd, err := bundleVersions(in.bundleIndex)
+	if err != nil {
+		return upgrade.Manifest{}, err
+	}
+	minFrom := in.minFrom
+	if minFrom == "" {
+		minFrom = "0.0.0"
+	}
+	m := upgrade.Manifest{
+		FormatVersion: upgrade.FormatVersion, Version: in.version, Compatible: in.name, MinFromVersion: minFrom,
+		KubernetesVersion: kube, EtcdVersion: etcd, BuiltAt: in.builtAt,
+	}
+	parts := []upgrade.Part{
+		upgrade.FilePart("rootfs.squashfs", upgrade.RoleRootfs, in.rootfs),
+		upgrade.FilePart("vmlinuz", upgrade.RoleKernel, in.kernel),
+		upgrade.FilePart("initrd.img", upgrade.RoleInitramfs, in.initrd),
+	}
+	var out upgrade.Manifest
+	err = atomicfile.Write(dst, 0o644, func(w io.Writer) error {
+		var werr error
+		out, werr = upgrade.Write(ctx, w, m, parts, key)
+		return werr
+	})
+	if err != nil {
+		return upgrade.Manifest{}, fmt.Errorf("write the upgrade file %s: %w", dst, err)
+	}
+	return out, nil
+}
+
+// etcdTag is etcd's image tag: a version and kubeadm's build suffix.
+var etcdTag = regexp.MustCompile(`^v?(\d+\.\d+\.\d+)(-\d+)?$`)
+
+// bundleVersions are the Kubernetes and etcd versions a slot's bundle
+// carries (the tags of its kube-apiserver and etcd images); empty for a
+// bundle without them, or no bundle.
+func bundleVersions(index string) (kube, etcd string, err error) {
+	if index == "" {
+		return "", "", nil
+	}
+	b, err := os.ReadFile(index)
+	if err != nil {
+		return "", "", fmt.Errorf("read the slot's bundle index: %w", err)
+	}
+	var idx struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return "", "", fmt.Errorf("%s: %w", index, err)
+	}
+	for _, m := range idx.Manifests {
+		name := m.Annotations["io.containerd.image.name"]
+		if name == "" {
+			name = m.Annotations["org.opencontainers.image.ref.name"]
+		}
+		if v, ok := strings.CutPrefix(name, "registry.k8s.io/kube-apiserver:"); ok {
+			kube = v
+		}
+		if v, ok := strings.CutPrefix(name, "registry.k8s.io/etcd:"); ok {
+			if m := etcdTag.FindStringSubmatch(v); m != nil {
+				etcd = m[1]
+			}
+		}
+	}
+	return kube, etcd, nil
+}
+
+func (r *run) buildUpgradeFile(ctx context.Context) (string, error) {
+	if r.spec.Upgrade.SigningKey == "" {
+		return "(no upgrade.signingKey)", nil
+	}
+	in := upgradeInputs{
+		name: r.spec.Name, version: r.spec.Version, minFrom: r.spec.Upgrade.MinFromVersion,
+		builtAt: r.spec.Epoch().UTC().Format(upgrade.BuiltAtLayout),
+		rootfs:  r.slots[layout.SlotA], kernel: filepath.Join(r.base.Dir, rootfs.BaseKernel), initrd: r.initrd,
+		key: r.spec.Resolve(r.spec.Upgrade.SigningKey),
+	}
+	if r.bundle != nil {
+		in.bundleIndex = filepath.Join(r.bundle.dir, "index.json")
+	}
+	dst := filepath.Join(r.opt.OutDir, UpgradeFileName(r.spec.Name, r.spec.Version))
+	m, err := writeUpgradeFile(ctx, in, dst)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s (%d parts)", filepath.Base(dst), len(m.Parts)), r.man.addOutput("upgrade", dst)
+}
