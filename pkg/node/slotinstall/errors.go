@@ -1,0 +1,46 @@
+package slotinstall
+
+import "errors"
+
+// Refusals and failures of Install. Install wraps them with the slot,
+// device or file concerned; test for them with errors.Is. An upgrade the
+// target slot already holds is reported with upgrade.ErrAlreadyInstalled,
+// as upgrade.Check reports the one the node runs.
+var (
+	// ErrRunningOnTrial means the running slot's entry still carries a
+	// boot counter: this boot has not passed its health check, and a slot
+	// installed now could leave no good slot to fall back to.
+	ErrRunningOnTrial = errors.New("the running slot is on trial (its boot is not blessed yet); " +
+		"install the upgrade once this boot has passed its health check (firstboot status)")
+	// ErrNoRunningEntry means the ESP has no entry for the running slot,
+	// or more than one, so no fallback to it can be guaranteed.
+	ErrNoRunningEntry = errors.New("the ESP has no single boot entry for the running slot, " +
+		"so nothing would boot if the new slot failed; restore the entry " +
+		"(loader/entries/terrarium-<slot>.conf, as the image has it) before upgrading")
+	// ErrBootOrder means the new entry could not be made the one booted
+	// next: loader.conf's default does not select both slots' entries, or
+	// the running entry's sort-key leaves no key before it.
+	ErrBootOrder = errors.New("the boot loader configuration cannot try the new slot first and fall back to the running one; " +
+		"restore loader/loader.conf and the entries as the image writes them (default terrarium-*)")
+	// ErrSlotTooSmall means the upgrade's rootfs is larger than the target
+	// slot's partition.
+	ErrSlotTooSmall = errors.New("the upgrade's rootfs does not fit the slot partition; " +
+		"build the upgrade with a smaller rootfs, or reinstall the node from an image with a larger disk.slotSizeMiB")
+	// ErrESPFull means the EFI system partition has no room for the new
+	// kernel and initramfs.
+	ErrESPFull = errors.New("the EFI system partition has no room for the new kernel and initramfs; " +
+		"remove files that are not Terrarium's from it, or reinstall from an image with a larger disk.espSizeMiB")
+	// ErrReadBack means bytes read back from a partition or the ESP after
+	// writing and syncing them differ from the upgrade's: the disk lost or
+	// changed them. The slot was not made bootable.
+	ErrReadBack = errors.New("the disk returned other bytes than were written (a failing disk or controller?); " +
+		"the new slot was not made bootable; check the disk (dmesg, smartctl) and install the upgrade again")
+	// ErrFailedBefore means the target slot holds this very upgrade and
+	// its entry ran out of tries: it failed its health check at every
+	// boot. Only Force installs it again.
+	ErrFailedBefore = errors.New("this upgrade was installed in the target slot before and failed every boot it was given; " +
+		"it is not installed again automatically: find out why it failed, or force it by hand")
+	// ErrSameDevice means both slots' labels name one device.
+	ErrSameDevice = errors.New("both slot labels name the same device; " +
+		"check the partition labels of the boot disk (lsblk -o NAME,PARTLABEL)")
+)

@@ -1,0 +1,151 @@
+package slotinstall
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+)
+
+// unbootable removes the target's entries and the leftovers of an
+// interrupted install, durably.
+func (in *installer) unbootable(dir string, st espState) error {
+	for _, e := range st.target {
+		if err := in.w.remove(espPath(dir, e.path())); err != nil {
+			return fmt.Errorf("remove %s: %w", e.path(), err)
+		}
+	}
+	for _, f := range st.leftovers {
+		if err := in.w.remove(espPath(dir, f)); err != nil {
+			return fmt.Errorf("remove %s: %w", f, err)
+		}
+	}
+	return in.w.syncDir(espPath(dir, layout.ESPEntriesDir))
+}
+
+// writeRootfs copies the rootfs into the target's partition, syncs it,
+// and reads it back.
+func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
+	in.res.Device = dev.Name()
+	dw := &deviceWriter{dev: dev, o: in.w}
+	pw := &progressWriter{w: dw, total: in.rootfs.Size, clock: in.o.Clock, report: in.o.Reporter, last: in.o.Clock.Now()}
+	if err := in.o.Upgrade.CopyPart(ctx, pw, in.rootfs.Name); err != nil {
+		if dw.err != nil {
+			return dw.err
+		}
+		return fmt.Errorf("copy %s into %s: %w", in.rootfs.Name, dev.Name(), err)
+	}
+	pw.done()
+	if err := in.w.check("sync " + dev.Name()); err != nil {
+		return err
+	}
+	if err := dev.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dev.Name(), err)
+	}
+	in.o.Reporter.Report(reportStep, "writing", "rootfs written; reading it back")
+	sum, err := readBackSHA256(ctx, dev, in.rootfs.Size)
+	if err != nil {
+		return err
+	}
+	if sum != in.rootfs.SHA256 {
+		return fmt.Errorf("%s: its first %d bytes have sha256 %s after writing %s: %w", dev.Name(), in.rootfs.Size, sum, in.rootfs.SHA256, ErrReadBack)
+	}
+	return nil
+}
+
+// writeESP writes the kernel and the initramfs, then the entry: the
+// commit.
+func (in *installer) writeESP(ctx context.Context, dir string, p plan) error {
+	for _, f := range in.espFiles() {
+		if err := in.writePart(ctx, dir, f.path, f.part); err != nil {
+			return fmt.Errorf("write %s on the ESP: %w", f.path, err)
+		}
+		in.res.Files = append(in.res.Files, f.path)
+	}
+	entries := espPath(dir, layout.ESPEntriesDir)
+	final := filepath.Join(entries, p.file)
+	tmp := final + tempSuffix
+	data := p.entry.render()
+	err := in.w.writeFile(tmp, func(w io.Writer) error { _, err := w.Write(data); return err })
+	if err == nil {
+		err = in.w.rename(tmp, final)
+	}
+	if err == nil {
+		err = in.w.syncDir(entries)
+	}
+	if err != nil {
+		return fmt.Errorf("write the boot entry %s: %w", in.res.Entry, err)
+	}
+	in.res.Files = append(in.res.Files, in.res.Entry)
+	return nil
+}
+
+// writePart writes a part to the ESP path p: to p.new, checked by reading
+// it back; then the old p is removed and p.new renamed to p (FAT renames
+// over an existing file are not atomic, so there is none to rename over).
+func (in *installer) writePart(ctx context.Context, dir, p string, part upgrade.PartInfo) error {
+	final := espPath(dir, p)
+	tmp := final + tempSuffix
+	if err := in.w.mkdirAll(filepath.Dir(final)); err != nil {
+		return err
+	}
+	// The old file goes first: the slot has no entry that uses it, and the
+	// ESP may have room for one copy only.
+	for _, f := range []string{tmp, final} {
+		if err := in.w.remove(f); err != nil {
+			return err
+		}
+	}
+	err := in.w.writeFile(tmp, func(w io.Writer) error { return in.o.Upgrade.CopyPart(ctx, w, part.Name) })
+	if err != nil {
+		return err
+	}
+	sum, err := fileSHA256(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	if sum != part.SHA256 {
+		return fmt.Errorf("%s has sha256 %s after writing %s: %w", tmp, sum, part.SHA256, ErrReadBack)
+	}
+	if err := in.w.rename(tmp, final); err != nil {
+		return err
+	}
+	return in.w.syncDir(filepath.Dir(final))
+}
+
+// progressWriter reports how much of the rootfs was written, at most
+// every progressEvery.
+type progressWriter struct {
+	w       io.Writer
+	total   int64
+	written int64
+	clock   host.Clock
+	report  host.Reporter
+	last    time.Time
+	percent int64
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.written += int64(n)
+	if pc := p.written * 100 / max(p.total, 1); pc != p.percent {
+		if now := p.clock.Now(); now.Sub(p.last) >= progressEvery {
+			p.percent, p.last = pc, now
+			p.report.Report(reportStep, "writing", fmt.Sprintf("rootfs %d%%", pc))
+		}
+	}
+	return n, err
+}
+
+// done reports 100% once.
+func (p *progressWriter) done() {
+	if p.percent != 100 {
+		p.percent = 100
+		p.report.Report(reportStep, "writing", "rootfs 100%")
+	}
+}
