@@ -61,6 +61,8 @@ type Options struct {
 	WatchInterval time.Duration
 	// AddressWait bounds the wait for configured interfaces' addresses.
 	AddressWait time.Duration
+	// Install writes an upgrade file into the slot that is not running.
+	Install Installer
 	// Media finds and mounts the sticks a person inserts into the running
 	// node (TERRA-SUPPORT).
 	Media media.Media
@@ -98,9 +100,10 @@ type runner struct {
 	status     Status
 	// cmdline is this boot's kernel command line (the slot's).
 	cmdline string
-	// supportServed is the TERRA-SUPPORT stick last written to, while it
-	// stays inserted.
-	supportServed string
+	// supportServed is the TERRA-SUPPORT stick last written to, and
+	// upgradeServed the TERRA-UPGRADE stick last looked at, while they
+	// stay inserted.
+	supportServed, upgradeServed string
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 }
@@ -180,9 +183,10 @@ func (r *runner) run(ctx context.Context) error {
 	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.boot)
 	// A clock that reads before this image was built (a flat RTC
 	// battery) is wrong: stepped before anything is recorded.
-	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil), host.ReporterFunc(r.report)); err != nil {
+	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil).Later(r.lastRecorded()), host.ReporterFunc(r.report)); err != nil {
 		r.say("%v", err)
 	}
+	r.settleUpgrade()
 	cfg, ch, err := r.acquire(ctx)
 	if err != nil {
 		return err
@@ -489,4 +493,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// lastRecorded is the latest time the node state recorded: a time that has
+// passed, whatever the clock says now.
+func (r *runner) lastRecorded() timesync.Known {
+	var last time.Time
+	r.state.Read(func(j *nodestate.Journal) {
+		for _, b := range j.Boots {
+			for _, s := range b.Steps {
+				if s.At.After(last) {
+					last = s.At
+				}
+			}
+		}
+	})
+	return timesync.Known{At: last, What: "the last step this node recorded"}
 }

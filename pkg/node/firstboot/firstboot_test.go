@@ -837,7 +837,7 @@ func TestClockBeforeTheImageIsSteppedFirst(t *testing.T) {
 	e.clockNow = time.Unix(0, 0).UTC()
 	e.mu.Unlock()
 	require.NoError(t, e.run(minimalConfig))
-	assert.Contains(t, e.console.String(), "time: stepped: the clock read 1970-01-01T00:00:01Z")
+	assert.Contains(t, e.console.String(), "time: stepped: the clock read 1970-01-01T00:00:01Z, before this image's build time")
 	assert.Contains(t, e.console.String(), "stepped forward to 2025-01-01T00:00:00Z")
 	cmds := e.commands()
 	require.NotEmpty(t, cmds)
@@ -845,4 +845,26 @@ func TestClockBeforeTheImageIsSteppedFirst(t *testing.T) {
 	j := e.journal()
 	require.NotNil(t, j.Enrollment)
 	assert.False(t, j.Enrollment.At.Before(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)), "enrolled at %s", j.Enrollment.At)
+}
+
+// A node whose clock went back between two boots (a flat CMOS battery)
+// steps it to the last time its node state recorded.
+func TestClockBehindTheJournalIsStepped(t *testing.T) {
+	e := enrolled(t, minimalConfig)
+	var last time.Time
+	for _, b := range e.journal().Boots {
+		for _, s := range b.Steps {
+			if s.At.After(last) {
+				last = s.At
+			}
+		}
+	}
+	require.False(t, last.IsZero())
+	e.mu.Lock()
+	e.clockNow = time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC) // after the build, before the journal
+	e.mu.Unlock()
+	e.setBootID("22222222-2222-2222-2222-222222222222")
+	e.console.Reset()
+	require.NoError(t, e.run(minimalConfig))
+	assert.Contains(t, e.console.String(), "time: stepped: the clock read 2025-03-01T00:00:01Z, before the last step this node recorded; stepped forward to "+last.UTC().Format(time.RFC3339))
 }

@@ -31,8 +31,18 @@ import (
 // /etc/chrony/chrony.conf reads it (confdir) and names no other source.
 const ConfFile = "/etc/chrony/conf.d/terrarium.conf"
 
-// service is chrony's unit.
-const service = "chrony.service"
+// service is chrony's unit, and daemon its program: an image built
+// without chrony keeps its clock as it is (after the step to the floor).
+const (
+	service = "chrony.service"
+	daemon  = "/usr/sbin/chronyd"
+)
+
+// hasChrony reports whether the image carries chrony.
+func hasChrony(h *host.Host) bool {
+	_, err := os.Stat(h.Path(daemon))
+	return err == nil
+}
 
 // Sync is how long a following node waits for its first time from the
 // control planes, and how often it asks meanwhile.
@@ -125,32 +135,49 @@ func clusterSubnet(c *machineconfig.Config) string {
 	return ""
 }
 
-// Floor is the latest time the node knows to have passed: the image's
-// build time and, on a cluster node, the cluster CA's issue time (c may be
-// nil: no config yet). The zero time when it knows none.
-func Floor(h *host.Host, c *machineconfig.Config) time.Time {
-	var floor time.Time
+// Known is a time the node knows to have passed, and what says so.
+type Known struct {
+	At   time.Time
+	What string
+}
+
+// Later is the later of k and o.
+func (k Known) Later(o Known) Known {
+	if o.At.After(k.At) {
+		return o
+	}
+	return k
+}
+
+// Floor is the latest time the node knows to have passed from its image
+// and config: the image's build time and, on a cluster node, the cluster
+// CA's issue time (c may be nil: no config yet). Zero when it knows none.
+func Floor(h *host.Host, c *machineconfig.Config) Known {
+	var k Known
 	if rel, err := release.Load(h.Path(layout.ReleaseFile)); err == nil {
-		if t, err := time.Parse(time.RFC3339, rel.BuiltAt); err == nil && t.After(floor) {
-			floor = t
+		if t, err := time.Parse(time.RFC3339, rel.BuiltAt); err == nil {
+			k = k.Later(Known{At: t, What: "this image's build time"})
 		}
 	}
 	if c != nil && c.Cluster != nil {
 		if b, _ := pem.Decode([]byte(c.Cluster.CACert)); b != nil {
-			if ca, err := x509.ParseCertificate(b.Bytes); err == nil && ca.NotBefore.After(floor) {
-				floor = ca.NotBefore
+			if ca, err := x509.ParseCertificate(b.Bytes); err == nil {
+				k = k.Later(Known{At: ca.NotBefore, What: "the cluster CA's issue time"})
 			}
 		}
 	}
-	return floor
+	return k
 }
 
 // errBehind: the clock is behind the floor.
 var errBehind = errors.New("the clock is behind the latest time this node knows to have passed")
 
 func (t *timePhase) verify(ctx context.Context, c *machineconfig.Config) error {
-	if floor, now := Floor(t.h, c), t.h.Now(); now.Before(floor) {
-		return fmt.Errorf("%w: it reads %s, %s has passed", errBehind, now.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339))
+	if floor, now := Floor(t.h, c), t.h.Now(); now.Before(floor.At) {
+		return fmt.Errorf("%w: it reads %s, %s (%s) has passed", errBehind, now.UTC().Format(time.RFC3339), floor.At.UTC().Format(time.RFC3339), floor.What)
+	}
+	if !hasChrony(t.h) {
+		return nil
 	}
 	b, err := os.ReadFile(t.h.Path(ConfFile))
 	if err != nil {
@@ -165,6 +192,10 @@ func (t *timePhase) verify(ctx context.Context, c *machineconfig.Config) error {
 func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 	if err := StepForward(ctx, t.h, Floor(t.h, c), t.report); err != nil {
 		return err
+	}
+	if !hasChrony(t.h) {
+		t.report.Report("time", "skipped", "this image has no chrony ("+daemon+"): the node keeps its own clock")
+		return nil
 	}
 	changed, err := t.h.WriteIfChanged(ConfFile, []byte(Conf(c)), 0o644)
 	if err != nil {
@@ -184,10 +215,10 @@ func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 // StepForward steps a clock that is behind floor forward to it, keeps the
 // hardware clock in step, and reports what it did; a clock at or past the
 // floor is left alone. firstboot calls it first thing with the image's
-// build time (Floor of no config), so that even the enrollment is
-// recorded at a time that can be true.
-func StepForward(ctx context.Context, h *host.Host, floor time.Time, report host.Reporter) error {
-	now := h.Now()
+// build time and the last time its node state recorded, so that even the
+// enrollment is recorded at a time that can be true.
+func StepForward(ctx context.Context, h *host.Host, known Known, report host.Reporter) error {
+	now, floor := h.Now(), known.At
 	if !now.Before(floor) {
 		return nil
 	}
@@ -197,8 +228,8 @@ func StepForward(ctx context.Context, h *host.Host, floor time.Time, report host
 	}
 	// Best effort: a VM may have no writable RTC.
 	_ = h.Run(ctx, "hwclock", "--systohc", "--utc")
-	report.Report("time", "stepped", fmt.Sprintf("the clock read %s, before this node's image or cluster CA existed; stepped forward to %s, the latest time it knows to have passed",
-		now.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339)))
+	report.Report("time", "stepped", fmt.Sprintf("the clock read %s, before %s; stepped forward to %s, the latest time this node knows to have passed",
+		now.UTC().Format(time.RFC3339), known.What, floor.UTC().Format(time.RFC3339)))
 	return nil
 }
 

@@ -88,6 +88,8 @@ func newNode(t *testing.T, now time.Time) (*host.Host, *fakeNode) {
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Dir(h.Path(layout.ReleaseFile)), 0o755))
 	require.NoError(t, os.WriteFile(h.Path(layout.ReleaseFile), rel, 0o644))
+	require.NoError(t, os.MkdirAll(h.Path("/usr/sbin"), 0o755))
+	require.NoError(t, os.WriteFile(h.Path(daemon), nil, 0o755))
 	return h, f
 }
 
@@ -142,8 +144,10 @@ func TestConf(t *testing.T) {
 
 func TestFloor(t *testing.T) {
 	h, _ := newNode(t, time.Now())
-	assert.Equal(t, builtAt, Floor(h, &machineconfig.Config{}), "the image's build time")
-	assert.Equal(t, caIssued, Floor(h, clusterNode(t, machineconfig.RoleWorker, "10.77.0.20")).UTC(), "the cluster CA's issue time, later")
+	assert.Equal(t, Known{At: builtAt, What: "this image's build time"}, Floor(h, &machineconfig.Config{}))
+	k := Floor(h, clusterNode(t, machineconfig.RoleWorker, "10.77.0.20"))
+	assert.Equal(t, caIssued, k.At.UTC(), "the cluster CA's issue time, later")
+	assert.Equal(t, "the cluster CA's issue time", k.What)
 }
 
 // A node whose RTC reads 1970 is stepped forward to the latest time it
@@ -162,7 +166,7 @@ func TestClockBehindIsSteppedForward(t *testing.T) {
 	assert.Equal(t, "date --utc --set @"+strconv.FormatInt(caIssued.Unix(), 10), f.cmds[0], "stepped before anything else")
 	assert.Contains(t, f.cmds, "systemctl restart chrony.service")
 	require.Len(t, f.reports, 1)
-	assert.Contains(t, f.reports[0], "time: stepped: the clock read 1970-01-01T00:00:00Z")
+	assert.Contains(t, f.reports[0], "time: stepped: the clock read 1970-01-01T00:00:00Z, before the cluster CA's issue time")
 	assert.Contains(t, f.reports[0], "stepped forward to 2026-11-20T08:00:00Z")
 	require.NoError(t, p.Verify(context.Background(), c))
 
@@ -238,4 +242,19 @@ func sortedServers(conf string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// An image without chrony keeps its clock (after the step to the floor):
+// nothing written, nothing restarted, nothing waited for.
+func TestNoChrony(t *testing.T) {
+	h, f := newNode(t, time.Now())
+	require.NoError(t, os.Remove(h.Path(daemon)))
+	p := Phase(h, Sync{Wait: time.Millisecond, Every: time.Millisecond}, f)
+	c := clusterNode(t, machineconfig.RoleWorker, "10.77.0.20")
+	require.NoError(t, p.Apply(context.Background(), c))
+	assert.Empty(t, f.cmds)
+	assert.NoFileExists(t, h.Path(ConfFile))
+	require.Len(t, f.reports, 1)
+	assert.Contains(t, f.reports[0], "time: skipped: this image has no chrony")
+	assert.NoError(t, p.Verify(context.Background(), c))
 }
