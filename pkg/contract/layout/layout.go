@@ -39,6 +39,10 @@ const (
 	// support bundle to, and LabelSupportFAT the same as FAT stores it.
 	LabelSupport    = "TERRA-SUPPORT"
 	LabelSupportFAT = "TERRA-SUPPO"
+	// LabelUpgrade is the label of a stick holding an upgrade file for a
+	// running node, and LabelUpgradeFAT the same as FAT stores it.
+	LabelUpgrade    = "TERRA-UPGRADE"
+	LabelUpgradeFAT = "TERRA-UPGRA"
 	// LabelESPFS is the FAT volume label of the ESP.
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.

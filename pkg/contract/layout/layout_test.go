@@ -197,7 +197,7 @@ func TestContractDocumented(t *testing.T) {
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
 		StateResetRequest, StateUnpackWindow, ContainerdRoot, StatusFile,
-		LabelSupport, LabelSupportFAT, UpgradeKeysFile,
+		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}

@@ -178,7 +178,7 @@ func (r *run) buildSlots(ctx context.Context) (string, error) {
 	}
 	in := rootfs.SlotInputs{
 		Base: r.base, Overlay: r.spec.Resolve(r.spec.OS.Overlay), Firstboot: r.in.Firstboot,
-		Release: r.release(nil), Enable: r.spec.OS.Enable, Programs: r.programs,
+		Release: r.release(r.spec.Faults), Enable: r.spec.OS.Enable, Programs: r.programs,
 	}
 	for _, k := range keys {
 		in.UpgradeKeys = append(in.UpgradeKeys, k.String())

@@ -63,6 +63,10 @@ type Spec struct {
 	Boot            Boot   `yaml:"boot,omitempty"`
 	Disk            Disk   `yaml:"disk,omitempty"`
 	SlotB           SlotB  `yaml:"slotB,omitempty"`
+	// Faults are defects injected into the build's own release (slot A
+	// and its upgrade file): a deliberately broken build, for tests of
+	// upgrades that must roll back. "health" makes its health check fail.
+	Faults []string `yaml:"faults,omitempty"`
 	// Bundles are bundle files whose images the slot carries as one OCI
 	// layout, served by the node's registry.
 	Bundles []string `yaml:"bundles,omitempty"`
@@ -371,6 +375,11 @@ func (s *Spec) validateBoot(p *strictyaml.Problems, root strictyaml.Path) {
 	for i, f := range s.SlotB.Faults {
 		if f != "health" {
 			p.Addf(root.Field("slotB").Field("faults").Index(i), "unknown fault %q (supported: health)", f)
+		}
+	}
+	for i, f := range s.Faults {
+		if f != "health" {
+			p.Addf(root.Field("faults").Index(i), "unknown fault %q (supported: health)", f)
 		}
 	}
 }

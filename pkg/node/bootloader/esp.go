@@ -40,7 +40,9 @@ type ESPLoader struct {
 
 var _ BootLoader = (*ESPLoader)(nil)
 
-func (l *ESPLoader) withESP(write bool, fn func(dir string) error) error {
+// WithESP mounts the ESP (read-only unless write) for fn, which gets the
+// mount point, then syncs and unmounts it.
+func (l *ESPLoader) WithESP(write bool, fn func(dir string) error) error {
 	if err := os.MkdirAll(l.Mount, 0o700); err != nil {
 		return err
 	}
@@ -71,7 +73,7 @@ func countedEntry(dir string, slot layout.Slot) (string, error) {
 // OnTrial implements BootLoader.
 func (l *ESPLoader) OnTrial(ctx context.Context, slot layout.Slot) (bool, error) {
 	var trial bool
-	err := l.withESP(false, func(dir string) error {
+	err := l.WithESP(false, func(dir string) error {
 		e, err := countedEntry(dir, slot)
 		trial = e != ""
 		return err
@@ -82,7 +84,7 @@ func (l *ESPLoader) OnTrial(ctx context.Context, slot layout.Slot) (bool, error)
 // Bless implements BootLoader.
 func (l *ESPLoader) Bless(ctx context.Context, slot layout.Slot) (BlessResult, error) {
 	res := AlreadyBlessed
-	err := l.withESP(true, func(dir string) error {
+	err := l.WithESP(true, func(dir string) error {
 		e, err := countedEntry(dir, slot)
 		if err != nil || e == "" {
 			if _, serr := os.Stat(filepath.Join(dir, layout.ESPEntriesDir, slot.EntryFile(0))); serr != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/media"
+	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/fwcfg"
@@ -31,6 +32,7 @@ import (
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
 	h := host.Real()
+	esp := &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"}
 	return Options{
 		Host:    h,
 		Cluster: kubeadmflow.Real(h),
@@ -39,7 +41,8 @@ func Defaults(log *slog.Logger) Options {
 		// The order is documented in docs/config-acquisition.md.
 		Sources:          enrollSources(),
 		ChangeSources:    changeSources(),
-		BootLoader:       &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"},
+		BootLoader:       esp,
+		Install:          DiskInstaller(h, slotinstall.ByPartLabel("/dev/disk/by-partlabel"), esp),
 		Reboot:           func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
 		WatchInterval:    3 * time.Second,

@@ -260,6 +260,7 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		case <-time.After(r.o.WatchInterval):
 		}
 		r.serveSupportStick(ctx)
+		r.serveUpgradeStick(ctx, cfg)
 		found, err := r.probe(ctx, r.o.ChangeSources)
 		fp := fingerprint(found, err)
 		if fp == r.changeSeen {

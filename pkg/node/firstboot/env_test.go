@@ -116,6 +116,7 @@ func newEnv(t *testing.T) *env {
 	e.write("/proc/cmdline", "BOOT_IMAGE=/terrarium/a/vmlinuz root=PARTLABEL=TERRA-A ro terrarium.slot=a quiet\n")
 	e.setBootID("11111111-1111-1111-1111-111111111111")
 	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+	e.write("/usr/sbin/chronyd", "") // the image carries chrony
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
 	e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
 	e.mkdir("/run")
@@ -155,10 +156,15 @@ func (e *env) exists(p string) bool {
 	return err == nil
 }
 
-func (e *env) setRelease(faults []string) {
+func (e *env) setRelease(faults []string) { e.writeRelease("1.2.3", faults) }
+
+// setReleaseVersion makes the running slot another version.
+func (e *env) setReleaseVersion(v string) { e.writeRelease(v, nil) }
+
+func (e *env) writeRelease(version string, faults []string) {
 	e.t.Helper()
 	b, err := json.Marshal(map[string]any{
-		"name": "terrarium", "version": "1.2.3", "suite": "trixie",
+		"name": "terrarium", "version": version, "suite": "trixie",
 		"kernelVersion": "6.12.0", "builtAt": "2025-01-01T00:00:00Z", "faults": faults,
 	})
 	if err != nil {

@@ -82,6 +82,7 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	}
 	r.status.Blessed = string(res)
 	r.step("bless", string(res), "")
+	r.commitUpgrade()
 	r.publish()
 	return nil
 }

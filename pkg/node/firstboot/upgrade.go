@@ -1,0 +1,259 @@
+package firstboot
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
+)
+
+// Installer writes a verified upgrade file into the slot that is not
+// running (pkg/node/slotinstall on the real disk).
+// It reports its progress to report.
+type Installer func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error)
+
+// DiskInstaller installs into the slot partitions and the ESP of this
+// machine.
+func DiskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) Installer {
+	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+		return slotinstall.Install(ctx, slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
+			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock})
+	}
+}
+
+// upgradeDigest identifies an upgrade file: the sha256 of its signed
+// manifest (the reader accepts only its canonical form).
+func upgradeDigest(m upgrade.Manifest) string {
+	b, _ := m.Marshal()
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// upgradeKeys are the keys the node trusts for upgrade files: those its
+// slot was built to trust, and the config's trusted keys (the cluster's
+// signing key).
+func (r *runner) upgradeKeys(cfg *machineconfig.Config) []signature.PublicKey {
+	var keys []signature.PublicKey
+	if b, err := os.ReadFile(r.o.Host.Path(layout.UpgradeKeysFile)); err == nil {
+		s := bufio.NewScanner(bytes.NewReader(b))
+		for s.Scan() {
+			if line := strings.TrimSpace(s.Text()); line != "" && !strings.HasPrefix(line, "#") {
+				if k, err := signature.ParsePublicKey(line); err == nil {
+					keys = append(keys, k)
+				} else {
+					r.o.Log.Warn("unusable upgrade key", "file", layout.UpgradeKeysFile, "err", err)
+				}
+			}
+		}
+	}
+	if cfg != nil {
+		keys = append(keys, cfg.TrustedPublicKeys()...)
+	}
+	return keys
+}
+
+// settleUpgrade looks at the node's last upgrade at the start of a boot.
+// An upgrade installed into the other slot whose node now runs the old
+// slot again fell back: every try of the new slot failed. It is reported
+// rolled back with the reason the new slot's boots recorded, and marked
+// bad, so that no stick installs it again on its own.
+func (r *runner) settleUpgrade() {
+	var u *nodestate.Upgrade
+	r.state.Read(func(j *nodestate.Journal) {
+		if j.Upgrade != nil {
+			c := *j.Upgrade
+			u = &c
+		}
+	})
+	if u == nil || u.State != nodestate.UpgradeInstalled {
+		return
+	}
+	switch {
+	case string(r.slot) == u.ToSlot:
+		r.say("upgrade from %s to %s: this is its trial boot; it is kept once this boot is healthy", u.From, u.To)
+		return
+	case string(r.slot) != u.FromSlot:
+		return
+	}
+	reason := r.failedBootReason(u.ToSlot)
+	now := r.o.Host.Now().UTC()
+	err := r.state.Update(func(j *nodestate.Journal) {
+		j.Upgrade.State, j.Upgrade.Reason, j.Upgrade.DoneAt = nodestate.UpgradeRolledBack, reason, now
+		if j.Bad(u.Digest) == nil {
+			j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: u.Digest, Version: u.To, Reason: reason, At: now})
+		}
+	})
+	if err != nil {
+		r.say("recording the rolled-back upgrade: %v", err)
+	}
+	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
+	r.step("upgrade", "rolled back", msg)
+	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
+	r.status.Message = msg
+}
+
+// failedBootReason is what the last boot of slot recorded as failing.
+func (r *runner) failedBootReason(slot string) string {
+	reason := "the new slot never reached its health check"
+	r.state.Read(func(j *nodestate.Journal) {
+		for i := len(j.Boots) - 1; i >= 0; i-- {
+			b := j.Boots[i]
+			if b.Slot != slot {
+				continue
+			}
+			for k := len(b.Steps) - 1; k >= 0; k-- {
+				if s := b.Steps[k]; s.Result == "failed" {
+					reason = s.Name + " failed"
+					if s.Detail != "" {
+						reason += ": " + s.Detail
+					}
+					return
+				}
+			}
+		}
+	})
+	return reason
+}
+
+// commitUpgrade keeps an upgrade whose trial boot is blessed.
+func (r *runner) commitUpgrade() {
+	var u *nodestate.Upgrade
+	r.state.Read(func(j *nodestate.Journal) {
+		if j.Upgrade != nil {
+			c := *j.Upgrade
+			u = &c
+		}
+	})
+	if u == nil || u.State != nodestate.UpgradeInstalled || string(r.slot) != u.ToSlot {
+		return
+	}
+	now := r.o.Host.Now().UTC()
+	if err := r.state.Update(func(j *nodestate.Journal) {
+		j.Upgrade.State, j.Upgrade.DoneAt = nodestate.UpgradeCommitted, now
+	}); err != nil {
+		r.say("recording the upgrade: %v", err)
+		return
+	}
+	r.step("upgrade", "committed", fmt.Sprintf("from %s to %s", u.From, u.To))
+	r.say("upgraded from %s to %s: slot %s is healthy and blessed", u.From, u.To, r.slot)
+}
+
+// serveUpgradeStick installs the upgrade file on a TERRA-UPGRADE stick,
+// once per insertion, after checking its signature and every part, and
+// reboots into it.
+func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config) {
+	m, ok := r.o.Media.Find(layout.LabelUpgrade, layout.LabelUpgradeFAT)
+	if !ok {
+		r.upgradeServed = ""
+		return
+	}
+	if m.Device == r.upgradeServed {
+		return
+	}
+	r.upgradeServed = m.Device
+	var (
+		res    slotinstall.Result
+		digest string
+		name   string
+	)
+	err := r.o.Media.Use(ctx, m, false, func(dir string) error {
+		path, err := upgradeFileOn(r.o.Host.Path(dir))
+		if err != nil {
+			return err
+		}
+		name = filepath.Base(path)
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		uf, err := upgrade.Open(f, fi.Size(), upgrade.WithName(name))
+		if err != nil {
+			return err
+		}
+		r.say("upgrade: %s on the %s stick: checking its signature and every part before anything is written", name, layout.LabelUpgrade)
+		v, err := uf.Verify(ctx, r.upgradeKeys(cfg))
+		if err != nil {
+			return err
+		}
+		digest = upgradeDigest(v.Manifest())
+		var bad *nodestate.BadUpgrade
+		r.state.Read(func(j *nodestate.Journal) {
+			if b := j.Bad(digest); b != nil {
+				c := *b
+				bad = &c
+			}
+		})
+		if bad != nil {
+			return fmt.Errorf("%w: %s rolled back at %s (%s)", errRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
+		}
+		res, err = r.o.Install(ctx, v, r.slot, *r.rel, upgrade.Refuse, host.ReporterFunc(r.report))
+		return err
+	})
+	switch {
+	case errors.Is(err, upgrade.ErrAlreadyInstalled):
+		r.say("upgrade: %s is already installed; nothing to do (the stick may be removed)", name)
+		return
+	case err != nil:
+		r.step("upgrade", "refused", err.Error())
+		r.say("upgrade refused, nothing was written: %v", err)
+		r.status.Message = "upgrade refused: " + err.Error()
+		r.publish()
+		return
+	}
+	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
+		Source: m.Label + " (" + m.Device + ")", State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
+	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
+		r.say("recording the upgrade: %v", err)
+	}
+	r.step("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
+	r.say("upgrade: %s installed into slot %s in %s; rebooting into it (on trial: %d tries, then back to %s)",
+		res.Manifest.Version, res.Slot, res.Took.Round(1e9), res.Tries, r.rel.Version)
+	r.publish()
+	if err := r.o.Reboot(ctx); err != nil {
+		r.say("reboot: %v", err)
+	}
+}
+
+// errRolledBackBefore: the upgrade failed on this node before.
+var errRolledBackBefore = errors.New("this upgrade was rolled back on this node before and is not installed again on its own")
+
+// errNoUpgradeFile: a stick without exactly one upgrade file.
+var errNoUpgradeFile = errors.New("the stick must hold exactly one upgrade file (terrarium-VERSION.upgrade) at its root")
+
+// upgradeFileOn finds the one upgrade file at the root of dir.
+func upgradeFileOn(dir string) (string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.upgrade"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(matches)
+	if len(matches) != 1 {
+		names := make([]string, len(matches))
+		for i, m := range matches {
+			names[i] = filepath.Base(m)
+		}
+		return "", fmt.Errorf("%w; found %d: %s", errNoUpgradeFile, len(matches), strings.Join(names, ", "))
+	}
+	return matches[0], nil
+}

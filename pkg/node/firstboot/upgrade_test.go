@@ -1,0 +1,180 @@
+package firstboot
+
+import (
+	"context"
+	"crypto/ed25519"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
+)
+
+// fakeInstaller records what it was asked to install.
+type fakeInstaller struct {
+	mu       sync.Mutex
+	versions []string
+}
+
+func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := v.Manifest()
+	if m.Version == installed.Version {
+		return slotinstall.Result{}, upgrade.ErrAlreadyInstalled
+	}
+	f.versions = append(f.versions, m.Version)
+	return slotinstall.Result{Slot: running.Other(), Manifest: m, Tries: 3}, nil
+}
+
+func (f *fakeInstaller) calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.versions...)
+}
+
+// upgradeStick writes a signed upgrade file of version to dir on the env's
+// root.
+func (e *env) upgradeStick(key ed25519.PrivateKey, dir, version string) {
+	e.t.Helper()
+	e.mkdir(dir)
+	parts := []upgrade.Part{}
+	for _, p := range []struct {
+		name string
+		role upgrade.Role
+	}{{"rootfs.squashfs", upgrade.RoleRootfs}, {"vmlinuz", upgrade.RoleKernel}, {"initrd.img", upgrade.RoleInitramfs}} {
+		src := e.path(filepath.Join("/build", version, p.name))
+		require.NoError(e.t, os.MkdirAll(filepath.Dir(src), 0o755))
+		require.NoError(e.t, os.WriteFile(src, []byte(p.name+" of "+version), 0o644))
+		parts = append(parts, upgrade.FilePart(p.name, p.role, src))
+	}
+	f, err := os.Create(e.path(filepath.Join(dir, "terrarium-"+version+".upgrade")))
+	require.NoError(e.t, err)
+	defer f.Close()
+	_, err = upgrade.Write(context.Background(), f, upgrade.Manifest{FormatVersion: upgrade.FormatVersion, Version: version,
+		Compatible: "terrarium", MinFromVersion: "0.0.0", BuiltAt: "2026-01-01T00:00:00Z"}, parts, key)
+	require.NoError(e.t, err)
+}
+
+// runWatching runs firstboot with the watch loop on until stop says so.
+func (e *env) runWatching(t *testing.T, o Options, stop func() bool) {
+	t.Helper()
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	require.Eventually(t, stop, 15*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func stepsSay(e *env, want string) func() bool {
+	return func() bool { return strings.Contains(strings.Join(stepResults(e.lastBoot()), " "), want) }
+}
+
+// An upgrade stick signed by a key the slot trusts is installed into the
+// other slot and the node reboots into it; the same stick again, after
+// the reboot into the new version, does nothing; a file signed by another
+// key, or one that rolled back before, is refused before anything is
+// written.
+func TestUpgradeStick(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	other, _, err := signature.GenerateKey()
+	require.NoError(t, err)
+
+	e := enrolled(t, fullConfig)
+	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
+	inst := &fakeInstaller{}
+	o := e.optionsWith(noStick())
+	o.Install = inst.install
+
+	// Signed by a key the node does not trust: refused, nothing written.
+	e.upgradeStick(other, "/stick-other", "1.3.0")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick-other")
+	e.runWatching(t, o, stepsSay(e, "upgrade=refused"))
+	assert.Empty(t, inst.calls())
+	assert.Zero(t, e.reboots)
+	assert.Contains(t, e.console.String(), "upgrade refused, nothing was written")
+	e.media.remove(layout.LabelUpgradeFAT)
+
+	// Trusted: installed, recorded, rebooted into.
+	e.console.Reset()
+	e.upgradeStick(key, "/stick", "1.3.0")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	e.runWatching(t, o, stepsSay(e, "upgrade=installed"))
+	assert.Equal(t, []string{"1.3.0"}, inst.calls())
+	assert.Equal(t, 1, e.reboots)
+	u := e.journal().Upgrade
+	require.NotNil(t, u)
+	assert.Equal(t, nodestate.Upgrade{Digest: u.Digest, From: "1.2.3", To: "1.3.0", FromSlot: "a", ToSlot: "b", Source: "TERRA-UPGRA (/dev/sdc1)",
+		State: nodestate.UpgradeInstalled, InstalledAt: u.InstalledAt}, *u)
+	assert.True(t, strings.HasPrefix(u.Digest, "sha256:"))
+	assert.Contains(t, e.console.String(), "upgrade: 1.3.0 installed into slot b")
+}
+
+// A node that comes back in its old slot after an upgrade was installed
+// reports it rolled back, with the reason the new slot recorded, marks it
+// bad and refuses the same file on a stick; a trial boot of the new slot
+// that is blessed commits the upgrade.
+func TestUpgradeRollbackAndCommit(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	e := enrolled(t, fullConfig)
+	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
+	inst := &fakeInstaller{}
+	o := e.optionsWith(noStick())
+	o.Install = inst.install
+	e.upgradeStick(key, "/stick", "1.3.0")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	e.runWatching(t, o, stepsSay(e, "upgrade=installed"))
+	digest := e.journal().Upgrade.Digest
+
+	// The new slot boots and fails its health check (recorded in the
+	// shared journal), three times; systemd-boot falls back to slot a.
+	store, err := nodestate.Open(e.path(journalPath()))
+	require.NoError(t, err)
+	require.NoError(t, store.Update(func(j *nodestate.Journal) {
+		rec := j.Current("bbbbbbbb-0000-0000-0000-000000000001", "b")
+		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: "health", Result: "failed", Detail: "health check failed: this build carries the injected fault \"health\"", At: time.Now()})
+	}))
+	e.setBootID("33333333-3333-3333-3333-333333333333")
+	e.console.Reset()
+	e.runWatching(t, o, stepsSay(e, "upgrade=refused"))
+	j := e.journal()
+	require.NotNil(t, j.Upgrade)
+	assert.Equal(t, nodestate.UpgradeRolledBack, j.Upgrade.State)
+	assert.Contains(t, j.Upgrade.Reason, "injected fault")
+	require.NotNil(t, j.Bad(digest))
+	assert.Contains(t, e.console.String(), "upgrade to 1.3.0 rolled back: health failed: health check failed")
+	assert.Contains(t, e.console.String(), "rolled back on this node before")
+	assert.Equal(t, []string{"1.3.0"}, inst.calls(), "not installed again")
+
+	// A good upgrade: installed, then its trial boot in slot b is
+	// blessed, and the upgrade is committed.
+	e.media.remove(layout.LabelUpgradeFAT)
+	e.upgradeStick(key, "/stick2", "1.4.0")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdd1", "/stick2")
+	e.runWatching(t, o, stepsSay(e, "upgrade=installed"))
+	e.media.remove(layout.LabelUpgradeFAT)
+	e.setBootID("44444444-4444-4444-4444-444444444444")
+	e.write("/proc/cmdline", "BOOT_IMAGE=/terrarium/b/vmlinuz root=PARTLABEL=TERRA-B ro terrarium.slot=b quiet\n")
+	e.setReleaseVersion("1.4.0")
+	e.console.Reset()
+	require.NoError(t, e.run(fullConfig))
+	assert.Equal(t, nodestate.UpgradeCommitted, e.journal().Upgrade.State)
+	assert.Contains(t, e.console.String(), "upgraded from 1.2.3 to 1.4.0: slot b is healthy and blessed")
+}

@@ -1,0 +1,207 @@
+package qemutests
+
+import (
+	"context"
+	"crypto/ed25519"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// upgradeBuild is one build of testdata/upgrade.yaml.tmpl.
+type upgradeBuild struct {
+	Version, Overlay, Faults, Key string
+}
+
+// buildUpgrade builds b into out and returns the path of its upgrade file.
+func buildUpgrade(ctx context.Context, t *testing.T, b upgradeBuild, out string) string {
+	t.Helper()
+	tmpl, err := template.ParseFiles("testdata/upgrade.yaml.tmpl")
+	require.NoError(t, err)
+	spec := filepath.Join(out, "spec.yaml")
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	f, err := os.Create(spec)
+	require.NoError(t, err)
+	require.NoError(t, tmpl.Execute(f, b))
+	require.NoError(t, f.Close())
+	buildSpec(ctx, t, spec, out)
+	return filepath.Join(out, "terrarium-"+b.Version+".upgrade")
+}
+
+// upgradeStick makes an ext4 stick labelled TERRA-UPGRADE holding file.
+func upgradeStick(ctx context.Context, t *testing.T, file, img string) string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(img), strings.TrimSuffix(filepath.Base(img), ".img")+".d")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.Link(file, filepath.Join(dir, filepath.Base(file))))
+	fi, err := os.Stat(file)
+	require.NoError(t, err)
+	size := fi.Size()/(1<<20) + 64
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "TERRA-UPGRADE", "-d", dir, img, strconv.FormatInt(size, 10)+"M").CombinedOutput()
+	require.NoError(t, err, "mkfs.ext4: %s", out)
+	return img
+}
+
+// resigned rewrites an upgrade file's parts, signed by key: a file the
+// node cannot trust.
+func resigned(ctx context.Context, t *testing.T, src, dst string, trusted signature.PublicKey, key ed25519.PrivateKey) {
+	t.Helper()
+	in, err := os.Open(src)
+	require.NoError(t, err)
+	defer in.Close()
+	fi, err := in.Stat()
+	require.NoError(t, err)
+	uf, err := upgrade.Open(in, fi.Size())
+	require.NoError(t, err)
+	v, err := uf.Verify(ctx, []signature.PublicKey{trusted})
+	require.NoError(t, err)
+	m := v.Manifest()
+	dir := t.TempDir()
+	var parts []upgrade.Part
+	for _, p := range m.Parts {
+		f, err := os.Create(filepath.Join(dir, p.Name))
+		require.NoError(t, err)
+		require.NoError(t, v.CopyPart(ctx, f, p.Name))
+		require.NoError(t, f.Close())
+		parts = append(parts, upgrade.FilePart(p.Name, p.Role, filepath.Join(dir, p.Name)))
+	}
+	m.Parts = nil
+	out, err := os.Create(dst)
+	require.NoError(t, err)
+	_, err = upgrade.Write(ctx, out, m, parts, key)
+	require.NoError(t, err)
+	require.NoError(t, out.Close())
+}
+
+// flipped copies src to dst with one byte of its rootfs flipped.
+func flipped(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	require.NoError(t, err)
+	b[len(b)/2] ^= 0x40 // inside the rootfs, the first and largest part
+	require.NoError(t, os.WriteFile(dst, b, 0o644))
+}
+
+// TestUpgradeFromStick: a node of version 0.1.0 refuses an upgrade file
+// with one flipped byte and one signed by a key it does not trust, before
+// writing anything; upgrades to 0.2.0 (one changed file) from a
+// TERRA-UPGRADE stick, boots the other slot and blesses it; survives a
+// power cut while it writes 0.2.1 (its old version boots); and 0.2.1, whose
+// health check fails, falls back after its tries, is reported rolled back
+// and marked bad, and is not installed again on the next boot.
+func TestUpgradeFromStick(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	work := t.TempDir()
+	bin := fixture(t, "TERRARIUM_BIN")
+	keyBase := filepath.Join(work, "build")
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
+	require.NoError(t, err, "keygen: %s", out)
+	priv, err := signature.LoadPrivateKey(keyBase + ".key")
+	require.NoError(t, err)
+	pub := signature.PublicKeyOf(priv)
+
+	overlay, err := filepath.Abs("../os/overlay")
+	require.NoError(t, err)
+	changed := filepath.Join(work, "overlay-0.2.0")
+	require.NoError(t, exec.CommandContext(ctx, "cp", "-a", overlay, changed).Run())
+	require.NoError(t, os.MkdirAll(filepath.Join(changed, "usr/share/terrarium-test"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(changed, "usr/share/terrarium-test/changed"), []byte("0.2.0\n"), 0o644))
+
+	start := time.Now()
+	buildUpgrade(ctx, t, upgradeBuild{Version: "0.1.0", Overlay: overlay, Key: keyBase + ".key"}, filepath.Join(work, "0.1.0"))
+	v020 := buildUpgrade(ctx, t, upgradeBuild{Version: "0.2.0", Overlay: changed, Key: keyBase + ".key"}, filepath.Join(work, "0.2.0"))
+	v021 := buildUpgrade(ctx, t, upgradeBuild{Version: "0.2.1", Overlay: changed, Faults: "health", Key: keyBase + ".key"}, filepath.Join(work, "0.2.1"))
+	t.Logf("three builds in %s", time.Since(start).Round(time.Second))
+	fi, err := os.Stat(v020)
+	require.NoError(t, err)
+	t.Logf("upgrade file %s: %d MiB", filepath.Base(v020), fi.Size()>>20)
+
+	other, _, err := signature.GenerateKey()
+	require.NoError(t, err)
+	untrusted := filepath.Join(work, "untrusted", "terrarium-0.2.0.upgrade")
+	require.NoError(t, os.MkdirAll(filepath.Dir(untrusted), 0o755))
+	resigned(ctx, t, v020, untrusted, pub, other)
+	bad := filepath.Join(work, "flipped", "terrarium-0.2.0.upgrade")
+	require.NoError(t, os.MkdirAll(filepath.Dir(bad), 0o755))
+	flipped(t, v020, bad)
+
+	key := newSSHKey(t)
+	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
+	sshPort := m.forwardSSH()
+	vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig("upgrade-node", key.authorized, ""))))
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	require.Equal(t, "provisioned", s.State, "%+v", s)
+	require.Equal(t, "0.1.0", s.Version)
+	expect(ctx, t, vm, `watching for signed config changes`)
+
+	plug := func(id, file string) {
+		t.Helper()
+		img := upgradeStick(ctx, t, file, filepath.Join(work, id+".img"))
+		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: img, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+	}
+	for _, c := range []struct{ id, file, why string }{
+		{"flipped", bad, `upgrade refused, nothing was written: .*sha256`},
+		{"untrusted", untrusted, `upgrade refused, nothing was written: .*(unknown|trust)`},
+	} {
+		plug(c.id, c.file)
+		expect(ctx, t, vm, c.why)
+		require.NoError(t, vm.UnplugDisk(ctx, c.id))
+	}
+
+	// 0.2.0: installed, rebooted into, blessed.
+	plug("v020", v020)
+	expect(ctx, t, vm, `upgrade: 0\.2\.0 installed into slot b`)
+	expect(ctx, t, vm, `Terrarium 0\.2\.0, slot b, boot \d+`)
+	expect(ctx, t, vm, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
+	ssh := dialSSH(ctx, t, sshPort, key)
+	got, err := ssh.read("cat /usr/share/terrarium-test/changed")
+	require.NoError(t, err)
+	assert.Equal(t, "0.2.0", strings.TrimSpace(got), "the changed file")
+	require.NoError(t, vm.UnplugDisk(ctx, "v020"))
+
+	// 0.2.1: the power is cut while it is written; 0.2.0 boots again.
+	plug("v021", v021)
+	expect(ctx, t, vm, `upgrade: writing: rootfs \d+%`)
+	require.NoError(t, vm.Kill())
+	vm.Wait(ctx)
+	vm = m.boot(ctx)
+	s = expectStatus(ctx, t, vm, "verified", "failed")
+	assert.Equal(t, "0.2.0", s.Version, "the old version boots after a cut during the write")
+	assert.Equal(t, "b", s.Slot)
+
+	// Again, whole: 0.2.1 fails its health check on every try, the node
+	// falls back to 0.2.0 and marks 0.2.1 bad.
+	expect(ctx, t, vm, `watching for signed config changes`)
+	plug("v021b", v021)
+	expect(ctx, t, vm, `upgrade: 0\.2\.1 installed into slot a`)
+	expect(ctx, t, vm, `Terrarium 0\.2\.1, slot a`)
+	rolled := expect(ctx, t, vm, `upgrade to 0\.2\.1 rolled back: ([^\n]*)`)
+	t.Logf("rolled back: %s", rolled[1])
+	assert.Contains(t, rolled[1], "injected fault")
+	expect(ctx, t, vm, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
+	s = expectStatus(ctx, t, vm, "verified", "failed")
+	assert.Equal(t, "0.2.0", s.Version)
+
+	// The next boot, stick still in: not installed again.
+	require.NoError(t, vm.Reset(ctx))
+	expect(ctx, t, vm, `Terrarium 0\.2\.0, slot b`)
+	expect(ctx, t, vm, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
+	tail := vm.Console()
+	if i := strings.LastIndex(tail, "Terrarium 0.2.0, slot b"); i >= 0 {
+		assert.NotRegexp(t, regexp.MustCompile(`upgrade: 0\.2\.1 installed`), tail[i:])
+	}
+}
