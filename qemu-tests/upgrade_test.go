@@ -189,7 +189,7 @@ func TestUpgradeFromStick(t *testing.T) {
 	plug("v021b", v021)
 	expect(ctx, t, vm, `upgrade: 0\.2\.1 installed into slot a`)
 	expect(ctx, t, vm, `Terrarium 0\.2\.1, slot a`)
-	rolled := expect(ctx, t, vm, `upgrade to 0\.2\.1 rolled back: ([^\n]*)`)
+	rolled := expect(ctx, t, vm, `upgrade to 0\.2\.1 rolled back: ([^;\n]*); slot b runs 0\.2\.0 again`)
 	t.Logf("rolled back: %s", rolled[1])
 	assert.Contains(t, rolled[1], "injected fault")
 	expect(ctx, t, vm, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)

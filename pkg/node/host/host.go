@@ -6,10 +6,12 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -125,4 +127,28 @@ func (h *Host) WriteIfChanged(p string, data []byte, mode os.FileMode) (bool, er
 		return false, fmt.Errorf("write %s: %w", p, err)
 	}
 	return true, nil
+}
+
+// ErrDiffers: a file's content is not what the config renders.
+var ErrDiffers = errors.New("differs from the machine config")
+
+// FilesMatch checks that every file holds the content given (path to
+// content), without changing anything: the verify half of a phase that
+// writes files. Paths are checked in order, so the error is stable.
+func (h *Host) FilesMatch(files map[string]string) error {
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		b, err := os.ReadFile(h.Path(p))
+		if err != nil {
+			return err
+		}
+		if string(b) != files[p] {
+			return fmt.Errorf("%s %w", p, ErrDiffers)
+		}
+	}
+	return nil
 }

@@ -137,3 +137,16 @@ func TestNameTaken(t *testing.T) {
 		assert.Equal(t, want, file, name)
 	}
 }
+
+func TestFilesMatch(t *testing.T) {
+	h := &Host{Root: t.TempDir()}
+	_, err := h.WriteIfChanged("/etc/a", []byte("a\n"), 0o644)
+	require.NoError(t, err)
+	_, err = h.WriteIfChanged("/etc/b", []byte("b\n"), 0o644)
+	require.NoError(t, err)
+	assert.NoError(t, h.FilesMatch(map[string]string{"/etc/a": "a\n", "/etc/b": "b\n"}))
+	err = h.FilesMatch(map[string]string{"/etc/a": "a\n", "/etc/b": "B\n"})
+	require.ErrorIs(t, err, ErrDiffers)
+	assert.EqualError(t, err, "/etc/b differs from the machine config")
+	assert.ErrorIs(t, h.FilesMatch(map[string]string{"/etc/missing": ""}), os.ErrNotExist)
+}

@@ -147,14 +147,8 @@ func verifyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config)
 	if err != nil {
 		return err
 	}
-	for p, content := range files {
-		b, err := os.ReadFile(h.Path(p))
-		if err != nil {
-			return err
-		}
-		if string(b) != content {
-			return fmt.Errorf("%s differs from the machine config", p)
-		}
+	if err := h.FilesMatch(files); err != nil {
+		return err
 	}
 	if err := h.Run(ctx, "systemctl", "is-active", "--quiet", apilb.Unit); err != nil {
 		return fmt.Errorf("the local API balancer is not running: %w", err)

@@ -132,16 +132,7 @@ func applyNetwork(ctx context.Context, h *host.Host, c *machineconfig.Config) er
 }
 
 func verifyNetwork(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
-	for n, content := range networkFiles(c) {
-		b, err := os.ReadFile(h.Path(n))
-		if err != nil {
-			return err
-		}
-		if string(b) != content {
-			return fmt.Errorf("%s differs from the machine config", n)
-		}
-	}
-	return nil
+	return h.FilesMatch(networkFiles(c))
 }
 
 // AdminName is the admin user a config names, "" when none.

@@ -110,14 +110,8 @@ func verifyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) 
 	if err != nil {
 		return err
 	}
-	for p, content := range files {
-		b, err := os.ReadFile(h.Path(p))
-		if err != nil {
-			return err
-		}
-		if string(b) != content {
-			return fmt.Errorf("%s differs from the machine config", p)
-		}
+	if err := h.FilesMatch(files); err != nil {
+		return err
 	}
 	if issuesRegistryCert(c) {
 		w, err := ensureRegistryCertCheck(h, c)

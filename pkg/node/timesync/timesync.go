@@ -179,14 +179,7 @@ func (t *timePhase) verify(ctx context.Context, c *machineconfig.Config) error {
 	if !hasChrony(t.h) {
 		return nil
 	}
-	b, err := os.ReadFile(t.h.Path(ConfFile))
-	if err != nil {
-		return err
-	}
-	if string(b) != Conf(c) {
-		return fmt.Errorf("%s differs from the machine config", ConfFile)
-	}
-	return nil
+	return t.h.FilesMatch(map[string]string{ConfFile: Conf(c)})
 }
 
 func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
