@@ -65,6 +65,11 @@ type Config struct {
 	// Cluster makes the node a Kubernetes node; absent, it runs no
 	// Kubernetes.
 	Cluster *Cluster `yaml:"cluster,omitempty"`
+	// Ignition is an Ignition v3 config (JSON, in a YAML block scalar)
+	// applied after the node's own phases: files, directories, links,
+	// users, groups and systemd units. The node validates it whole before
+	// applying anything (pkg/node/ignition); here it must be a JSON object.
+	Ignition string `yaml:"ignition,omitempty"`
 }
 
 // Network is the network configuration of a node.

@@ -1,6 +1,7 @@
 package machineconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -31,6 +32,12 @@ func (c *Config) validate() strictyaml.Problems {
 	}
 	if c.Cluster != nil {
 		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)
+	}
+	if c.Ignition != "" {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(c.Ignition), &obj); err != nil {
+			ps.Addf(root.Field("ignition"), "is not a JSON object (an Ignition v3 config, written under ignition: |): %v", err)
+		}
 	}
 	return ps
 }

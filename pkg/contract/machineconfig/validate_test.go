@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // testKey is a real ed25519 public key (its private key was discarded).
@@ -133,4 +136,14 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestIgnitionMustBeJSON(t *testing.T) {
+	base := "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\n"
+	c, err := Parse("machine.yaml", []byte(base+"ignition: |\n  {\"ignition\": {\"version\": \"3.4.0\"}}\n"))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"ignition": {"version": "3.4.0"}}`, c.Ignition)
+	_, err = Parse("machine.yaml", []byte(base+"ignition: not json\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "machine.yaml: $.ignition: is not a JSON object")
 }

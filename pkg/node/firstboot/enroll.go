@@ -153,7 +153,7 @@ func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found,
 	if found == nil {
 		return nil
 	}
-	cfg, err := machineconfig.Parse(found.Source+":machine.yaml", found.Config)
+	cfg, err := parseConfig(found.Source, found.Config)
 	if err != nil {
 		r.refuse(found.Source, "the config is invalid:\n"+err.Error())
 		return nil

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/ignition"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
@@ -307,7 +308,7 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 		case found == nil:
 			problem = "waiting"
 		default:
-			cfg, perr := machineconfig.Parse(found.Source+":"+"machine.yaml", found.Config)
+			cfg, perr := parseConfig(found.Source, found.Config)
 			if perr == nil {
 				perr = r.admissible(cfg)
 			}
@@ -351,6 +352,9 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 	// A link name this slot's naming scheme never gives would leave the
 	// node unreachable.
 	if err := machineconfig.CheckLinkNaming(cfg, r.cmdline); err != nil {
+		return err
+	}
+	if err := r.admissibleIgnition(cfg); err != nil {
 		return err
 	}
 	if name := nodephases.AdminName(cfg); name != "" && name != nodephases.ManagedAdmin(r.o.Host) {
@@ -477,6 +481,12 @@ func (r *runner) phases(c *machineconfig.Config) []phase.Phase {
 	// The clock is right before the registry phase issues a certificate
 	// and the cluster's phases check any.
 	ps := append(nodephases.Phases(r.o.Host), timesync.Phase(r.o.Host, r.o.TimeSync, host.ReporterFunc(r.report)), registryphase.Phase(r.o.Host))
+	// An Ignition part was checked whole before the config was admitted;
+	// it runs after the node's own phases (its users may join the admin's
+	// groups, its units may need the registry).
+	if ign, err := ignitionOf(c); err == nil && ign != nil {
+		ps = append(ps, ignition.Phase(r.o.Host, ign))
+	}
 	if c.Cluster == nil {
 		return ps
 	}

@@ -32,6 +32,10 @@ import (
 const (
 	ConfigName    = "opt/dev.terrarium/config"
 	SignatureName = "opt/dev.terrarium/config.sig"
+	// CoreOSConfigName is where Fedora CoreOS and Flatcar read an
+	// Ignition config: a CI job written for them passes its .ign file
+	// unchanged. Read when ConfigName is absent.
+	CoreOSConfigName = "opt/com.coreos/config"
 )
 
 // DefaultRoot is where the kernel shows fw_cfg.
@@ -61,10 +65,15 @@ func (p Provider) Fetch(ctx context.Context) (*configsource.Found, error) {
 		return nil, fmt.Errorf("no %s/by_name (not a QEMU VM, or the qemu_fw_cfg module is not loaded): %w",
 			root, configsource.ErrAbsent)
 	}
-	config, err := readEntry(root, ConfigName, MaxConfigSize)
+	name := ConfigName
+	config, err := readEntry(root, name, MaxConfigSize)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no fw_cfg entry %s under %s/by_name (QEMU runs without -fw_cfg name=%s,file=machine.yaml): %w",
-			ConfigName, root, ConfigName, configsource.ErrAbsent)
+		name = CoreOSConfigName
+		config, err = readEntry(root, name, MaxConfigSize)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no fw_cfg entry %s or %s under %s/by_name (QEMU runs without -fw_cfg name=%s,file=machine.yaml): %w",
+			ConfigName, CoreOSConfigName, root, ConfigName, configsource.ErrAbsent)
 	}
 	if err != nil {
 		return nil, err
@@ -75,7 +84,7 @@ func (p Provider) Fetch(ctx context.Context) (*configsource.Found, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	return &configsource.Found{Config: config, Signature: sig, Source: "QEMU fw_cfg (" + ConfigName + ")"}, nil
+	return &configsource.Found{Config: config, Signature: sig, Source: "QEMU fw_cfg (" + name + ")"}, nil
 }
 
 func (p Provider) root() string {

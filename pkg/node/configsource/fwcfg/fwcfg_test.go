@@ -55,6 +55,16 @@ func TestFetch(t *testing.T) {
 		says    string
 	}{
 		{
+			name:    "an Ignition config where CoreOS reads it",
+			entries: map[string]entry{CoreOSConfigName: {raw: []byte(`{"ignition":{"version":"3.4.0"}}`)}},
+			want:    &configsource.Found{Config: []byte(`{"ignition":{"version":"3.4.0"}}`), Source: "QEMU fw_cfg (opt/com.coreos/config)"},
+		},
+		{
+			name:    "ours first",
+			entries: map[string]entry{ConfigName: {raw: []byte(config)}, CoreOSConfigName: {raw: []byte(`{}`)}},
+			want:    &configsource.Found{Config: []byte(config), Source: "QEMU fw_cfg (opt/dev.terrarium/config)"},
+		},
+		{
 			name:    "config",
 			entries: map[string]entry{ConfigName: {raw: []byte(config)}},
 			want:    &configsource.Found{Config: []byte(config), Source: "QEMU fw_cfg (opt/dev.terrarium/config)"},
