@@ -68,6 +68,20 @@ func (e *env) upgradeStick(key ed25519.PrivateKey, dir, version string) {
 	require.NoError(e.t, err)
 }
 
+// upgradeEnv is an enrolled node whose slot trusts key for upgrade files,
+// with a fake installer.
+func upgradeEnv(t *testing.T) (e *env, o Options, inst *fakeInstaller, key ed25519.PrivateKey) {
+	t.Helper()
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	e = enrolled(t, fullConfig)
+	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
+	inst = &fakeInstaller{}
+	o = e.optionsWith(noStick())
+	o.Install = inst.install
+	return e, o, inst, key
+}
+
 // runWatching runs firstboot with the watch loop on until stop says so.
 func (e *env) runWatching(t *testing.T, o Options, stop func() bool) {
 	t.Helper()
@@ -91,16 +105,9 @@ func stepsSay(e *env, want string) func() bool {
 // key, or one that rolled back before, is refused before anything is
 // written.
 func TestUpgradeStick(t *testing.T) {
-	key, pub, err := signature.GenerateKey()
-	require.NoError(t, err)
+	e, o, inst, key := upgradeEnv(t)
 	other, _, err := signature.GenerateKey()
 	require.NoError(t, err)
-
-	e := enrolled(t, fullConfig)
-	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
-	inst := &fakeInstaller{}
-	o := e.optionsWith(noStick())
-	o.Install = inst.install
 
 	// Signed by a key the node does not trust: refused, nothing written.
 	e.upgradeStick(other, "/stick-other", "1.3.0")
@@ -131,13 +138,7 @@ func TestUpgradeStick(t *testing.T) {
 // bad and refuses the same file on a stick; a trial boot of the new slot
 // that is blessed commits the upgrade.
 func TestUpgradeRollbackAndCommit(t *testing.T) {
-	key, pub, err := signature.GenerateKey()
-	require.NoError(t, err)
-	e := enrolled(t, fullConfig)
-	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
-	inst := &fakeInstaller{}
-	o := e.optionsWith(noStick())
-	o.Install = inst.install
+	e, o, inst, key := upgradeEnv(t)
 	e.upgradeStick(key, "/stick", "1.3.0")
 	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
 	e.runWatching(t, o, stepsSay(e, "upgrade=installed"))
