@@ -2,10 +2,8 @@ package build
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -26,10 +24,10 @@ func UpgradeFileName(name, version string) string {
 // upgradeInputs are what the upgrade file stage reads.
 type upgradeInputs struct {
 	name, version, minFrom string
-	builtAt                string // upgrade.BuiltAtLayout
-	rootfs, kernel, initrd string // files
-	bundleIndex            string // the slot bundle's index.json, "" without one
-	key                    string // the signing key file
+	builtAt                string   // upgrade.BuiltAtLayout
+	rootfs, kernel, initrd string   // files
+	images                 []string // the names of the slot bundle's images
+	key                    string   // the signing key file
 }
 
 // writeUpgradeFile writes the signed upgrade file of a build to dst, whole
@@ -39,10 +37,7 @@ func writeUpgradeFile(ctx context.Context, in upgradeInputs, dst string) (upgrad
 	if err != nil {
 		return upgrade.Manifest{}, fmt.Errorf("upgrade.signingKey: %w", err)
 	}
-	kube, etcd, err := bundleVersions(in.bundleIndex)
-	if err != nil {
-		return upgrade.Manifest{}, err
-	}
+	kube, etcd := bundleVersions(in.images)
 	minFrom := in.minFrom
 	if minFrom == "" {
 		minFrom = "0.0.0"
@@ -72,29 +67,10 @@ func writeUpgradeFile(ctx context.Context, in upgradeInputs, dst string) (upgrad
 var etcdTag = regexp.MustCompile(`^v?(\d+\.\d+\.\d+)(-\d+)?$`)
 
 // bundleVersions are the Kubernetes and etcd versions a slot's bundle
-// carries (the tags of its kube-apiserver and etcd images); empty for a
-// bundle without them, or no bundle.
-func bundleVersions(index string) (kube, etcd string, err error) {
-	if index == "" {
-		return "", "", nil
-	}
-	b, err := os.ReadFile(index)
-	if err != nil {
-		return "", "", fmt.Errorf("read the slot's bundle index: %w", err)
-	}
-	var idx struct {
-		Manifests []struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"manifests"`
-	}
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return "", "", fmt.Errorf("%s: %w", index, err)
-	}
-	for _, m := range idx.Manifests {
-		name := m.Annotations["io.containerd.image.name"]
-		if name == "" {
-			name = m.Annotations["org.opencontainers.image.ref.name"]
-		}
+// carries (the tags of its kube-apiserver and etcd images, by name);
+// empty for a bundle without them.
+func bundleVersions(images []string) (kube, etcd string) {
+	for _, name := range images {
 		if v, ok := strings.CutPrefix(name, "registry.k8s.io/kube-apiserver:"); ok {
 			kube = v
 		}
@@ -104,7 +80,7 @@ func bundleVersions(index string) (kube, etcd string, err error) {
 			}
 		}
 	}
-	return kube, etcd, nil
+	return kube, etcd
 }
 
 func (r *run) buildUpgradeFile(ctx context.Context) (string, error) {
@@ -117,8 +93,10 @@ func (r *run) buildUpgradeFile(ctx context.Context) (string, error) {
 		rootfs:  r.slots[layout.SlotA], kernel: filepath.Join(r.base.Dir, rootfs.BaseKernel), initrd: r.initrd,
 		key: r.spec.Resolve(r.spec.Upgrade.SigningKey),
 	}
-	if r.bundle != nil {
-		in.bundleIndex = filepath.Join(r.bundle.dir, "index.json")
+	if r.man.Bundle != nil {
+		for _, img := range r.man.Bundle.Images {
+			in.images = append(in.images, img.Name)
+		}
 	}
 	dst := filepath.Join(r.opt.OutDir, UpgradeFileName(r.spec.Name, r.spec.Version))
 	m, err := writeUpgradeFile(ctx, in, dst)

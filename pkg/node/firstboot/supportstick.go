@@ -6,22 +6,34 @@ import (
 	"path/filepath"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/support"
 )
+
+// newStick finds a stick with one of the labels that was not there at the
+// last look: each insertion is served once. served remembers the stick
+// while it stays inserted.
+func (r *runner) newStick(served *string, labels ...string) (media.Medium, bool) {
+	m, ok := r.o.Media.Find(labels...)
+	if !ok {
+		*served = ""
+		return media.Medium{}, false
+	}
+	if m.Device == *served {
+		return media.Medium{}, false // the same stick, still inserted
+	}
+	*served = m.Device
+	return m, true
+}
 
 // serveSupportStick writes a support bundle to a TERRA-SUPPORT stick, once
 // per insertion, and says on the console what it wrote and that the stick
 // may be removed.
 func (r *runner) serveSupportStick(ctx context.Context) {
-	m, ok := r.o.Media.Find(layout.LabelSupport, layout.LabelSupportFAT)
+	m, ok := r.newStick(&r.supportServed, layout.LabelSupport, layout.LabelSupportFAT)
 	if !ok {
-		r.supportServed = ""
 		return
 	}
-	if m.Device == r.supportServed {
-		return // the same stick, still inserted
-	}
-	r.supportServed = m.Device
 	r.say("support: a %s stick (%s): writing a support bundle", layout.LabelSupport, m.Device)
 	var (
 		name string

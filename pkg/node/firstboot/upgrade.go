@@ -68,12 +68,8 @@ func (r *runner) upgradeKeys(cfg *machineconfig.Config) []signature.PublicKey {
 	return keys
 }
 
-// settleUpgrade looks at the node's last upgrade at the start of a boot.
-// An upgrade installed into the other slot whose node now runs the old
-// slot again fell back: every try of the new slot failed. It is reported
-// rolled back with the reason the new slot's boots recorded, and marked
-// bad, so that no stick installs it again on its own.
-func (r *runner) settleUpgrade() {
+// lastUpgrade is a copy of the node's last upgrade record, nil when none.
+func (r *runner) lastUpgrade() *nodestate.Upgrade {
 	var u *nodestate.Upgrade
 	r.state.Read(func(j *nodestate.Journal) {
 		if j.Upgrade != nil {
@@ -81,6 +77,16 @@ func (r *runner) settleUpgrade() {
 			u = &c
 		}
 	})
+	return u
+}
+
+// settleUpgrade looks at the node's last upgrade at the start of a boot.
+// An upgrade installed into the other slot whose node now runs the old
+// slot again fell back: every try of the new slot failed. It is reported
+// rolled back with the reason the new slot's boots recorded, and marked
+// bad, so that no stick installs it again on its own.
+func (r *runner) settleUpgrade() {
+	u := r.lastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled {
 		return
 	}
@@ -133,13 +139,7 @@ func (r *runner) failedBootReason(slot string) string {
 
 // commitUpgrade keeps an upgrade whose trial boot is blessed.
 func (r *runner) commitUpgrade() {
-	var u *nodestate.Upgrade
-	r.state.Read(func(j *nodestate.Journal) {
-		if j.Upgrade != nil {
-			c := *j.Upgrade
-			u = &c
-		}
-	})
+	u := r.lastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled || string(r.slot) != u.ToSlot {
 		return
 	}
@@ -158,15 +158,10 @@ func (r *runner) commitUpgrade() {
 // once per insertion, after checking its signature and every part, and
 // reboots into it.
 func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config) {
-	m, ok := r.o.Media.Find(layout.LabelUpgrade, layout.LabelUpgradeFAT)
+	m, ok := r.newStick(&r.upgradeServed, layout.LabelUpgrade, layout.LabelUpgradeFAT)
 	if !ok {
-		r.upgradeServed = ""
 		return
 	}
-	if m.Device == r.upgradeServed {
-		return
-	}
-	r.upgradeServed = m.Device
 	var (
 		res    slotinstall.Result
 		digest string
