@@ -168,6 +168,15 @@ func expect(ctx context.Context, t *testing.T, vm *qemu.VM, pattern string) []st
 	return m
 }
 
+// expectWithin is expect bounded by d: a long scenario's step that never
+// comes fails the test at once, not at the scenario's deadline.
+func expectWithin(ctx context.Context, t *testing.T, vm *qemu.VM, d time.Duration, pattern string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return expect(ctx, t, vm, pattern)
+}
+
 // goodConfig provisions node-1 with DHCP and an admin whose key nobody
 // holds (tests that log in use adminConfig with a key of their own).
 var goodConfig = adminConfig("node-1", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@terrarium", "")

@@ -139,6 +139,15 @@ func TestUpgradeFromStick(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(bad), 0o755))
 	flipped(t, v020, bad)
 
+	// The sticks are made before the machine boots, so that one is pulled
+	// and the next put in at once: the node sees another stick under the
+	// same device name, with no look in between that finds none.
+	sticks := map[string]string{}
+	for id, file := range map[string]string{"flipped": bad, "untrusted": untrusted, "v020": v020, "v021": v021, "v021b": v021} {
+		sticks[id] = upgradeStick(ctx, t, file, filepath.Join(work, id+".img"))
+	}
+	const step = 15 * time.Minute // the longest: a reboot into a new slot under TCG
+
 	key := newSSHKey(t)
 	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
 	sshPort := m.forwardSSH()
@@ -146,27 +155,24 @@ func TestUpgradeFromStick(t *testing.T) {
 	s := expectStatus(ctx, t, vm, "provisioned", "failed")
 	require.Equal(t, "provisioned", s.State, "%+v", s)
 	require.Equal(t, "0.1.0", s.Version)
-	expect(ctx, t, vm, `watching for signed config changes`)
+	expectWithin(ctx, t, vm, step, `watching for signed config changes`)
 
-	plug := func(id, file string) {
+	plug := func(id string) {
 		t.Helper()
-		img := upgradeStick(ctx, t, file, filepath.Join(work, id+".img"))
-		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: img, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
 	}
-	for _, c := range []struct{ id, file, why string }{
-		{"flipped", bad, `upgrade refused, nothing was written: .*sha256`},
-		{"untrusted", untrusted, `upgrade refused, nothing was written: .*(unknown|trust)`},
-	} {
-		plug(c.id, c.file)
-		expect(ctx, t, vm, c.why)
-		require.NoError(t, vm.UnplugDisk(ctx, c.id))
-	}
+	plug("flipped")
+	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: .*sha256`)
+	require.NoError(t, vm.UnplugDisk(ctx, "flipped"))
+	plug("untrusted")
+	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: .*(unknown|trust)`)
+	require.NoError(t, vm.UnplugDisk(ctx, "untrusted"))
 
 	// 0.2.0: installed, rebooted into, blessed.
-	plug("v020", v020)
-	expect(ctx, t, vm, `upgrade: 0\.2\.0 installed into slot b`)
-	expect(ctx, t, vm, `Terrarium 0\.2\.0, slot b, boot \d+`)
-	expect(ctx, t, vm, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
+	plug("v020")
+	expectWithin(ctx, t, vm, step, `upgrade: 0\.2\.0 installed into slot b`)
+	expectWithin(ctx, t, vm, step, `Terrarium 0\.2\.0, slot b, boot \d+`)
+	expectWithin(ctx, t, vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
 	ssh := dialSSH(ctx, t, sshPort, key)
 	got, err := ssh.read("cat /usr/share/terrarium-test/changed")
 	require.NoError(t, err)
@@ -174,8 +180,8 @@ func TestUpgradeFromStick(t *testing.T) {
 	require.NoError(t, vm.UnplugDisk(ctx, "v020"))
 
 	// 0.2.1: the power is cut while it is written; 0.2.0 boots again.
-	plug("v021", v021)
-	expect(ctx, t, vm, `upgrade: writing: rootfs \d+%`)
+	plug("v021")
+	expectWithin(ctx, t, vm, step, `upgrade: writing: rootfs \d+%`)
 	require.NoError(t, vm.Kill())
 	vm.Wait(ctx)
 	vm = m.boot(ctx)
@@ -185,21 +191,21 @@ func TestUpgradeFromStick(t *testing.T) {
 
 	// Again, whole: 0.2.1 fails its health check on every try, the node
 	// falls back to 0.2.0 and marks 0.2.1 bad.
-	expect(ctx, t, vm, `watching for signed config changes`)
-	plug("v021b", v021)
-	expect(ctx, t, vm, `upgrade: 0\.2\.1 installed into slot a`)
-	expect(ctx, t, vm, `Terrarium 0\.2\.1, slot a`)
-	rolled := expect(ctx, t, vm, `upgrade to 0\.2\.1 rolled back: ([^;\n]*); slot b runs 0\.2\.0 again`)
+	expectWithin(ctx, t, vm, step, `watching for signed config changes`)
+	plug("v021b")
+	expectWithin(ctx, t, vm, step, `upgrade: 0\.2\.1 installed into slot a`)
+	expectWithin(ctx, t, vm, step, `Terrarium 0\.2\.1, slot a`)
+	rolled := expectWithin(ctx, t, vm, step, `upgrade to 0\.2\.1 rolled back: ([^;\n]*); slot b runs 0\.2\.0 again`)
 	t.Logf("rolled back: %s", rolled[1])
 	assert.Contains(t, rolled[1], "injected fault")
-	expect(ctx, t, vm, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
+	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
 	s = expectStatus(ctx, t, vm, "verified", "failed")
 	assert.Equal(t, "0.2.0", s.Version)
 
 	// The next boot, stick still in: not installed again.
 	require.NoError(t, vm.Reset(ctx))
-	expect(ctx, t, vm, `Terrarium 0\.2\.0, slot b`)
-	expect(ctx, t, vm, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
+	expectWithin(ctx, t, vm, step, `Terrarium 0\.2\.0, slot b`)
+	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: this upgrade was rolled back on this node before`)
 	tail := vm.Console()
 	if i := strings.LastIndex(tail, "Terrarium 0.2.0, slot b"); i >= 0 {
 		assert.NotRegexp(t, regexp.MustCompile(`upgrade: 0\.2\.1 installed`), tail[i:])

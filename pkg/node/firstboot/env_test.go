@@ -625,6 +625,7 @@ type fakeMedia struct {
 	sticks map[string]media.Medium // label -> medium
 	dirs   map[string]string       // device -> directory on the host
 	uses   int
+	seq    int // the kernel's disk sequence: one more per insertion
 }
 
 func (f *fakeMedia) insert(label, device, dir string) {
@@ -633,7 +634,8 @@ func (f *fakeMedia) insert(label, device, dir string) {
 	if f.sticks == nil {
 		f.sticks, f.dirs = map[string]media.Medium{}, map[string]string{}
 	}
-	f.sticks[label] = media.Medium{Device: device, Label: label}
+	f.seq++
+	f.sticks[label] = media.Medium{Device: device, Label: label, Insertion: fmt.Sprintf("%s#%d", device, f.seq)}
 	f.dirs[device] = dir
 }
 

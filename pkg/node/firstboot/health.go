@@ -91,6 +91,8 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 func (r *runner) timeSource(ctx context.Context, cfg *machineconfig.Config) string {
 	tr, err := timesync.Track(ctx, r.o.Host)
 	switch {
+	case errors.Is(err, timesync.ErrNoChrony):
+		return "local clock (" + err.Error() + ")"
 	case err != nil:
 		return "unknown: " + err.Error()
 	case cfg.Cluster == nil && !tr.Synced():

@@ -19,10 +19,10 @@ func (r *runner) newStick(served *string, labels ...string) (media.Medium, bool)
 		*served = ""
 		return media.Medium{}, false
 	}
-	if m.Device == *served {
+	if m.Insertion == *served {
 		return media.Medium{}, false // the same stick, still inserted
 	}
-	*served = m.Device
+	*served = m.Insertion
 	return m, true
 }
 

@@ -27,6 +27,12 @@ type Medium struct {
 	// found by.
 	Device string
 	Label  string
+	// Insertion tells this insertion from any other: the device and the
+	// kernel's sequence number of its disk ("/dev/sdb1#42"), which is new
+	// for every disk the kernel sees, so a stick pulled and another put
+	// in under the same device name between two looks is still another
+	// insertion. Only the device where the kernel has no sequence number.
+	Insertion string
 }
 
 // Media finds and mounts media.
@@ -58,9 +64,27 @@ func (b *Block) Find(labels ...string) (Medium, bool) {
 		if err != nil {
 			continue
 		}
-		return Medium{Device: strings.TrimPrefix(dev, strings.TrimSuffix(b.Host.Root, "/")), Label: l}, true
+		d := strings.TrimPrefix(dev, strings.TrimSuffix(b.Host.Root, "/"))
+		return Medium{Device: d, Label: l, Insertion: b.insertion(d)}, true
 	}
 	return Medium{}, false
+}
+
+// insertion names this insertion of dev: its disk's sequence number is in
+// /sys/class/block/<dev>/diskseq for a whole disk and in its parent's
+// directory for a partition (Linux 5.15 and later).
+func (b *Block) insertion(dev string) string {
+	sys, err := filepath.EvalSymlinks(b.Host.Path(filepath.Join("/sys/class/block", filepath.Base(dev))))
+	if err != nil {
+		return dev
+	}
+	for _, dir := range []string{sys, filepath.Dir(sys)} {
+		seq, err := os.ReadFile(filepath.Join(dir, "diskseq"))
+		if err == nil {
+			return dev + "#" + strings.TrimSpace(string(seq))
+		}
+	}
+	return dev
 }
 
 // filesystems are tried in order; ISO 9660 is read-only.

@@ -284,8 +284,14 @@ func (t Tracking) String() string {
 	return fmt.Sprintf("%s (stratum %d), offset %+.6f s", t.Source, t.Stratum, t.Offset.Seconds())
 }
 
+// ErrNoChrony: the image carries no chrony; the node keeps its own clock.
+var ErrNoChrony = errors.New("this image has no chrony (" + daemon + ")")
+
 // Track asks chrony about the clock.
 func Track(ctx context.Context, h *host.Host) (Tracking, error) {
+	if !hasChrony(h) {
+		return Tracking{}, ErrNoChrony
+	}
 	out, err := h.Output(ctx, "chronyc", "-c", "tracking")
 	if err != nil {
 		return Tracking{}, err

@@ -257,4 +257,8 @@ func TestNoChrony(t *testing.T) {
 	require.Len(t, f.reports, 1)
 	assert.Contains(t, f.reports[0], "time: skipped: this image has no chrony")
 	assert.NoError(t, p.Verify(context.Background(), c))
+
+	_, err := Track(context.Background(), h)
+	assert.ErrorIs(t, err, ErrNoChrony, "nobody to ask")
+	assert.Empty(t, f.cmds, "chronyc is not run")
 }
