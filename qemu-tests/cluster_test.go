@@ -109,6 +109,7 @@ func TestClusterFormation(t *testing.T) {
 	// worker's, which accepts again. The capture is on the side that stays.
 	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: linkCap}
 	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+	apiPort := cp.m.forwardAPI()
 
 	start := time.Now()
 	bootCP := func() *qemu.VM {
@@ -276,6 +277,10 @@ spec:
 	if !strings.Contains(cp.vm.Console(), `"time":"local clock (the cluster's reference`) {
 		t.Errorf("the init node's status does not say its clock is the cluster's reference")
 	}
+
+	// The operator's own kubectl: the kubeconfig config cluster wrote,
+	// used from the host.
+	checkOperatorKubeconfig(ctx, t, filepath.Join(configs, "admin.kubeconfig"), apiPort, cp.ip, cp.name, w.name)
 
 	// A support bundle: a TERRA-SUPPORT stick inserted into the control
 	// plane receives one archive with no secret of the cluster in it.

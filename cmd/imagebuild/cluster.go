@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/cluster/kubeconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
@@ -85,6 +89,8 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 			for _, n := range w.Nodes {
 				fmt.Printf("  %-16s %-13s %-15s %s\n", n.Hostname, n.Role, n.IP, n.Disk)
 			}
+			fmt.Printf("\nOperator kubeconfig: %s (cluster admin, valid until %s; mint another with\n  imagebuild config kubeconfig --secrets %s --server https://IP:%d)\n",
+				w.Kubeconfig, w.AdminExpires.Format(time.RFC3339), w.SecretsPath, machineconfig.APIServerPort)
 			fmt.Println("\nConfig disks of control-plane nodes carry the CA keys: handle them like the secrets file.")
 			return nil
 		},
@@ -106,6 +112,51 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.StringVarP(&o.OutDir, "out", "o", "cluster", "directory for the node configs and disks")
 	f.DurationVar(&o.TokenTTL, "token-ttl", 24*time.Hour, "lifetime of a new bootstrap token")
 	f.BoolVar(&o.RotateToken, "rotate-token", false, "replace the bootstrap token of existing secrets")
+	f.DurationVar(&o.AdminTTL, "admin-ttl", kubeconfig.DefaultTTL, "lifetime of the operator's kubeconfig (OUT/"+clusterconfig.AdminKubeconfig+")")
+	return cmd
+}
+
+func kubeconfigCmd() *cobra.Command {
+	var (
+		secretsPath, out string
+		o                kubeconfig.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Mint a cluster-admin kubeconfig for the operator's machine from the cluster's secrets",
+		Long: `Mints a kubeconfig whose client certificate, signed by the cluster CA, makes
+its holder a cluster admin (group kubeadm:cluster-admins) until it expires.
+'imagebuild config cluster' writes one (OUT/admin.kubeconfig); this mints
+another, with its own lifetime, without touching anything else.`,
+		Example: `  imagebuild config kubeconfig --secrets cluster/secrets.yaml --server https://10.77.0.10:6443 --ttl 8h -o ops.kubeconfig
+  kubectl --kubeconfig ops.kubeconfig get nodes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if secretsPath == "" || o.Server == "" || out == "" {
+				return errors.New("give --secrets (the cluster's secrets file), --server (https://IP:6443 of a control plane) and -o (the kubeconfig to write)")
+			}
+			s, err := clustersecrets.Load(secretsPath)
+			if err != nil {
+				return err
+			}
+			o.Now = time.Now().UTC().Truncate(time.Second)
+			m, err := kubeconfig.Admin(s, o)
+			if err != nil {
+				return err
+			}
+			if err := atomicfile.WriteFile(out, m.Data, 0o600); err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s: %s is a cluster admin of %q at %s until %s\n", out, o.User, s.ClusterName, o.Server, m.NotAfter.Format(time.RFC3339))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&secretsPath, "secrets", "", "the cluster's secrets file")
+	f.StringVar(&o.Server, "server", "", "the API server, https://IP:6443 of a control plane")
+	f.StringVar(&o.User, "user", kubeconfig.DefaultUser, "the user name the cluster sees")
+	f.DurationVar(&o.TTL, "ttl", kubeconfig.DefaultTTL, "how long the kubeconfig works")
+	f.StringVarP(&out, "out", "o", "", "the kubeconfig to write (mode 0600)")
 	return cmd
 }
 

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"strconv"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/cluster/kubeconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
@@ -28,6 +31,9 @@ type WriteOptions struct {
 	// RotateToken replaces the bootstrap token of existing secrets.
 	RotateToken bool
 	Now         time.Time
+	// AdminTTL is the lifetime of the operator's kubeconfig,
+	// admin.kubeconfig in OutDir (kubeconfig.DefaultTTL when zero).
+	AdminTTL time.Duration
 }
 
 // Written is what Write wrote.
@@ -43,6 +49,10 @@ type Written struct {
 	// SigningKey is the public half of the key every config is signed with.
 	SigningKey signature.PublicKey
 	Nodes      []WrittenNode
+	// Kubeconfig is the operator's admin kubeconfig, pointing at the
+	// first control plane, and AdminExpires when it stops working.
+	Kubeconfig   string
+	AdminExpires time.Time
 }
 
 // WrittenNode is one node's outputs.
@@ -108,11 +118,39 @@ func Write(o WriteOptions) (*Written, error) {
 		}
 		w.Nodes = append(w.Nodes, n)
 	}
+	if err := w.writeKubeconfig(o, s, cfgs); err != nil {
+		return nil, err
+	}
 	w.TokenExpires = s.BootstrapToken.Expires
 	w.CACertHash, _ = s.CACertHash()
 	w.SigningKey = signature.PublicKeyOf(key)
 	return w, nil
 }
+
+// writeKubeconfig mints the operator's kubeconfig for the first control
+// plane.
+func (w *Written) writeKubeconfig(o WriteOptions, s *clustersecrets.Secrets, cfgs []*machineconfig.Config) error {
+	ttl := o.AdminTTL
+	if ttl == 0 {
+		ttl = kubeconfig.DefaultTTL
+	}
+	var server string
+	for _, c := range cfgs {
+		if c.Cluster.Role != machineconfig.RoleWorker {
+			server = "https://" + net.JoinHostPort(c.Cluster.NodeIP, strconv.Itoa(machineconfig.APIServerPort))
+			break
+		}
+	}
+	m, err := kubeconfig.Admin(s, kubeconfig.Options{Server: server, User: kubeconfig.DefaultUser, TTL: ttl, Now: o.Now})
+	if err != nil {
+		return fmt.Errorf("operator kubeconfig: %w", err)
+	}
+	w.Kubeconfig, w.AdminExpires = filepath.Join(o.OutDir, AdminKubeconfig), m.NotAfter
+	return atomicfile.WriteFile(w.Kubeconfig, m.Data, 0o600)
+}
+
+// AdminKubeconfig is the operator's kubeconfig in the output directory.
+const AdminKubeconfig = "admin.kubeconfig"
 
 // writeNode writes c as <hostname>.yaml, its signature by key as
 // <hostname>.yaml.sig, and a config disk holding both as <hostname>.img.

@@ -36,6 +36,9 @@ type kubeconfig struct {
 			Server                   string `yaml:"server"`
 			CertificateAuthority     string `yaml:"certificate-authority"`
 			CertificateAuthorityData string `yaml:"certificate-authority-data"`
+			// TLSServerName is the name the server's certificate is
+			// checked for, when not the server's host (a tunnel).
+			TLSServerName string `yaml:"tls-server-name"`
 		} `yaml:"cluster"`
 	} `yaml:"clusters"`
 	Users []struct {
@@ -80,11 +83,11 @@ func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var server, caData, caFile string
+	var server, caData, caFile, serverName string
 	found := false
 	for _, c := range kc.Clusters {
 		if c.Name == clusterName {
-			server, caData, caFile, found = c.Cluster.Server, c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, true
+			server, caData, caFile, serverName, found = c.Cluster.Server, c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, c.Cluster.TLSServerName, true
 		}
 	}
 	if !found {
@@ -129,7 +132,7 @@ func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
 		Transport: &http.Transport{
 			Proxy: nil, // the API server is always reached directly
 			TLSClientConfig: &tls.Config{
-				RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+				RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ServerName: serverName,
 			},
 			MaxIdleConnsPerHost: 1,
 			IdleConnTimeout:     time.Minute,
