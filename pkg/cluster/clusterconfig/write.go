@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"strconv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
