@@ -2,60 +2,36 @@ package qemutests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+	"github.com/terrarium-os/terrarium/pkg/testvm/testpki"
 )
 
-// testPKI is a throwaway CA and a registry certificate for one node IP
-// (the cluster CA of a real cluster comes from `imagebuild config cluster`).
-type testPKI struct{ ca, cert, key string }
+// testPKI is a throwaway CA, a registry certificate for one node IP and a
+// client certificate for a peer (the cluster CA of a real cluster comes
+// from `imagebuild config cluster`, and a cluster node shows its kubelet's).
+type testPKI struct{ ca, cert, key, clientCert, clientKey string }
 
 func newTestPKI(t *testing.T, ip string) testPKI {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "terrarium-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP(ip)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	return testPKI{
-		ca:   string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
-		cert: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		key:  string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
-	}
+	ca := testpki.NewCA(t, "terrarium-test-ca")
+	p := testPKI{ca: ca.CertPEM}
+	p.cert, p.key = ca.Issue(t, "registry", x509.ExtKeyUsageServerAuth, net.ParseIP(ip))
+	p.clientCert, p.clientKey = ca.Issue(t, "worker-1", x509.ExtKeyUsageClientAuth)
+	return p
 }
 
 func indent(s string, n int) string {
@@ -84,9 +60,50 @@ registry:
 ` + registry
 }
 
+// lastLine is the last non-empty line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// sandboxes are the services that get systemd's sandbox and the highest
+// exposure `systemd-analyze security` may give each (both were 9.6,
+// UNSAFE, before they had one).
+var sandboxes = map[string]float64{"terrarium-registry.service": 3.0, "terrarium-apilb.service": 1.5}
+
+var exposureRE = regexp.MustCompile(`Overall exposure level for (\S+): ([0-9.]+)`)
+
+// checkSandboxes asks the node's systemd how exposed each sandboxed
+// service is (a service that does not run is judged by its unit).
+func checkSandboxes(t *testing.T, c *sshClient) {
+	t.Helper()
+	var units []string
+	for u := range sandboxes {
+		units = append(units, u)
+	}
+	sort.Strings(units)
+	out, err := c.read("systemd-analyze security --no-pager " + strings.Join(units, " "))
+	require.NoError(t, err, "systemd-analyze security: %s", out)
+	got := map[string]float64{}
+	for _, m := range exposureRE.FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(t, err)
+		got[m[1]] = v
+	}
+	for _, u := range units {
+		v, ok := got[u]
+		if assert.True(t, ok, "no exposure level for %s in:\n%s", u, out) {
+			assert.LessOrEqual(t, v, sandboxes[u], "%s exposure", u)
+			t.Logf("systemd-analyze security: %s %.1f", u, v)
+		}
+	}
+}
+
 // TestPeerPull: a worker pulls an image that only the control-plane node
-// has — side-loaded there from a TERRA-BUNDLE disk — through the peer
-// registry over TLS on a private link between the two VMs.
+// has — side-loaded there from a TERRA-BUNDLE stick — through the peer
+// registry over mutual TLS on a private link between the two VMs; a pull
+// without a client certificate is refused; both services' sandboxes are
+// within their exposure bounds.
 func TestPeerPull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
@@ -106,11 +123,13 @@ func TestPeerPull(t *testing.T) {
 	worker.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: "52:54:00:77:00:12"}
 	cpPort, workerPort := cp.forwardSSH(), worker.forwardSSH()
 	cpReg := fmt.Sprintf("  serve: true\n  listen: 10.77.0.11:5443\n  ca: |\n%s\n  certificate: |\n%s\n  key: |\n%s\n", indent(pki.ca, 4), indent(pki.cert, 4), indent(pki.key, 4))
-	wReg := fmt.Sprintf("  peers: [10.77.0.11:5443]\n  ca: |\n%s\n", indent(pki.ca, 4))
+	wReg := fmt.Sprintf("  peers: [10.77.0.11:5443]\n  ca: |\n%s\n  clientCertificate: |\n%s\n  clientKey: |\n%s\n", indent(pki.ca, 4), indent(pki.clientCert, 4), indent(pki.clientKey, 4))
 	cpCfg := cp.configDisk("config.img", linkConfig("cp-1", key.authorized, "52:54:00:77:00:11", "10.77.0.11/24", cpReg))
 	wCfg := worker.configDisk("config.img", linkConfig("worker-1", key.authorized, "52:54:00:77:00:12", "10.77.0.12/24", wReg))
 
-	cpVM := cp.boot(ctx, configAttached(cpCfg), qemu.Disk{ID: "bundle", Path: bundleDisk, Format: "raw", ReadOnly: true})
+	// The bundle disk is a USB stick, as plant IT brings one (the e2e
+	// cluster test attaches its own as a virtio disk).
+	cpVM := cp.boot(ctx, configAttached(cpCfg), qemu.Disk{ID: "bundle", Path: bundleDisk, Format: "raw", ReadOnly: true, Bus: qemu.BusUSB})
 	wVM := worker.boot(ctx, configAttached(wCfg))
 	var wg sync.WaitGroup
 	for _, vm := range []*qemu.VM{cpVM, wVM} {
@@ -137,8 +156,17 @@ func TestPeerPull(t *testing.T) {
 	if out := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`)); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {
 		t.Fatalf("worker's containerd lacks the side-loaded image after the pull:\n%s", out)
 	}
+	// containerd itself, asked to pull from the peer directly with the
+	// cluster CA but no client certificate, is refused in the handshake:
+	// a host of the network without a node's certificate gets nothing.
+	w.run(`mkdir -p /tmp/direct/quay.io && printf 'server = "https://10.77.0.11:5443"\nca = "/etc/terrarium/pki/registry-ca.pem"\n' > /tmp/direct/quay.io/hosts.toml`)
+	out, err := w.try("sudo ctr -n direct images pull --hosts-dir /tmp/direct quay.io/terrarium/sideloaded:1.0")
+	require.Error(t, err, "a pull without a client certificate succeeded: %s", out)
+	assert.Regexp(t, `certificate required|bad certificate|handshake`, out)
+	t.Logf("a pull without a client certificate: %s", lastLine(out))
 	c := dialSSH(ctx, t, cpPort, key)
 	c.run("systemctl is-active terrarium-registry.service")
+	checkSandboxes(t, c)
 	for _, vm := range []*qemu.VM{cpVM, wVM} {
 		if err := vm.Quit(ctx); err != nil {
 			t.Fatal(err)

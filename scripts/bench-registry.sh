@@ -17,7 +17,7 @@ if [ ! -x "$dist" ]; then
 fi
 log=$(mktemp /tmp/terrarium-regbench.XXXXXX.log)
 echo "bench: blob GET comparison" >&2
-TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -benchtime 3s -count 3 ./pkg/registry | tee "$log" >&2
+TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -benchtime 3s -count 3 ./pkg/node/registry | tee "$log" >&2
 echo "bench: bundle ready vs ctr import (QEMU)" >&2
 TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 go test -run '^$' -bench BundleReadyVsImport -benchtime 1x -count 3 -timeout 60m ./qemu-tests/ | tee -a "$log" >&2
 

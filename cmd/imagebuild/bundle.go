@@ -1,12 +1,15 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"github.com/terrarium-os/terrarium/pkg/cluster/configsign"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"github.com/terrarium-os/terrarium/pkg/image/bundledisk"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
@@ -14,14 +17,22 @@ import (
 
 func bundleCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bundle", Short: "Bundles of container images"}
-	var out, cacheDir string
+	var out, cacheDir, keyPath string
 	disk := &cobra.Command{
 		Use:   "disk BUNDLE.yaml",
 		Short: "Write a TERRA-BUNDLE disk (ext4 with an OCI layout) that nodes add to their registry cache",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			m, err := bundledisk.Write(cmd.Context(), args[0], out,
+			var key ed25519.PrivateKey
+			if keyPath != "" {
+				k, err := configsign.LoadKey(keyPath)
+				if err != nil {
+					return err
+				}
+				key = k
+			}
+			m, err := bundledisk.Write(cmd.Context(), args[0], out, key,
 				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithLogger(log))
 			if err != nil {
 				return err
@@ -30,11 +41,15 @@ func bundleCmd() *cobra.Command {
 				fmt.Printf("  %-50s %s\n", img.Name, img.Digest)
 			}
 			fmt.Printf("wrote %s: %d images, %d blobs, %.1f MiB; attach it to a node (disk or USB stick)\n", out, len(m.Images), m.Blobs, float64(m.Size)/(1<<20))
+			if key != nil {
+				fmt.Printf("signed with key %s (%s): nodes with registry.signedBundlesOnly that trust it take it\n", signature.PublicKeyOf(key).ID(), signature.PublicKeyOf(key))
+			}
 			return nil
 		},
 	}
 	disk.Flags().StringVarP(&out, "out", "o", "bundle.img", "disk image to write")
 	disk.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache")
+	disk.Flags().StringVar(&keyPath, "sign", "", "sign the bundle with this key: a .key file from config keygen, or a cluster's secrets file")
 	cmd.AddCommand(disk)
 	return cmd
 }

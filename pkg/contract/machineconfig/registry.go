@@ -3,6 +3,7 @@ package machineconfig
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/netip"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
@@ -13,8 +14,10 @@ const DefaultRegistryPort = 5443
 
 // Registry configures the node's registry cache. Every node serves its
 // images to its own containerd on loopback; a node with Serve also serves
-// them to its peers over TLS (control-plane nodes), and a node with Peers
-// fetches what it lacks from them. Addresses are IPs: there is no DNS.
+// them to its peers over mutual TLS (control-plane nodes), and a node with
+// Peers fetches what it lacks from them. Addresses are IPs: there is no
+// DNS. A peer proves itself with a client certificate from the cluster CA:
+// ClientCertificate, or on a cluster node without one its kubelet's.
 type Registry struct {
 	// Serve listens on Listen over TLS for the other nodes.
 	Serve bool `yaml:"serve,omitempty"`
@@ -27,12 +30,24 @@ type Registry struct {
 	// Certificate and Key (PEM) of this node's peer-facing listener.
 	Certificate string `yaml:"certificate,omitempty"`
 	Key         string `yaml:"key,omitempty"`
+	// ClientCertificate and ClientKey (PEM), signed by the CA, are what
+	// this node shows its peers. Optional on a cluster node, which shows
+	// its kubelet's client certificate once it has joined.
+	ClientCertificate string `yaml:"clientCertificate,omitempty"`
+	ClientKey         string `yaml:"clientKey,omitempty"`
+	// SignedBundlesOnly takes a side-load bundle disk only when its index
+	// is signed by one of the config's trustedKeys (imagebuild bundle disk
+	// --sign).
+	SignedBundlesOnly bool `yaml:"signedBundlesOnly,omitempty"`
 }
 
 // validateRegistry checks r; ownCA says the node holds the cluster CA's
 // key (a control plane), so it issues its serving certificate itself when
 // the config carries none.
-func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ownCA bool) {
+func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ownCA bool, trustedKeys []string) {
+	if r.SignedBundlesOnly && len(trustedKeys) == 0 {
+		ps.Addf(p.Field("signedBundlesOnly"), "takes bundles signed by a key in trustedKeys, and the config lists none; add the signing key's public half (ed25519:…) to trustedKeys")
+	}
 	if r.Serve {
 		if _, err := netip.ParseAddrPort(r.Listen); err != nil {
 			ps.Addf(p.Field("listen"), "%s is not ip:port; serving to peers needs the node address, like 10.0.0.11:%d", quote(r.Listen), DefaultRegistryPort)
@@ -46,6 +61,15 @@ func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ow
 		}
 	} else if r.Listen != "" || r.Certificate != "" || r.Key != "" {
 		ps.Addf(p.Field("serve"), "listen, certificate and key are only used with serve: true")
+	}
+	switch {
+	case r.ClientCertificate == "" && r.ClientKey == "":
+	case r.ClientCertificate == "" || r.ClientKey == "":
+		ps.Addf(p.Field("clientCertificate"), "clientCertificate and clientKey go together; give both (PEM, signed by the cluster CA) or neither")
+	default:
+		if msg := clientCertProblem(r.ClientCertificate, r.ClientKey, r.CA); msg != "" {
+			ps.Addf(p.Field("clientCertificate"), "%s", msg)
+		}
 	}
 	seen := map[string]bool{}
 	for i, peer := range r.Peers {
@@ -65,4 +89,27 @@ func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ow
 			ps.Addf(p.Field("ca"), "holds no PEM certificate")
 		}
 	}
+}
+
+// clientCertProblem says what is wrong with a peer client certificate: not
+// a pair with its key, not for client authentication, or not signed by
+// the CA the peers check it with.
+func clientCertProblem(certPEM, keyPEM, caPEM string) string {
+	pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
+	if err != nil {
+		return fmt.Sprintf("clientCertificate and clientKey do not form a valid pair: %v", err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return fmt.Sprintf("clientCertificate: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+		return "" // reported on ca
+	}
+	// Not checked against a clock: a node's clock may still be off here.
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cert.NotBefore}); err != nil {
+		return fmt.Sprintf("clientCertificate is not a client certificate of the cluster CA in ca (%v); issue it from the cluster CA with client authentication", err)
+	}
+	return ""
 }

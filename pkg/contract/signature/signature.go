@@ -12,11 +12,12 @@
 //	key ed25519:<base64 of the signer's 32-byte public key>
 //	sig <base64 of the 64-byte ed25519 signature>
 //
-// The signature is over the line "terrarium machine config signature v1\n"
-// followed by the 32-byte SHA-256 of the config file's bytes, never over the
-// file alone, so that a config signature can never be replayed as a
-// signature for another purpose. It covers the exact bytes: reformatting a signed file, even without changing
-// its meaning, needs a new signature.
+// The signature is over a line naming its purpose, "terrarium machine
+// config signature v1\n" for a config (Sign, Verify), followed by the
+// 32-byte SHA-256 of the file's bytes, never over the file alone, so that a
+// signature made for one purpose can never be replayed as one for another
+// (SignFor, VerifyFor). It covers the exact bytes: reformatting a signed
+// file, even without changing its meaning, needs a new signature.
 package signature
 
 import (
@@ -37,34 +38,51 @@ const FileSuffix = ".sig"
 // is about 170 bytes.
 const MaxFileSize = 4 << 10
 
+// header is the first line of a signature file.
+const header = "terrarium-signature v1"
+
+// Purpose is what a signature is for: the line its signed message starts
+// with, which keeps the purposes apart.
+type Purpose string
+
 const (
-	// header is the first line of a signature file.
-	header = "terrarium-signature v1"
-	// domain starts the signed message, separating config signatures from
-	// anything else the key might sign.
-	domain = "terrarium machine config signature v1\n"
+	// PurposeConfig signs machine configs (and, inside them, upgrade
+	// manifests: package upgrade prefixes those with a line of its own).
+	PurposeConfig Purpose = "terrarium machine config signature v1\n"
+	// PurposeBundle signs a side-load bundle's index.json, which names
+	// every manifest and through them every blob by digest.
+	PurposeBundle Purpose = "terrarium bundle index signature v1\n"
 )
 
 // message returns what is signed for data.
-func message(data []byte) []byte {
+func message(p Purpose, data []byte) []byte {
 	sum := sha256.Sum256(data)
-	return append([]byte(domain), sum[:]...)
+	return append([]byte(p), sum[:]...)
 }
 
-// Sign signs data with key and returns the content of its signature file.
-// Like ed25519.Sign, it panics when key is not ed25519.PrivateKeySize bytes
-// long (ParsePrivateKey and GenerateKey never return such a key).
-func Sign(key ed25519.PrivateKey, data []byte) []byte {
+// Sign signs a machine config: SignFor(PurposeConfig, key, data).
+func Sign(key ed25519.PrivateKey, data []byte) []byte { return SignFor(PurposeConfig, key, data) }
+
+// Verify checks a machine config's signature: VerifyFor(PurposeConfig, …).
+func Verify(sigFile, data []byte, trusted []PublicKey) (PublicKey, error) {
+	return VerifyFor(PurposeConfig, sigFile, data, trusted)
+}
+
+// SignFor signs data for purpose p with key and returns the content of its
+// signature file. Like ed25519.Sign, it panics when key is not
+// ed25519.PrivateKeySize bytes long (ParsePrivateKey and GenerateKey never
+// return such a key).
+func SignFor(p Purpose, key ed25519.PrivateKey, data []byte) []byte {
 	pub := PublicKeyOf(key)
-	sig := ed25519.Sign(key, message(data))
+	sig := ed25519.Sign(key, message(p, data))
 	return fmt.Appendf(nil, "%s\nkey %s\nsig %s\n", header, pub, base64.StdEncoding.EncodeToString(sig))
 }
 
-// Verify checks that sigFile, a signature file as Sign writes it, is a
-// signature of data by one of the trusted keys, and returns that key. Its
-// errors wrap ErrMalformed, ErrUnknownKey (naming the signer's key ID) or
-// ErrBadSignature, checked in that order.
-func Verify(sigFile, data []byte, trusted []PublicKey) (PublicKey, error) {
+// VerifyFor checks that sigFile, a signature file as SignFor writes it, is
+// a signature of data for purpose p by one of the trusted keys, and
+// returns that key. Its errors wrap ErrMalformed, ErrUnknownKey (naming the
+// signer's key ID) or ErrBadSignature, checked in that order.
+func VerifyFor(p Purpose, sigFile, data []byte, trusted []PublicKey) (PublicKey, error) {
 	key, sig, err := parseFile(sigFile)
 	if err != nil {
 		return PublicKey{}, err
@@ -72,7 +90,7 @@ func Verify(sigFile, data []byte, trusted []PublicKey) (PublicKey, error) {
 	if !slices.Contains(trusted, key) {
 		return PublicKey{}, fmt.Errorf("signed by key %s (%s): %w", key.ID(), key, ErrUnknownKey)
 	}
-	if !ed25519.Verify(key.key[:], message(data), sig) {
+	if !ed25519.Verify(key.key[:], message(p, data), sig) {
 		return PublicKey{}, fmt.Errorf("signed by key %s: %w", key.ID(), ErrBadSignature)
 	}
 	return key, nil

@@ -289,3 +289,22 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// A signature made for one purpose never verifies for another: a signed
+// config is no signed bundle index, and the other way round.
+func TestPurposesApart(t *testing.T) {
+	key := fixedKey(1)
+	trusted := []PublicKey{PublicKeyOf(key)}
+	data := []byte(`{"schemaVersion":2,"manifests":[]}`)
+	for _, tc := range []struct{ signed, verified Purpose }{
+		{PurposeConfig, PurposeBundle},
+		{PurposeBundle, PurposeConfig},
+	} {
+		sig := SignFor(tc.signed, key, data)
+		_, err := VerifyFor(tc.signed, sig, data, trusted)
+		require.NoError(t, err)
+		_, err = VerifyFor(tc.verified, sig, data, trusted)
+		assert.ErrorIs(t, err, ErrBadSignature, "signed for %q, verified for %q", tc.signed, tc.verified)
+	}
+	assert.Equal(t, Sign(key, data), SignFor(PurposeConfig, key, data), "Sign is for configs")
+}

@@ -5,6 +5,7 @@ package bundledisk
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io/fs"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
@@ -20,9 +22,11 @@ import (
 // Label is the filesystem label the registry looks for.
 const Label = layout.LabelBundle
 
-// Write resolves the bundle file's images and writes the disk image to out.
-// Nothing is left at out when it fails.
-func Write(ctx context.Context, bundleFile, out string, opts ...bundle.Option) (bundle.Manifest, error) {
+// Write resolves the bundle file's images and writes the disk image to out;
+// with a key (not nil), it signs the layout's index.json
+// (layout.BundleIndexSignature beside it), for nodes that take only signed
+// bundles. Nothing is left at out when it fails.
+func Write(ctx context.Context, bundleFile, out string, key ed25519.PrivateKey, opts ...bundle.Option) (bundle.Manifest, error) {
 	b, err := bundle.Parse(bundleFile)
 	if err != nil {
 		return bundle.Manifest{}, err
@@ -40,6 +44,15 @@ func Write(ctx context.Context, bundleFile, out string, opts ...bundle.Option) (
 	m, err := bundle.WriteLayout(ctx, layoutDir, images, opts...)
 	if err != nil {
 		return m, err
+	}
+	if key != nil {
+		index, err := os.ReadFile(filepath.Join(layoutDir, "index.json"))
+		if err != nil {
+			return m, fmt.Errorf("sign the bundle: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(layoutDir, layout.BundleIndexSignature), signature.SignFor(signature.PurposeBundle, key, index), 0o644); err != nil {
+			return m, fmt.Errorf("sign the bundle: %w", err)
+		}
 	}
 	if err := mkfs(ctx, layoutDir, out+".partial"); err != nil {
 		os.Remove(out + ".partial")

@@ -33,7 +33,7 @@ const (
 	// The kubelet's token credential for its TLS bootstrap, and the
 	// client certificate the bootstrap ends with.
 	BootstrapKubeconfig = "/etc/kubernetes/bootstrap-kubelet.conf"
-	KubeletClientCert   = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	KubeletClientCert   = layout.KubeletClientCert
 	// legacyProgressFile is where nodes formed by earlier versions kept
 	// their kubeadm progress (now in the node state).
 	legacyProgressFile = "kubeadm.json"

@@ -70,21 +70,31 @@ func (b *Block) Find(labels ...string) (Medium, bool) {
 	return Medium{}, false
 }
 
-// insertion names this insertion of dev: its disk's sequence number is in
-// /sys/class/block/<dev>/diskseq for a whole disk and in its parent's
-// directory for a partition (Linux 5.15 and later).
+// insertion names this insertion of dev.
 func (b *Block) insertion(dev string) string {
-	sys, err := filepath.EvalSymlinks(b.Host.Path(filepath.Join("/sys/class/block", filepath.Base(dev))))
+	if seq := DiskSeq(b.Host.Root, dev); seq != "" {
+		return dev + "#" + seq
+	}
+	return dev
+}
+
+// DiskSeq is the kernel's sequence number of the disk holding the block
+// device dev ("/dev/sdb1"), under root: new for every disk the kernel
+// sees, so it tells a stick from the next one under the same name. It is
+// in /sys/class/block/<dev>/diskseq for a whole disk and in its parent's
+// directory for a partition (Linux 5.15 and later); "" where there is none.
+func DiskSeq(root, dev string) string {
+	sys, err := filepath.EvalSymlinks(filepath.Join(root, "/sys/class/block", filepath.Base(dev)))
 	if err != nil {
-		return dev
+		return ""
 	}
 	for _, dir := range []string{sys, filepath.Dir(sys)} {
 		seq, err := os.ReadFile(filepath.Join(dir, "diskseq"))
 		if err == nil {
-			return dev + "#" + strings.TrimSpace(string(seq))
+			return strings.TrimSpace(string(seq))
 		}
 	}
-	return dev
+	return ""
 }
 
 // filesystems are tried in order; ISO 9660 is read-only.

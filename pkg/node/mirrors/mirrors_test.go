@@ -3,33 +3,32 @@ package mirrors
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-func TestFilesNeverNameUpstream(t *testing.T) {
-	files := Files([]Peer{{Addr: "10.0.0.11:5443", CAFile: "/etc/terrarium/pki/registry-ca.pem"}})
-	if len(files) != len(Upstreams()) {
-		t.Fatalf("got %d files, want one per upstream (%d)", len(files), len(Upstreams()))
-	}
+// Every upstream resolves to loopback alone: no upstream host, no peer
+// (the node's registry asks the peers), and loopback as the fallback.
+func TestFilesNameOnlyLoopback(t *testing.T) {
+	files := Files()
+	require.Len(t, files, len(Upstreams()), "one per upstream")
 	for path, content := range files {
 		host := strings.TrimSuffix(path, "/hosts.toml")
+		var hosts []string
 		for _, line := range strings.Split(content, "\n") {
 			if strings.HasPrefix(line, "#") {
 				continue
 			}
-			if host != "_default" && strings.Contains(line, host) {
-				t.Errorf("%s names its upstream host outside comments: %q", path, line)
+			if host != "_default" {
+				assert.NotContains(t, line, host, "%s names its upstream host outside comments", path)
+			}
+			if strings.HasPrefix(line, "[host.") {
+				hosts = append(hosts, line)
 			}
 		}
-		loop := strings.Index(content, `[host."http://127.0.0.1:5000"]`)
-		peer := strings.Index(content, `[host."https://10.0.0.11:5443"]`)
-		if loop < 0 || peer < 0 || loop > peer {
-			t.Errorf("%s: want loopback first, then the peer:\n%s", path, content)
-		}
-		if !strings.Contains(content, `server = "http://127.0.0.1:5000"`) {
-			t.Errorf("%s: the fallback server must be loopback:\n%s", path, content)
-		}
-		if !strings.Contains(content, `ca = "/etc/terrarium/pki/registry-ca.pem"`) {
-			t.Errorf("%s: the peer must be verified with the cluster CA", path)
-		}
+		assert.Equal(t, []string{`[host."http://127.0.0.1:5000"]`}, hosts, path)
+		assert.Contains(t, content, `server = "http://127.0.0.1:5000"`, "%s: the fallback server must be loopback", path)
+		assert.NotContains(t, content, "https://", path)
 	}
 }

@@ -88,7 +88,8 @@ func readCacheIndex(dir string) (*v1.IndexManifest, error) {
 		return nil, err
 	}
 	defer l.Close()
-	return readLayoutIndex(l, indexMax)
+	idx, _, err := readLayoutIndex(l, indexMax)
+	return idx, err
 }
 
 // Dir is the directory holding the cache's OCI layout.

@@ -9,6 +9,8 @@ import (
 	"io"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
 // Add copies the manifest that src resolves for repo and reference (a tag
@@ -53,9 +55,16 @@ func (c *Cache) Add(ctx context.Context, src Store, repo, reference string) (v1.
 // are capped, and a blob is never read past its descriptor's size
 // (ErrSideloadTooLarge). A name:tag the slot's bundle holds (WithBundle)
 // with another digest is refused (ErrShadowsBundle); with the same digest
-// it is skipped. On any error AddLayout removes the blobs it added, records
-// nothing and returns an error naming the file.
-func (c *Cache) AddLayout(ctx context.Context, dir string) ([]string, error) {
+// it is skipped. With SignedBy, index.json must carry a signature
+// (layout.BundleIndexSignature) by one of the keys, checked on the very
+// bytes that are then used (ErrSideloadUnsigned). On any error AddLayout
+// removes the blobs it added, records nothing and returns an error naming
+// the file.
+func (c *Cache) AddLayout(ctx context.Context, dir string, opts ...AddOption) ([]string, error) {
+	var o addOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkSideloadDir(dir); err != nil {
 		return nil, err
 	}
@@ -64,9 +73,14 @@ func (c *Cache) AddLayout(ctx context.Context, dir string) ([]string, error) {
 		return nil, err
 	}
 	defer ld.Close()
-	idx, err := readLayoutIndex(ld, sideloadIndexMax)
+	idx, raw, err := readLayoutIndex(ld, sideloadIndexMax)
 	if err != nil {
 		return nil, err
+	}
+	if o.signed {
+		if err := checkIndexSignature(ld, raw, o.keys); err != nil {
+			return nil, err
+		}
 	}
 	plan, err := c.planLayout(ctx, dir, idx)
 	if err != nil {
@@ -316,5 +330,35 @@ func (cp *copier) put(ctx context.Context, d v1.Hash, size int64, r io.Reader) e
 		return fmt.Errorf("%s: %w", cp.where(d), err)
 	}
 	cp.done[d] = true
+	return nil
+}
+
+// AddOption is an option of AddLayout.
+type AddOption func(*addOptions)
+
+type addOptions struct {
+	signed bool
+	keys   []signature.PublicKey
+}
+
+// SignedBy makes AddLayout take only a layout whose index.json is signed
+// by one of keys (none: nothing is taken).
+func SignedBy(keys []signature.PublicKey) AddOption {
+	return func(o *addOptions) { o.signed, o.keys = true, keys }
+}
+
+// checkIndexSignature checks index, the bytes of index.json, against its
+// signature file in the layout.
+func checkIndexSignature(ld *layoutDir, index []byte, keys []signature.PublicKey) error {
+	sig, err := ld.readFile(layout.BundleIndexSignature, signature.MaxFileSize)
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%s: no %s: %w", ld.path("index.json"), layout.BundleIndexSignature, ErrSideloadUnsigned)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := signature.VerifyFor(signature.PurposeBundle, sig, index, keys); err != nil {
+		return fmt.Errorf("%s: %w: %w", ld.path(layout.BundleIndexSignature), err, ErrSideloadUnsigned)
+	}
 	return nil
 }

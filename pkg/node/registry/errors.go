@@ -35,6 +35,10 @@ var (
 		"write the disk again with 'imagebuild bundle disk'")
 	// ErrShadowsBundle: the layout tags a name:tag that the slot's bundle
 	// holds with another digest. The slot's images are never replaced.
+	// ErrSideloadUnsigned: the node takes only signed bundles and the
+	// layout's index.json has no signature by a key it trusts.
+	ErrSideloadUnsigned = errors.New("is not signed by a key this node trusts, and this node takes only signed bundles " +
+		"(registry.signedBundlesOnly); write the disk with 'imagebuild bundle disk --sign KEY', KEY a key the node's trustedKeys list")
 	ErrShadowsBundle = errors.New("tags an image of the slot's bundle with another digest; " +
 		"the slot's images cannot be replaced by a side-load: drop that tag from the bundle " +
 		"(or give the image another tag), or update the node's image to change them")

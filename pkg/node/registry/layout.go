@@ -37,7 +37,7 @@ func OpenLayout(dir string, opts ...Option) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx, err := readLayoutIndex(ld, indexMax)
+	idx, _, err := readLayoutIndex(ld, indexMax)
 	if err != nil {
 		ld.Close()
 		return nil, err
@@ -65,26 +65,26 @@ const indexMax = 64 << 20
 
 // readLayoutIndex checks the layout's oci-layout marker and parses its
 // index.json, read up to limit bytes.
-func readLayoutIndex(l *layoutDir, limit int64) (*v1.IndexManifest, error) {
+func readLayoutIndex(l *layoutDir, limit int64) (*v1.IndexManifest, []byte, error) {
 	marker, err := l.readFile("oci-layout", sideloadManifestMax)
 	if err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
+		return nil, nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
 	}
 	var m struct {
 		Version string `json:"imageLayoutVersion"`
 	}
 	if err := json.Unmarshal(marker, &m); err != nil || m.Version == "" {
-		return nil, fmt.Errorf("open OCI layout %s: bad oci-layout file", l.dir)
+		return nil, nil, fmt.Errorf("open OCI layout %s: bad oci-layout file", l.dir)
 	}
 	raw, err := l.readFile("index.json", limit)
 	if err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
+		return nil, nil, fmt.Errorf("open OCI layout %s: %w", l.dir, err)
 	}
 	var idx v1.IndexManifest
 	if err := json.Unmarshal(raw, &idx); err != nil {
-		return nil, fmt.Errorf("open OCI layout %s: parse index.json: %w", l.dir, err)
+		return nil, nil, fmt.Errorf("open OCI layout %s: parse index.json: %w", l.dir, err)
 	}
-	return &idx, nil
+	return &idx, raw, nil
 }
 
 func (l *layoutStore) readManifest(h v1.Hash) ([]byte, error) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
@@ -34,6 +35,16 @@ type Config struct {
 	CAFile   string   `json:"caFile,omitempty"`
 	CertFile string   `json:"certFile,omitempty"`
 	KeyFile  string   `json:"keyFile,omitempty"`
+	// ClientCertFile and ClientKeyFile are what the registry shows its
+	// peers (the same file when it holds both, like the kubelet's). They
+	// are read at each connection: the kubelet's appears when the node
+	// joins, and is renewed in place.
+	ClientCertFile string `json:"clientCertFile,omitempty"`
+	ClientKeyFile  string `json:"clientKeyFile,omitempty"`
+	// SignedBundlesOnly takes only side-load bundles signed by one of
+	// TrustedKeys (ed25519:…, the node config's trustedKeys).
+	SignedBundlesOnly bool     `json:"signedBundlesOnly,omitempty"`
+	TrustedKeys       []string `json:"trustedKeys,omitempty"`
 }
 
 // Options wire the daemon to its machine; Defaults has production values.
@@ -54,6 +65,14 @@ func Run(ctx context.Context, o Options) error {
 	cfg, err := loadConfig(o.ConfigFile)
 	if err != nil {
 		return err
+	}
+	var keys []signature.PublicKey
+	for _, k := range cfg.TrustedKeys {
+		pk, err := signature.ParsePublicKey(k)
+		if err != nil {
+			return fmt.Errorf("%s: trustedKeys: %w", o.ConfigFile, err)
+		}
+		keys = append(keys, pk)
 	}
 	var stores []registry.Store
 	cacheOpts := []registry.Option{registry.WithLogger(o.Log)}
@@ -81,7 +100,8 @@ func Run(ctx context.Context, o Options) error {
 		for _, p := range cfg.Peers {
 			urls = append(urls, "https://"+p)
 		}
-		opts = append(opts, registry.WithPeers(urls, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+		opts = append(opts, registry.WithPeers(urls, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
+			GetClientCertificate: clientCertificate(cfg.ClientCertFile, cfg.ClientKeyFile)}))
 	}
 	srv, err := registry.New(opts...)
 	if err != nil {
@@ -108,6 +128,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.SideLoad != nil {
+		o.SideLoad.SignedOnly, o.SideLoad.Keys = cfg.SignedBundlesOnly, keys
 		go o.SideLoad.Watch(ctx, cache)
 	}
 	select {
@@ -145,16 +166,44 @@ func loadCA(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// errNoClientCert: the node has nothing to show its peers yet.
+var errNoClientCert = errors.New("no client certificate to show the peers: a cluster node has its kubelet's once it has joined; any other node needs registry.clientCertificate and clientKey in its config")
+
+// clientCertificate reads the certificate the registry shows its peers,
+// at each handshake.
+func clientCertificate(certFile, keyFile string) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if certFile == "" {
+			return nil, errNoClientCert
+		}
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w (%s is not there yet)", errNoClientCert, certFile)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("client certificate for the peers: %w", err)
+		}
+		return &cert, nil
+	}
+}
+
+// tlsListener serves the peers over mutual TLS: a peer shows a client
+// certificate from the cluster CA, or is refused in the handshake.
 func tlsListener(ctx context.Context, c Config) (net.Listener, error) {
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("registry TLS certificate: %w", err)
 	}
+	clients, err := loadCA(c.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := listenFreebind(ctx, c.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
-	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients}), nil
 }
 
 // listenFreebind listens on addr even while no interface has its address

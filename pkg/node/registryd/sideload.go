@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +27,7 @@ const mountFlags = unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOS
 
 // layoutAdder is what the side-loader needs of the cache.
 type layoutAdder interface {
-	AddLayout(ctx context.Context, dir string) ([]string, error)
+	AddLayout(ctx context.Context, dir string, opts ...registry.AddOption) ([]string, error)
 }
 
 var _ layoutAdder = (*registry.Cache)(nil)
@@ -38,6 +40,10 @@ type SideLoader struct {
 	Console  io.Writer
 	Log      *slog.Logger
 	Interval time.Duration
+	// SignedOnly takes only bundles whose index is signed by one of Keys
+	// (the node's trusted keys).
+	SignedOnly bool
+	Keys       []signature.PublicKey
 
 	// mount and unmount default to mount(2) with mountFlags and
 	// umount(2); tests replace them.
@@ -45,9 +51,10 @@ type SideLoader struct {
 	unmount func(dir string) error
 }
 
-// Watch polls for bundle disks until ctx ends. Each disk (by device and
-// size) is loaded once per boot: a refused disk is reported once, and the
-// registry keeps serving (nothing of it was added).
+// Watch polls for bundle disks until ctx ends. Each disk (by device, size
+// and the kernel's sequence number) is loaded once per insertion: a
+// refused disk is reported once, and the registry keeps serving (nothing
+// of it was added).
 func (s *SideLoader) Watch(ctx context.Context, cache layoutAdder) {
 	done := map[string]bool{}
 	for {
@@ -81,7 +88,9 @@ func diskID(dev string) string {
 	}
 	defer f.Close()
 	size, _ := f.Seek(0, io.SeekEnd)
-	return fmt.Sprintf("%s:%d", real, size)
+	// The disk's sequence number tells a disk from the next one under the
+	// same name and of the same size.
+	return fmt.Sprintf("%s:%d#%s", real, size, media.DiskSeq("/", real))
 }
 
 func (s *SideLoader) say(format string, args ...any) {
@@ -129,7 +138,11 @@ func (s *SideLoader) load(ctx context.Context, dev string, cache layoutAdder) (e
 		}
 	}
 	s.say("verifying bundle disk %s", dev)
-	refs, err := cache.AddLayout(ctx, root)
+	var opts []registry.AddOption
+	if s.SignedOnly {
+		opts = append(opts, registry.SignedBy(s.Keys))
+	}
+	refs, err := cache.AddLayout(ctx, root, opts...)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	contract "github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 )
 
@@ -92,10 +93,13 @@ func fakeDisk(t *testing.T, sl *SideLoader, mounts *atomic.Int32) {
 // hostile side-load disk: the disk is refused with its named error,
 // reported once, and the registry keeps serving the slot's images.
 func TestRefusedDiskKeepsServing(t *testing.T) {
+	_, trusted, err := signature.GenerateKey()
+	require.NoError(t, err)
 	for _, tc := range []struct {
-		name string
-		disk func(t *testing.T, dir string)
-		want error
+		name   string
+		disk   func(t *testing.T, dir string)
+		want   error
+		config string // registry.json; none when empty
 	}{{
 		name: "index.json is a symlink to /dev/zero",
 		disk: func(t *testing.T, dir string) {
@@ -117,6 +121,13 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			writeLayout(t, dir, map[string]v1.Image{apiserverRef: randomImage(t)})
 		},
 		want: registry.ErrShadowsBundle,
+	}, {
+		name: "unsigned, on a node that takes only signed bundles",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+		},
+		want:   registry.ErrSideloadUnsigned,
+		config: `{"signedBundlesOnly": true, "trustedKeys": ["` + trusted.String() + `"]}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -131,6 +142,10 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			fakeDisk(t, sl, &mounts)
 			tc.disk(t, sl.MountDir)
 
+			cfg := filepath.Join(dir, "registry.json")
+			if tc.config != "" {
+				require.NoError(t, os.WriteFile(cfg, []byte(tc.config), 0o644))
+			}
 			addr := freeAddr(t)
 			ready := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -138,7 +153,7 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, Options{
-					BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
+					BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: cfg,
 					Loopback: addr, Log: log, SideLoad: sl,
 					Notify: func() error { close(ready); return nil },
 				})
@@ -184,7 +199,9 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 // adderFunc is a hand-written fake of the cache.
 type adderFunc func(ctx context.Context, dir string) ([]string, error)
 
-func (f adderFunc) AddLayout(ctx context.Context, dir string) ([]string, error) { return f(ctx, dir) }
+func (f adderFunc) AddLayout(ctx context.Context, dir string, _ ...registry.AddOption) ([]string, error) {
+	return f(ctx, dir)
+}
 
 // A refusal, or even a panic on the disk's content, is reported once and
 // the watcher goes on: the service does not restart into the same disk.

@@ -43,6 +43,9 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 	}
 	files, modes := map[string]string{}, map[string]os.FileMode{}
 	rc := registryd.Config{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers}
+	if r.SignedBundlesOnly {
+		rc.SignedBundlesOnly, rc.TrustedKeys = true, c.TrustedKeys
+	}
 	add := func(path, content string, mode os.FileMode) {
 		files[path], modes[path] = content, mode
 	}
@@ -57,11 +60,17 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 			add(rc.KeyFile, r.Key, 0o600)
 		}
 	}
-	var peers []mirrors.Peer
-	for _, p := range r.Peers {
-		peers = append(peers, mirrors.Peer{Addr: p, CAFile: rc.CAFile})
+	// What the node shows its peers: the config's client certificate, or
+	// on a cluster node its kubelet's (there once the node has joined).
+	switch {
+	case r.ClientCertificate != "":
+		rc.ClientCertFile, rc.ClientKeyFile = registryPKIDir+"/registry-client.pem", registryPKIDir+"/registry-client-key.pem"
+		add(rc.ClientCertFile, r.ClientCertificate, 0o644)
+		add(rc.ClientKeyFile, r.ClientKey, 0o600)
+	case c.Cluster != nil && (len(r.Peers) > 0 || r.Serve):
+		rc.ClientCertFile, rc.ClientKeyFile = layout.KubeletClientCert, layout.KubeletClientCert
 	}
-	for rel, content := range mirrors.Files(peers) {
+	for rel, content := range mirrors.Files() {
 		add(filepath.Join(certsDir, rel), content, 0o644)
 	}
 	b, err := json.MarshalIndent(rc, "", "  ")

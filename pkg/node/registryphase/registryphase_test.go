@@ -2,13 +2,7 @@ package registryphase
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,6 +17,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/registryd"
+	"github.com/terrarium-os/terrarium/pkg/testvm/testpki"
 )
 
 // recorder is a host whose programs only get recorded.
@@ -49,17 +45,8 @@ func (r *recorder) take() []string {
 // testCA is a cluster CA: its certificate and key in PEM.
 func testCA(t *testing.T) (certPEM, keyPEM string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	ca := testpki.NewCA(t, "kubernetes")
+	return ca.CertPEM, ca.KeyPEM
 }
 
 // A control plane serving its images with no certificate in its config
@@ -118,4 +105,57 @@ func TestGivenCertificateIsWritten(t *testing.T) {
 	assert.Equal(t, "KEY\n", files[registryPKIDir+"/registry-key.pem"])
 	assert.Equal(t, os.FileMode(0o600), modes[registryPKIDir+"/registry-key.pem"])
 	assert.False(t, issuesRegistryCert(c))
+}
+
+// What a node shows its peers: the config's client certificate (key
+// 0600), else on a cluster node the kubelet's; a node with neither shows
+// nothing. containerd's hosts.toml names loopback alone either way.
+func TestClientCertificate(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		c                 *machineconfig.Config
+		wantCert, wantKey string
+	}{
+		{"given", &machineconfig.Config{Registry: &machineconfig.Registry{Peers: []string{"10.0.0.5:5443"}, CA: "CA\n", ClientCertificate: "CLIENT\n", ClientKey: "CLIENTKEY\n"}},
+			registryPKIDir + "/registry-client.pem", registryPKIDir + "/registry-client-key.pem"},
+		{"a cluster node's kubelet's", &machineconfig.Config{Registry: &machineconfig.Registry{Peers: []string{"10.0.0.5:5443"}, CA: "CA\n"}, Cluster: &machineconfig.Cluster{}},
+			layout.KubeletClientCert, layout.KubeletClientCert},
+		{"none", &machineconfig.Config{Registry: &machineconfig.Registry{Peers: []string{"10.0.0.5:5443"}, CA: "CA\n"}}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, modes, err := registryFiles(tc.c)
+			require.NoError(t, err)
+			var rc registryd.Config
+			require.NoError(t, json.Unmarshal([]byte(files[layout.RegistryConfigFile]), &rc))
+			assert.Equal(t, tc.wantCert, rc.ClientCertFile)
+			assert.Equal(t, tc.wantKey, rc.ClientKeyFile)
+			if tc.c.Registry.ClientKey != "" {
+				assert.Equal(t, "CLIENTKEY\n", files[rc.ClientKeyFile])
+				assert.Equal(t, os.FileMode(0o600), modes[rc.ClientKeyFile])
+			}
+			for p, content := range files {
+				if strings.HasSuffix(p, "hosts.toml") {
+					assert.NotContains(t, content, "10.0.0.5", "%s: containerd never talks to a peer itself", p)
+				}
+			}
+		})
+	}
+}
+
+// signedBundlesOnly hands the registry the config's trusted keys.
+func TestSignedBundlesOnly(t *testing.T) {
+	keys := []string{"ed25519:7Dk7PWAuF2dvs+89QQwuY0TXKmWrdbzHt3t6JOqD4tE="}
+	for _, only := range []bool{false, true} {
+		c := &machineconfig.Config{TrustedKeys: keys, Registry: &machineconfig.Registry{SignedBundlesOnly: only}}
+		files, _, err := registryFiles(c)
+		require.NoError(t, err)
+		var rc registryd.Config
+		require.NoError(t, json.Unmarshal([]byte(files[layout.RegistryConfigFile]), &rc))
+		assert.Equal(t, only, rc.SignedBundlesOnly)
+		if only {
+			assert.Equal(t, keys, rc.TrustedKeys)
+		} else {
+			assert.Empty(t, rc.TrustedKeys)
+		}
+	}
 }
