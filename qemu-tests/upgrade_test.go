@@ -41,8 +41,8 @@ func buildUpgrade(ctx context.Context, t *testing.T, b upgradeBuild, out string)
 	return filepath.Join(out, "terrarium-"+b.Version+".upgrade")
 }
 
-// upgradeStick makes an ext4 stick labelled TERRA-UPGRADE holding file.
-func upgradeStick(ctx context.Context, t *testing.T, file, img string) string {
+// upgradeStick makes an ext4 stick labelled label holding file.
+func upgradeStick(ctx context.Context, t *testing.T, label, file, img string) string {
 	t.Helper()
 	dir := filepath.Join(filepath.Dir(img), strings.TrimSuffix(filepath.Base(img), ".img")+".d")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -50,7 +50,7 @@ func upgradeStick(ctx context.Context, t *testing.T, file, img string) string {
 	fi, err := os.Stat(file)
 	require.NoError(t, err)
 	size := fi.Size()/(1<<20) + 64
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "TERRA-UPGRADE", "-d", dir, img, strconv.FormatInt(size, 10)+"M").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", label, "-d", dir, img, strconv.FormatInt(size, 10)+"M").CombinedOutput()
 	require.NoError(t, err, "mkfs.ext4: %s", out)
 	return img
 }
@@ -97,8 +97,8 @@ func flipped(t *testing.T, src, dst string) {
 
 // TestUpgradeFromStick: a node of version 0.1.0 refuses an upgrade file
 // with one flipped byte and one signed by a key it does not trust, before
-// writing anything; upgrades to 0.2.0 (one changed file) from a
-// TERRA-UPGRADE stick, boots the other slot and blesses it; survives a
+// writing anything; upgrades to 0.2.0 (one changed file) with `firstboot
+// upgrade DEVICE` over SSH, boots the other slot and blesses it; survives a
 // power cut while it writes 0.2.1 (its old version boots); and 0.2.1, whose
 // health check fails, falls back after its tries, is reported rolled back
 // and marked bad, and is not installed again on the next boot.
@@ -143,9 +143,12 @@ func TestUpgradeFromStick(t *testing.T) {
 	// and the next put in at once: the node sees another stick under the
 	// same device name, with no look in between that finds none.
 	sticks := map[string]string{}
-	for id, file := range map[string]string{"flipped": bad, "untrusted": untrusted, "v020": v020, "v021": v021, "v021b": v021} {
-		sticks[id] = upgradeStick(ctx, t, file, filepath.Join(work, id+".img"))
+	for id, file := range map[string]string{"flipped": bad, "untrusted": untrusted, "v021": v021, "v021b": v021} {
+		sticks[id] = upgradeStick(ctx, t, "TERRA-UPGRADE", file, filepath.Join(work, id+".img"))
 	}
+	// 0.2.0 comes on a disk that is no upgrade stick, for `firstboot
+	// upgrade DEVICE`.
+	sticks["v020"] = upgradeStick(ctx, t, "FILES", v020, filepath.Join(work, "v020.img"))
 	const step = 15 * time.Minute // the longest: a reboot into a new slot under TCG
 
 	key := newSSHKey(t)
@@ -168,12 +171,19 @@ func TestUpgradeFromStick(t *testing.T) {
 	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: .*(unknown|trust)`)
 	require.NoError(t, vm.UnplugDisk(ctx, "untrusted"))
 
-	// 0.2.0: installed, rebooted into, blessed.
+	// 0.2.0: an operator runs `firstboot upgrade DEVICE` over SSH with
+	// --no-reboot, then reboots; the node boots the other slot and
+	// blesses it.
 	plug("v020")
+	ssh := dialSSH(ctx, t, sshPort, key)
+	asked := ssh.run("sudo udevadm settle && sudo firstboot upgrade --no-reboot /dev/disk/by-label/FILES")
+	t.Logf("firstboot upgrade: %s", lastLine(asked))
+	require.Contains(t, asked, "0.2.0 installed into slot b; the next boot tries it")
 	expectWithin(ctx, t, vm, step, `upgrade: 0\.2\.0 installed into slot b`)
+	ssh.run("sudo systemd-run --on-active=1s /usr/bin/systemctl reboot")
 	expectWithin(ctx, t, vm, step, `Terrarium 0\.2\.0, slot b, boot \d+`)
 	expectWithin(ctx, t, vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
-	ssh := dialSSH(ctx, t, sshPort, key)
+	ssh = dialSSH(ctx, t, sshPort, key)
 	got, err := ssh.read("cat /usr/share/terrarium-test/changed")
 	require.NoError(t, err)
 	assert.Equal(t, "0.2.0", strings.TrimSpace(got), "the changed file")

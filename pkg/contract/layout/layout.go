@@ -35,6 +35,10 @@ const (
 	// LabelBundleFAT the same as FAT stores it (11 characters).
 	LabelBundle    = "TERRA-BUNDLE"
 	LabelBundleFAT = "TERRA-BUNDL"
+	// BundleIndexSignature is the signature of a side-load bundle's
+	// index.json, beside it (imagebuild bundle disk --sign): what a node
+	// whose policy takes only signed bundles checks.
+	BundleIndexSignature = "index.json.sig"
 	// LabelSupport is the label of a stick a running node writes a
 	// support bundle to, and LabelSupportFAT the same as FAT stores it.
 	LabelSupport    = "TERRA-SUPPORT"
@@ -164,6 +168,10 @@ const (
 	// RegistryConfigFile is the registry service's configuration, which
 	// firstboot writes from the machine config.
 	RegistryConfigFile = "/etc/terrarium/registry.json"
+	// KubeletClientCert is the kubelet's client certificate and key (one
+	// PEM file, kept current by the kubelet): a cluster node's identity,
+	// which its registry also shows its peers.
+	KubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 	// EmbeddedConfig is a machine config the build spec bakes into the
 	// slot (optional), with its signature at EmbeddedConfig+".sig".
 	EmbeddedConfig = "/usr/lib/terrarium/machine.yaml"
@@ -187,6 +195,11 @@ const (
 	// StateResetRequest asks the initramfs to erase TERRA-STATE on the next
 	// boot (`firstboot reset`), as CmdlineResetState does.
 	StateResetRequest = "terrarium/reset-requested"
+	// StateUpgradeRequest asks the running node to install an upgrade file
+	// (`firstboot upgrade`); the runner, the node state's one writer,
+	// takes it and answers in StateUpgradeResult.
+	StateUpgradeRequest = "terrarium/upgrade-request.json"
+	StateUpgradeResult  = "terrarium/upgrade-result.json"
 	// StateUnpackWindow exists while containerd may be unpacking images
 	// onto STATE during formation: a boot that finds it knows a power cut
 	// may have torn what containerd unpacked, and starts containerd from

@@ -196,7 +196,7 @@ func TestContractDocumented(t *testing.T) {
 		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
-		StateResetRequest, StateUnpackWindow, ContainerdRoot, StatusFile,
+		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature,
 		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)

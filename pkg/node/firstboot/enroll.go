@@ -261,6 +261,7 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		}
 		r.serveSupportStick(ctx)
 		r.serveUpgradeStick(ctx, cfg)
+		r.serveUpgradeRequest(ctx, cfg)
 		found, err := r.probe(ctx, r.o.ChangeSources)
 		fp := fingerprint(found, err)
 		if fp == r.changeSeen {

@@ -162,16 +162,62 @@ func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Confi
 	if !ok {
 		return
 	}
+	r.installUpgrade(ctx, cfg, upgradeSource{
+		what:      "the " + layout.LabelUpgrade + " stick",
+		record:    m.Label + " (" + m.Device + ")",
+		removable: true,
+		open: func(fn func(path string) error) error {
+			return r.o.Media.Use(ctx, m, false, func(dir string) error {
+				path, err := upgradeFileOn(r.o.Host.Path(dir))
+				if err != nil {
+					return err
+				}
+				return fn(path)
+			})
+		},
+	}, upgrade.Refuse, true, nil)
+}
+
+// upgradeSource is where an upgrade file is read from.
+type upgradeSource struct {
+	// what names it on the console ("the TERRA-UPGRADE stick"), record in
+	// the node state.
+	what, record string
+	// removable: a stick, which the console says may be removed.
+	removable bool
+	// open calls fn with the upgrade file's path on the host.
+	open func(fn func(path string) error) error
+}
+
+// upgradeOutcome is what became of an upgrade: installed (and rebooting
+// into it unless told not to), already installed, or refused with
+// nothing written.
+type upgradeOutcome struct {
+	Outcome, Detail, Version, Slot string
+}
+
+// Outcomes of an upgrade.
+const (
+	outcomeInstalled        = "installed"
+	outcomeAlreadyInstalled = "already-installed"
+	outcomeRefused          = "refused"
+)
+
+// installUpgrade checks the signature and every part of the upgrade file
+// src holds, then installs it into the other slot under policy, records
+// it, and reboots into it when reboot. Under upgrade.Force an upgrade
+// marked bad on this node is installed again too. answer, when not nil,
+// gets the outcome before any reboot.
+func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, reboot bool, answer func(upgradeOutcome)) upgradeOutcome {
+	if answer == nil {
+		answer = func(upgradeOutcome) {}
+	}
 	var (
 		res    slotinstall.Result
 		digest string
 		name   string
 	)
-	err := r.o.Media.Use(ctx, m, false, func(dir string) error {
-		path, err := upgradeFileOn(r.o.Host.Path(dir))
-		if err != nil {
-			return err
-		}
+	err := src.open(func(path string) error {
 		name = filepath.Base(path)
 		f, err := os.Open(path)
 		if err != nil {
@@ -186,7 +232,7 @@ func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Confi
 		if err != nil {
 			return err
 		}
-		r.say("upgrade: %s on the %s stick: checking its signature and every part before anything is written", name, layout.LabelUpgrade)
+		r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
 		v, err := uf.Verify(ctx, r.upgradeKeys(cfg))
 		if err != nil {
 			return err
@@ -199,35 +245,51 @@ func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Confi
 				bad = &c
 			}
 		})
-		if bad != nil {
+		if bad != nil && policy != upgrade.Force {
 			return fmt.Errorf("%w: %s rolled back at %s (%s)", errRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
 		}
-		res, err = r.o.Install(ctx, v, r.slot, *r.rel, upgrade.Refuse, host.ReporterFunc(r.report))
+		res, err = r.o.Install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
 		return err
 	})
 	switch {
 	case errors.Is(err, upgrade.ErrAlreadyInstalled):
-		r.say("upgrade: %s is already installed; nothing to do (the stick may be removed)", name)
-		return
+		detail := name + " is already installed; nothing to do"
+		if src.removable {
+			detail += " (the stick may be removed)"
+		}
+		r.say("upgrade: %s", detail)
+		out := upgradeOutcome{Outcome: outcomeAlreadyInstalled, Detail: detail}
+		answer(out)
+		return out
 	case err != nil:
 		r.step("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.status.Message = "upgrade refused: " + err.Error()
 		r.publish()
-		return
+		out := upgradeOutcome{Outcome: outcomeRefused, Detail: err.Error()}
+		answer(out)
+		return out
 	}
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
-		Source: m.Label + " (" + m.Device + ")", State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
+		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
 		r.say("recording the upgrade: %v", err)
 	}
 	r.step("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
-	r.say("upgrade: %s installed into slot %s in %s; rebooting into it (on trial: %d tries, then back to %s)",
-		res.Manifest.Version, res.Slot, res.Took.Round(1e9), res.Tries, r.rel.Version)
-	r.publish()
-	if err := r.o.Reboot(ctx); err != nil {
-		r.say("reboot: %v", err)
+	next := fmt.Sprintf("rebooting into it (on trial: %d tries, then back to %s)", res.Tries, r.rel.Version)
+	if !reboot {
+		next = fmt.Sprintf("the next boot tries it (%d tries, then back to %s)", res.Tries, r.rel.Version)
 	}
+	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
+	r.publish()
+	out := upgradeOutcome{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
+	answer(out) // before the reboot cuts the asker off
+	if reboot {
+		if err := r.o.Reboot(ctx); err != nil {
+			r.say("reboot: %v", err)
+		}
+	}
+	return out
 }
 
 // errRolledBackBefore: the upgrade failed on this node before.

@@ -179,3 +179,85 @@ func TestUpgradeRollbackAndCommit(t *testing.T) {
 	assert.Equal(t, nodestate.UpgradeCommitted, e.journal().Upgrade.State)
 	assert.Contains(t, e.console.String(), "upgraded from 1.2.3 to 1.4.0: slot b is healthy and blessed")
 }
+
+// `firstboot upgrade FILE` asks the running node, which checks and
+// installs the file as it would from a stick and answers: refused (by an
+// untrusted key) with nothing written; installed without a reboot when
+// asked so; installed and rebooted into; and an upgrade that rolled back
+// here before only with --force.
+func TestUpgradeRequest(t *testing.T) {
+	e, o, inst, key := upgradeEnv(t)
+	other, _, err := signature.GenerateKey()
+	require.NoError(t, err)
+	e.upgradeStick(other, "/home/admin/untrusted", "1.3.0")
+	e.upgradeStick(key, "/home/admin", "1.3.0")
+	e.upgradeStick(key, "/home/admin", "1.4.0")
+	e.upgradeStick(key, "/home/admin", "1.5.0")
+	store, err := nodestate.Open(e.path(journalPath()))
+	require.NoError(t, err)
+	require.NoError(t, store.Update(func(j *nodestate.Journal) {
+		j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digestOfFile(t, e.path("/home/admin/terrarium-1.5.0.upgrade")), Version: "1.5.0", Reason: "health failed", At: time.Now()})
+	}))
+
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == StateVerified }, 10*time.Second, time.Millisecond)
+
+	ask := func(path string, force, noReboot bool) (UpgradeResult, error, string) {
+		var out strings.Builder
+		res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: path, Force: force, NoReboot: noReboot, Wait: 10 * time.Second, Poll: time.Millisecond})
+		return res, err, out.String()
+	}
+	_, err, _ = ask("/home/admin/untrusted/terrarium-1.3.0.upgrade", false, false)
+	assert.ErrorIs(t, err, ErrUpgradeRefused)
+	assert.ErrorContains(t, err, "not trusted")
+	assert.Empty(t, inst.calls(), "nothing written")
+
+	res, err, out := ask("/home/admin/terrarium-1.3.0.upgrade", false, true)
+	require.NoError(t, err)
+	assert.Equal(t, UpgradeResult{ID: res.ID, Outcome: "installed", Detail: res.Detail, Version: "1.3.0", Slot: "b"}, res)
+	assert.Contains(t, out, "1.3.0 installed into slot b; the next boot tries it")
+	assert.Zero(t, e.rebootCount(), "--no-reboot")
+
+	_, err, _ = ask("/home/admin/terrarium-1.5.0.upgrade", false, true)
+	assert.ErrorIs(t, err, ErrUpgradeRefused)
+	assert.ErrorContains(t, err, "rolled back on this node before")
+	_, err, _ = ask("/home/admin/terrarium-1.5.0.upgrade", true, true)
+	require.NoError(t, err, "--force installs it all the same")
+
+	res, err, _ = ask("/home/admin/terrarium-1.4.0.upgrade", false, false)
+	require.NoError(t, err)
+	assert.Equal(t, "installed", res.Outcome)
+	assert.Equal(t, []string{"1.3.0", "1.5.0", "1.4.0"}, inst.calls())
+	require.Eventually(t, func() bool { return e.rebootCount() == 1 }, 5*time.Second, time.Millisecond, "rebooted into it")
+	assert.Equal(t, "firstboot upgrade /home/admin/terrarium-1.4.0.upgrade", e.journal().Upgrade.Source)
+	assert.NoFileExists(t, e.path(upgradeRequestPath()), "the request is taken")
+
+	_, err, _ = ask("/home/admin/missing.upgrade", false, false)
+	assert.ErrorContains(t, err, "no such file", "refused by the command, nothing asked")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// digestOfFile is the digest the node records for an upgrade file.
+func digestOfFile(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	uf, err := upgrade.Open(f, fi.Size())
+	require.NoError(t, err)
+	return upgradeDigest(uf.Manifest())
+}
+
+// rebootCount is how often the node rebooted, read under the env's lock.
+func (e *env) rebootCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reboots
+}

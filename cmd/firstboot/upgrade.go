@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+)
+
+func upgradeCmd() *cobra.Command {
+	o := firstboot.UpgradeOptions{Out: os.Stdout, Poll: time.Second}
+	cmd := &cobra.Command{
+		Use:   "upgrade FILE|DEVICE",
+		Short: "Install an upgrade file into the other slot and reboot into it on trial",
+		Long: `Asks the running node to install an upgrade file (terrarium-VERSION.upgrade), or
+the one upgrade file on a block device's filesystem, exactly as a TERRA-UPGRADE
+stick would: the signature and every part are checked before anything is
+written; the other slot and its boot entry are written with a boot counter;
+the node reboots into it on trial, keeps it once it is healthy, and falls back
+to this slot otherwise. A downgrade, the same version again, or an upgrade that
+rolled back on this node before is refused unless --force; an incompatible one
+always is.`,
+		Example: `  sudo firstboot upgrade /home/admin/terrarium-0.2.0.upgrade
+  sudo firstboot upgrade --no-reboot /dev/sdb1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Host, o.Path = host.Real(), args[0]
+			_, err := firstboot.RequestUpgrade(cmd.Context(), o)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.Force, "force", false, "install a downgrade, the same version again, or an upgrade that rolled back here before")
+	f.BoolVar(&o.NoReboot, "no-reboot", false, "install only; the next boot tries the new slot")
+	f.DurationVar(&o.Wait, "timeout", 30*time.Minute, "how long to wait for the node's answer")
+	return cmd
+}
