@@ -36,11 +36,17 @@ func (c Config) args() []string {
 		"-serial", "stdio",
 		"-qmp", "unix:"+escape(filepath.Join(c.Dir, QMPSocket))+",server=on,wait=off",
 	)
+	cds := 0
 	for _, d := range c.Disks {
 		for _, node := range d.blockdevs() {
 			a = append(a, "-blockdev", mustJSON(node))
 		}
-		a = append(a, "-device", d.deviceArg(""))
+		bus := ""
+		if d.Bus == BusCDROM {
+			bus = fmt.Sprintf("ide.%d", cds) // one drive per AHCI port
+			cds++
+		}
+		a = append(a, "-device", d.deviceArg(bus))
 	}
 	a = append(a, c.Network.args(0)...)
 	if c.Link != nil {
@@ -93,6 +99,8 @@ func (d Disk) deviceProps(bus string) map[string]string {
 		p["bus"] = "xhci.0"
 	case BusNVMe:
 		p["driver"] = "nvme"
+	case BusCDROM:
+		p["driver"] = "ide-cd"
 	default:
 		p["driver"] = "virtio-blk-pci"
 	}

@@ -110,6 +110,17 @@ func TestArgs(t *testing.T) {
 			},
 		},
 		{
+			name: "two CD-ROMs, one AHCI port each",
+			cfg: Config{Disks: []Disk{
+				{ID: "cd", Path: "/img/a.iso", Format: "raw", ReadOnly: true, Bus: BusCDROM},
+				{ID: "ovf", Path: "/img/b.iso", Format: "raw", ReadOnly: true, Bus: BusCDROM},
+			}},
+			want: [][2]string{
+				{"-device", "ide-cd,bus=ide.0,id=cd,drive=cd-fmt"},
+				{"-device", "ide-cd,bus=ide.1,id=ovf,drive=ovf-fmt"},
+			},
+		},
+		{
 			name: "restricted network with capture",
 			cfg:  Config{Network: Network{Mode: NetRestricted, MAC: "52:54:00:aa:bb:cc", Capture: "/c,ap.pcap"}},
 			want: [][2]string{
@@ -193,6 +204,7 @@ func TestConfigInvalid(t *testing.T) {
 		{"vmdk", Config{Disks: disk(func(d *Disk) { d.Format = "vmdk" })}, "want raw or qcow2"},
 		{"nvme without serial", Config{Disks: disk(func(d *Disk) { d.Bus = BusNVMe })}, "need a Serial"},
 		{"unknown bus", Config{Disks: disk(func(d *Disk) { d.Bus = Bus(9) })}, "unknown bus"},
+		{"writable CD-ROM", Config{Disks: disk(func(d *Disk) { d.Bus = BusCDROM })}, "read-only raw image"},
 		{"bad id", Config{Disks: disk(func(d *Disk) { d.ID = "0disk" })}, "id \"0disk\""},
 		{"id with comma", Config{Disks: disk(func(d *Disk) { d.ID = "a,b" })}, "id \"a,b\""},
 		{"duplicate id", Config{Disks: []Disk{

@@ -84,6 +84,7 @@ const (
 	BusVirtio Bus = iota // virtio-blk-pci (default)
 	BusUSB               // usb-storage on the qemu-xhci controller
 	BusNVMe              // nvme; needs Disk.Serial
+	BusCDROM             // ide-cd on the q35 AHCI controller: a CD-ROM drive (at start only)
 )
 
 func (b Bus) String() string {
@@ -94,6 +95,8 @@ func (b Bus) String() string {
 		return "usb"
 	case BusNVMe:
 		return "nvme"
+	case BusCDROM:
+		return "cdrom"
 	}
 	return fmt.Sprintf("Bus(%d)", int(b))
 }
@@ -250,6 +253,10 @@ func (d Disk) validate() error {
 	}
 	switch d.Bus {
 	case BusVirtio, BusUSB:
+	case BusCDROM:
+		if !d.ReadOnly || d.Format != "raw" {
+			return fmt.Errorf("%s: a CD-ROM is a read-only raw image (ISO 9660)", d.ID)
+		}
 	case BusNVMe:
 		if d.Serial == "" {
 			return fmt.Errorf("%s: NVMe disks need a Serial", d.ID)

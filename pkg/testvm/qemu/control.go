@@ -98,6 +98,9 @@ func (v *VM) HotplugDisk(ctx context.Context, d Disk) error {
 	if err := d.validate(); err != nil {
 		return fmt.Errorf("qemu hotplug: %w", err)
 	}
+	if d.Bus == BusCDROM {
+		return fmt.Errorf("qemu hotplug %s: a CD-ROM drive is attached at start (Config.Disks)", d.ID)
+	}
 	port := ""
 	if d.Bus != BusUSB {
 		var err error

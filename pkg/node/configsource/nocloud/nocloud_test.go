@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/internal/testvolume"
+	"github.com/terrarium-os/terrarium/pkg/testvm/testvolume"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
