@@ -49,10 +49,11 @@ test: deps bin vet unit qemu-test
 # Every Go fuzz target (go test -list '^Fuzz' ./pkg/...) for FUZZTIME each,
 # one after another; not part of `make test`. A failing input is written to
 # the package's testdata/fuzz/ and becomes a regression test
-# (docs/fuzzing.md). `make fuzz FUZZTIME=30s` for a quick pass.
+# (docs/fuzzing.md). `make fuzz FUZZTIME=30s` for a quick pass;
+# FUZZ_MATCH='machineconfig|volume' for some targets.
 FUZZTIME ?= 10m
 fuzz:
-	GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZ_MATCH='$(FUZZ_MATCH)' bash scripts/fuzz.sh
 
 # End-to-end cluster formation in QEMU (two VMs, a power cut, a Service
 # across nodes): too long for CI under TCG, so not part of `make test`.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -127,8 +128,14 @@ func TestConfigChannels(t *testing.T) {
 			m := newMachine(t, image)
 			m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
 			key := newSSHKey(t)
-			port := m.forwardSSH()
-			vm := m.boot(ctx, c.medium(t, filepath.Join(m.dir, "media"), m.mac, key.authorized))
+			port := freePort(t)
+			// QEMU forwards to the address its DHCP hands out unless told
+			// the guest's static one.
+			guest, _, _ := strings.Cut(c.address, "/")
+			m.forward = append(m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-%s:22", port, guest))
+			media := filepath.Join(m.dir, "media")
+			require.NoError(t, os.MkdirAll(media, 0o755))
+			vm := m.boot(ctx, c.medium(t, media, m.mac, key.authorized))
 			s := expectStatus(ctx, t, vm, "provisioned", "failed")
 			require.Equal(t, "provisioned", s.State, "%+v", s)
 			assert.Equal(t, c.hostname, s.Hostname)

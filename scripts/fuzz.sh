@@ -4,7 +4,8 @@
 # after another, and prints each target's last execs line. Exits non-zero
 # if any target fails; Go then writes the failing input to the package's
 # testdata/fuzz/<Target>/, where it becomes a regression test
-# (docs/fuzzing.md). `make fuzz` runs it.
+# (docs/fuzzing.md). `make fuzz` runs it. FUZZ_MATCH, an extended regular
+# expression, keeps only the targets whose "package name" matches it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +27,15 @@ while IFS= read -r line; do
 	*) names=() ;;
 	esac
 done <<<"$list"
+if [ -n "${FUZZ_MATCH:-}" ]; then
+	kept=()
+	for t in "${targets[@]}"; do
+		if grep -Eq -- "$FUZZ_MATCH" <<<"$t"; then kept+=("$t"); fi
+	done
+	targets=("${kept[@]}")
+fi
 if [ ${#targets[@]} -eq 0 ]; then
-	echo "fuzz: no fuzz targets found" >&2
+	echo "fuzz: no fuzz targets found${FUZZ_MATCH:+ matching $FUZZ_MATCH}" >&2
 	exit 1
 fi
 echo "fuzz: ${#targets[@]} targets, $FUZZTIME each"

@@ -18,7 +18,9 @@ import (
 	"strings"
 
 	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 )
 
 var (
@@ -45,12 +47,28 @@ func Open(dev string) (v *Volume, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dev, err)
 	}
-	fs, err := d.GetFilesystem(0)
+	fs, err := filesystemOf(d)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("%s: no FAT or ISO9660 filesystem: %w", dev, err)
 	}
 	return &Volume{dev: dev, disk: d, fs: fs}, nil
+}
+
+// filesystemOf finds the filesystem on the whole of d. go-diskfs reads an
+// ISO 9660 filesystem in the device's own block size, so an ISO on a disk
+// with 512-byte blocks (a NoCloud or config-2 image attached as a virtio or
+// USB disk rather than a CD-ROM) is not found; it is then read again in
+// ISO 9660's own 2048-byte blocks.
+func filesystemOf(d *disk.Disk) (filesystem.FileSystem, error) {
+	fs, err := d.GetFilesystem(0)
+	if err == nil || d.DefaultBlocks {
+		return fs, err
+	}
+	if iso, isoErr := iso9660.Read(d.Backend, d.Size, 0, 0); isoErr == nil {
+		return iso, nil
+	}
+	return nil, err
 }
 
 // Close releases the device.

@@ -2,64 +2,25 @@ package volume
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
-	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/terrarium-os/terrarium/pkg/testvm/testvolume"
 )
-
-// fatVolume writes files (paths with slashes make directories) to a FAT
-// image made with go-diskfs.
-func fatVolume(t *testing.T, files map[string]string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "fat.img")
-	d, err := diskfs.Create(p, 16<<20, diskfs.SectorSizeDefault)
-	require.NoError(t, err)
-	defer d.Close()
-	fs, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat16, VolumeLabel: "CIDATA"})
-	require.NoError(t, err)
-	for name, content := range files {
-		if dir := filepath.Dir(name); dir != "." {
-			require.NoError(t, fs.Mkdir("/"+dir))
-		}
-		f, err := fs.OpenFile("/"+name, os.O_CREATE|os.O_RDWR)
-		require.NoError(t, err)
-		_, err = f.Write([]byte(content))
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
-	}
-	return p
-}
-
-// isoVolume writes files to an ISO9660 image (Rock Ridge) made by xorriso.
-func isoVolume(t *testing.T, files map[string]string) string {
-	t.Helper()
-	xorriso, err := exec.LookPath("xorriso")
-	require.NoError(t, err, "xorriso is installed by scripts/deps.sh (make test)")
-	src := t.TempDir()
-	for name, content := range files {
-		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(src, name), []byte(content), 0o644))
-	}
-	p := filepath.Join(t.TempDir(), "v.iso")
-	out, err := exec.Command(xorriso, "-as", "mkisofs", "-quiet", "-R", "-V", "config-2", "-o", p, src).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return p
-}
 
 func TestReadFile(t *testing.T) {
 	files := map[string]string{
 		"user-data":                       "#cloud-config\n",
 		"openstack/latest/meta_data.json": `{"hostname":"a"}`,
 	}
-	for name, mk := range map[string]func(*testing.T, map[string]string) string{"fat": fatVolume, "iso9660": isoVolume} {
+	for name, mk := range testvolume.Both {
 		t.Run(name, func(t *testing.T) {
-			v, err := Open(mk(t, files))
+			v, err := Open(mk(t, t.TempDir(), "config-2", files))
 			require.NoError(t, err)
 			defer v.Close()
 			for file, want := range files {
@@ -89,4 +50,22 @@ func TestOpenGarbage(t *testing.T) {
 	_, err := Open(p)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), p)
+}
+
+// An ISO 9660 image on a block device of 512-byte blocks (attached as a
+// disk, not a CD-ROM) is read in ISO 9660's own blocks.
+func TestISOOnADiskOfSmallBlocks(t *testing.T) {
+	img := testvolume.ISO(t, t.TempDir(), "cidata", map[string]string{"meta-data": "instance-id: i-1\n"})
+	f, err := os.Open(img)
+	require.NoError(t, err)
+	defer f.Close()
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	// What diskfs.Open makes of a block device that says 512-byte blocks.
+	d := &disk.Disk{Backend: file.New(f, true), Size: fi.Size(), LogicalBlocksize: 512, PhysicalBlocksize: 512, DefaultBlocks: false}
+	_, err = d.GetFilesystem(0)
+	require.Error(t, err, "go-diskfs alone does not find it")
+	fs, err := filesystemOf(d)
+	require.NoError(t, err)
+	assert.Equal(t, filesystem.TypeISO9660, fs.Type())
 }
