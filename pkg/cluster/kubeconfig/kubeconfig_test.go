@@ -2,14 +2,10 @@ package kubeconfig
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +19,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/testvm/testpki"
 )
 
 var now = time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
@@ -54,14 +51,8 @@ func apiServer(t *testing.T, s *clustersecrets.Secrets) (*httptest.Server, chan 
 	require.NoError(t, err)
 	caKey, err := x509.ParseECPrivateKey(mustPEM(t, s.CA.Key))
 	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, key.Public(), caKey)
+	certPEM, keyPEM := testpki.CA{Cert: ca, Key: caKey}.Issue(t, "kube-apiserver", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
+	serving, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
@@ -71,7 +62,7 @@ func apiServer(t *testing.T, s *clustersecrets.Secrets) (*httptest.Server, chan 
 		_, _ = w.Write([]byte(`{"items":[{"metadata":{"name":"cp-1"}}]}`))
 	}))
 	srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		Certificates: []tls.Certificate{serving},
 		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: pool,
 	}
 	srv.StartTLS()
