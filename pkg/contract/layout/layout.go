@@ -168,6 +168,12 @@ const (
 	// RegistryConfigFile is the registry service's configuration, which
 	// firstboot writes from the machine config.
 	RegistryConfigFile = "/etc/terrarium/registry.json"
+	// RegistryCacheDir is the registry's writable cache (on STATE through
+	// /var), and RegistryMountDir where it mounts side-load disks. The
+	// registry's unit names both (StateDirectory=, RuntimeDirectory=): its
+	// sandbox leaves only them writable.
+	RegistryCacheDir = "/var/lib/terrarium/registry"
+	RegistryMountDir = "/run/terrarium/bundle-disk"
 	// KubeletClientCert is the kubelet's client certificate and key (one
 	// PEM file, kept current by the kubelet): a cluster node's identity,
 	// which its registry also shows its peers.

@@ -196,9 +196,25 @@ func TestContractDocumented(t *testing.T) {
 		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
-		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature,
+		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature, RegistryCacheDir, RegistryMountDir,
 		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}
+}
+
+// The registry's sandbox leaves writable only the directories its unit
+// names, which must be the ones the registry uses.
+func TestRegistryUnitNamesItsDirectories(t *testing.T) {
+	unit, err := os.ReadFile("../../../os/overlay/etc/systemd/system/terrarium-registry.service")
+	require.NoError(t, err)
+	settings := map[string]string{}
+	for _, line := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(k, "#") {
+			settings[k] = v
+		}
+	}
+	assert.Equal(t, RegistryCacheDir, "/var/lib/"+settings["StateDirectory"])
+	assert.Equal(t, RegistryMountDir, "/run/"+settings["RuntimeDirectory"])
+	assert.Equal(t, "strict", settings["ProtectSystem"], "the rest is read-only")
 }

@@ -253,13 +253,13 @@ func Notify() func() error {
 func Defaults(log *slog.Logger, console io.Writer) Options {
 	return Options{
 		BundleDir:  layout.BundleDir,
-		CacheDir:   "/var/lib/terrarium/registry",
+		CacheDir:   layout.RegistryCacheDir,
 		ConfigFile: layout.RegistryConfigFile,
 		Loopback:   mirrors.Loopback,
 		Log:        log,
 		Notify:     Notify(),
 		SideLoad: &SideLoader{
-			LabelDir: "/dev/disk/by-label", MountDir: "/run/terrarium/bundle-disk",
+			LabelDir: "/dev/disk/by-label", MountDir: layout.RegistryMountDir,
 			Console: console, Log: log, Interval: 2 * time.Second,
 		},
 	}
