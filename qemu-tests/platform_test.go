@@ -141,7 +141,8 @@ func TestConfigChannels(t *testing.T) {
 			assert.Equal(t, c.hostname, s.Hostname)
 			assert.Contains(t, s.Enrolled, c.source)
 			if c.address != "" {
-				assert.True(t, containsPrefix(s.Addresses, c.address+" "), "addresses %v, want %s", s.Addresses, c.address)
+				has := func(a string) bool { return strings.HasPrefix(a, c.address+" ") }
+				assert.True(t, slices.ContainsFunc(s.Addresses, has), "addresses %v, want %s", s.Addresses, c.address)
 			}
 			ssh := dialSSH(ctx, t, port, key)
 			got, err := ssh.read("hostname")
@@ -152,13 +153,4 @@ func TestConfigChannels(t *testing.T) {
 			t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
 		})
 	}
-}
-
-func containsPrefix(list []string, prefix string) bool {
-	for _, s := range list {
-		if strings.HasPrefix(s, prefix) {
-			return true
-		}
-	}
-	return false
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
 )
@@ -162,20 +163,35 @@ func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Confi
 	if !ok {
 		return
 	}
-	r.installUpgrade(ctx, cfg, upgradeSource{
+	res := r.installUpgrade(ctx, cfg, upgradeSource{
 		what:      "the " + layout.LabelUpgrade + " stick",
 		record:    m.Label + " (" + m.Device + ")",
 		removable: true,
-		open: func(fn func(path string) error) error {
-			return r.o.Media.Use(ctx, m, false, func(dir string) error {
-				path, err := upgradeFileOn(r.o.Host.Path(dir))
-				if err != nil {
-					return err
-				}
-				return fn(path)
-			})
-		},
-	}, upgrade.Refuse, true, nil)
+		open:      r.upgradeFileOnMedium(ctx, m),
+	}, upgrade.Refuse, true)
+	if res.Outcome == outcomeInstalled {
+		r.rebootIntoUpgrade(ctx)
+	}
+}
+
+// upgradeFileOnMedium opens the one upgrade file at the root of m.
+func (r *runner) upgradeFileOnMedium(ctx context.Context, m media.Medium) func(fn func(path string) error) error {
+	return func(fn func(path string) error) error {
+		return r.o.Media.Use(ctx, m, false, func(dir string) error {
+			path, err := upgradeFileOn(r.o.Host.Path(dir))
+			if err != nil {
+				return err
+			}
+			return fn(path)
+		})
+	}
+}
+
+// rebootIntoUpgrade reboots into the slot an upgrade was just installed in.
+func (r *runner) rebootIntoUpgrade(ctx context.Context) {
+	if err := r.o.Reboot(ctx); err != nil {
+		r.say("reboot: %v", err)
+	}
 }
 
 // upgradeSource is where an upgrade file is read from.
@@ -189,14 +205,7 @@ type upgradeSource struct {
 	open func(fn func(path string) error) error
 }
 
-// upgradeOutcome is what became of an upgrade: installed (and rebooting
-// into it unless told not to), already installed, or refused with
-// nothing written.
-type upgradeOutcome struct {
-	Outcome, Detail, Version, Slot string
-}
-
-// Outcomes of an upgrade.
+// Outcomes of an upgrade (UpgradeResult.Outcome).
 const (
 	outcomeInstalled        = "installed"
 	outcomeAlreadyInstalled = "already-installed"
@@ -204,14 +213,11 @@ const (
 )
 
 // installUpgrade checks the signature and every part of the upgrade file
-// src holds, then installs it into the other slot under policy, records
-// it, and reboots into it when reboot. Under upgrade.Force an upgrade
-// marked bad on this node is installed again too. answer, when not nil,
-// gets the outcome before any reboot.
-func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, reboot bool, answer func(upgradeOutcome)) upgradeOutcome {
-	if answer == nil {
-		answer = func(upgradeOutcome) {}
-	}
+// src holds, then installs it into the other slot under policy and
+// records it; the caller reboots into it, at once when rebooting (which
+// the console says). Under upgrade.Force an upgrade marked bad on this
+// node is installed again too.
+func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) UpgradeResult {
 	var (
 		res    slotinstall.Result
 		digest string
@@ -258,17 +264,13 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			detail += " (the stick may be removed)"
 		}
 		r.say("upgrade: %s", detail)
-		out := upgradeOutcome{Outcome: outcomeAlreadyInstalled, Detail: detail}
-		answer(out)
-		return out
+		return UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
 	case err != nil:
 		r.step("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.status.Message = "upgrade refused: " + err.Error()
 		r.publish()
-		out := upgradeOutcome{Outcome: outcomeRefused, Detail: err.Error()}
-		answer(out)
-		return out
+		return UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()}
 	}
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
@@ -277,19 +279,12 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	}
 	r.step("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
 	next := fmt.Sprintf("rebooting into it (on trial: %d tries, then back to %s)", res.Tries, r.rel.Version)
-	if !reboot {
+	if !rebooting {
 		next = fmt.Sprintf("the next boot tries it (%d tries, then back to %s)", res.Tries, r.rel.Version)
 	}
 	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
 	r.publish()
-	out := upgradeOutcome{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
-	answer(out) // before the reboot cuts the asker off
-	if reboot {
-		if err := r.o.Reboot(ctx); err != nil {
-			r.say("reboot: %v", err)
-		}
-	}
-	return out
+	return UpgradeResult{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
 }
 
 // errRolledBackBefore: the upgrade failed on this node before.

@@ -72,8 +72,8 @@ func (r *runner) serveUpgradeRequest(ctx context.Context, cfg *machineconfig.Con
 	if err == nil && req.Path == "" {
 		err = errors.New("it names no upgrade file")
 	}
-	answer := func(o upgradeOutcome) {
-		res := UpgradeResult{ID: req.ID, Outcome: o.Outcome, Detail: o.Detail, Version: o.Version, Slot: o.Slot}
+	answer := func(res UpgradeResult) {
+		res.ID = req.ID
 		out, _ := json.MarshalIndent(res, "", "  ")
 		if err := atomicfile.WriteFile(r.o.Host.Path(upgradeResultPath()), append(out, '\n'), 0o644); err != nil {
 			r.say("answering the upgrade request: %v", err)
@@ -81,14 +81,18 @@ func (r *runner) serveUpgradeRequest(ctx context.Context, cfg *machineconfig.Con
 	}
 	if err != nil {
 		r.say("upgrade request %s is unreadable, nothing was written: %v", upgradeRequestPath(), err)
-		answer(upgradeOutcome{Outcome: outcomeRefused, Detail: fmt.Sprintf("the request is unreadable: %v", err)})
+		answer(UpgradeResult{Outcome: outcomeRefused, Detail: fmt.Sprintf("the request is unreadable: %v", err)})
 		return
 	}
 	policy := upgrade.Refuse
 	if req.Force {
 		policy = upgrade.Force
 	}
-	r.installUpgrade(ctx, cfg, r.requestSource(ctx, req.Path), policy, !req.NoReboot, answer)
+	res := r.installUpgrade(ctx, cfg, r.requestSource(ctx, req.Path), policy, !req.NoReboot)
+	answer(res) // before the reboot cuts the asker off
+	if res.Outcome == outcomeInstalled && !req.NoReboot {
+		r.rebootIntoUpgrade(ctx)
+	}
 }
 
 // requestSource reads an upgrade file, or the one upgrade file on a block
@@ -104,13 +108,7 @@ func (r *runner) requestSource(ctx context.Context, path string) upgradeSource {
 		case fi.Mode().IsRegular():
 			return fn(r.o.Host.Path(path))
 		case fi.Mode()&fs.ModeDevice != 0:
-			return r.o.Media.Use(ctx, media.Medium{Device: path, Label: "firstboot upgrade"}, false, func(dir string) error {
-				file, err := upgradeFileOn(r.o.Host.Path(dir))
-				if err != nil {
-					return err
-				}
-				return fn(file)
-			})
+			return r.upgradeFileOnMedium(ctx, media.Medium{Device: path, Label: "firstboot upgrade"})(fn)
 		}
 		return fmt.Errorf("%s is neither an upgrade file nor a block device", path)
 	}

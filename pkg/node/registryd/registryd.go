@@ -91,11 +91,14 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("open registry cache: %w", err)
 	}
 	opts := []registry.Option{registry.WithStores(stores...), registry.WithCache(cache), registry.WithLogger(o.Log)}
-	if len(cfg.Peers) > 0 {
-		pool, err := loadCA(cfg.CAFile)
-		if err != nil {
+	// The cluster CA checks the peers we ask and the peers that ask us.
+	var pool *x509.CertPool
+	if len(cfg.Peers) > 0 || cfg.Serve {
+		if pool, err = loadCA(cfg.CAFile); err != nil {
 			return err
 		}
+	}
+	if len(cfg.Peers) > 0 {
 		var urls []string
 		for _, p := range cfg.Peers {
 			urls = append(urls, "https://"+p)
@@ -115,7 +118,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { errs <- registry.Serve(ctx, ln, srv) }()
 	o.Log.Info("registry: serving", "addr", o.Loopback, "bundle", o.BundleDir, "cache", o.CacheDir, "peers", cfg.Peers)
 	if cfg.Serve {
-		tln, err := tlsListener(ctx, cfg)
+		tln, err := tlsListener(ctx, cfg, pool)
 		if err != nil {
 			return err
 		}
@@ -189,14 +192,10 @@ func clientCertificate(certFile, keyFile string) func(*tls.CertificateRequestInf
 
 // tlsListener serves the peers over mutual TLS: a peer shows a client
 // certificate from the cluster CA, or is refused in the handshake.
-func tlsListener(ctx context.Context, c Config) (net.Listener, error) {
+func tlsListener(ctx context.Context, c Config, clients *x509.CertPool) (net.Listener, error) {
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("registry TLS certificate: %w", err)
-	}
-	clients, err := loadCA(c.CAFile)
-	if err != nil {
-		return nil, err
 	}
 	ln, err := listenFreebind(ctx, c.Listen)
 	if err != nil {
