@@ -176,7 +176,12 @@ func TestUpgradeFromStick(t *testing.T) {
 	// blesses it.
 	plug("v020")
 	ssh := dialSSH(ctx, t, sshPort, key)
-	asked := ssh.run("sudo udevadm settle && sudo firstboot upgrade --no-reboot /dev/disk/by-label/FILES")
+	// Into a file, then read without sudo's pty, which now and then loses
+	// a command's output (see sshClient.output).
+	_, runErr := ssh.try("sudo udevadm wait --timeout=120 /dev/disk/by-label/FILES && sudo sh -c 'firstboot upgrade --no-reboot /dev/disk/by-label/FILES > /tmp/upgrade.txt 2>&1'")
+	asked, err := ssh.read("cat /tmp/upgrade.txt")
+	require.NoError(t, err)
+	require.NoError(t, runErr, "firstboot upgrade: %s", asked)
 	t.Logf("firstboot upgrade: %s", lastLine(asked))
 	require.Contains(t, asked, "0.2.0 installed into slot b; the next boot tries it")
 	expectWithin(ctx, t, vm, step, `upgrade: 0\.2\.0 installed into slot b`)
