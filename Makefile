@@ -7,7 +7,7 @@ SPEC ?= os/terrarium.yaml
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image pin test unit qemu-test e2e e2e-ha vet fuzz bench bench-cluster bench-idle clean
+.PHONY: all deps bin image pin test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
 
 all: image
 
@@ -60,6 +60,19 @@ fuzz:
 e2e: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestClusterFormation' ./qemu-tests/...
+
+# Disaster recovery: a cluster backs up to a TERRA-BACKUP stick, every VM
+# is destroyed, a new control plane restores from the stick.
+e2e-backup: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestClusterBackupRestore' ./qemu-tests/...
+
+# Power cuts of an init node at 20 random moments of its formation, each
+# followed by power-on: it must form every time. Hours under TCG.
+# TERRARIUM_POWERCUT_SEED=N repeats a run's moments.
+e2e-powercut: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 330m -v -run 'TestPowerCuts' ./qemu-tests/...
 
 # Three control planes and a worker (four VMs): longer still.
 e2e-ha: image

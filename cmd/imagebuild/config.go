@@ -26,7 +26,7 @@ func configCmd() *cobra.Command {
 		},
 	}
 	validate.Flags().StringVar(&specPath, "spec", "", "the build spec of the image the config lands on")
-	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd(), kubeconfigCmd())
+	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd(), kubeconfigCmd(), backupKeyCmd(), backupOpenCmd())
 	return cmd
 }
 

@@ -47,6 +47,11 @@ const (
 	// running node, and LabelUpgradeFAT the same as FAT stores it.
 	LabelUpgrade    = "TERRA-UPGRADE"
 	LabelUpgradeFAT = "TERRA-UPGRA"
+	// LabelBackup is the label of a stick a running control plane writes
+	// its newest etcd backup to, and from which a new init node restores
+	// the cluster; LabelBackupFAT the same as FAT stores it.
+	LabelBackup    = "TERRA-BACKUP"
+	LabelBackupFAT = "TERRA-BACKU"
 	// LabelESPFS is the FAT volume label of the ESP.
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
@@ -184,6 +189,14 @@ const (
 	// ContainerdRoot is containerd's store (content, snapshots, metadata),
 	// on STATE through /var.
 	ContainerdRoot = "/var/lib/containerd"
+	// EtcdDataDir is the local etcd member's data (kubeadm's), on STATE
+	// through /var.
+	EtcdDataDir = "/var/lib/etcd"
+	// EtcdSnapshotDir holds a control plane's scheduled etcd snapshots
+	// (etcd-<time>.db, plain: they stay on the node like etcd's data),
+	// and BackupDir the encrypted backups `firstboot backup` writes.
+	EtcdSnapshotDir = "/var/lib/terrarium/etcd-snapshots"
+	BackupDir       = "/var/lib/terrarium/backups"
 )
 
 // TERRA-STATE layout, relative to its root.

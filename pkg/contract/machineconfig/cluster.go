@@ -72,6 +72,59 @@ type Cluster struct {
 	// check but SystemVerification (which reads the running kernel's
 	// config, absent from an appliance kernel) is enforced.
 	IgnorePreflightErrors []string `yaml:"ignorePreflightErrors,omitempty"`
+	// Backup schedules a control plane's etcd snapshots on TERRA-STATE
+	// (docs/operations/backup.md). Absent: every DefaultBackupInterval,
+	// the newest DefaultBackupKeep kept.
+	Backup *Backup `yaml:"backup,omitempty"`
+}
+
+// Backup is a control plane's etcd snapshot schedule.
+type Backup struct {
+	// Interval between two snapshots, a Go duration (30m, 6h), from
+	// MinBackupInterval to MaxBackupInterval.
+	Interval string `yaml:"interval,omitempty"`
+	// Keep is how many snapshots stay on STATE (1 to MaxBackupKeep).
+	Keep int `yaml:"keep,omitempty"`
+}
+
+// The etcd snapshot schedule's defaults and bounds.
+const (
+	DefaultBackupInterval = time.Hour
+	DefaultBackupKeep     = 24
+	MinBackupInterval     = 5 * time.Minute
+	MaxBackupInterval     = 7 * 24 * time.Hour
+	MaxBackupKeep         = 1000
+)
+
+// BackupSchedule is the control plane's snapshot interval and how many
+// snapshots it keeps, defaults filled in.
+func (c *Cluster) BackupSchedule() (interval time.Duration, keep int) {
+	interval, keep = DefaultBackupInterval, DefaultBackupKeep
+	if c.Backup == nil {
+		return interval, keep
+	}
+	if d, err := time.ParseDuration(c.Backup.Interval); err == nil && c.Backup.Interval != "" {
+		interval = d
+	}
+	if c.Backup.Keep > 0 {
+		keep = c.Backup.Keep
+	}
+	return interval, keep
+}
+
+func validateBackup(ps *strictyaml.Problems, p strictyaml.Path, b Backup) {
+	if b.Interval != "" {
+		d, err := time.ParseDuration(b.Interval)
+		switch {
+		case err != nil:
+			ps.Addf(p.Field("interval"), "%s is not a duration; write it like 30m or 6h", quote(b.Interval))
+		case d < MinBackupInterval || d > MaxBackupInterval:
+			ps.Addf(p.Field("interval"), "%s is outside %s to %s", b.Interval, MinBackupInterval, "168h")
+		}
+	}
+	if b.Keep < 0 || b.Keep > MaxBackupKeep {
+		ps.Addf(p.Field("keep"), "%d is outside 1 to %d (0 or absent keeps %d)", b.Keep, MaxBackupKeep, DefaultBackupKeep)
+	}
 }
 
 // ClusterPKI is what control-plane nodes pre-seed /etc/kubernetes/pki with.
@@ -238,6 +291,13 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 		validatePKI(ps, p.Field("pki"), c)
 	} else if c.PKI != nil {
 		ps.Addf(p.Field("pki"), "workers carry no CA keys; remove pki from a worker's config")
+	}
+	if c.Backup != nil {
+		if c.IsControlPlane() {
+			validateBackup(ps, p.Field("backup"), *c.Backup)
+		} else {
+			ps.Addf(p.Field("backup"), "workers hold no etcd to back up; remove backup from a worker's config")
+		}
 	}
 }
 

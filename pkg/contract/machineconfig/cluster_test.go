@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -27,15 +30,11 @@ func clusterConfigs(t *testing.T) map[string]string {
 		},
 		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[string]string{}
 	for _, n := range []string{"cp-1", "cp-2", "w-1"} {
 		b, err := os.ReadFile(filepath.Join(dir, n+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out[n] = string(b)
 	}
 	return out
@@ -46,9 +45,7 @@ func clusterConfigs(t *testing.T) map[string]string {
 func TestBadClusterConfigs(t *testing.T) {
 	cfgs := clusterConfigs(t)
 	other, err := clustersecrets.Generate("other", now, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	otherHash, _ := other.CACertHash()
 	tests := []struct {
 		name, node string
@@ -79,6 +76,15 @@ func TestBadClusterConfigs(t *testing.T) {
 		{"preflight check name with a space", "cp-2", func(s string) string {
 			return strings.Replace(s, "  role: controlplane\n", "  role: controlplane\n  ignorePreflightErrors:\n    - Num CPU\n", 1)
 		}, []string{`$.cluster.ignorePreflightErrors[0]: "Num CPU" is not a kubeadm preflight check name`}},
+		{"backup interval that is no duration", "cp-2", func(s string) string {
+			return strings.Replace(s, "  role: controlplane\n", "  role: controlplane\n  backup:\n    interval: hourly\n", 1)
+		}, []string{`$.cluster.backup.interval: "hourly" is not a duration; write it like 30m or 6h`}},
+		{"backup interval too short", "cp-1", func(s string) string {
+			return strings.Replace(s, "  role: init\n", "  role: init\n  backup:\n    interval: 30s\n    keep: 5000\n", 1)
+		}, []string{"$.cluster.backup.interval: 30s is outside 5m0s to 168h", "$.cluster.backup.keep: 5000 is outside 1 to 1000"}},
+		{"backup on a worker", "w-1", func(s string) string {
+			return strings.Replace(s, "  role: worker\n", "  role: worker\n  backup:\n    keep: 3\n", 1)
+		}, []string{"$.cluster.backup: workers hold no etcd to back up"}},
 		{"unknown role", "w-1", func(s string) string {
 			return replaceLine(s, "role:", "  role: master")
 		}, []string{`$.cluster.role: "master" is not a role`}},
@@ -87,30 +93,43 @@ func TestBadClusterConfigs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := machineconfig.Parse("machine.yaml", []byte(tt.edit(cfgs[tt.node])))
 			for _, w := range tt.want {
-				if err == nil || !strings.Contains(err.Error(), w) {
-					t.Errorf("err = %v\nwant it to contain %q", err, w)
-				}
+				assert.ErrorContains(t, err, w)
 			}
 		})
 	}
 	for n, c := range cfgs {
-		if _, err := machineconfig.Parse(n, []byte(c)); err != nil {
-			t.Errorf("the generated config of %s is invalid: %v", n, err)
-		}
+		_, err := machineconfig.Parse(n, []byte(c))
+		assert.NoError(t, err, "the generated config of %s is invalid", n)
 	}
 }
 
 func TestExpiredToken(t *testing.T) {
 	c, err := machineconfig.Parse("w-1", []byte(clusterConfigs(t)["w-1"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Cluster.CheckToken(now); err != nil {
-		t.Fatalf("fresh token: %v", err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, c.Cluster.CheckToken(now), "fresh token")
 	err = c.Cluster.CheckToken(now.Add(2 * time.Hour))
-	if err == nil || !strings.Contains(err.Error(), "the bootstrap token expired at 2026-11-21T13:00:00Z") || !strings.Contains(err.Error(), "--rotate-token") {
-		t.Fatalf("err = %v", err)
+	assert.ErrorContains(t, err, "the bootstrap token expired at 2026-11-21T13:00:00Z")
+	assert.ErrorContains(t, err, "--rotate-token")
+}
+
+func TestBackupSchedule(t *testing.T) {
+	cfgs := clusterConfigs(t)
+	for _, tt := range []struct {
+		name, backup string
+		interval     time.Duration
+		keep         int
+	}{
+		{"defaults", "", machineconfig.DefaultBackupInterval, machineconfig.DefaultBackupKeep},
+		{"both", "  backup:\n    interval: 6h\n    keep: 8\n", 6 * time.Hour, 8},
+		{"keep only", "  backup:\n    keep: 3\n", machineconfig.DefaultBackupInterval, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := machineconfig.Parse("cp-1.yaml", []byte(strings.Replace(cfgs["cp-1"], "  role: init\n", "  role: init\n"+tt.backup, 1)))
+			require.NoError(t, err)
+			interval, keep := c.Cluster.BackupSchedule()
+			assert.Equal(t, tt.interval, interval, "backup interval")
+			assert.Equal(t, tt.keep, keep, "backups kept")
+		})
 	}
 }
 

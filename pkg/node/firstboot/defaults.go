@@ -27,15 +27,19 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/cmdline"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/embedded"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
 )
 
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
 	h := host.Real()
+	md := &media.Block{Host: h, Dir: "/run/terrarium/media"}
+	cluster := kubeadmflow.Real(h)
+	cluster.Backups = etcdbackup.FromStick(h, md)
 	esp := &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"}
 	return Options{
 		Host:    h,
-		Cluster: kubeadmflow.Real(h),
+		Cluster: cluster,
 		Console: Consoles{SysActive: "/sys/class/tty/console/active"},
 		Log:     log,
 		// The order is documented in docs/config-acquisition.md.
@@ -48,7 +52,7 @@ func Defaults(log *slog.Logger) Options {
 		WatchInterval:    3 * time.Second,
 		AddressWait:      30 * time.Second,
 		TimeSync:         timesync.DefaultSync(),
-		Media:            &media.Block{Host: h, Dir: "/run/terrarium/media"},
+		Media:            md,
 		TrialRebootDelay: 10 * time.Second,
 	}
 }

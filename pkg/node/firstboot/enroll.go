@@ -252,7 +252,7 @@ func immutableChanges(old, next *machineconfig.Config) error {
 // stick inserted into a running node), every WatchInterval, until ctx
 // ends. cfg is the config the node runs.
 func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) error {
-	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle", layout.LabelConfig, layout.LabelSupport)
+	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick a control plane's backup", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
 	for {
 		select {
 		case <-ctx.Done():
@@ -260,6 +260,8 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		case <-time.After(r.o.WatchInterval):
 		}
 		r.serveSupportStick(ctx)
+		r.serveBackupStick(ctx, cfg)
+		r.snapshotIfDue(ctx, cfg)
 		r.serveUpgradeStick(ctx, cfg)
 		r.serveUpgradeRequest(ctx, cfg)
 		found, err := r.probe(ctx, r.o.ChangeSources)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/media"
@@ -474,7 +475,8 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
 			return func(ctx context.Context, url string) (int, error) { return 200, nil }, func() {}
 		},
-		Timing: kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
+		Backups: etcdbackup.FromStick(e.host(), &e.media),
+		Timing:  kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
 	}
 }
 

@@ -105,6 +105,11 @@ type runner struct {
 	// upgradeServed the TERRA-UPGRADE stick last looked at, while they
 	// stay inserted.
 	supportServed, upgradeServed string
+	// backupServed is the TERRA-BACKUP stick last written to, while it
+	// stays inserted; snapshotFailed when the last scheduled etcd
+	// snapshot failed (zero after a success).
+	backupServed   string
+	snapshotFailed time.Time
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 }

@@ -48,6 +48,8 @@ type Status struct {
 	Time string `json:"time,omitempty"`
 	// Cluster is the node's part in its Kubernetes cluster, if any.
 	Cluster *kubeadmflow.ClusterStatus `json:"cluster,omitempty"`
+	// Backup is a control plane's newest etcd snapshot and its schedule.
+	Backup string `json:"backup,omitempty"`
 }
 
 // publish writes status.json, then prints the banner and the file's
@@ -122,6 +124,9 @@ func Banner(s Status) string {
 		if c.AdminKubeconfig != "" {
 			rows = append(rows, [2]string{"kubeconfig", c.AdminKubeconfig})
 		}
+	}
+	if s.Backup != "" {
+		rows = append(rows, [2]string{"backup", s.Backup})
 	}
 	if s.Message != "" {
 		rows = append(rows, [2]string{"note", s.Message})

@@ -248,6 +248,9 @@ func bundleImages(h *Flow) ([]string, error) {
 
 // bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
 // the tag of its kube-apiserver image.
+// KubernetesVersion is the Kubernetes version of the slot's bundle.
+func (f *Flow) KubernetesVersion() (string, error) { return bundleKubernetesVersion(f) }
+
 func bundleKubernetesVersion(h *Flow) (string, error) {
 	names, err := bundleImages(h)
 	if err != nil {

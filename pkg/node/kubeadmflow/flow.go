@@ -19,6 +19,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
@@ -48,8 +49,11 @@ type Deps struct {
 	API func(kubeconfig string) (APIClient, error)
 	// Probe returns a function that GETs a URL over HTTPS, trusting only
 	// the PEM CA, and returns the status code; done drops its connections.
-	Probe  func(caPEM string) (probe ProbeFunc, done func())
-	Timing Timing
+	Probe func(caPEM string) (probe ProbeFunc, done func())
+	// Backups offers a new init node the backup it restores the cluster
+	// from (a TERRA-BACKUP stick: etcdbackup.FromStick).
+	Backups etcdbackup.Source
+	Timing  Timing
 }
 
 // ProbeFunc asks an HTTPS endpoint for its status code.
@@ -108,7 +112,7 @@ func Real(h *host.Host) Deps {
 func New(h *host.Host, d Deps, state *nodestate.Store, report host.Reporter, cluster func(update func(*ClusterStatus))) (*Flow, error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "probe": d.Probe != nil,
+		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "probe": d.Probe != nil, "backups": d.Backups != nil,
 		"state": state != nil, "reporter": report != nil, "cluster status": cluster != nil,
 		"timing": d.Timing.StepAttempts > 0 && d.Timing.APIPoll > 0 && d.Timing.FilePoll > 0,
 	} {

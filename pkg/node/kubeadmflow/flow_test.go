@@ -60,7 +60,8 @@ func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow 
 	if probe == nil {
 		probe = HTTPSProbe
 	}
-	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming,
+	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
+	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming, Backups: noBackups,
 		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }}
 	f, err := New(h, d, state, host.ReporterFunc(func(step, result, detail string) {}), func(func(*ClusterStatus)) {})
 	require.NoError(t, err)
@@ -71,7 +72,7 @@ func TestNewRefusesMissingDependencies(t *testing.T) {
 	f := testFlow(t, nil)
 	_, err := New(f.Host, Deps{Timing: fastTiming}, f.State, f.Report, f.Cluster)
 	require.Error(t, err)
-	for _, name := range []string{"runtime", "API", "probe"} {
+	for _, name := range []string{"runtime", "API", "probe", "backups"} {
 		assert.Contains(t, err.Error(), name)
 	}
 	d := f.Deps

@@ -63,6 +63,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			preflight("init"),
 			k("init", "phase", "certs", "all"),
 			k("init", "phase", "kubeconfig", "all"),
+			// A TERRA-BACKUP stick makes this init node restore the
+			// cluster's etcd before its etcd first starts.
+			{name: stepRestore, own: restoreEtcd},
 			k("init", "phase", "etcd", "local"),
 			k("init", "phase", "control-plane", "all"),
 			k("init", "phase", "kubelet-start"),

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/apilb"
@@ -123,6 +124,7 @@ func (c *collector) items() []item {
 		c.command("network/ip-route6.txt", "ip", "-6", "route"),
 		c.command("storage/df.txt", "df", "-h"),
 		c.command("storage/findmnt.txt", "findmnt"),
+		c.listing("storage/etcd-snapshots.txt", layout.EtcdSnapshotDir),
 		c.dmesg("kernel/dmesg.txt"),
 	)
 	return its
@@ -179,6 +181,29 @@ func (c *collector) file(name, p string) item {
 		defer f.Close()
 		data, err := io.ReadAll(io.LimitReader(f, int64(c.opts.MaxBytes)+1))
 		return data, hostPathError(err, p)
+	}}
+}
+
+// listing names a directory's entries with their sizes and times, never
+// their content (the etcd snapshots: whether the schedule runs).
+func (c *collector) listing(name, dir string) item {
+	return item{name: name, source: "the entries of " + dir, collect: func(context.Context) ([]byte, error) {
+		entries, err := os.ReadDir(c.h.Path(dir))
+		if errors.Is(err, fs.ErrNotExist) {
+			return []byte(dir + " does not exist on this node\n"), nil
+		}
+		if err != nil {
+			return nil, hostPathError(err, dir)
+		}
+		var b strings.Builder
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			fmt.Fprintf(&b, "%s %12d %s\n", fi.ModTime().UTC().Format(time.RFC3339), fi.Size(), e.Name())
+		}
+		return []byte(b.String()), nil
 	}}
 }
 
@@ -279,13 +304,17 @@ func (c *collector) redacted(name, source string, data []byte, err error) member
 	return member{file: f, data: out}
 }
 
-// excluded reports the files a bundle never holds: private keys and the
-// kubeconfigs that embed them.
+// excluded reports the files a bundle never holds: private keys, the
+// kubeconfigs that embed them, and etcd's data in any form (which holds
+// the cluster's Secrets).
 func excluded(p string) bool {
 	p = filepath.Clean(p)
 	switch {
 	case strings.HasSuffix(p, ".key"), strings.HasSuffix(p, "-key.pem"),
-		strings.HasPrefix(p, kubeadmflow.KubernetesPKIDir+"/"):
+		strings.HasPrefix(p, kubeadmflow.KubernetesPKIDir+"/"),
+		strings.HasPrefix(p, layout.EtcdDataDir+"/"),
+		strings.HasPrefix(p, layout.EtcdSnapshotDir+"/"),
+		strings.HasPrefix(p, layout.BackupDir+"/"):
 		return true
 	}
 	return slices.Contains(kubeconfigs(), p)

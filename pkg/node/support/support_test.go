@@ -296,14 +296,17 @@ func TestCaps(t *testing.T) {
 
 func TestExcluded(t *testing.T) {
 	for p, want := range map[string]bool{
-		"/etc/kubernetes/pki/ca.crt":               true,
-		"/etc/kubernetes/pki/etcd/ca.key":          true,
-		"/etc/kubernetes/admin.conf":               true,
-		"/etc/kubernetes/../kubernetes/admin.conf": true,
-		"/etc/terrarium/pki/registry-key.pem":      true,
-		"/var/lib/x/tls.key":                       true,
-		"/etc/os-release":                          false,
-		"/etc/terrarium/registry.json":             false,
+		"/etc/kubernetes/pki/ca.crt":                                           true,
+		"/etc/kubernetes/pki/etcd/ca.key":                                      true,
+		"/etc/kubernetes/admin.conf":                                           true,
+		"/etc/kubernetes/../kubernetes/admin.conf":                             true,
+		"/etc/terrarium/pki/registry-key.pem":                                  true,
+		"/var/lib/x/tls.key":                                                   true,
+		"/var/lib/etcd/member/snap/db":                                         true,
+		"/var/lib/terrarium/etcd-snapshots/etcd-20261126T100000Z.db":           true,
+		"/var/lib/terrarium/backups/terrarium-backup-a-b-20261126T100000Z.age": true,
+		"/etc/os-release":                                                      false,
+		"/etc/terrarium/registry.json":                                         false,
 	} {
 		assert.Equal(t, want, excluded(p), p)
 	}

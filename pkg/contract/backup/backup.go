@@ -1,0 +1,172 @@
+// Package backup is the format of a Terrarium cluster backup: what a
+// control plane writes (`firstboot backup`, a TERRA-BACKUP stick) and what
+// a new init node restores the cluster from.
+//
+// A backup is one file, terrarium-backup-<cluster>-<node>-<time>.age: an
+// age file (https://age-encryption.org/v1) encrypted to a passphrase
+// derived from the cluster CA's private key (see Passphrase), holding a
+// tar of
+//
+//	manifest.json      what the backup is (Manifest)
+//	snapshot.db        an etcd snapshot (etcdctl snapshot save)
+//	pki/...            the cluster's CAs and service-account key, as
+//	                   kubeadm lays them out under /etc/kubernetes/pki
+//
+// Only the holder of the cluster's secrets can read a backup or make one a
+// node accepts: age's encryption is authenticated, so a backup that
+// decrypts under the cluster's passphrase was made with it.
+package backup
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+const (
+	// APIVersion and Kind identify a backup's manifest.
+	APIVersion = "terrarium.dev/v1alpha1"
+	Kind       = "ClusterBackup"
+
+	// Suffix ends a backup's file name.
+	Suffix = ".age"
+	// Prefix starts a backup's file name.
+	Prefix = "terrarium-backup-"
+
+	// ManifestName and SnapshotName are the archive's two fixed members;
+	// PKIDir holds the rest.
+	ManifestName = "manifest.json"
+	SnapshotName = "snapshot.db"
+	PKIDir       = "pki"
+
+	// MaxSnapshot bounds the snapshot read from a backup: etcd's largest
+	// supported database (its quota's ceiling) is 8 GiB.
+	MaxSnapshot = 8 << 30
+	// MaxSmallFile bounds the manifest and each PKI file.
+	MaxSmallFile = 64 << 10
+)
+
+// PKIFiles are the files under /etc/kubernetes/pki a backup carries (what
+// kubeadm would otherwise make anew, and what every credential in the
+// snapshot was issued under), by their path relative to PKIDir.
+var PKIFiles = []string{
+	"ca.crt", "ca.key",
+	"front-proxy-ca.crt", "front-proxy-ca.key",
+	"etcd/ca.crt", "etcd/ca.key",
+	"sa.key", "sa.pub",
+}
+
+// Manifest says what a backup holds.
+type Manifest struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Cluster is the cluster's name and CACertHash its CA's public-key
+	// hash (sha256:<hex>, as kubeadm's discovery pins it): a node
+	// restores only a backup of its own cluster.
+	Cluster    string `json:"cluster"`
+	CACertHash string `json:"caCertHash"`
+	// Node is the control plane the snapshot was taken on.
+	Node string `json:"node"`
+	// TakenAt is when the snapshot was taken (UTC).
+	TakenAt time.Time `json:"takenAt"`
+	// Release is the image version the node ran, and Kubernetes the
+	// version of its control plane.
+	Release    string `json:"release,omitempty"`
+	Kubernetes string `json:"kubernetes,omitempty"`
+	// Snapshot describes snapshot.db.
+	Snapshot File `json:"snapshot"`
+	// PKI describes each PKI file by its path under pki/.
+	PKI map[string]File `json:"pki"`
+}
+
+// File is one member's size and digest.
+type File struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+var (
+	sha256RE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	caHashRE     = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	nameLabelRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	fileSafeRE   = regexp.MustCompile(`[^a-z0-9.-]+`)
+	timeInName   = "20060102T150405Z"
+	allowedInPKI = func() map[string]bool {
+		m := map[string]bool{}
+		for _, f := range PKIFiles {
+			m[f] = true
+		}
+		return m
+	}()
+)
+
+// FileName is the name of a backup of cluster taken on node at t.
+func FileName(cluster, node string, t time.Time) string {
+	safe := func(s string) string { return strings.Trim(fileSafeRE.ReplaceAllString(strings.ToLower(s), "-"), "-") }
+	return Prefix + safe(cluster) + "-" + safe(node) + "-" + t.UTC().Format(timeInName) + Suffix
+}
+
+// IsBackupName reports whether name (a base name) is a backup's.
+func IsBackupName(name string) bool {
+	return strings.HasPrefix(name, Prefix) && strings.HasSuffix(name, Suffix) && path.Base(name) == name
+}
+
+// ParseManifest reads and checks a manifest.
+func ParseManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	return &m, nil
+}
+
+func (m *Manifest) check() error {
+	switch {
+	case m.APIVersion != APIVersion || m.Kind != Kind:
+		return fmt.Errorf("apiVersion/kind is %q/%q, want %s/%s: not a Terrarium cluster backup", m.APIVersion, m.Kind, APIVersion, Kind)
+	case !nameLabelRE.MatchString(m.Cluster):
+		return fmt.Errorf("cluster: %q is not a cluster name", m.Cluster)
+	case !caHashRE.MatchString(m.CACertHash):
+		return fmt.Errorf("caCertHash: %q is not sha256:<64 hex digits>", m.CACertHash)
+	case m.Node == "" || len(m.Node) > 253:
+		return fmt.Errorf("node: %q is not a node name", m.Node)
+	case m.TakenAt.IsZero():
+		return fmt.Errorf("takenAt: missing")
+	}
+	if err := m.Snapshot.check(MaxSnapshot); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	for _, name := range PKIFiles {
+		f, ok := m.PKI[name]
+		if !ok {
+			return fmt.Errorf("pki: %s is missing", name)
+		}
+		if err := f.check(MaxSmallFile); err != nil {
+			return fmt.Errorf("pki: %s: %w", name, err)
+		}
+	}
+	if len(m.PKI) != len(PKIFiles) {
+		for name := range m.PKI {
+			if !allowedInPKI[name] {
+				return fmt.Errorf("pki: %q is not a file a backup carries", name)
+			}
+		}
+	}
+	return nil
+}
+
+func (f File) check(max int64) error {
+	if f.Size <= 0 || f.Size > max {
+		return fmt.Errorf("size %d is outside 1..%d", f.Size, max)
+	}
+	if !sha256RE.MatchString(f.SHA256) {
+		return fmt.Errorf("sha256 %q is not 64 hex digits", f.SHA256)
+	}
+	return nil
+}

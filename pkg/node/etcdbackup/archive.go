@@ -1,0 +1,166 @@
+package etcdbackup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+)
+
+// etcdPeerPort is etcd's peer port (kubeadm's).
+const etcdPeerPort = 2380
+
+// bumpRevision is how far a restore moves etcd's revision past the
+// snapshot's, with every older revision marked compacted: the watches of
+// clients that saw the lost cluster's later revisions (kubelets, kube-
+// controller-manager's informers) then restart from a list instead of
+// waiting for revisions that will never come again. Kubernetes' etcd
+// restore guidance asks for it; a billion is what etcd's documentation
+// suggests (far more writes than any cluster makes between two snapshots).
+const bumpRevision = 1_000_000_000
+
+// ErrNoCAKey says the node cannot make or read backups: only control
+// planes hold the cluster CA's key the backup passphrase derives from.
+var ErrNoCAKey = errors.New("this node's config carries no cluster CA key (pki.caKey): only control planes make and restore backups")
+
+// passphrase is the cluster's backup passphrase, from c's CA key.
+func passphrase(c *machineconfig.Config) (string, error) {
+	if c == nil || c.Cluster == nil || c.Cluster.PKI == nil || c.Cluster.PKI.CAKey == "" {
+		return "", ErrNoCAKey
+	}
+	return backup.Passphrase([]byte(c.Cluster.PKI.CAKey), c.Cluster.Name)
+}
+
+// Info is what a backup records about the node beyond its config.
+type Info struct {
+	Release, Kubernetes string
+}
+
+// WriteBackup writes an encrypted backup of the snapshot s into dir (on
+// the node, or a mounted stick) and returns its path. The file appears
+// whole or not at all.
+func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, dir string) (string, error) {
+	pass, err := passphrase(c)
+	if err != nil {
+		return "", err
+	}
+	pki := map[string][]byte{}
+	for _, name := range backup.PKIFiles {
+		b, err := os.ReadFile(h.Path(pkiDir + "/" + name))
+		if err != nil {
+			return "", fmt.Errorf("backup: the cluster PKI: %w", err)
+		}
+		pki[name] = b
+	}
+	m := backup.Manifest{
+		Cluster: c.Cluster.Name, CACertHash: c.Cluster.CACertHash, Node: c.Hostname,
+		TakenAt: s.TakenAt, Release: info.Release, Kubernetes: info.Kubernetes,
+	}
+	out := filepath.Join(dir, backup.FileName(c.Cluster.Name, c.Hostname, s.TakenAt))
+	err = atomicfile.Write(out, 0o600, func(w io.Writer) error {
+		return backup.Write(w, pass, m, s.Path, pki)
+	})
+	if err != nil {
+		return "", fmt.Errorf("backup: writing %s: %w", out, err)
+	}
+	return out, nil
+}
+
+// restoreWork is where a restore unpacks and rebuilds, beside the etcd
+// data directory (the same file system, so the result moves by rename).
+func restoreWork() string { return layout.EtcdDataDir + ".restore" }
+
+// Restore rebuilds the local etcd data directory from the backup file,
+// for a new init node before kubeadm starts its etcd: the backup must be
+// of this node's cluster (its CA and service-account key the config's),
+// and the member it makes is this node (its name and peer URL kubeadm's).
+// Whatever is in the data directory is replaced: the caller runs it only
+// while no etcd has run on this formation (a data directory there is an
+// interrupted restore's, or stale). It returns the backup's manifest.
+func Restore(ctx context.Context, h *host.Host, c *machineconfig.Config, file string) (*backup.Manifest, error) {
+	pass, err := passphrase(c)
+	if err != nil {
+		return nil, err
+	}
+	work := h.Path(restoreWork())
+	if err := os.RemoveAll(work); err != nil {
+		return nil, fmt.Errorf("restore: clearing %s: %w", work, err)
+	}
+	defer os.RemoveAll(work)
+	unpacked := filepath.Join(work, "backup")
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	m, err := backup.Extract(f, pass, unpacked)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("restore: %s: %w", file, err)
+	}
+	if err := matchesNode(h, c, m, unpacked); err != nil {
+		return nil, fmt.Errorf("restore: %s: %w", file, err)
+	}
+
+	cl := c.Cluster
+	peer := "https://" + net.JoinHostPort(cl.NodeIP, strconv.Itoa(etcdPeerPort))
+	data := filepath.Join(work, "data")
+	if _, err := h.Output(ctx, "etcdutl", "snapshot", "restore", filepath.Join(unpacked, backup.SnapshotName),
+		"--name="+c.Hostname,
+		"--initial-cluster="+c.Hostname+"="+peer,
+		"--initial-advertise-peer-urls="+peer,
+		"--data-dir="+data,
+		"--bump-revision="+strconv.Itoa(bumpRevision),
+		"--mark-compacted"); err != nil {
+		return nil, fmt.Errorf("restore: etcdutl snapshot restore: %w", err)
+	}
+	dst := h.Path(layout.EtcdDataDir)
+	if err := os.RemoveAll(dst); err != nil {
+		return nil, fmt.Errorf("restore: removing the stale %s: %w", dst, err)
+	}
+	if err := os.Rename(data, dst); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	return m, nil
+}
+
+// matchesNode checks a backup against the node's config: the same
+// cluster, and the same CAs and service-account key as the PKI the node
+// was given (which kubeadm then uses). A snapshot under other keys would
+// hold credentials nothing in the restored cluster trusts.
+func matchesNode(h *host.Host, c *machineconfig.Config, m *backup.Manifest, unpacked string) error {
+	cl := c.Cluster
+	if m.Cluster != cl.Name {
+		return fmt.Errorf("it is a backup of cluster %q, and this node's config is for cluster %q", m.Cluster, cl.Name)
+	}
+	if m.CACertHash != cl.CACertHash {
+		return fmt.Errorf("it is a backup of a cluster whose CA is %s, and this node's config pins %s", m.CACertHash, cl.CACertHash)
+	}
+	for _, name := range []string{"ca.crt", "front-proxy-ca.crt", "etcd/ca.crt", "sa.pub"} {
+		got, err := os.ReadFile(filepath.Join(unpacked, backup.PKIDir, name))
+		if err != nil {
+			return err
+		}
+		have, err := os.ReadFile(h.Path(pkiDir + "/" + name))
+		if err != nil {
+			return fmt.Errorf("this node's %s: %w", name, err)
+		}
+		if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(have)) {
+			return fmt.Errorf("its pki/%s differs from this node's %s/%s: make the node's config disk from the secrets file the cluster was made with (imagebuild config cluster --secrets)", name, pkiDir, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+)
+
+// snapshotRetry is the least time between two failed scheduled snapshots
+// (etcd down, quorum lost): the watch loop does not hammer it.
+const snapshotRetry = 5 * time.Minute
+
+// BackupResult is what a backup wrote.
+type BackupResult struct {
+	// Path is the backup file; Size its size in bytes.
+	Path string
+	Size int64
+	// Snapshot is the snapshot it holds; Fresh says it was taken for this
+	// backup, not the newest scheduled one (etcd did not answer).
+	Snapshot etcdbackup.Snapshot
+	Fresh    bool
+	// SnapshotErr is why no fresh snapshot was taken, when Fresh is
+	// false.
+	SnapshotErr error
+}
+
+func (b BackupResult) String() string {
+	what := "a fresh snapshot"
+	if !b.Fresh {
+		what = fmt.Sprintf("the newest scheduled snapshot (%s; etcd gave no fresh one: %v)", b.Snapshot.TakenAt.Format(time.RFC3339), b.SnapshotErr)
+	}
+	return fmt.Sprintf("%s (%d KiB) of %s", b.Path, b.Size>>10, what)
+}
+
+// Backup writes an encrypted backup of the cluster into dir (created if
+// missing) on an enrolled control plane: `firstboot backup`.
+func Backup(ctx context.Context, o Options, dir string) (BackupResult, error) {
+	r, err := newRunner(o)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	e, _ := r.journal()
+	if e == nil {
+		return BackupResult{}, errors.New("this node is not enrolled: there is no cluster to back up")
+	}
+	cfg, err := r.loadStored(e)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	if err := os.MkdirAll(o.Host.Path(dir), 0o700); err != nil {
+		return BackupResult{}, err
+	}
+	return r.writeBackup(ctx, cfg, dir)
+}
+
+// isEtcdMember says the node runs an etcd member of its cluster: a
+// control plane whose kubeadm etcd phase ran.
+func (r *runner) isEtcdMember(cfg *machineconfig.Config) bool {
+	if cfg.Cluster == nil || !cfg.Cluster.IsControlPlane() {
+		return false
+	}
+	_, err := os.Stat(r.o.Host.Path("/etc/kubernetes/manifests/etcd.yaml"))
+	return err == nil
+}
+
+// writeBackup takes a fresh snapshot (or, if etcd does not answer, uses
+// the newest scheduled one) and writes its backup into dir, a path on the
+// host (under its root).
+func (r *runner) writeBackup(ctx context.Context, cfg *machineconfig.Config, dir string) (BackupResult, error) {
+	if !r.isEtcdMember(cfg) {
+		return BackupResult{}, errors.New("this node runs no etcd member: back up a control plane of the cluster")
+	}
+	_, keep := cfg.Cluster.BackupSchedule()
+	res := BackupResult{Fresh: true}
+	snap, err := etcdbackup.Take(ctx, r.o.Host, keep)
+	if err != nil {
+		newest, ok, lerr := etcdbackup.Newest(r.o.Host)
+		if lerr != nil || !ok {
+			return BackupResult{}, fmt.Errorf("no snapshot to back up: %w", err)
+		}
+		snap, res.Fresh, res.SnapshotErr = newest, false, err
+	}
+	res.Snapshot = snap
+	kube, _ := r.flow.KubernetesVersion() // recorded for the reader only
+	info := etcdbackup.Info{Release: r.rel.Version, Kubernetes: kube}
+	res.Path, err = etcdbackup.WriteBackup(r.o.Host, cfg, info, snap, r.o.Host.Path(dir))
+	if err != nil {
+		return BackupResult{}, err
+	}
+	if fi, err := os.Stat(res.Path); err == nil {
+		res.Size = fi.Size()
+	}
+	return res, nil
+}
+
+// snapshotIfDue takes the control plane's scheduled etcd snapshot when
+// one is due (pkg/node/etcdbackup), at most every snapshotRetry after a
+// failure.
+func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
+	if !r.isEtcdMember(cfg) {
+		return
+	}
+	now := r.o.Host.Now()
+	if !r.snapshotFailed.IsZero() && now.Sub(r.snapshotFailed) < snapshotRetry && now.After(r.snapshotFailed) {
+		return
+	}
+	interval, keep := cfg.Cluster.BackupSchedule()
+	due, err := etcdbackup.Due(r.o.Host, interval)
+	if err != nil || !due {
+		if newest, ok, _ := etcdbackup.Newest(r.o.Host); ok && r.status.Backup == "" {
+			r.status.Backup = backupStatus(newest, interval, keep)
+		}
+		return
+	}
+	s, err := etcdbackup.Take(ctx, r.o.Host, keep)
+	if err != nil {
+		r.snapshotFailed = now
+		r.step("etcd snapshot", "failed", err.Error())
+		r.say("backup: the scheduled etcd snapshot failed (next try in %s): %v", snapshotRetry, err)
+		r.status.Backup = "the last snapshot failed: " + err.Error()
+		r.publish()
+		return
+	}
+	r.snapshotFailed = time.Time{}
+	r.step("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", s.Path, s.Size>>10, keep))
+	r.status.Backup = backupStatus(s, interval, keep)
+	r.publish()
+}
+
+// backupStatus is the status's backup line.
+func backupStatus(s etcdbackup.Snapshot, interval time.Duration, keep int) string {
+	return fmt.Sprintf("etcd snapshot %s (%d KiB), every %s, %d kept", s.TakenAt.UTC().Format(time.RFC3339), s.Size>>10, interval, keep)
+}
+
+// serveBackupStick writes a backup to a TERRA-BACKUP stick inserted into
+// a running control plane, once per insertion.
+func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config) {
+	m, ok := r.newStick(&r.backupServed, layout.LabelBackup, layout.LabelBackupFAT)
+	if !ok {
+		return
+	}
+	if !r.isEtcdMember(cfg) {
+		r.say("backup: a %s stick (%s) on a node without etcd: insert it into a control plane", layout.LabelBackup, m.Device)
+		return
+	}
+	r.say("backup: a %s stick (%s): writing the cluster's backup", layout.LabelBackup, m.Device)
+	var res BackupResult
+	err := r.o.Media.Use(ctx, m, true, func(dir string) error {
+		var err error
+		res, err = r.writeBackup(ctx, cfg, dir)
+		return err
+	})
+	if err != nil {
+		r.step("backup", "failed", err.Error())
+		r.say("backup: nothing written to %s: %v", m.Device, err)
+		return
+	}
+	r.step("backup", "written", res.String())
+	r.say("backup: wrote %s to the %s stick; it may be removed", res, layout.LabelBackup)
+}

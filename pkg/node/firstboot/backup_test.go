@@ -1,0 +1,99 @@
+package firstboot
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// withFakeEtcdctl makes the env's etcdctl save a snapshot holding db.
+func withFakeEtcdctl(e *env, db string) {
+	inner := e.hostExec
+	e.hostExec = func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "etcdctl" && len(args) > 2 && args[len(args)-3] == "snapshot" && args[len(args)-2] == "save" {
+			if _, err := inner(ctx, name, args...); err != nil {
+				return nil, err
+			}
+			return nil, os.WriteFile(args[len(args)-1], []byte(db), 0o600)
+		}
+		return inner(ctx, name, args...)
+	}
+}
+
+// A formed control plane takes its scheduled etcd snapshot, and a
+// TERRA-BACKUP stick inserted into it receives one encrypted backup per
+// insertion, which the cluster's passphrase opens.
+func TestBackupStickAndSchedule(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	withFakeEtcdctl(e, "the etcd database")
+	config := clusterConfig(t, "cp-1")
+	require.NoError(t, e.run(config), e.console.String())
+
+	o := e.options(staticSource(config))
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+
+	snapshots := func() []string {
+		m, _ := filepath.Glob(e.path(layout.EtcdSnapshotDir + "/etcd-*.db"))
+		return m
+	}
+	require.Eventually(t, func() bool { return len(snapshots()) > 0 }, 10*time.Second, time.Millisecond, "no scheduled snapshot")
+	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.Backup != "" }, 10*time.Second, time.Millisecond)
+	assert.Regexp(t, `^etcd snapshot \S+ \(0 KiB\), every 1h0m0s, 24 kept$`, e.statusIfAny().Backup, "the status says the schedule")
+
+	backups := func() []string {
+		m, _ := filepath.Glob(e.path("/stick/" + backup.Prefix + "*" + backup.Suffix))
+		return m
+	}
+	e.mkdir("/stick")
+	e.media.insert(layout.LabelBackupFAT, "/dev/sdc1", "/stick")
+	require.Eventually(t, func() bool { return len(backups()) == 1 }, 10*time.Second, time.Millisecond, "no backup on the stick")
+	time.Sleep(50 * time.Millisecond) // many more looks at the same stick
+	assert.Len(t, backups(), 1, "one backup per insertion")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Contains(t, e.console.String(), "of a fresh snapshot to the TERRA-BACKUP stick; it may be removed")
+
+	cfg, err := machineconfig.Parse("cp-1.yaml", []byte(config))
+	require.NoError(t, err)
+	pass, err := backup.Passphrase([]byte(cfg.Cluster.PKI.CAKey), cfg.Cluster.Name)
+	require.NoError(t, err)
+	f, err := os.Open(backups()[0])
+	require.NoError(t, err)
+	defer f.Close()
+	out := filepath.Join(t.TempDir(), "opened")
+	m, err := backup.Extract(f, pass, out)
+	require.NoError(t, err)
+	assert.Equal(t, "cp-1", m.Node)
+	assert.Equal(t, cfg.Cluster.CACertHash, m.CACertHash)
+	assert.Equal(t, "v1.36.3", m.Kubernetes)
+	db, err := os.ReadFile(filepath.Join(out, backup.SnapshotName))
+	require.NoError(t, err)
+	assert.Equal(t, "the etcd database", string(db))
+	key, err := os.ReadFile(filepath.Join(out, "pki", "sa.key"))
+	require.NoError(t, err)
+	assert.Equal(t, strings.TrimSpace(cfg.Cluster.PKI.ServiceAccount.Key), strings.TrimSpace(string(key)))
+}
+
+// A worker has no etcd: `firstboot backup` says so, and a backup stick
+// inserted into it gets nothing.
+func TestBackupOnAWorker(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	config := clusterConfig(t, "w-1")
+	require.NoError(t, e.run(config), e.console.String())
+	_, err := Backup(context.Background(), e.options(staticSource(config)), "/backups")
+	assert.ErrorContains(t, err, "runs no etcd member")
+}

@@ -1,0 +1,183 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/disk"
+	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
+	"github.com/terrarium-os/terrarium/pkg/node/configsource/volume"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// TestClusterBackupRestore: disaster recovery of a one-control-plane
+// cluster. The cluster forms and runs a workload (a ConfigMap and a
+// Deployment of a bundled image on the worker); a TERRA-BACKUP stick
+// inserted into the control plane receives the cluster's encrypted backup.
+// Then every VM is destroyed with its disks. A new control plane, booted
+// from the image with the old control plane's config disk and the backup
+// stick, restores etcd from it; a new worker with the old worker's config
+// disk joins; the ConfigMap is there and the Deployment runs again on the
+// worker. Every packet stays inside the test networks.
+func TestClusterBackupRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
+	defer cancel()
+	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
+	work := t.TempDir()
+	key, configs := clusterConfigs(ctx, t, "e2e-dr",
+		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
+	secrets := filepath.Join(configs, "secrets.yaml")
+
+	// generation makes and boots a fresh pair of VMs (new disks from the
+	// image) with the cluster's config disks; the control plane also gets
+	// extra disks.
+	linkPort := freePort(t)
+	generation := func(gen int, cpExtra ...qemu.Disk) (cp, w *clusterNode, start time.Time) {
+		cp = &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
+		w = &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
+		for _, n := range []*clusterNode{cp, w} {
+			n.m = newMachine(t, image)
+			n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+			if n == w {
+				n.m.yieldCPU()
+			}
+			n.sshPort = n.m.forwardSSH()
+			n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
+		}
+		w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC,
+			Capture: filepath.Join(work, fmt.Sprintf("link-%d.pcap", gen))}
+		cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+		start = time.Now()
+		w.vm = w.m.boot(ctx, configAttached(w.disk))
+		cp.vm = cp.m.boot(ctx, append([]qemu.Disk{configAttached(cp.disk)}, cpExtra...)...)
+		return cp, w, start
+	}
+	healthy := func(start time.Time, nodes ...*clusterNode) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Add(1)
+			go func(n *clusterNode) {
+				defer wg.Done()
+				if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
+					t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
+					return
+				}
+				t.Logf("%s: provisioned and healthy %s after power-on", n.name, time.Since(start).Round(time.Second))
+			}(n)
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	destroy := func(nodes ...*clusterNode) {
+		for _, n := range nodes {
+			require.NoError(t, n.vm.Kill())
+			n.vm.Wait(ctx)
+			require.NoError(t, os.Remove(n.m.disk), "the VM's disk is destroyed with it")
+		}
+	}
+
+	// The cluster and its workload.
+	cp, w, start := generation(1)
+	healthy(start, cp, w)
+	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	workload := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: dr-check, namespace: default}
+data: {plant: "7", line: assembly}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sleeper, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: sleeper}}
+  template:
+    metadata: {labels: {app: sleeper}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: w-1}
+      containers:
+        - name: sleeper
+          image: quay.io/terrarium/sleeper:1.0
+`
+	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
+	ssh.run("kubectl rollout status --timeout=10m deployment/sleeper")
+	t.Logf("workload running:\n%s", ssh.run("kubectl get pods -o wide"))
+
+	// The backup: a TERRA-BACKUP stick inserted into the running control
+	// plane, and `firstboot backup` on it.
+	stick := filepath.Join(work, "backup.img")
+	d, err := diskfs.Create(stick, 512<<20, diskfs.SectorSizeDefault)
+	require.NoError(t, err)
+	_, err = d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat32, VolumeLabel: "TERRA-BACKU"})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	require.NoError(t, cp.vm.HotplugDisk(ctx, qemu.Disk{ID: "backup", Path: stick, Format: "raw", Bus: qemu.BusUSB}))
+	m, err := cp.vm.Expect(ctx, regexp.MustCompile(`backup: wrote \S*/(terrarium-backup-\S+\.age) \((\d+) KiB\) of a fresh snapshot to the TERRA-BACKUP stick; it may be removed`))
+	require.NoError(t, err, "no backup written to the stick")
+	require.NoError(t, cp.vm.UnplugDisk(ctx, "backup"))
+	t.Logf("backup on the stick: %s, %s KiB", m[1], m[2])
+	cli := ssh.run("sudo firstboot backup --dir /tmp/backups && sudo ls -l /tmp/backups /var/lib/terrarium/etcd-snapshots")
+	assert.Regexp(t, `terrarium-backup-e2e-dr-cp-1-\d{8}T\d{6}Z\.age`, cli)
+	t.Logf("firstboot backup:\n%s", cli)
+
+	// The operator can open it with the secrets file alone.
+	v, err := volume.Open(stick)
+	require.NoError(t, err)
+	data, err := v.ReadFile(m[1], 1<<30)
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	local := filepath.Join(work, m[1])
+	require.NoError(t, os.WriteFile(local, data, 0o600))
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "backup-open", "--secrets", secrets, "-o", filepath.Join(work, "opened"), local).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "cluster e2e-dr")
+	assert.FileExists(t, filepath.Join(work, "opened", backup.SnapshotName))
+	t.Logf("imagebuild config backup-open: %s", strings.TrimSpace(string(out)))
+
+	// Disaster: every VM and its disks are gone.
+	destroy(w, cp)
+
+	// A new control plane with the old config disk and the backup stick;
+	// a new worker with the old worker's config disk.
+	cp, w, start = generation(2, qemu.Disk{ID: "backup", Path: stick, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true})
+	restored, err := cp.vm.Expect(ctx, regexp.MustCompile(`restore etcd from a backup: restored: ([^\n]*)`))
+	require.NoError(t, err, "the new control plane did not restore from the stick")
+	t.Logf("%s: restored %s, %s after power-on", cp.name, restored[1], time.Since(start).Round(time.Second))
+	healthy(start, cp, w)
+
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	cm := ssh.run("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'")
+	assert.Equal(t, "7/assembly", strings.TrimSpace(cm), "the ConfigMap came back from the backup")
+	ssh.run("kubectl rollout status --timeout=15m deployment/sleeper")
+	pods := ssh.output("kubectl get pods -l app=sleeper -o wide", regexp.MustCompile(`sleeper-\S+\s+1/1\s+Running.*w-1`))
+	assert.Regexp(t, `sleeper-\S+\s+1/1\s+Running.*w-1`, pods, "the Deployment runs on the rejoined worker")
+	nodes := ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
+	assert.Regexp(t, `(?s)cp-1\s+Ready.*w-1\s+Ready`, nodes)
+	t.Logf("after the restore, %s after power-on:\n%s\n%s", time.Since(start).Round(time.Second), nodes, pods)
+
+	for _, n := range []*clusterNode{cp, w} {
+		require.NoError(t, n.vm.Quit(ctx))
+	}
+	for gen := 1; gen <= 2; gen++ {
+		c := filepath.Join(work, fmt.Sprintf("link-%d.pcap", gen))
+		t.Logf("cluster link capture %s: %d packets, all inside %s", filepath.Base(c), checkCapture(t, c, clusterSubnet), clusterSubnet)
+	}
+}
