@@ -48,6 +48,8 @@ type kubeconfig struct {
 			ClientCertificateData string `yaml:"client-certificate-data"`
 			ClientKey             string `yaml:"client-key"`
 			ClientKeyData         string `yaml:"client-key-data"`
+			// Token is a bearer token (a bootstrap token, id.secret).
+			Token string `yaml:"token"`
 		} `yaml:"user"`
 	} `yaml:"users"`
 	Contexts []struct {
@@ -63,6 +65,9 @@ type kubeconfig struct {
 type Client struct {
 	server *url.URL
 	http   *http.Client
+	// token is the user's bearer token, when it has one instead of a
+	// client certificate.
+	token string
 }
 
 // Timeout bounds one request, TLS handshake included: generous, since a
@@ -70,8 +75,8 @@ type Client struct {
 const Timeout = 20 * time.Second
 
 // New reads the kubeconfig in data. Its current context (or its only
-// context) names the cluster and the user; the user must authenticate with
-// a client certificate. readFile reads the files a kubeconfig may refer to
+// context) names the cluster and the user; the user authenticates with a
+// client certificate or a bearer token. readFile reads the files a kubeconfig may refer to
 // (certificate-authority, client-certificate, client-key), so that a
 // caller can resolve them under another root.
 func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
@@ -105,13 +110,20 @@ func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("kubeconfig: cluster %q: no PEM certificate in its certificate authority", clusterName)
 	}
-	var cert tls.Certificate
+	var (
+		certs []tls.Certificate
+		token string
+	)
 	found = false
 	for _, us := range kc.Users {
 		if us.Name != userName {
 			continue
 		}
 		found = true
+		if us.User.Token != "" {
+			token = us.User.Token
+			continue
+		}
 		certPEM, err := inlineOrFile(us.User.ClientCertificateData, us.User.ClientCertificate, readFile)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: user %q: client certificate: %w", userName, err)
@@ -120,19 +132,21 @@ func New(data []byte, readFile func(string) ([]byte, error)) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: user %q: client key: %w", userName, err)
 		}
-		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: user %q: %w", userName, err)
 		}
+		certs = []tls.Certificate{cert}
 	}
 	if !found {
 		return nil, fmt.Errorf("kubeconfig: context names user %q, which is not in users", userName)
 	}
-	return &Client{server: u, http: &http.Client{
+	return &Client{server: u, token: token, http: &http.Client{
 		Timeout: Timeout,
 		Transport: &http.Transport{
 			Proxy: nil, // the API server is always reached directly
 			TLSClientConfig: &tls.Config{
-				RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ServerName: serverName,
+				RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12, ServerName: serverName,
 			},
 			MaxIdleConnsPerHost: 1,
 			IdleConnTimeout:     time.Minute,
@@ -256,6 +270,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, v any) error {
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -1,0 +1,123 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// healthyRE is a formed node's status line.
+var healthyRE = regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"(?:provisioned|verified)"[^\n]*"healthy":true`)
+
+// stepRE is a step line of the console: what the node was doing.
+var stepRE = regexp.MustCompile(`(?m)^terrarium: ([^\n]*?): (?:started|retry|waiting)\b`)
+
+// TestPowerCuts cuts the power of an init node at random moments of its
+// formation (QMP quit, no flush: what a pulled plug does), powers it on
+// again, and requires the cluster to form every time. Each trial is a new
+// machine (a fresh disk from the image) with the same config disk. The
+// first trial is uncut and measures the formation; each cut falls
+// uniformly between power-on and that time. TERRARIUM_POWERCUT_SEED fixes
+// the moments (default: the time), TERRARIUM_POWERCUT_CUTS their number
+// (default 20); both are printed, with a table of every cut.
+func TestPowerCuts(t *testing.T) {
+	cuts := 20
+	if v := os.Getenv("TERRARIUM_POWERCUT_CUTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "TERRARIUM_POWERCUT_CUTS")
+		cuts = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("TERRARIUM_POWERCUT_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "TERRARIUM_POWERCUT_SEED")
+		seed = n
+	}
+	t.Logf("power cuts: %d, seed %d (TERRARIUM_POWERCUT_SEED=%d reproduces the moments)", cuts, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cuts+1)*15*time.Minute)
+	defer cancel()
+	image := fixture(t, "TERRARIUM_IMAGE")
+	const ip, linkMAC, mgmtMAC = "10.77.0.10", "52:54:00:77:00:10", "52:54:00:00:00:10"
+	_, configs := clusterConfigs(ctx, t, "e2e-cut", "--control-plane", "cp-1="+ip+"@"+linkMAC)
+	config := withManagementNIC(t, filepath.Join(configs, "cp-1.yaml"), mgmtMAC)
+
+	// trial boots a fresh machine; with cutAt > 0 it cuts the power that
+	// long after power-on, unless the node is healthy first, and powers
+	// it on again. It returns what the node was doing at the cut and the
+	// time from the second power-on to healthy.
+	type result struct {
+		cutAt, recovered time.Duration
+		doing            string
+		cut              bool
+	}
+	trial := func(cutAt time.Duration) result {
+		m := newMachine(t, image)
+		m.mac, m.memMiB = mgmtMAC, 3072
+		// The cluster link, with nobody on the other end.
+		m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: linkMAC}
+		disk := configAttached(m.configDisk("config.img", config))
+		start := time.Now()
+		vm := m.boot(ctx, disk)
+		var r result
+		if cutAt > 0 {
+			cctx, ccancel := context.WithTimeout(ctx, cutAt)
+			_, err := vm.Expect(cctx, healthyRE)
+			ccancel()
+			if err == nil {
+				t.Logf("healthy %s after power-on, before its cut at %s", time.Since(start).Round(time.Second), cutAt)
+				r.recovered = time.Since(start)
+				require.NoError(t, vm.Quit(ctx))
+				return r
+			}
+			require.NoError(t, ctx.Err())
+			if steps := stepRE.FindAllStringSubmatch(vm.Console(), -1); len(steps) > 0 {
+				r.doing = steps[len(steps)-1][1]
+			} else {
+				r.doing = "booting (no step yet)"
+			}
+			require.NoError(t, vm.Quit(ctx), "power cut")
+			vm.Wait(ctx)
+			r.cut, r.cutAt = true, cutAt
+			start = time.Now()
+			vm = m.boot(ctx, disk)
+		}
+		_, err := vm.Expect(ctx, healthyRE)
+		require.NoError(t, err, "the node did not form its cluster after a power cut at %s during %q (seed %d)", cutAt, r.doing, seed)
+		r.recovered = time.Since(start)
+		require.NoError(t, vm.Quit(ctx))
+		return r
+	}
+
+	base := trial(0)
+	t.Logf("uncut formation: healthy %s after power-on", base.recovered.Round(time.Second))
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-4s %-8s %-10s %s\n", "cut", "at", "recovered", "during")
+	formed := 0
+	for i := 1; i <= cuts; i++ {
+		at := 5*time.Second + time.Duration(rng.Int64N(int64(base.recovered-5*time.Second)))
+		r := trial(at)
+		formed++
+		row := fmt.Sprintf("%-4d %-8s %-10s %s", i, at.Round(time.Second), r.recovered.Round(time.Second), r.doing)
+		if !r.cut {
+			row = fmt.Sprintf("%-4d %-8s %-10s %s", i, at.Round(time.Second), r.recovered.Round(time.Second), "(healthy before the cut)")
+		}
+		t.Log(row)
+		table.WriteString(row + "\n")
+	}
+	t.Logf("power cuts: %d/%d formed (seed %d)\n%s", formed, cuts, seed, table.String())
+}
