@@ -615,6 +615,10 @@ func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
 }
 
 func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error) {
+	if f.kubeconfig == kubeadmflow.JoinKubeconfig {
+		// A joiner asks before its kubelet registers: no Node yet.
+		return kubeclient.Node{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+	}
 	if !slices.Contains(f.nodes, name) {
 		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
 	}

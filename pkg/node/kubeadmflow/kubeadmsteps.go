@@ -100,6 +100,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// that were joining).
 			k("join", "phase", "control-plane-prepare", "certs"),
 			k("join", "phase", "control-plane-prepare", "kubeconfig"),
+			{name: stepStaleNode, own: waitForStaleNode},
 			k("join", "phase", "kubelet-start"),
 			// One control plane at a time from its etcd join until
 			// its control plane answers, as kubeadm's HA guide joins
@@ -125,6 +126,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// wants admin.conf): our own step waits for the TLS
 			// bootstrap and deletes the token credential as kubeadm's
 			// would.
+			{name: stepStaleNode, own: waitForStaleNode},
 			k("join", "phase", "kubelet-start"),
 			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
 		}

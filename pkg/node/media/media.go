@@ -103,6 +103,9 @@ var filesystems = []string{"vfat", "exfat", "ext4", "iso9660"}
 // errNoFilesystem: no filesystem Terrarium reads mounted.
 var errNoFilesystem = errors.New("no FAT, exFAT, ext4 or ISO 9660 filesystem")
 
+// ErrWriteProtected: a medium the node must write to is read-only.
+var ErrWriteProtected = errors.New("the medium is write-protected (read-only); use a writable stick")
+
 // Use mounts the medium with the first filesystem that takes it.
 func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) error {
 	dir := filepath.Join(b.Dir, filepath.Base(m.Device))
@@ -133,6 +136,9 @@ func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir st
 		}
 		mounted = true
 		break
+	}
+	if !mounted && writable && errors.Is(errors.Join(errs...), unix.EROFS) {
+		return fmt.Errorf("mount %s (%s): %w", m.Device, m.Label, ErrWriteProtected)
 	}
 	if !mounted {
 		return fmt.Errorf("mount %s (%s): %w: %w", m.Device, m.Label, errNoFilesystem, errors.Join(errs...))
