@@ -58,15 +58,19 @@ func Take(ctx context.Context, h *host.Host, keep int) (Snapshot, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}
-	// What an earlier, interrupted Take left.
+	// What an earlier, interrupted Take left: old enough that no Take
+	// running now (the node's schedule, `firstboot backup`) writes it.
 	if old, err := filepath.Glob(filepath.Join(dir, incomingPrefix+"*")); err == nil {
 		for _, p := range old {
-			_ = os.RemoveAll(p)
+			if fi, err := os.Stat(p); err == nil && h.Now().Sub(fi.ModTime()) > 2*commandTimeout {
+				_ = os.RemoveAll(p)
+			}
 		}
 	}
 	at := h.Now().UTC().Truncate(time.Second)
 	name := snapshotPrefix + at.Format(snapshotTime) + snapshotSuffix
-	incoming := filepath.Join(dir, incomingPrefix+name)
+	// Each process writes its own incoming file.
+	incoming := filepath.Join(dir, fmt.Sprintf("%s%d-%s", incomingPrefix, os.Getpid(), name))
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	if _, err := h.Output(ctx, "etcdctl",

@@ -109,11 +109,7 @@ func newTestNode(t *testing.T) *testNode {
 
 func TestTakeKeepsTheNewest(t *testing.T) {
 	n := newTestNode(t)
-	// An interrupted Take's leftover goes.
 	dir := n.h.Path(layout.EtcdSnapshotDir)
-	require.NoError(t, os.MkdirAll(dir, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, incomingPrefix+"etcd-x.db"), []byte("torn"), 0o600))
-
 	var taken []Snapshot
 	for i := range 4 {
 		n.etcd.db = fmt.Sprintf("database at %d", i)
@@ -145,6 +141,28 @@ func TestTakeKeepsTheNewest(t *testing.T) {
 	after, err := List(n.h)
 	require.NoError(t, err)
 	assert.Equal(t, all, after, "a failed snapshot changes nothing")
+}
+
+// An interrupted Take's incoming file goes; one another process (the
+// schedule, `firstboot backup`) is writing right now stays.
+func TestTakeClearsOnlyOldIncoming(t *testing.T) {
+	n := newTestNode(t)
+	dir := n.h.Path(layout.EtcdSnapshotDir)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	torn := filepath.Join(dir, incomingPrefix+"1-etcd-x.db")
+	require.NoError(t, os.WriteFile(torn, []byte("torn"), 0o600))
+	require.NoError(t, os.Chtimes(torn, n.now.Add(-time.Hour), n.now.Add(-time.Hour)))
+	writing := filepath.Join(dir, incomingPrefix+"2-etcd-y.db")
+	require.NoError(t, os.WriteFile(writing, []byte("being written"), 0o600))
+	require.NoError(t, os.Chtimes(writing, n.now, n.now))
+
+	_, err := Take(context.Background(), n.h, 3)
+	require.NoError(t, err)
+	assert.NoFileExists(t, torn)
+	assert.FileExists(t, writing)
+	all, err := List(n.h)
+	require.NoError(t, err)
+	assert.Len(t, all, 1, "incoming files are never listed")
 }
 
 func TestDue(t *testing.T) {
