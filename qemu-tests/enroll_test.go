@@ -130,35 +130,3 @@ func TestFwCfgEnrollment(t *testing.T) {
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), to, time.Hour, "stepped to the first boot's last step, minutes ago")
 }
-
-// TestIgnitionFromFwCfg: a Fedora CoreOS user's CI passes an Ignition config
-// where CoreOS reads it (-fw_cfg name=opt/com.coreos/config): the node
-// enrolls from it alone, with a file, an enabled unit that runs, and a user
-// who logs in with its SSH key.
-func TestIgnitionFromFwCfg(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	key := newSSHKey(t)
-	ign := `{"ignition": {"version": "3.4.0"},
- "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["` + strings.TrimSpace(key.authorized) + `"], "groups": ["sudo"]}]},
- "storage": {"files": [{"path": "/etc/app/hello.txt", "mode": 420, "contents": {"source": "data:,hello%20from%20ignition%0A"}}]},
- "systemd": {"units": [{"name": "app.service", "enabled": true,
-   "contents": "[Unit]\nDescription=an app from Ignition\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'cat /etc/app/hello.txt > /run/app-ran'\n[Install]\nWantedBy=multi-user.target\n"}]}}`
-	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
-	cfg := filepath.Join(m.dir, "config.ign")
-	require.NoError(t, os.WriteFile(cfg, []byte(ign), 0o644))
-	m.fwCfg = []qemu.FwCfg{{Name: "opt/com.coreos/config", File: cfg}}
-	port := m.forwardSSH()
-
-	vm := m.boot(ctx)
-	s := expectStatus(ctx, t, vm, "provisioned", "failed")
-	require.Equal(t, "provisioned", s.State, "%+v", s)
-	assert.Equal(t, "terrarium", s.Hostname)
-	assert.Contains(t, s.Enrolled, "from QEMU fw_cfg (opt/com.coreos/config)")
-
-	c, err := trySSHAs(ctx, t, port, key, "core")
-	require.NoError(t, err, "the Ignition user logs in with its key")
-	out, err := c.read("cat /etc/app/hello.txt; systemctl is-enabled app.service; sudo cat /run/app-ran")
-	require.NoError(t, err, out)
-	assert.Equal(t, "hello from ignition\nenabled\nhello from ignition\n", out)
-}

@@ -23,11 +23,21 @@ import (
 type channel struct {
 	name string
 	// medium makes the disk in dir, for a machine with NIC mac whose
-	// admin holds key.
+	// admin holds key; nil attaches none.
 	medium func(t *testing.T, dir, mac, key string) qemu.Disk
+	// fwCfg makes QEMU fw_cfg entries in dir; nil passes none.
+	fwCfg func(t *testing.T, dir, key string) []qemu.FwCfg
 	// hostname, source (a part of the status's "enrolled") and address
 	// (a static address the node must carry; "" for DHCP) are expected.
 	hostname, source, address string
+	// user logs in with the key ("admin" when empty); check asks the
+	// node over SSH for what else the channel must have applied.
+	user  string
+	check func(t *testing.T, ssh *sshClient)
+	// refused marks a bad input: the console must match it (a regexp
+	// naming the source, file and field) and the node stay
+	// config-invalid with nothing applied.
+	refused string
 }
 
 // channels are the platforms' own config channels, in data; one launcher
@@ -87,6 +97,75 @@ var channels = []channel{
 		},
 		hostname: "vsphere-2", source: "terrarium.config",
 	},
+	{
+		name: "QEMU fw_cfg, a machine config",
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", adminConfig("ci-node", key, ""))}}
+		},
+		hostname: "ci-node", source: "QEMU fw_cfg (opt/dev.terrarium/config)",
+	},
+	{
+		// A Fedora CoreOS user's CI passes Ignition where CoreOS reads
+		// it: a file, an enabled unit that runs, a user with a key.
+		name: "Ignition from QEMU fw_cfg: a file, a unit and a user",
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			ign := `{"ignition": {"version": "3.4.0"},
+ "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["` + strings.TrimSpace(key) + `"], "groups": ["sudo"]}]},
+ "storage": {"files": [{"path": "/etc/app/hello.txt", "mode": 420, "contents": {"source": "data:,hello%20from%20ignition%0A"}}]},
+ "systemd": {"units": [{"name": "app.service", "enabled": true,
+   "contents": "[Unit]\nDescription=an app from Ignition\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'cat /etc/app/hello.txt > /run/app-ran'\n[Install]\nWantedBy=multi-user.target\n"}]}}`
+			return []qemu.FwCfg{{Name: "opt/com.coreos/config", File: write(t, dir, "config.ign", ign)}}
+		},
+		hostname: "terrarium", source: "QEMU fw_cfg (opt/com.coreos/config)", user: "core",
+		check: func(t *testing.T, ssh *sshClient) {
+			out, err := ssh.read("cat /etc/app/hello.txt; systemctl is-enabled app.service; sudo cat /run/app-ran")
+			require.NoError(t, err, out)
+			assert.Equal(t, "hello from ignition\nenabled\nhello from ignition\n", out)
+		},
+	},
+	{
+		name: "bad input: an OpenStack meta_data.json that is not JSON",
+		medium: func(t *testing.T, dir, _, _ string) qemu.Disk {
+			return rawDisk(testvolume.ISO(t, dir, "config-2", map[string]string{
+				"openstack/latest/meta_data.json": `{"uuid": "83679162", "hostname": `,
+			}), qemu.BusVirtio)
+		},
+		refused: `config drive /dev/\S+: meta_data\.json is malformed`,
+	},
+	{
+		name: "bad input: NoCloud network-config v2 with an unknown key",
+		medium: func(t *testing.T, dir, mac, key string) qemu.Disk {
+			return rawDisk(testvolume.FAT(t, dir, "CIDATA", map[string]string{
+				"meta-data":      "instance-id: i-0003\nlocal-hostname: nocloud-bad\n",
+				"user-data":      "#cloud-config\nusers:\n  - name: admin\n    ssh_authorized_keys: [\"" + key + "\"]\n",
+				"network-config": "version: 2\nethernets:\n  mgmt:\n    match: {macaddress: \"" + mac + "\"}\n    dhcp4: true\n    frobnicate: yes\n",
+			}), qemu.BusUSB)
+		},
+		refused: `network-config: ethernets\.mgmt\.frobnicate`,
+	},
+	{
+		name: "bad input: an ovf-env.xml that is not XML",
+		medium: func(t *testing.T, dir, _, _ string) qemu.Disk {
+			return rawDisk(testvolume.ISO(t, dir, "OVF ENV", map[string]string{"ovf-env.xml": "<Environment><PropertySection>"}), qemu.BusCDROM)
+		},
+		refused: `not a valid OVF environment`,
+	},
+	{
+		name: "bad input: an Ignition config that partitions disks",
+		fwCfg: func(t *testing.T, dir, _ string) []qemu.FwCfg {
+			ign := `{"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": "/dev/vda", "wipeTable": true}]}}`
+			return []qemu.FwCfg{{Name: "opt/com.coreos/config", File: write(t, dir, "config.ign", ign)}}
+		},
+		refused: `\$\.storage\.disks: Terrarium does not partition disks`,
+	},
+}
+
+// write writes content to dir/name and returns its path.
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	return p
 }
 
 // rawDisk attaches a config medium read-only on bus.
@@ -117,8 +196,10 @@ func sortedKeys(m map[string]string) []string {
 
 // TestConfigChannels: the default image enrolls from each platform's own
 // config channel (NoCloud on FAT and ISO 9660, an OpenStack config drive,
-// vSphere's OVF environment CD), with the hostname, admin and addresses it
-// says, and no packet leaves the test network.
+// vSphere's OVF environment CD, QEMU's fw_cfg with a machine config or an
+// Ignition config), with the hostname, users, files, units and addresses
+// it says; a bad input on each is refused by name with nothing applied.
+// No packet leaves the test network.
 func TestConfigChannels(t *testing.T) {
 	image := fixture(t, "TERRARIUM_IMAGE")
 	for i, c := range channels {
@@ -135,7 +216,28 @@ func TestConfigChannels(t *testing.T) {
 			m.forward = append(m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-%s:22", port, guest))
 			media := filepath.Join(m.dir, "media")
 			require.NoError(t, os.MkdirAll(media, 0o755))
-			vm := m.boot(ctx, c.medium(t, media, m.mac, key.authorized))
+			var disks []qemu.Disk
+			if c.medium != nil {
+				disks = append(disks, c.medium(t, media, m.mac, key.authorized))
+			}
+			if c.fwCfg != nil {
+				m.fwCfg = c.fwCfg(t, media, key.authorized)
+			}
+			vm := m.boot(ctx, disks...)
+
+			if c.refused != "" {
+				expect(ctx, t, vm, `the config is invalid; nothing was applied`)
+				said := expect(ctx, t, vm, c.refused)
+				s := expectStatus(ctx, t, vm, "config-invalid")
+				assert.Empty(t, s.Hostname, "nothing applied")
+				require.NoError(t, vm.Quit(ctx))
+				journal := m.inspectState().readFile("/terrarium/journal.json")
+				assert.NotContains(t, journal, `"applied"`, "a refused config applied something")
+				checkCapture(t, m.capture, testSubnet)
+				t.Logf("%s: refused: %s", c.name, said[0])
+				return
+			}
+
 			s := expectStatus(ctx, t, vm, "provisioned", "failed")
 			require.Equal(t, "provisioned", s.State, "%+v", s)
 			assert.Equal(t, c.hostname, s.Hostname)
@@ -144,10 +246,18 @@ func TestConfigChannels(t *testing.T) {
 				has := func(a string) bool { return strings.HasPrefix(a, c.address+" ") }
 				assert.True(t, slices.ContainsFunc(s.Addresses, has), "addresses %v, want %s", s.Addresses, c.address)
 			}
-			ssh := dialSSH(ctx, t, port, key)
+			user := c.user
+			if user == "" {
+				user = "admin"
+			}
+			ssh, err := trySSHAs(ctx, t, port, key, user)
+			require.NoError(t, err, "%s logs in with its key", user)
 			got, err := ssh.read("hostname")
 			require.NoError(t, err)
-			assert.Equal(t, c.hostname, strings.TrimSpace(got), "the admin's key works and the hostname is set")
+			assert.Equal(t, c.hostname, strings.TrimSpace(got), "the key works and the hostname is set")
+			if c.check != nil {
+				c.check(t, ssh)
+			}
 			require.NoError(t, vm.Quit(ctx))
 			checkCapture(t, m.capture, testSubnet)
 			t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
