@@ -192,6 +192,11 @@ const (
 	// EtcdDataDir is the local etcd member's data (kubeadm's), on STATE
 	// through /var.
 	EtcdDataDir = "/var/lib/etcd"
+	// KubernetesPKIDir is kubeadm's PKI directory, and EtcdManifest the
+	// static pod its etcd phase writes (a control plane runs etcd once it
+	// exists).
+	KubernetesPKIDir = "/etc/kubernetes/pki"
+	EtcdManifest     = "/etc/kubernetes/manifests/etcd.yaml"
 	// EtcdSnapshotDir holds a control plane's scheduled etcd snapshots
 	// (etcd-<time>.db, plain: they stay on the node like etcd's data),
 	// and BackupDir the encrypted backups `firstboot backup` writes.

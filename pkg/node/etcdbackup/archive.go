@@ -57,7 +57,7 @@ func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, d
 	}
 	pki := map[string][]byte{}
 	for _, name := range backup.PKIFiles {
-		b, err := os.ReadFile(h.Path(pkiDir + "/" + name))
+		b, err := os.ReadFile(h.Path(layout.KubernetesPKIDir + "/" + name))
 		if err != nil {
 			return "", fmt.Errorf("backup: the cluster PKI: %w", err)
 		}
@@ -154,12 +154,12 @@ func matchesNode(h *host.Host, c *machineconfig.Config, m *backup.Manifest, unpa
 		if err != nil {
 			return err
 		}
-		have, err := os.ReadFile(h.Path(pkiDir + "/" + name))
+		have, err := os.ReadFile(h.Path(layout.KubernetesPKIDir + "/" + name))
 		if err != nil {
 			return fmt.Errorf("this node's %s: %w", name, err)
 		}
 		if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(have)) {
-			return fmt.Errorf("its pki/%s differs from this node's %s/%s: make the node's config disk from the secrets file the cluster was made with (imagebuild config cluster --secrets)", name, pkiDir, name)
+			return fmt.Errorf("its pki/%s differs from this node's %s/%s: make the node's config disk from the secrets file the cluster was made with (imagebuild config cluster --secrets)", name, layout.KubernetesPKIDir, name)
 		}
 	}
 	return nil

@@ -35,8 +35,6 @@ const (
 
 	// etcdEndpoint is the local member's client URL (kubeadm's).
 	etcdEndpoint = "https://127.0.0.1:2379"
-	// pkiDir is kubeadm's PKI directory.
-	pkiDir = "/etc/kubernetes/pki"
 	// commandTimeout bounds one etcdctl call.
 	commandTimeout = 5 * time.Minute
 )
@@ -75,9 +73,9 @@ func Take(ctx context.Context, h *host.Host, keep int) (Snapshot, error) {
 	defer cancel()
 	if _, err := h.Output(ctx, "etcdctl",
 		"--endpoints="+etcdEndpoint,
-		"--cacert="+h.Path(pkiDir+"/etcd/ca.crt"),
-		"--cert="+h.Path(pkiDir+"/apiserver-etcd-client.crt"),
-		"--key="+h.Path(pkiDir+"/apiserver-etcd-client.key"),
+		"--cacert="+h.Path(layout.KubernetesPKIDir+"/etcd/ca.crt"),
+		"--cert="+h.Path(layout.KubernetesPKIDir+"/apiserver-etcd-client.crt"),
+		"--key="+h.Path(layout.KubernetesPKIDir+"/apiserver-etcd-client.key"),
 		"--command-timeout=2m",
 		"snapshot", "save", incoming); err != nil {
 		_ = os.Remove(incoming)

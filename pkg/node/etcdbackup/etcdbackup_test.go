@@ -100,7 +100,7 @@ func newTestNode(t *testing.T) *testNode {
 		PKI:        &machineconfig.ClusterPKI{CAKey: caKey},
 	}}
 	for _, f := range backup.PKIFiles {
-		p := n.h.Path(pkiDir + "/" + f)
+		p := n.h.Path(layout.KubernetesPKIDir + "/" + f)
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
 		require.NoError(t, os.WriteFile(p, []byte("node's "+f+"\n"), 0o600))
 	}
@@ -205,9 +205,9 @@ func TestBackupAndRestore(t *testing.T) {
 	dst := newTestNode(t)
 	dst.cfg.Cluster.PKI = src.cfg.Cluster.PKI
 	for _, f := range backup.PKIFiles {
-		b, err := os.ReadFile(src.h.Path(pkiDir + "/" + f))
+		b, err := os.ReadFile(src.h.Path(layout.KubernetesPKIDir + "/" + f))
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(dst.h.Path(pkiDir+"/"+f), b, 0o600))
+		require.NoError(t, os.WriteFile(dst.h.Path(layout.KubernetesPKIDir+"/"+f), b, 0o600))
 	}
 	stale := dst.h.Path(layout.EtcdDataDir + "/member/wal/0.wal")
 	require.NoError(t, os.MkdirAll(filepath.Dir(stale), 0o700))
@@ -251,11 +251,11 @@ func TestRestoreRefusesAnotherCluster(t *testing.T) {
 		{"another service-account key", func(t *testing.T, n *testNode) {
 			n.cfg.Cluster.PKI = src.cfg.Cluster.PKI
 			for _, f := range backup.PKIFiles {
-				b, err := os.ReadFile(src.h.Path(pkiDir + "/" + f))
+				b, err := os.ReadFile(src.h.Path(layout.KubernetesPKIDir + "/" + f))
 				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(n.h.Path(pkiDir+"/"+f), b, 0o600))
+				require.NoError(t, os.WriteFile(n.h.Path(layout.KubernetesPKIDir+"/"+f), b, 0o600))
 			}
-			require.NoError(t, os.WriteFile(n.h.Path(pkiDir+"/sa.pub"), []byte("another key"), 0o600))
+			require.NoError(t, os.WriteFile(n.h.Path(layout.KubernetesPKIDir+"/sa.pub"), []byte("another key"), 0o600))
 		}, "pki/sa.pub differs"},
 		{"another CA hash", func(t *testing.T, n *testNode) {
 			n.cfg.Cluster.PKI = src.cfg.Cluster.PKI

@@ -65,7 +65,7 @@ func (r *runner) isEtcdMember(cfg *machineconfig.Config) bool {
 	if cfg.Cluster == nil || !cfg.Cluster.IsControlPlane() {
 		return false
 	}
-	_, err := os.Stat(r.o.Host.Path("/etc/kubernetes/manifests/etcd.yaml"))
+	_, err := os.Stat(r.o.Host.Path(layout.EtcdManifest))
 	return err == nil
 }
 

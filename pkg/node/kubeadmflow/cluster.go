@@ -27,7 +27,7 @@ const (
 	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
 	CoreDNSManifest   = "/etc/terrarium/addons/coredns-config.yaml"
 	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
-	KubernetesPKIDir  = "/etc/kubernetes/pki"
+	KubernetesPKIDir  = layout.KubernetesPKIDir
 	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
 	KubeletKubeconfig = "/etc/kubernetes/kubelet.conf"
 	// The kubelet's token credential for its TLS bootstrap, and the

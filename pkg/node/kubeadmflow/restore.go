@@ -13,9 +13,6 @@ import (
 // stepRestore is the init node's step that restores etcd from a backup.
 const stepRestore = "restore etcd from a backup"
 
-// etcdManifest is the static pod kubeadm's etcd phase writes.
-const etcdManifest = "/etc/kubernetes/manifests/etcd.yaml"
-
 // restoreEtcd restores the cluster's etcd from the backup the flow's
 // Backups offers (a TERRA-BACKUP stick), before kubeadm writes etcd's
 // static pod: kubeadm then starts etcd on the restored data, and its
@@ -28,7 +25,7 @@ const etcdManifest = "/etc/kubernetes/manifests/etcd.yaml"
 // found the data directory empty), so a data directory there is an
 // interrupted restore's and is replaced.
 func restoreEtcd(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-	if _, err := os.Stat(h.Path(etcdManifest)); err == nil {
+	if _, err := os.Stat(h.Path(layout.EtcdManifest)); err == nil {
 		h.Report.Report(stepRestore, "skipped", "this formation's etcd exists already")
 		return nil
 	}

@@ -34,8 +34,8 @@ func TestRestoreStep(t *testing.T) {
 	t.Run("never over this formation's etcd", func(t *testing.T) {
 		f := testFlow(t, nil)
 		got := reports(f)
-		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(etcdManifest)), 0o755))
-		require.NoError(t, os.WriteFile(f.Path(etcdManifest), []byte("static pod"), 0o600))
+		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(layout.EtcdManifest)), 0o755))
+		require.NoError(t, os.WriteFile(f.Path(layout.EtcdManifest), []byte("static pod"), 0o600))
 		asked := false
 		f.Backups = func(context.Context, func(string) error) (bool, error) { asked = true; return true, nil }
 		require.NoError(t, restoreEtcd(context.Background(), f, cfg))
