@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,25 +66,6 @@ func TestClusterBackupRestore(t *testing.T) {
 		cp.vm = cp.m.boot(ctx, append([]qemu.Disk{configAttached(cp.disk)}, cpExtra...)...)
 		return cp, w, start
 	}
-	healthy := func(start time.Time, nodes ...*clusterNode) {
-		t.Helper()
-		var wg sync.WaitGroup
-		for _, n := range nodes {
-			wg.Add(1)
-			go func(n *clusterNode) {
-				defer wg.Done()
-				if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
-					t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
-					return
-				}
-				t.Logf("%s: provisioned and healthy %s after power-on", n.name, time.Since(start).Round(time.Second))
-			}(n)
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
-	}
 	destroy := func(nodes ...*clusterNode) {
 		for _, n := range nodes {
 			require.NoError(t, n.vm.Kill())
@@ -96,7 +76,7 @@ func TestClusterBackupRestore(t *testing.T) {
 
 	// The cluster and its workload.
 	cp, w, start := generation(1)
-	healthy(start, cp, w)
+	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	workload := `apiVersion: v1
 kind: ConfigMap
@@ -161,7 +141,7 @@ spec:
 	restored, err := cp.vm.Expect(ctx, regexp.MustCompile(`restore etcd from a backup: restored: ([^\n]*)`))
 	require.NoError(t, err, "the new control plane did not restore from the stick")
 	t.Logf("%s: restored %s, %s after power-on", cp.name, restored[1], time.Since(start).Round(time.Second))
-	healthy(start, cp, w)
+	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
 	// The new worker waited out its predecessor's Node (Ready in the
 	// snapshot) instead of failing kubeadm's kubelet-start.
 	if m := regexp.MustCompile(`wait for an old Node of this name: (waiting|gone): [^\n]*`).FindAllString(w.vm.Console(), -1); len(m) > 0 {

@@ -51,6 +51,30 @@ func clusterConfigs(ctx context.Context, t *testing.T, name string, args ...stri
 	return key, dir
 }
 
+// waitHealthy waits until every node's status says state and healthy,
+// logging when each got there (after start, as what), and stops the test
+// if one never does.
+func waitHealthy(ctx context.Context, t *testing.T, start time.Time, state, what string, nodes ...*clusterNode) {
+	t.Helper()
+	re := regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"` + state + `"[^\n]*"healthy":true`)
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func(n *clusterNode) {
+			defer wg.Done()
+			if _, err := n.vm.Expect(ctx, re); err != nil {
+				t.Errorf("%s: waiting for a healthy %s node: %v", n.name, state, err)
+				return
+			}
+			t.Logf("%s: %s %s after power-on", n.name, what, time.Since(start).Round(time.Second))
+		}(n)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
 // withManagementNIC adds the test's management NIC (DHCP on QEMU's
 // restricted network, for SSH from the test) to a config written by
 // `imagebuild config cluster`, which configures only the cluster link.
@@ -173,22 +197,7 @@ func TestClusterFormation(t *testing.T) {
 			dcancel()
 		}
 	})
-	var wg sync.WaitGroup
-	for _, n := range []*clusterNode{cp, w} {
-		wg.Add(1)
-		go func(n *clusterNode) {
-			defer wg.Done()
-			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
-				t.Errorf("%s: waiting for a healthy provisioned node: %v", n.name, err)
-				return
-			}
-			t.Logf("%s: provisioned, healthy and in the cluster %s after power-on", n.name, time.Since(start).Round(time.Second))
-		}(n)
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	waitHealthy(ctx, t, start, "provisioned", "provisioned, healthy and in the cluster", cp, w)
 
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	nodes := ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
@@ -247,21 +256,7 @@ spec:
 	w.m.link.Capture = linkCap2 // a new QEMU would truncate the first capture
 	w.vm = w.m.boot(ctx)        // listens on the link first
 	cp.vm = cp.m.boot(ctx)
-	for _, n := range []*clusterNode{cp, w} {
-		wg.Add(1)
-		go func(n *clusterNode) {
-			defer wg.Done()
-			if _, err := n.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"verified"[^\n]*"healthy":true`)); err != nil {
-				t.Errorf("%s: waiting for a healthy node without its stick: %v", n.name, err)
-				return
-			}
-			t.Logf("%s: verified and healthy without its stick %s after power-on", n.name, time.Since(restart).Round(time.Second))
-		}(n)
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	waitHealthy(ctx, t, restart, "verified", "verified and healthy without its stick", cp, w)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
 	nodes = ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
 	if !regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`).MatchString(nodes) {
