@@ -113,8 +113,10 @@ func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
 	interval, keep := cfg.Cluster.BackupSchedule()
 	due, err := etcdbackup.Due(r.o.Host, interval)
 	if err != nil || !due {
-		if newest, ok, _ := etcdbackup.Newest(r.o.Host); ok && r.status.Backup == "" {
-			r.status.Backup = backupStatus(newest, interval, keep)
+		if r.status.Backup == "" { // once a boot: the schedule fills it after
+			if newest, ok, _ := etcdbackup.Newest(r.o.Host); ok {
+				r.status.Backup = backupStatus(newest, interval, keep)
+			}
 		}
 		return
 	}
