@@ -169,8 +169,10 @@ func (v *VM) reap(outR *os.File, readerDone <-chan struct{}) {
 	if tail := lastLines(v.Stderr(), 5); tail != "" {
 		why += "; its stderr ends:\n" + tail
 	}
-	v.console.finish(why)
+	// exited is closed first: whoever Expect wakes with "QEMU exited" must
+	// already see Running() == false and the process state.
 	close(v.exited)
+	v.console.finish(why)
 }
 
 // startFailure explains why QMP did not come up: QEMU's exit status and
