@@ -42,6 +42,7 @@ unit: bin
 
 qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		TERRARIUM_ISO=$(abspath $(OUT))/terrarium.iso TERRARIUM_OVA=$(abspath $(OUT))/terrarium.ova \
 		$(GO) test -count=1 -timeout 80m -v ./qemu-tests/...
 
 test: deps bin vet unit qemu-test

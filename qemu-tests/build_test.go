@@ -72,13 +72,13 @@ func sha256File(t *testing.T, p string) string {
 }
 
 // TestReproducibleAndValid: two builds from the same inputs give
-// byte-identical raw and qcow2 images (their manifests say so, and the
-// files agree), and the standard tools accept every part.
+// byte-identical raw, qcow2, ISO and OVA images (their manifests say so,
+// and the files agree), and the standard tools accept every part.
 func TestReproducibleAndValid(t *testing.T) {
 	ctx := context.Background()
 	a, b := t.TempDir(), t.TempDir()
 	ma, mb := buildDefault(ctx, t, a), buildDefault(ctx, t, b)
-	for _, f := range []string{"raw", "qcow2"} {
+	for _, f := range []string{"raw", "qcow2", "iso", "ova"} {
 		oa, ob := ma.Outputs[f], mb.Outputs[f]
 		if oa.SHA256 == "" || oa.SHA256 != ob.SHA256 {
 			t.Errorf("%s differs between two builds: %s vs %s", f, oa.SHA256, ob.SHA256)
@@ -90,6 +90,11 @@ func TestReproducibleAndValid(t *testing.T) {
 	raw := filepath.Join(a, ma.Outputs["raw"].File)
 	run(t, "sgdisk", "-v", raw)
 	run(t, "qemu-img", "check", filepath.Join(a, ma.Outputs["qcow2"].File))
+	report := run(t, "xorriso", "-indev", filepath.Join(a, ma.Outputs["iso"].File), "-report_el_torito", "as_mkisofs")
+	if !strings.Contains(report, "-e '--interval:appended_partition_2") {
+		t.Errorf("the ISO's El Torito EFI image is not its appended EFI partition:\n%s", report)
+	}
+	run(t, "qemu-img", "check", ovaDisk(t, filepath.Join(a, ma.Outputs["ova"].File)))
 	for _, p := range ma.Partitions {
 		switch p.Label {
 		case layout.LabelESP:

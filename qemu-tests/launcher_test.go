@@ -4,6 +4,8 @@
 // Fixtures, set by `make qemu-test`:
 //
 //	TERRARIUM_IMAGE  the default image (qcow2) built by `make image`
+//	TERRARIUM_ISO    the same build's hybrid ISO
+//	TERRARIUM_OVA    the same build's OVA
 //	TERRARIUM_BIN    the directory holding imagebuild, firstboot, terrarium-init
 //
 // Each machine boots from a copy-on-write qcow2 overlay of the image, grown
@@ -20,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,14 +75,40 @@ type machine struct {
 	instructionClock bool
 	// rtcBase starts the VM's RTC at this time ("" is the host's).
 	rtcBase string
+	// iso is the build's ISO attached first in the firmware's boot order
+	// (nil for none); the disk then comes second (diskBootIndex), as on a
+	// machine whose firmware boots USB sticks and CDs first.
+	iso           *qemu.Disk
+	diskBootIndex int
 }
 
-// newMachine makes an 8 GiB copy-on-write boot disk over image.
+// newMachine makes an 8 GiB copy-on-write boot disk over image (a qcow2,
+// or a VMDK when its name ends so).
 func newMachine(t testing.TB, image string) *machine {
 	t.Helper()
 	dir := t.TempDir()
 	m := &machine{t: t, dir: dir, disk: filepath.Join(dir, "boot.qcow2"), capture: filepath.Join(dir, "net.pcap")}
-	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", image, m.disk, diskSize).CombinedOutput()
+	format := "qcow2"
+	if strings.HasSuffix(image, ".vmdk") {
+		format = "vmdk"
+	}
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", format, "-b", image, m.disk, diskSize).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	return m
+}
+
+// newLiveMachine makes a machine that boots iso, first in the firmware's
+// boot order, from a CD-ROM drive (bus qemu.BusCDROM) or a USB stick the
+// ISO was written to (qemu.BusUSB), with an empty 8 GiB virtio disk beside
+// it.
+func newLiveMachine(t testing.TB, iso string, bus qemu.Bus) *machine {
+	t.Helper()
+	dir := t.TempDir()
+	m := &machine{t: t, dir: dir, disk: filepath.Join(dir, "empty.qcow2"), capture: filepath.Join(dir, "net.pcap"),
+		iso: &qemu.Disk{ID: "iso", Path: iso, Format: "raw", ReadOnly: true, Bus: bus, BootIndex: 1}, diskBootIndex: 2}
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", m.disk, diskSize).CombinedOutput()
 	if err != nil {
 		t.Fatalf("qemu-img create: %v: %s", err, out)
 	}
@@ -100,7 +129,10 @@ func (m *machine) configDisk(name, yaml string) string {
 // boot starts the machine with extra disks; it is stopped at test end.
 func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 	m.t.Helper()
-	disks := append([]qemu.Disk{{ID: "boot", Path: m.disk, Format: "qcow2"}}, extra...)
+	disks := append([]qemu.Disk{{ID: "boot", Path: m.disk, Format: "qcow2", BootIndex: m.diskBootIndex}}, extra...)
+	if m.iso != nil {
+		disks = append(disks, *m.iso)
+	}
 	vm, err := qemu.Start(ctx, qemu.Config{
 		Dir:              filepath.Join(m.dir, "vm"),
 		MemoryMiB:        m.memMiB,

@@ -1,19 +1,24 @@
 package qemutests
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 	"github.com/terrarium-os/terrarium/pkg/testvm/testvolume"
 )
@@ -22,6 +27,17 @@ import (
 // platform attaches, and what the node must make of it.
 type channel struct {
 	name string
+	// iso boots the build's ISO on this bus ("cdrom" or "usb") beside an
+	// empty disk, instead of the disk image.
+	iso string
+	// install: the ISO installs onto the empty disk and reboots into it;
+	// the checks run on the installed system, which is then rebooted
+	// with the ISO still first in the boot order: the ISO hands the boot
+	// over to the disk.
+	install bool
+	// disk "ova" boots the disk of the build's OVA (its streamOptimized
+	// VMDK, as vSphere imports it) instead of the qcow2.
+	disk string
 	// medium makes the disk in dir, for a machine with NIC mac whose
 	// admin holds key; nil attaches none.
 	medium func(t *testing.T, dir, mac, key string) qemu.Disk
@@ -43,6 +59,43 @@ type channel struct {
 // channels are the platforms' own config channels, in data; one launcher
 // boots each.
 var channels = []channel{
+	{
+		name: "the ISO on a CD-ROM, live: STATE in RAM, a TERRA-CONFIG stick",
+		iso:  "cdrom",
+		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
+			p := filepath.Join(dir, "config.img")
+			require.NoError(t, configdisk.Write(p, []byte(adminConfig("live-cd", key, ""))))
+			return rawDisk(p, qemu.BusUSB)
+		},
+		hostname: "live-cd", source: "TERRA-CONFI",
+		check: func(t *testing.T, ssh *sshClient) {
+			out, err := ssh.read("findmnt -no FSTYPE " + layout.LiveMediumMount + "; findmnt -no SOURCE,FSTYPE /; findmnt -no SOURCE,FSTYPE " + layout.StateMount)
+			require.NoError(t, err, out)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			require.Len(t, lines, 3, out)
+			assert.Equal(t, "iso9660", lines[0], "the medium stays mounted")
+			assert.Regexp(t, `^/dev/loop\d+\s+squashfs$`, lines[1], "the root is the ISO's squashfs")
+			assert.Regexp(t, `^tmpfs\s+tmpfs$`, lines[2], "STATE is in RAM; the empty disk is left for an installer")
+		},
+	},
+	{
+		name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
+		iso:  "usb", install: true,
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			config := adminConfig("installed", key, "install:\n  disk:\n    minSize: 4GiB\n")
+			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
+		},
+		hostname: "installed", source: "installed from the ISO",
+		check: func(t *testing.T, ssh *sshClient) {
+			out, err := ssh.read("findmnt -no SOURCE,FSTYPE /; findmnt -no SOURCE,FSTYPE " + layout.StateMount + "; lsblk -rno PARTLABEL /dev/vda | xargs")
+			require.NoError(t, err, out)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			require.Len(t, lines, 3, out)
+			assert.Regexp(t, `^/dev/vda2\s+squashfs$`, lines[0], "the root is the installed slot A")
+			assert.Regexp(t, `^/dev/vda4\s+ext4$`, lines[1], "STATE is the installed disk's")
+			assert.Equal(t, "EFI TERRA-A TERRA-B TERRA-STATE", lines[2])
+		},
+	},
 	{
 		name: "NoCloud on FAT, a #cloud-config",
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
@@ -79,7 +132,8 @@ var channels = []channel{
 		hostname: "openstack-1", source: "config-2", address: "10.0.2.43/24",
 	},
 	{
-		name: "vSphere OVF environment on a CD-ROM, hand-typed properties",
+		name: "vSphere: the OVA's disk, its OVF environment on a CD-ROM, hand-typed properties",
+		disk: "ova",
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
 			return rawDisk(testvolume.ISO(t, dir, "OVF ENV", map[string]string{
 				"ovf-env.xml": ovfEnv(map[string]string{"terrarium.hostname": "vsphere-1", "terrarium.ssh-key": key}),
@@ -160,6 +214,30 @@ var channels = []channel{
 	},
 }
 
+// ovaDisk extracts the VMDK from an OVA (a tar: the descriptor, the
+// manifest, the disk) into a temporary directory.
+func ovaDisk(t *testing.T, ova string) string {
+	t.Helper()
+	f, err := os.Open(ova)
+	require.NoError(t, err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		require.NoError(t, err, "%s holds no .vmdk", ova)
+		if !strings.HasSuffix(h.Name, ".vmdk") {
+			continue
+		}
+		p := filepath.Join(t.TempDir(), filepath.Base(h.Name))
+		out, err := os.Create(p)
+		require.NoError(t, err)
+		_, err = io.Copy(out, tr)
+		require.NoError(t, err)
+		require.NoError(t, out.Close())
+		return p
+	}
+}
+
 // write writes content to dir/name and returns its path.
 func write(t *testing.T, dir, name, content string) string {
 	t.Helper()
@@ -204,9 +282,23 @@ func TestConfigChannels(t *testing.T) {
 	image := fixture(t, "TERRARIUM_IMAGE")
 	for i, c := range channels {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+			timeout := bootTimeout
+			if c.install {
+				timeout = 3 * bootTimeout // three boots: live and install, installed, handed over
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			m := newMachine(t, image)
+			var m *machine
+			switch {
+			case c.iso == "cdrom":
+				m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusCDROM)
+			case c.iso == "usb":
+				m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusUSB)
+			case c.disk == "ova":
+				m = newMachine(t, ovaDisk(t, fixture(t, "TERRARIUM_OVA")))
+			default:
+				m = newMachine(t, image)
+			}
 			m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
 			key := newSSHKey(t)
 			port := freePort(t)
@@ -238,7 +330,16 @@ func TestConfigChannels(t *testing.T) {
 				return
 			}
 
+			start := time.Now()
+			if c.install {
+				expect(ctx, t, vm, `installed Terrarium \S+ onto /dev/vda .* rebooting into it`)
+				t.Logf("power-on to installed: %s", time.Since(start).Round(time.Second))
+				expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
+			}
 			s := expectStatus(ctx, t, vm, "provisioned", "failed")
+			if c.install {
+				t.Logf("power-on to installed, rebooted and provisioned: %s", time.Since(start).Round(time.Second))
+			}
 			require.Equal(t, "provisioned", s.State, "%+v", s)
 			assert.Equal(t, c.hostname, s.Hostname)
 			assert.Contains(t, s.Enrolled, c.source)
@@ -258,7 +359,22 @@ func TestConfigChannels(t *testing.T) {
 			if c.check != nil {
 				c.check(t, ssh)
 			}
+			if c.install {
+				ssh.run("sudo systemd-run --on-active=1s /usr/bin/systemctl reboot")
+				again := time.Now()
+				expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
+				expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
+				s := expectStatus(ctx, t, vm, "verified", "failed")
+				require.Equal(t, "verified", s.State, "%+v", s)
+				t.Logf("rebooted with the ISO first, handed over and verified: %s", time.Since(again).Round(time.Second))
+			}
 			require.NoError(t, vm.Quit(ctx))
+			if c.install {
+				// sgdisk reads the installed disk as a raw image.
+				raw := filepath.Join(t.TempDir(), "installed.raw")
+				run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
+				assert.Contains(t, run(t, "sgdisk", "-v", raw), "No problems found")
+			}
 			checkCapture(t, m.capture, testSubnet)
 			t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
 		})

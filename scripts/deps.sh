@@ -11,8 +11,9 @@ pkgs=(
   qemu-user           # qemu-x86_64: TLS handshake cost under TCG (bench-cluster)
   ovmf                # UEFI firmware for QEMU
   gdisk               # sgdisk -v (validating our GPT)
-  dosfstools          # fsck.fat -n (validating our ESP / config disks)
-  xorriso             # hybrid ISO (later rows)
+  dosfstools          # fsck.fat -n (validating our ESP / config disks); mkfs.fat (the ISO's EFI image)
+  mtools              # mcopy: files into the ISO's EFI image
+  xorriso             # hybrid ISO
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
   zstd
   skopeo              # a real registry client for the registry tests

@@ -6,8 +6,20 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeletpki"
 	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 )
+
+func repairKubeletCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "repair-kubelet",
+		Short: "Before the kubelet starts: remove or point back its certificates a power cut tore",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := kubeletpki.Repair(host.Real(), firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
+			return err
+		},
+	}
+}
 
 func repairImagesCmd() *cobra.Command {
 	return &cobra.Command{

@@ -147,6 +147,48 @@ const (
 	CmdlineResetState = "terrarium.reset-state"
 	// CmdlineRescue drops into the rescue shell before switch_root.
 	CmdlineRescue = "terrarium.rescue"
+	// CmdlineLive boots from the ISO (the live entry of its ESP): the
+	// initramfs finds the medium by its volume ID (ISOVolumeID) and mounts
+	// the slot from ISOSlotFile on it.
+	CmdlineLive = "terrarium.live"
+	// CmdlineInstall=auto makes a live boot install to the first empty
+	// disk (the machine config's install section chooses otherwise).
+	CmdlineInstall = "terrarium.install"
+	// CmdlineState says where a live boot keeps TERRA-STATE: "disk" (the
+	// TERRA-STATE of an earlier live boot, else a new one on the first
+	// empty disk, else fail), "ram" (a tmpfs: nothing survives a reboot).
+	// Without it: an earlier live boot's TERRA-STATE, else RAM.
+	CmdlineState = "terrarium.state"
+)
+
+// Values of CmdlineState.
+const (
+	StateOnDisk = "disk"
+	StateInRAM  = "ram"
+)
+
+// The hybrid ISO (the `iso` output): an ISO 9660 filesystem holding the
+// slot, booted under UEFI through an El Torito EFI image that is also its
+// appended EFI partition (a USB stick written with dd boots the same way).
+const (
+	// ISOVolumeID is the ISO's volume ID; the initramfs of a live boot
+	// finds the medium by it.
+	ISOVolumeID = "TERRARIUM"
+	// ISOSlotFile is the slot's squashfs on the ISO.
+	ISOSlotFile = "terrarium/slot.squashfs"
+	// ISOReleaseFile is the build's release.json on the ISO (the one in
+	// the slot, readable without mounting it).
+	ISOReleaseFile = "terrarium/release.json"
+	// ISOHeadFile is the start of the disk image, up to the first slot:
+	// protective MBR, GPT and the EFI partition (its trailing zeros left
+	// out). The installer writes it, then the slot at TERRA-A's offset.
+	ISOHeadFile = "terrarium/disk-head.img"
+	// ISOSumsFile lists the sha256 of ISOSlotFile and ISOHeadFile, in
+	// sha256sum's format ("<hex>  slot.squashfs").
+	ISOSumsFile = "terrarium/SHA256SUMS"
+	// LiveMediumMount is where the initramfs mounts the ISO on a live
+	// boot; it stays mounted (under /run) after switch_root.
+	LiveMediumMount = "/run/terrarium/medium"
 )
 
 // Paths inside the initramfs that the build writes and its /init reads.
@@ -183,6 +225,10 @@ const (
 	// PEM file, kept current by the kubelet): a cluster node's identity,
 	// which its registry also shows its peers.
 	KubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	// KubeletPKIDir holds the kubelet's own certificates: the client one
+	// (kubelet-client-<time>.pem, KubeletClientCert links the current)
+	// and its self-signed serving pair, kubelet.crt and kubelet.key.
+	KubeletPKIDir = "/var/lib/kubelet/pki"
 	// EmbeddedConfig is a machine config the build spec bakes into the
 	// slot (optional), with its signature at EmbeddedConfig+".sig".
 	EmbeddedConfig = "/usr/lib/terrarium/machine.yaml"

@@ -70,6 +70,10 @@ type Config struct {
 	// users, groups and systemd units. The node validates it whole before
 	// applying anything (pkg/node/ignition); here it must be a JSON object.
 	Ignition string `yaml:"ignition,omitempty"`
+	// Install, on a node booted live from the ISO, installs Terrarium onto
+	// the disk it selects and reboots into it; a node running from a disk
+	// ignores it.
+	Install *Install `yaml:"install,omitempty"`
 }
 
 // Network is the network configuration of a node.

@@ -33,6 +33,9 @@ func (c *Config) validate() strictyaml.Problems {
 	if c.Cluster != nil {
 		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)
 	}
+	if c.Install != nil {
+		validateInstall(&ps, root.Field("install"), *c.Install)
+	}
 	if c.Ignition != "" {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(c.Ignition), &obj); err != nil {

@@ -1,5 +1,5 @@
 // Package build runs imagebuild's pipeline: rootfs base, initramfs, slot
-// images, ESP, disk, qcow2, vmdk, ova and the manifest. Every expensive
+// images, ESP, disk, qcow2, vmdk, ova, iso and the manifest. Every expensive
 // stage is cached by content hash; the outputs are reproducible from the
 // same inputs.
 package build
@@ -100,6 +100,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		{"qcow2 image", r.buildQCOW2},
 		{"vmdk image (streamOptimized)", r.buildVMDK},
 		{"ova (vSphere)", r.buildOVA},
+		{"iso (hybrid, UEFI)", r.buildISO},
 		{"upgrade file", r.buildUpgradeFile},
 		{"manifest", r.writeManifest},
 	}

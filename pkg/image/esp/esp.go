@@ -6,12 +6,17 @@
 package esp
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
@@ -32,6 +37,10 @@ type Entry struct {
 	// SortKey orders entries: systemd-boot boots the first good entry, so
 	// the preferred slot gets the smaller key.
 	SortKey string
+	// ID names the entry file (ID.conf) instead of the slot, for a second
+	// entry of the same slot (the ISO's installer entry); such an entry is
+	// never counted.
+	ID string
 }
 
 // Contents of an ESP.
@@ -50,7 +59,11 @@ func (c Contents) Files() map[string]string {
 		layout.ESPLoaderConf:  c.loaderConf(),
 	}
 	for _, e := range c.Entries {
-		files[layout.ESPEntriesDir+"/"+e.Slot.EntryFile(e.Tries)] = e.conf()
+		name := e.Slot.EntryFile(e.Tries)
+		if e.ID != "" {
+			name = e.ID + ".conf"
+		}
+		files[layout.ESPEntriesDir+"/"+name] = e.conf()
 		files[e.Slot.KernelPath()] = "file:" + e.Kernel
 		files[e.Slot.InitrdPath()] = "file:" + e.Initrd
 	}
@@ -140,4 +153,102 @@ func writeFile(fs filesystem.FileSystem, name, source string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// MaxElToritoSize is the largest El Torito boot image firmware reads
+// whole: the boot catalog counts it in 512-byte sectors, 16 bits wide. A
+// FAT32 filesystem needs more (65,525 clusters), so WriteSmall makes FAT16
+// (FAT12 when tiny).
+const MaxElToritoSize = 65535 * 512
+
+// WriteSmall writes c as a FAT16 image just big enough for its files (with
+// 2 MiB to spare), at most MaxElToritoSize: the ISO's El Torito EFI boot
+// image, which is also its EFI partition on a USB stick. go-diskfs writes
+// only FAT32, so mkfs.fat (--invariant) and mcopy (-m, with the files'
+// times set to epoch and SOURCE_DATE_EPOCH for the directories) make it,
+// reproducibly.
+func WriteSmall(ctx context.Context, imagePath string, c Contents, epoch time.Time) error {
+	stage, err := os.MkdirTemp(filepath.Dir(imagePath), ".esp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	var total int64
+	for name, src := range c.Files() {
+		dst := filepath.Join(stage, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if host, ok := strings.CutPrefix(src, "file:"); ok {
+			err = copyFile(host, dst)
+		} else {
+			err = os.WriteFile(dst, []byte(src), 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("stage %s: %w", name, err)
+		}
+		fi, err := os.Stat(dst)
+		if err != nil {
+			return err
+		}
+		total += fi.Size()
+	}
+	err = filepath.WalkDir(stage, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, epoch, epoch)
+	})
+	if err != nil {
+		return err
+	}
+	size := (total + 2*layout.MiB + layout.MiB - 1) / layout.MiB * layout.MiB
+	if size > MaxElToritoSize {
+		size = MaxElToritoSize / 1024 * 1024
+		if total+layout.MiB > size {
+			return fmt.Errorf("the ISO's EFI image needs %d MiB (kernel, initramfs, systemd-boot), more than the %d KiB El Torito allows", total>>20, MaxElToritoSize>>10)
+		}
+	}
+	os.Remove(imagePath)
+	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
+	mkfs := exec.CommandContext(ctx, "mkfs.fat", "-C", "--invariant", "-n", layout.LabelESPFS, imagePath, strconv.FormatInt(size>>10, 10))
+	mkfs.Env = env
+	if b, err := mkfs.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.fat (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	entries, err := os.ReadDir(stage)
+	if err != nil {
+		return err
+	}
+	args := []string{"-s", "-m", "-i", imagePath}
+	for _, e := range entries {
+		args = append(args, filepath.Join(stage, e.Name()))
+	}
+	mcopy := exec.CommandContext(ctx, "mcopy", append(args, "::")...)
+	mcopy.Env = env
+	if b, err := mcopy.CombinedOutput(); err != nil {
+		os.Remove(imagePath)
+		return fmt.Errorf("mcopy (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if fi, err := in.Stat(); err != nil || fi.Size() == 0 {
+		return fmt.Errorf("%s is empty or unreadable", src)
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -2,6 +2,7 @@ package esp
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +10,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
@@ -314,4 +318,41 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestWriteSmall: the ISO's El Torito image is FAT16, fits the catalog's
+// 16-bit sector count, holds every file (fsck.fat lists them), and comes
+// out the same twice although the source files' times differ.
+func TestWriteSmall(t *testing.T) {
+	requireTool(t, "mkfs.fat")
+	requireTool(t, "mcopy")
+	c := hostFiles(t)
+	c.Entries[1].ID = "terrarium-install"
+	epoch := time.Unix(1767225600, 0)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img")
+	require.NoError(t, WriteSmall(context.Background(), a, c, epoch))
+	later := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(c.SystemdBoot, later, later))
+	time.Sleep(1100 * time.Millisecond) // a second later, for any time that leaks in
+	require.NoError(t, WriteSmall(context.Background(), b, c, epoch))
+	ba, err := os.ReadFile(a)
+	require.NoError(t, err)
+	bb, err := os.ReadFile(b)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(ba, bb), "two images of the same contents are byte-identical")
+	assert.LessOrEqual(t, int64(len(ba)), int64(MaxElToritoSize))
+	assert.Regexp(t, `^FAT1[26] {3}$`, string(ba[54:62]), "the boot sector says FAT12 or FAT16, not FAT32")
+	listing := fsckList(t, a)
+	for name := range c.Files() {
+		assert.Contains(t, strings.ToUpper(listing), strings.ToUpper("/"+name), "fsck.fat lists %s", name)
+	}
+	assert.Contains(t, listing, "terrarium-install.conf")
+}
+
+func fsckList(t *testing.T, img string) string {
+	t.Helper()
+	out, err := exec.Command("fsck.fat", "-n", "-l", img).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
 }

@@ -33,10 +33,15 @@ const (
 	// OutputOVA is an OVA for vSphere (pkg/image/ova), which carries the
 	// VMDK.
 	OutputOVA = "ova"
+	// OutputISO is the hybrid ISO (pkg/image/iso): optical drives and USB
+	// sticks, UEFI, live from the medium.
+	OutputISO = "iso"
 )
 
 // outputs lists the output formats, in the order messages name them.
-func outputs() []string { return []string{OutputRaw, OutputQCOW2, OutputVMDK, OutputOVA} }
+func outputs() []string {
+	return []string{OutputRaw, OutputQCOW2, OutputVMDK, OutputOVA, OutputISO}
+}
 
 // Slot B modes.
 const (

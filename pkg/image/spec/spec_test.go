@@ -288,7 +288,7 @@ func TestParseValidationProblems(t *testing.T) {
 		{"bad slot mode", "os:", "slotB:\n  mode: mirror\nos:", "$.slotB.mode", `use "empty" or "copy"`},
 		{"faults need copy", "os:", "slotB:\n  faults: [health]\nos:", "$.slotB.faults", "needs slotB.mode: copy"},
 		{"wrong type", "version: 0.0.1", "version: 0.0.1\nsourceDateEpoch: soon", "$.sourceDateEpoch", ""},
-		{"unknown output", "os:", "outputs: [raw, vhd]\nos:", "$.outputs[1]", `unknown output "vhd" (supported: raw, qcow2, vmdk, ova)`},
+		{"unknown output", "os:", "outputs: [raw, vhd]\nos:", "$.outputs[1]", `unknown output "vhd" (supported: raw, qcow2, vmdk, ova, iso)`},
 		{"output twice", "os:", "outputs: [vmdk, vmdk]\nos:", "$.outputs[1]", "listed twice"},
 		{"hardware version without ova", "os:", "outputs: [vmdk]\nvsphere:\n  hardwareVersion: 14\nos:", "$.vsphere.hardwareVersion", "lists no ova"},
 		{"unknown hardware version", "os:", "outputs: [ova]\nvsphere:\n  hardwareVersion: 16\nos:", "$.vsphere.hardwareVersion", "unsupported virtual hardware version: 16; use one of 13 (ESXi 6.5)"},

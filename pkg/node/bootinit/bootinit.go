@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/efiboot"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,12 +29,14 @@ type Init struct {
 	sysroot string
 	// partitionTimeout bounds the wait for the slot's disk to appear.
 	partitionTimeout time.Duration
-	cmdline          map[string]string
+	// efivars is where efivarfs is mounted.
+	efivars string
+	cmdline map[string]string
 }
 
 // New returns the /init of a real boot, writing to console.
 func New(console io.Writer) *Init {
-	return &Init{console: console, sysroot: "/sysroot", partitionTimeout: 60 * time.Second}
+	return &Init{console: console, sysroot: "/sysroot", partitionTimeout: 60 * time.Second, efivars: efiboot.DefaultDir}
 }
 
 func (in *Init) say(format string, args ...any) {
@@ -48,17 +51,36 @@ type step struct {
 // Run performs the boot and, when everything succeeded, execs systemd. It
 // returns only on failure, after the rescue shell exits.
 func (in *Init) Run(ctx context.Context) error {
-	var disk *diskInfo
-	steps := []step{
+	early := []step{
 		{"mount /proc, /sys, /dev, /run", in.mountEarly},
 		{"read kernel command line", in.readCmdline},
 		{"load kernel modules", in.loadModules},
-		{"find the boot disk", func(ctx context.Context) (err error) { disk, err = in.findDisk(ctx); return err }},
-		{"prepare TERRA-STATE partition", func(ctx context.Context) error { return in.ensureStatePartition(ctx, disk) }},
-		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
-		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, disk) }},
-		{"set up /etc and /var", in.mountOverlays},
+		{"mount efivarfs", in.mountEFIVars},
 	}
+	if err := in.runSteps(ctx, early); err != nil {
+		return err
+	}
+	steps := in.diskSteps()
+	if in.live() {
+		steps = in.liveSteps()
+	} else {
+		// Booted from a disk: a handover from the ISO (if any) worked.
+		efiboot.Own{Dir: in.efivars, Name: efiboot.HandoverVar}.Delete()
+	}
+	if err := in.runSteps(ctx, steps); err != nil {
+		return err
+	}
+	if _, ok := in.cmdline[layout.CmdlineRescue]; ok {
+		in.say("%s given: rescue shell before switch_root (exit to continue booting)", layout.CmdlineRescue)
+		in.shell()
+	}
+	in.say("switching root to slot %s", in.slot())
+	return in.switchRoot()
+}
+
+// runSteps runs steps in order, saying each one's outcome; a failed step
+// opens the rescue shell.
+func (in *Init) runSteps(ctx context.Context, steps []step) error {
 	for _, s := range steps {
 		start := time.Now()
 		if err := s.run(ctx); err != nil {
@@ -67,12 +89,19 @@ func (in *Init) Run(ctx context.Context) error {
 		}
 		in.say("%s: ok (%s)", s.name, time.Since(start).Round(time.Millisecond))
 	}
-	if _, ok := in.cmdline[layout.CmdlineRescue]; ok {
-		in.say("%s given: rescue shell before switch_root (exit to continue booting)", layout.CmdlineRescue)
-		in.shell()
+	return nil
+}
+
+// diskSteps boot an installed disk: its slot partition and its TERRA-STATE.
+func (in *Init) diskSteps() []step {
+	var disk *diskInfo
+	return []step{
+		{"find the boot disk", func(ctx context.Context) (err error) { disk, err = in.findDisk(ctx); return err }},
+		{"prepare TERRA-STATE partition", func(ctx context.Context) error { return in.ensureStatePartition(ctx, disk) }},
+		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
+		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, disk) }},
+		{"set up /etc and /var", in.mountOverlays},
 	}
-	in.say("switching root to slot %s", in.slot())
-	return in.switchRoot()
 }
 
 func (in *Init) slot() layout.Slot {
@@ -89,18 +118,28 @@ func (in *Init) mountEarly(context.Context) error {
 		{"sysfs", "/sys", "sysfs", ""},
 		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
 		{"tmpfs", "/run", "tmpfs", "mode=0755"},
-		{"efivarfs", "/sys/firmware/efi/efivars", "efivarfs", ""},
 	}
 	for _, m := range mounts {
 		if err := os.MkdirAll(m.dst, 0o755); err != nil {
 			return err
 		}
 		if err := unix.Mount(m.src, m.dst, m.fstype, unix.MS_NOSUID, m.data); err != nil && err != unix.EBUSY {
-			if m.fstype == "efivarfs" { // only on UEFI with the module built in; best effort
-				continue
-			}
 			return &os.PathError{Op: "mount " + m.fstype, Path: m.dst, Err: err}
 		}
+	}
+	return nil
+}
+
+// mountEFIVars mounts efivarfs (a module: after the modules are loaded).
+// Without it the boot goes on: only the ISO's handover to an installed
+// disk and the clearing of its mark need UEFI variables.
+func (in *Init) mountEFIVars(context.Context) error {
+	if err := os.MkdirAll(in.efivars, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("efivarfs", in.efivars, "efivarfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if err != nil && err != unix.EBUSY {
+		in.say("no UEFI variables (%v): continuing without them", err)
 	}
 	return nil
 }

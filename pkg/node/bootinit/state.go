@@ -12,6 +12,7 @@ import (
 	"time"
 
 	diskfs "github.com/diskfs/go-diskfs"
+	dfsdisk "github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"golang.org/x/sys/unix"
@@ -60,13 +61,21 @@ func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error 
 		Index: len(table.Partitions) + 1, Start: start, End: end, Size: (end - start + 1) * sector,
 		Type: gpt.Type(layout.TypeVar), Name: layout.LabelState,
 	})
+	return in.writeStatePartition(ctx, disk, d, table)
+}
+
+// writeStatePartition writes table, whose last partition is a new
+// TERRA-STATE, to disk, and waits for the kernel to show it.
+func (in *Init) writeStatePartition(ctx context.Context, disk *diskInfo, d *dfsdisk.Disk, table *gpt.Table) error {
+	p := table.Partitions[len(table.Partitions)-1]
+	sector := uint64(table.LogicalSectorSize)
 	// Mark the new area before the kernel sees it: only a partition that
 	// carries this mark (and no filesystem) is ever formatted implicitly.
 	f, err := os.OpenFile(disk.dev(), os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(markBlock(), int64(start*sector))
+	_, err = f.WriteAt(markBlock(), int64(p.Start*sector))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -77,7 +86,7 @@ func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error 
 	if err := d.Partition(table); err != nil {
 		return fmt.Errorf("write GPT of %s: %w", disk.dev(), err)
 	}
-	in.say("created TERRA-STATE: %d MiB at %d MiB on %s", (end-start+1)*sector>>20, start*sector>>20, disk.dev())
+	in.say("created TERRA-STATE: %d MiB at %d MiB on %s", (p.End-p.Start+1)*sector>>20, p.Start*sector>>20, disk.dev())
 	return in.waitForLabel(ctx, disk, layout.LabelState)
 }
 

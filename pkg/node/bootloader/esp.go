@@ -103,3 +103,19 @@ func (l *ESPLoader) Bless(ctx context.Context, slot layout.Slot) (BlessResult, e
 
 // entryName strips the directory from an entry path, for messages.
 func entryName(p string) string { return strings.TrimSuffix(filepath.Base(p), ".conf") }
+
+// LiveBoot is what Live's Bless finds.
+const LiveBoot BlessResult = "live from the ISO (nothing to bless)"
+
+// Live is the boot loader of a live boot from the ISO: its one entry is
+// never counted and the medium is read-only, so no boot is on trial and
+// there is nothing to bless.
+type Live struct{}
+
+var _ BootLoader = Live{}
+
+// OnTrial implements BootLoader: a live boot is never on trial.
+func (Live) OnTrial(context.Context, layout.Slot) (bool, error) { return false, nil }
+
+// Bless implements BootLoader: it changes nothing.
+func (Live) Bless(context.Context, layout.Slot) (BlessResult, error) { return LiveBoot, nil }

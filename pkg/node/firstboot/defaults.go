@@ -37,6 +37,12 @@ func Defaults(log *slog.Logger) Options {
 	cluster := kubeadmflow.Real(h)
 	cluster.Backups = etcdbackup.FromStick(h, md)
 	esp := &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"}
+	var boot bootloader.BootLoader = esp
+	install := DiskInstaller(h, slotinstall.ByPartLabel("/dev/disk/by-partlabel"), esp)
+	var toDisk ISOInstaller
+	if liveBoot("/proc/cmdline") {
+		boot, install, toDisk = bootloader.Live{}, refuseLive, liveDiskInstaller(h)
+	}
 	return Options{
 		Host:    h,
 		Cluster: cluster,
@@ -45,8 +51,9 @@ func Defaults(log *slog.Logger) Options {
 		// The order is documented in docs/config-acquisition.md.
 		Sources:          enrollSources(),
 		ChangeSources:    changeSources(),
-		BootLoader:       esp,
-		Install:          DiskInstaller(h, slotinstall.ByPartLabel("/dev/disk/by-partlabel"), esp),
+		BootLoader:       boot,
+		Install:          install,
+		InstallISO:       toDisk,
 		Reboot:           func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,
 		WatchInterval:    3 * time.Second,

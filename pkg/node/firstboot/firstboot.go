@@ -64,6 +64,10 @@ type Options struct {
 	AddressWait time.Duration
 	// Install writes an upgrade file into the slot that is not running.
 	Install Installer
+	// InstallISO, on a live boot from the ISO, installs it onto a disk
+	// (the config's install section, or terrarium.install=auto); nil on a
+	// node running from its disk.
+	InstallISO ISOInstaller
 	// Media finds and mounts the sticks a person inserts into the running
 	// node (TERRA-SUPPORT).
 	Media media.Media
@@ -193,9 +197,15 @@ func (r *runner) run(ctx context.Context) error {
 		r.say("%v", err)
 	}
 	r.settleUpgrade()
+	if r.installWithoutConfig(ctx) {
+		return r.installToDisk(ctx, nil, machineconfig.Install{})
+	}
 	cfg, ch, err := r.acquire(ctx)
 	if err != nil {
 		return err
+	}
+	if sel, ok := r.installRequest(cfg); ok {
+		return r.installToDisk(ctx, cfg, sel)
 	}
 	if ch != nil {
 		cfg = r.applyChange(ctx, cfg, ch)

@@ -22,6 +22,10 @@ const (
 	// StateChanged: a signed config change was applied this boot.
 	StateChanged = "changed"
 	StateFailed  = "failed"
+	// StateInstalling: a live boot writes the ISO onto a disk;
+	// StateInstalled: it did, and reboots into it.
+	StateInstalling = "installing"
+	StateInstalled  = "installed"
 )
 
 // StatusFile is where firstboot publishes the node's status.

@@ -110,6 +110,9 @@ func (d Disk) deviceProps(bus string) map[string]string {
 	if d.Serial != "" {
 		p["serial"] = d.Serial
 	}
+	if d.BootIndex > 0 {
+		p["bootindex"] = strconv.Itoa(d.BootIndex)
+	}
 	return p
 }
 
@@ -117,7 +120,7 @@ func (d Disk) deviceProps(bus string) map[string]string {
 func (d Disk) deviceArg(bus string) string {
 	p := d.deviceProps(bus)
 	parts := []string{p["driver"]}
-	for _, k := range []string{"bus", "id", "drive", "serial"} {
+	for _, k := range []string{"bus", "id", "drive", "serial", "bootindex"} {
 		if v, ok := p[k]; ok {
 			parts = append(parts, k+"="+escape(v))
 		}

@@ -121,6 +121,15 @@ func TestArgs(t *testing.T) {
 			},
 		},
 		{
+			name: "a USB stick first in the boot order",
+			cfg: Config{Disks: []Disk{
+				{ID: "iso", Path: "/img/t.iso", Format: "raw", ReadOnly: true, Bus: BusUSB, BootIndex: 1},
+			}},
+			want: [][2]string{
+				{"-device", "usb-storage,bus=xhci.0,id=iso,drive=iso-fmt,bootindex=1"},
+			},
+		},
+		{
 			name: "restricted network with capture",
 			cfg:  Config{Network: Network{Mode: NetRestricted, MAC: "52:54:00:aa:bb:cc", Capture: "/c,ap.pcap"}},
 			want: [][2]string{

@@ -111,6 +111,9 @@ type Disk struct {
 	Bus      Bus
 	ReadOnly bool
 	Serial   string
+	// BootIndex > 0 puts the disk in QEMU's boot order (1 first), which
+	// OVMF applies to its boot options at every boot; 0 leaves it out.
+	BootIndex int
 }
 
 // NetMode selects the network setup.

@@ -1,0 +1,153 @@
+// Package kubeletpki keeps the kubelet's own certificates usable across
+// power cuts. The kubelet writes its self-signed serving pair (kubelet.crt,
+// kubelet.key) and each rotated client certificate without syncing them:
+// a power cut soon after leaves empty or truncated files, and the kubelet
+// then fails at every start ("missing content for serving cert") and never
+// recovers by itself. Repair runs before each kubelet start
+// (kubelet.service's ExecStartPre, `firstboot repair-kubelet`).
+package kubeletpki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+)
+
+// Serving pair and client certificate names in layout.KubeletPKIDir.
+const (
+	servingCert  = "kubelet.crt"
+	servingKey   = "kubelet.key"
+	clientPrefix = "kubelet-client-"
+)
+
+// Repair removes a torn serving pair (the kubelet makes a new one when
+// none is there) and points a current client certificate that is torn
+// back to the newest intact, unexpired one the kubelet wrote before. It
+// says what it did on console and returns it, one line per repair.
+func Repair(h *host.Host, console io.Writer) ([]string, error) {
+	dir := h.Path(layout.KubeletPKIDir)
+	var done []string
+	say := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		fmt.Fprintf(console, "terrarium: %s\n", line)
+		done = append(done, line)
+	}
+	crt, key := filepath.Join(dir, servingCert), filepath.Join(dir, servingKey)
+	if exists(crt) || exists(key) {
+		if err := usablePair(crt, key); err != nil {
+			for _, p := range []string{crt, key} {
+				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return done, fmt.Errorf("remove the kubelet's torn serving certificate: %w", err)
+				}
+			}
+			if err := atomicfile.SyncDir(dir); err != nil {
+				return done, err
+			}
+			say("the kubelet's serving certificate (%s, %s) was unusable (%v), torn by a power cut while the kubelet wrote it: removed; the kubelet makes a new one", servingCert, servingKey, err)
+		}
+	}
+	current := h.Path(layout.KubeletClientCert)
+	if _, err := os.Lstat(current); errors.Is(err, os.ErrNotExist) {
+		return done, nil
+	}
+	err := usableClient(current, h.Now())
+	if err == nil {
+		return done, nil
+	}
+	good, ferr := newestClient(dir, filepath.Base(current), h.Now())
+	if ferr != nil {
+		say("the kubelet's client certificate %s is unusable (%v) and no earlier one is intact: the node cannot authenticate; rejoin it (docs/operations/runbook.md)", layout.KubeletClientCert, err)
+		return done, nil
+	}
+	tmp := current + ".repair"
+	os.Remove(tmp)
+	if err := os.Symlink(good, tmp); err != nil {
+		return done, fmt.Errorf("repair the kubelet's client certificate: %w", err)
+	}
+	if err := atomicfile.Replace(tmp, current); err != nil {
+		return done, fmt.Errorf("repair the kubelet's client certificate: %w", err)
+	}
+	say("the kubelet's client certificate %s was unusable (%v), torn by a power cut while the kubelet rotated it: it points to %s again", layout.KubeletClientCert, err, good)
+	return done, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// usablePair reports why a certificate and key file do not make a pair.
+func usablePair(crt, key string) error {
+	c, err := os.ReadFile(crt)
+	if err != nil {
+		return err
+	}
+	k, err := os.ReadFile(key)
+	if err != nil {
+		return err
+	}
+	if len(c) == 0 || len(k) == 0 {
+		return errors.New("empty")
+	}
+	_, err = tls.X509KeyPair(c, k)
+	return err
+}
+
+// usableClient reports why a client certificate file (certificate and key
+// in one PEM file) cannot be used at now.
+func usableClient(p string, now time.Time) error {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return errors.New("empty")
+	}
+	pair, err := tls.X509KeyPair(b, b)
+	if err != nil {
+		return err
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+	if now.After(leaf.NotAfter) {
+		return fmt.Errorf("expired %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// newestClient returns the name of the newest usable client certificate
+// in dir other than current (the kubelet names them by time, so the name
+// orders them).
+func newestClient(dir, current string, now time.Time) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, clientPrefix) && strings.HasSuffix(n, ".pem") && n != current && e.Type().IsRegular() {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for i := len(names) - 1; i >= 0; i-- {
+		if usableClient(filepath.Join(dir, names[i]), now) == nil {
+			return names[i], nil
+		}
+	}
+	return "", errors.New("no usable client certificate")
+}
