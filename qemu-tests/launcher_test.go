@@ -99,6 +99,9 @@ func newMachine(t testing.TB, image string) *machine {
 	return m
 }
 
+// isoSerial is the serial number of the USB stick the ISO is on.
+const isoSerial = "TERRAISO01"
+
 // newLiveMachine makes a machine that boots iso, first in the firmware's
 // boot order, from a CD-ROM drive (bus qemu.BusCDROM) or a USB stick the
 // ISO was written to (qemu.BusUSB), with an empty 8 GiB virtio disk beside
@@ -108,6 +111,9 @@ func newLiveMachine(t testing.TB, iso string, bus qemu.Bus) *machine {
 	dir := t.TempDir()
 	m := &machine{t: t, dir: dir, disk: filepath.Join(dir, "empty.qcow2"), capture: filepath.Join(dir, "net.pcap"),
 		iso: &qemu.Disk{ID: "iso", Path: iso, Format: "raw", ReadOnly: true, Bus: bus, BootIndex: 1}, diskBootIndex: 2}
+	if bus == qemu.BusUSB {
+		m.iso.Serial = isoSerial
+	}
 	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", m.disk, diskSize).CombinedOutput()
 	if err != nil {
 		t.Fatalf("qemu-img create: %v: %s", err, out)

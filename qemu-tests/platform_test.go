@@ -35,6 +35,9 @@ type channel struct {
 	// with the ISO still first in the boot order: the ISO hands the boot
 	// over to the disk.
 	install bool
+	// installRefused marks an install the node must refuse: the console
+	// must match it, the status say failed, and the disk stay empty.
+	installRefused string
 	// disk "ova" boots the disk of the build's OVA (its streamOptimized
 	// VMDK, as vSphere imports it) instead of the qcow2.
 	disk string
@@ -178,6 +181,15 @@ var channels = []channel{
 		},
 	},
 	{
+		name: "bad input: an install target that is the boot medium",
+		iso:  "usb",
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			config := adminConfig("installer", key, "install:\n  disk:\n    serial: "+isoSerial+"\n  wipe: true\n")
+			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
+		},
+		installRefused: `install\.disk \(serial ` + isoSerial + `\) selects /dev/sda \(.*\), the medium this node booted from`,
+	},
+	{
 		name: "bad input: an OpenStack meta_data.json that is not JSON",
 		medium: func(t *testing.T, dir, _, _ string) qemu.Disk {
 			return rawDisk(testvolume.ISO(t, dir, "config-2", map[string]string{
@@ -316,6 +328,26 @@ func TestConfigChannels(t *testing.T) {
 				m.fwCfg = c.fwCfg(t, media, key.authorized)
 			}
 			vm := m.boot(ctx, disks...)
+
+			if c.installRefused != "" {
+				expect(ctx, t, vm, `install failed:`)
+				said := expect(ctx, t, vm, c.installRefused)
+				s := expectStatus(ctx, t, vm, "failed")
+				assert.Contains(t, s.Message, "the medium this node booted from")
+				require.NoError(t, vm.Quit(ctx))
+				raw := filepath.Join(t.TempDir(), "disk.raw")
+				run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
+				head := make([]byte, 1<<20)
+				f, err := os.Open(raw)
+				require.NoError(t, err)
+				_, err = io.ReadFull(f, head)
+				f.Close()
+				require.NoError(t, err)
+				assert.Equal(t, make([]byte, 1<<20), head, "the disk is still empty")
+				checkCapture(t, m.capture, testSubnet)
+				t.Logf("%s: refused: %s", c.name, said[0])
+				return
+			}
 
 			if c.refused != "" {
 				expect(ctx, t, vm, `the config is invalid; nothing was applied`)

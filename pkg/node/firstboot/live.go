@@ -52,7 +52,7 @@ func liveDiskInstaller(h *host.Host) ISOInstaller {
 		if err != nil {
 			return installer.Result{}, err
 		}
-		disks, err := installer.List("/sys/class/block", "/dev/disk")
+		disks, err := installer.List("/sys/class/block", "/dev/disk", "/run/udev/data")
 		if err != nil {
 			return installer.Result{}, err
 		}

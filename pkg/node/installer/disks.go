@@ -51,8 +51,10 @@ func humanSize(n int64) string {
 
 // List returns the machine's whole disks, by kernel name: sysBlock is
 // /sys/class/block, devDisk /dev/disk (whose by-path and by-id links name
-// them). Partitions, loop, RAM and device-mapper devices are left out.
-func List(sysBlock, devDisk string) ([]Disk, error) {
+// them), udevData /run/udev/data (where udev keeps the serial numbers it
+// read, as lsblk shows them). Partitions, loop, RAM and device-mapper
+// devices are left out.
+func List(sysBlock, devDisk, udevData string) ([]Disk, error) {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
 		return nil, fmt.Errorf("list disks: %w", err)
@@ -77,7 +79,7 @@ func List(sysBlock, devDisk string) ([]Disk, error) {
 		if b, err := os.ReadFile(filepath.Join(dir, "removable")); err == nil {
 			d.Removable = strings.TrimSpace(string(b)) == "1"
 		}
-		d.Serial = serial(dir)
+		d.Serial = serial(dir, udevData)
 		if b, err := os.ReadFile(filepath.Join(dir, "queue", "logical_block_size")); err == nil {
 			d.SectorSize, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		}
@@ -123,8 +125,9 @@ func diskLinks(devDisk string) map[string][]string {
 }
 
 // serial reads the serial number a disk reports: virtio and NVMe in
-// sysfs files, SCSI and ATA (through libata) in VPD page 0x80.
-func serial(dir string) string {
+// sysfs files, SCSI and ATA (through libata) in VPD page 0x80, USB sticks
+// (whose bridges seldom answer VPD) in udev's record of the device.
+func serial(dir, udevData string) string {
 	for _, f := range []string{"serial", "device/serial"} {
 		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
 			if s := strings.TrimSpace(string(b)); s != "" {
@@ -133,8 +136,21 @@ func serial(dir string) string {
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "device", "vpd_pg80")); err == nil {
-		if s, err := parseVPD80(b); err == nil {
+		if s, err := parseVPD80(b); err == nil && s != "" {
 			return s
+		}
+	}
+	dev, err := os.ReadFile(filepath.Join(dir, "dev"))
+	if err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(udevData, "b"+strings.TrimSpace(string(dev))))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "E:ID_SERIAL_SHORT="); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
 		}
 	}
 	return ""

@@ -121,15 +121,19 @@ func TestList(t *testing.T) {
 	m.disk("loop0", map[string]string{"size": "100\n"})
 	m.disk("vda1", map[string]string{"partition": "1\n", "size": "100\n"})
 
-	disks, err := List(m.sysBlock, m.devDisk)
+	udev := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(udev, "b8:16"), []byte("S:disk/by-id/usb-QEMU_QEMU_HARDDISK_TERRAISO01-0:0\nE:ID_SERIAL=QEMU_QEMU_HARDDISK_TERRAISO01-0:0\nE:ID_SERIAL_SHORT=TERRAISO01\n"), 0o644))
+	m.disk("sdb", map[string]string{"size": "2097152\n", "removable": "0\n", "dev": "8:16\n"})
+	disks, err := List(m.sysBlock, m.devDisk, udev)
 	require.NoError(t, err)
 	assert.Equal(t, []Disk{
 		{Name: "sda", Size: 1 << 30, Serial: "QM01", Removable: true, Links: []string{
 			"/dev/disk/by-id/usb-QEMU_QEMU_HARDDISK_1-0000:00:06.0-1-0:0", "/dev/disk/by-path/pci-0000:00:06.0-usb-0:1:1.0-scsi-0:0:0:0"}},
+		{Name: "sdb", Size: 1 << 30, Serial: "TERRAISO01"},
 		{Name: "sr0", Size: 1200000 * 512, Removable: true, Optical: true},
 		{Name: "vda", Size: 8 << 30, Serial: "TERRA1", SectorSize: 512, Links: []string{"/dev/disk/by-path/pci-0000:00:04.0"}},
 	}, disks)
-	assert.Equal(t, "/dev/vda (8.0 GiB, serial TERRA1)", disks[2].String())
+	assert.Equal(t, "/dev/vda (8.0 GiB, serial TERRA1)", disks[3].String())
 }
 
 func TestSelect(t *testing.T) {
