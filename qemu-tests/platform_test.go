@@ -82,6 +82,9 @@ var channels = []channel{
 		},
 	},
 	{
+		// Also the table's fw_cfg case: the machine config comes by QEMU's
+		// fw_cfg (TestFwCfgEnrollment has it on a disk image, with a
+		// clock far off at the next boot).
 		name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
 		iso:  "usb", install: true,
 		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
@@ -153,13 +156,6 @@ var channels = []channel{
 			}), qemu.BusCDROM)
 		},
 		hostname: "vsphere-2", source: "terrarium.config",
-	},
-	{
-		name: "QEMU fw_cfg, a machine config",
-		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
-			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", adminConfig("ci-node", key, ""))}}
-		},
-		hostname: "ci-node", source: "QEMU fw_cfg (opt/dev.terrarium/config)",
 	},
 	{
 		// A Fedora CoreOS user's CI passes Ignition where CoreOS reads
@@ -284,12 +280,14 @@ func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// TestConfigChannels: the default image enrolls from each platform's own
-// config channel (NoCloud on FAT and ISO 9660, an OpenStack config drive,
-// vSphere's OVF environment CD, QEMU's fw_cfg with a machine config or an
-// Ignition config), with the hostname, users, files, units and addresses
-// it says; a bad input on each is refused by name with nothing applied.
-// No packet leaves the test network.
+// TestConfigChannels: the build's media boot each platform's way (the
+// disk image, the ISO live from a CD-ROM and installing from a USB stick,
+// the OVA's disk) and enroll from each platform's own config channel
+// (NoCloud on FAT and ISO 9660, an OpenStack config drive, vSphere's OVF
+// environment CD, QEMU's fw_cfg with a machine config or an Ignition
+// config), with the hostname, users, files, units and addresses it says;
+// a bad input on each is refused by name with nothing applied. No packet
+// leaves the test network.
 func TestConfigChannels(t *testing.T) {
 	image := fixture(t, "TERRARIUM_IMAGE")
 	for i, c := range channels {
@@ -393,12 +391,13 @@ func TestConfigChannels(t *testing.T) {
 			}
 			if c.install {
 				ssh.run("sudo systemd-run --on-active=1s /usr/bin/systemctl reboot")
+				// The handover is shown once the disk's own initramfs runs
+				// (the installed system's boot to provisioned was shown
+				// above).
 				again := time.Now()
 				expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
 				expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
-				s := expectStatus(ctx, t, vm, "verified", "failed")
-				require.Equal(t, "verified", s.State, "%+v", s)
-				t.Logf("rebooted with the ISO first, handed over and verified: %s", time.Since(again).Round(time.Second))
+				t.Logf("rebooted with the ISO first: handed over to the disk in %s", time.Since(again).Round(time.Second))
 			}
 			require.NoError(t, vm.Quit(ctx))
 			if c.install {

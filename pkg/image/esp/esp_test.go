@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -22,9 +20,7 @@ import (
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s not found (%v): run make deps", name, err)
-	}
+	require.NoError(t, err, "%s not found: run make deps", name)
 	return p
 }
 
@@ -35,9 +31,7 @@ func hostFiles(t *testing.T) Contents {
 	write := func(name string, data []byte) string {
 		t.Helper()
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(p, data, 0o644))
 		return p
 	}
 	// Sizes chosen to span several clusters and end mid-cluster.
@@ -94,17 +88,9 @@ func TestFiles(t *testing.T) {
 			"initrd /terrarium/b/initrd.img\n" +
 			"options terrarium.slot=b\n",
 	}
-	if !reflect.DeepEqual(files, want) {
-		for _, k := range sortedKeys(files, want) {
-			if files[k] != want[k] {
-				t.Errorf("%s:\n got %q\nwant %q", k, files[k], want[k])
-			}
-		}
-	}
+	assert.Equal(t, want, files)
 	// Files must not change the entry's Cmdline (it appends the slot).
-	if got := c.Entries[0].Cmdline; !reflect.DeepEqual(got, []string{"console=ttyS0", "quiet"}) {
-		t.Errorf("Files changed Entries[0].Cmdline to %v", got)
-	}
+	assert.Equal(t, []string{"console=ttyS0", "quiet"}, c.Entries[0].Cmdline, "Files changed Entries[0].Cmdline")
 }
 
 func TestEntryConf(t *testing.T) {
@@ -117,29 +103,20 @@ func TestEntryConf(t *testing.T) {
 		{"counting a", Entry{Slot: layout.SlotA, Tries: 3, Cmdline: []string{"quiet"}}, "terrarium-a+3.conf", "options quiet terrarium.slot=a"},
 		{"counting b", Entry{Slot: layout.SlotB, Tries: 1}, "terrarium-b+1.conf", "options terrarium.slot=b"},
 		{"blessed", Entry{Slot: layout.SlotA, Tries: 0, Cmdline: []string{"a=1", "b"}}, "terrarium-a.conf", "options a=1 b terrarium.slot=a"},
+		{"install id", Entry{ID: "terrarium-install", Slot: layout.SlotA, Tries: 0, Cmdline: []string{"terrarium.live", "terrarium.install=auto"}}, "terrarium-install.conf", "options terrarium.live terrarium.install=auto terrarium.slot=a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Contents{SystemdBoot: "/x", TimeoutSeconds: 5, Entries: []Entry{tt.entry}}
 			files := c.Files()
-			conf, ok := files["loader/entries/"+tt.file]
-			if !ok {
-				t.Fatalf("no loader/entries/%s in %v", tt.file, sortedKeys(files, nil))
-			}
+			require.Contains(t, files, "loader/entries/"+tt.file)
+			conf := files["loader/entries/"+tt.file]
 			lines := strings.Split(strings.TrimSuffix(conf, "\n"), "\n")
 			last := lines[len(lines)-1]
-			if last != tt.opts {
-				t.Errorf("options line %q, want %q", last, tt.opts)
-			}
-			if !strings.HasSuffix(last, " terrarium.slot="+string(tt.entry.Slot)) {
-				t.Errorf("options line %q does not end with the slot", last)
-			}
-			if !strings.Contains(files["loader/loader.conf"], "\ntimeout 5\n") {
-				t.Errorf("loader.conf lacks timeout 5:\n%s", files["loader/loader.conf"])
-			}
-			if len(files) != 6 {
-				t.Errorf("%d files for one entry, want 6: %v", len(files), sortedKeys(files, nil))
-			}
+			assert.Equal(t, tt.opts, last, "options line")
+			assert.True(t, strings.HasSuffix(last, " terrarium.slot="+string(tt.entry.Slot)), "options line %q does not end with the slot", last)
+			assert.Contains(t, files["loader/loader.conf"], "\ntimeout 5\n", "loader.conf lacks timeout 5")
+			assert.Len(t, files, 6, "files for one entry")
 		})
 	}
 }
@@ -161,51 +138,32 @@ func TestWriteFsck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := hostFiles(t)
 			if tt.empty {
-				if err := os.WriteFile(c.Entries[1].Initrd, nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.WriteFile(c.Entries[1].Initrd, nil, 0o644))
 			}
 			img := filepath.Join(t.TempDir(), "esp.img")
 			// A stale file at the path is replaced.
-			if err := os.WriteFile(img, []byte("stale"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(img, []byte("stale"), 0o644))
 			t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
 			err := Write(img, tt.size, c)
 			if tt.empty {
 				// An empty kernel or initramfs is a broken input, and
 				// go-diskfs would also give the empty file a cluster.
-				if err == nil || !strings.Contains(err.Error(), "is empty") {
-					t.Fatalf("Write with an empty initrd: err = %v, want an \"is empty\" error", err)
-				}
+				assert.ErrorContains(t, err, "is empty", "Write with an empty initrd")
 				return
 			}
-			if err != nil {
-				t.Fatalf("Write: %v", err)
-			}
+			require.NoError(t, err, "Write")
 			fi, err := os.Stat(img)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.Size() != tt.size {
-				t.Errorf("image is %d bytes, want %d", fi.Size(), tt.size)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.size, fi.Size(), "image size in bytes")
 			out, err := exec.Command(fsck, "-n", "-v", img).CombinedOutput()
-			if err != nil {
-				t.Fatalf("fsck.fat -n %s: %v\n%s", img, err, out)
-			}
+			require.NoError(t, err, "fsck.fat -n %s:\n%s", img, out)
 			for _, bad := range []string{"wrong", "invalid", "bad", "truncating", "leaving filesystem unchanged"} {
-				if bytes.Contains(bytes.ToLower(out), []byte(bad)) {
-					t.Errorf("fsck.fat reports %q:\n%s", bad, out)
-				}
+				assert.False(t, bytes.Contains(bytes.ToLower(out), []byte(bad)), "fsck.fat reports %q:\n%s", bad, out)
 			}
-			if !bytes.Contains(out, []byte("32 bit entries")) {
-				t.Errorf("fsck.fat does not see FAT32 (32 bit entries):\n%s", out)
-			}
-			if lbl, err := exec.Command(requireTool(t, "fatlabel"), img).Output(); err != nil {
-				t.Errorf("fatlabel %s: %v", img, err)
-			} else if got := strings.TrimSpace(string(lbl)); got != layout.LabelESPFS {
-				t.Errorf("volume label %q, want %q", got, layout.LabelESPFS)
+			assert.True(t, bytes.Contains(out, []byte("32 bit entries")), "fsck.fat does not see FAT32 (32 bit entries):\n%s", out)
+			lbl, err := exec.Command(requireTool(t, "fatlabel"), img).Output()
+			if assert.NoError(t, err, "fatlabel %s", img) {
+				assert.Equal(t, layout.LabelESPFS, strings.TrimSpace(string(lbl)), "volume label")
 			}
 			checkContent(t, img, c)
 		})
@@ -216,29 +174,22 @@ func TestWriteFsck(t *testing.T) {
 func checkContent(t *testing.T, img string, c Contents) {
 	t.Helper()
 	d, err := diskfs.Open(img, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer d.Close()
 	fs, err := d.GetFilesystem(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for name, src := range c.Files() {
 		want := []byte(src)
 		if host, ok := strings.CutPrefix(src, "file:"); ok {
-			if want, err = os.ReadFile(host); err != nil {
-				t.Fatal(err)
-			}
+			want, err = os.ReadFile(host)
+			require.NoError(t, err)
 		}
 		got, err := fs.ReadFile(name)
-		if err != nil {
-			t.Errorf("read %s from the ESP: %v", name, err)
+		if !assert.NoError(t, err, "read %s from the ESP", name) {
 			continue
 		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s on the ESP: %d bytes, want %d (content differs)", name, len(got), len(want))
-		}
+		// Not assert.Equal: a hex dump of a whole kernel helps no one.
+		assert.True(t, bytes.Equal(got, want), "%s on the ESP: %d bytes, want %d (content differs)", name, len(got), len(want))
 	}
 }
 
@@ -253,33 +204,22 @@ func TestWriteReproducible(t *testing.T) {
 	var images [][]byte
 	for _, name := range []string{"one.img", "two.img"} {
 		p := filepath.Join(dir, name)
-		if err := Write(p, size, c); err != nil {
-			t.Fatalf("Write %s: %v", name, err)
-		}
+		require.NoError(t, Write(p, size, c), "Write %s", name)
 		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		images = append(images, b)
 	}
-	if !bytes.Equal(images[0], images[1]) {
-		t.Errorf("two Writes differ at byte %d", firstDiff(images[0], images[1]))
-	}
+	// Not assert.Equal: a hex dump of 65 MiB helps no one.
+	assert.True(t, bytes.Equal(images[0], images[1]), "two Writes differ at byte %d", firstDiff(images[0], images[1]))
 
 	// A different epoch must show in the image (so the comparison above
 	// would notice time leaking in).
 	t.Setenv("SOURCE_DATE_EPOCH", "1600000000")
 	p := filepath.Join(dir, "three.img")
-	if err := Write(p, size, c); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Write(p, size, c))
 	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Equal(images[0], b) {
-		t.Error("changing SOURCE_DATE_EPOCH did not change the image")
-	}
+	require.NoError(t, err)
+	assert.False(t, bytes.Equal(images[0], b), "changing SOURCE_DATE_EPOCH did not change the image")
 }
 
 func TestWriteMissingSource(t *testing.T) {
@@ -287,28 +227,9 @@ func TestWriteMissingSource(t *testing.T) {
 	c.Entries[1].Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
 	img := filepath.Join(t.TempDir(), "esp.img")
 	err := Write(img, 64*layout.MiB, c)
-	if err == nil {
-		t.Fatal("Write with a missing kernel succeeded")
-	}
-	if !strings.Contains(err.Error(), "terrarium/b/vmlinuz") || !strings.Contains(err.Error(), img) {
-		t.Errorf("error %q should name the ESP path and the image", err)
-	}
-}
-
-func sortedKeys(a, b map[string]string) []string {
-	set := map[string]bool{}
-	for k := range a {
-		set[k] = true
-	}
-	for k := range b {
-		set[k] = true
-	}
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	require.Error(t, err, "Write with a missing kernel succeeded")
+	assert.ErrorContains(t, err, "terrarium/b/vmlinuz", "the error names the ESP path")
+	assert.ErrorContains(t, err, img, "the error names the image")
 }
 
 func firstDiff(a, b []byte) int {
