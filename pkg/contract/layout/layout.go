@@ -281,6 +281,16 @@ const (
 	StateUnformattedMagic = "TERRARIUM-STATE-UNFORMATTED\x00"
 )
 
+// StateMarkBlock is the 4 KiB block written at the start of a TERRA-STATE
+// partition Terrarium has just created (StateUnformattedMagic, then
+// zeros): only a partition carrying it, and no filesystem, is ever
+// formatted implicitly. Each call returns a new buffer.
+func StateMarkBlock() []byte {
+	b := make([]byte, 4096)
+	copy(b, StateUnformattedMagic)
+	return b
+}
+
 // StableGUID derives a deterministic RFC 4122 (version 5 style) GUID from
 // an image id and a name, so the same build inputs give the same GPT.
 func StableGUID(imageID, name string) string {

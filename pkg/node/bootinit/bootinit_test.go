@@ -205,24 +205,24 @@ func TestScanPartitionsEmptyAndMissing(t *testing.T) {
 }
 
 func TestMarkBlock(t *testing.T) {
-	b := markBlock()
+	b := layout.StateMarkBlock()
 	if len(b) != 4096 {
-		t.Errorf("len(markBlock()) = %d, want 4096", len(b))
+		t.Errorf("len(layout.StateMarkBlock()) = %d, want 4096", len(b))
 	}
 	if !bytes.HasPrefix(b, []byte(layout.StateUnformattedMagic)) {
-		t.Errorf("markBlock() does not start with the magic: %q", b[:32])
+		t.Errorf("layout.StateMarkBlock() does not start with the magic: %q", b[:32])
 	}
 	if rest := b[len(layout.StateUnformattedMagic):]; !bytes.Equal(rest, make([]byte, len(rest))) {
-		t.Error("markBlock() is not zero after the magic")
+		t.Error("layout.StateMarkBlock() is not zero after the magic")
 	}
 	// It must cover the ext4 superblock magic, so that an old filesystem
 	// on the new area does not survive the mark.
 	if b[1080] != 0 || b[1081] != 0 {
-		t.Error("markBlock() has an ext4 magic")
+		t.Error("layout.StateMarkBlock() has an ext4 magic")
 	}
-	markBlock()[0] = 'X'
-	if markBlock()[0] != 'T' {
-		t.Error("markBlock() shares its buffer between calls")
+	layout.StateMarkBlock()[0] = 'X'
+	if layout.StateMarkBlock()[0] != 'T' {
+		t.Error("layout.StateMarkBlock() shares its buffer between calls")
 	}
 }
 
@@ -240,11 +240,11 @@ func TestStateKind(t *testing.T) {
 	ext4[1080], ext4[1081] = 0x53, 0xEF
 
 	marked := make([]byte, 1<<20)
-	copy(marked, markBlock())
+	copy(marked, layout.StateMarkBlock())
 
 	// An ext4 filesystem written over a marked partition is ext4.
 	both := make([]byte, 1<<20)
-	copy(both, markBlock())
+	copy(both, layout.StateMarkBlock())
 	both[1080], both[1081] = 0x53, 0xEF
 
 	// The magic's bytes in the wrong order, or only a prefix of the
@@ -262,7 +262,7 @@ func TestStateKind(t *testing.T) {
 	}{
 		"ext4":          {ext4, "ext4"},
 		"new":           {marked, "new"},
-		"mark only":     {markBlock(), "new"},
+		"mark only":     {layout.StateMarkBlock(), "new"},
 		"ext4 over new": {both, "ext4"},
 		"zeros":         {make([]byte, 1<<20), "unknown"},
 		"swapped magic": {swapped, "unknown"},

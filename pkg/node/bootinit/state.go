@@ -75,7 +75,7 @@ func (in *Init) writeStatePartition(ctx context.Context, disk *diskInfo, d *dfsd
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(markBlock(), int64(p.Start*sector))
+	_, err = f.WriteAt(layout.StateMarkBlock(), int64(p.Start*sector))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -88,12 +88,6 @@ func (in *Init) writeStatePartition(ctx context.Context, disk *diskInfo, d *dfsd
 	}
 	in.say("created TERRA-STATE: %d MiB at %d MiB on %s", (p.End-p.Start+1)*sector>>20, p.Start*sector>>20, disk.dev())
 	return in.waitForLabel(ctx, disk, layout.LabelState)
-}
-
-func markBlock() []byte {
-	b := make([]byte, 4096)
-	copy(b, layout.StateUnformattedMagic)
-	return b
 }
 
 func (in *Init) waitForLabel(ctx context.Context, disk *diskInfo, label string) error {

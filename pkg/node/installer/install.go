@@ -152,9 +152,7 @@ func Install(ctx context.Context, o Options) (Result, error) {
 		// Only a marked partition without a filesystem is ever formatted
 		// implicitly; the installer formats it itself below, but a power
 		// cut before that leaves the mark, not an old filesystem.
-		mark := make([]byte, 4096)
-		copy(mark, layout.StateUnformattedMagic)
-		if _, err := f.WriteAt(mark, int64(stateStart*sector)); err != nil {
+		if _, err := f.WriteAt(layout.StateMarkBlock(), int64(stateStart*sector)); err != nil {
 			return res, fmt.Errorf("mark TERRA-STATE on %s: %w", dev, err)
 		}
 	}
