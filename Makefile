@@ -4,10 +4,13 @@ GO ?= go
 BIN := bin
 OUT ?= out
 SPEC ?= os/terrarium.yaml
+# The tests' image: the default image plus the test applications' bundle.
+TEST_SPEC := qemu-tests/testdata/terrarium-test.yaml
+TEST_OUT := $(OUT)/test
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image pin test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
+.PHONY: all deps bin image test-image pin test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
 
 all: image
 
@@ -22,6 +25,10 @@ bin:
 
 image: deps bin
 	$(BIN)/imagebuild build --spec $(SPEC) --out $(OUT)
+
+# The e2e backup scenario runs a test application: it boots this image.
+test-image: deps bin
+	$(BIN)/imagebuild build --spec $(TEST_SPEC) --out $(TEST_OUT)
 
 # After changing components/versions.yaml: align the components' go.mod
 # files, rebuild the Kubernetes bundle's images and pin their digests.
@@ -64,8 +71,8 @@ e2e: image
 
 # Disaster recovery: a cluster backs up to a TERRA-BACKUP stick, every VM
 # is destroyed, a new control plane restores from the stick.
-e2e-backup: image
-	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+e2e-backup: test-image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_TEST_IMAGE=$(abspath $(TEST_OUT))/terrarium-test.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestClusterBackupRestore' ./qemu-tests/...
 
 # Power cuts of an init node at 20 random moments of its formation, each

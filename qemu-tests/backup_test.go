@@ -36,7 +36,9 @@ import (
 func TestClusterBackupRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
-	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
+	// The tests' image (make test-image): its Deployment runs one of the
+	// test applications.
+	image, bin := fixture(t, "TERRARIUM_TEST_IMAGE"), fixture(t, "TERRARIUM_BIN")
 	work := t.TempDir()
 	key, configs := clusterConfigs(ctx, t, "e2e-dr",
 		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")

@@ -41,7 +41,7 @@ func BenchmarkBundleReadyVsImport(b *testing.B) {
 			b.Fatalf("import timing %q: %v", out, err)
 		}
 		importMs := float64(importUs) / 1000
-		for _, img := range bundleImages { // both ways really give usable images
+		for _, img := range slotImages(b) { // both ways really give usable images
 			ssh.run("sudo ctr -n pulled images pull --hosts-dir /etc/containerd/certs.d " + img)
 		}
 		b.ReportMetric(bootMs, "ms-registry-ready-at-boot")

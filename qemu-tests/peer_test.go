@@ -150,7 +150,7 @@ func TestPeerPull(t *testing.T) {
 	seen(ctx, t, cpVM, regexp.MustCompile(`bundle disk \S+ added 1 images to the cache`))
 
 	w := dialSSH(ctx, t, workerPort, key)
-	// The worker's image does not carry this image (only test-apps); the
+	// The worker's image does not carry this image (no image does); the
 	// pull by its upstream name succeeds through the peer.
 	w.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d quay.io/terrarium/sideloaded:1.0")
 	if out := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`)); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {

@@ -2,14 +2,42 @@ package qemutests
 
 import (
 	"context"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/image/bundle"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
-// bundleImages are the images of bundles/test-apps.yaml, which the default
-// image carries (upstream names on three different registry hosts).
-var bundleImages = []string{"docker.io/library/hello:1.0", "ghcr.io/terrarium-os/echo:1.0", "quay.io/terrarium/sleeper:1.0"}
+// slotImages are images of the default image's own bundle, read from the
+// bundle files os/terrarium.yaml names: a short path and a nested one on
+// registry.k8s.io, and one on a second registry host (docker.io).
+func slotImages(t testing.TB) []string {
+	t.Helper()
+	s, err := spec.Parse(filepath.Join("..", "os", "terrarium.yaml"))
+	require.NoError(t, err)
+	var names []string
+	for _, path := range s.Bundles {
+		b, err := bundle.Parse(s.Resolve(path))
+		require.NoError(t, err)
+		for _, img := range b.Images {
+			names = append(names, img.Name)
+		}
+	}
+	var picked []string
+	for _, repo := range []string{"registry.k8s.io/pause:", "registry.k8s.io/coredns/coredns:", "docker.io/flannel/flannel:"} {
+		i := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(n, repo) })
+		require.GreaterOrEqual(t, i, 0, "os/terrarium.yaml's bundles carry no %s image; they carry %v", repo, names)
+		picked = append(picked, names[i])
+	}
+	return picked
+}
 
 func adminConfig(hostname, key, extra string) string {
 	return `apiVersion: terrarium.dev/v1alpha1
@@ -26,12 +54,14 @@ admin:
 }
 
 // TestRegistryAirGapped: on a network with no route out, containerd pulls
-// every bundle image by its upstream name through the hosts.toml mirrors
-// (served by the node's own registry), a container from one of them runs,
-// and the capture shows no packet leaving the test network.
+// images of the slot's bundle by their upstream names through the
+// hosts.toml mirrors (served by the node's own registry), a container from
+// one of them runs, and the capture shows no packet leaving the test
+// network.
 func TestRegistryAirGapped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
+	images := slotImages(t)
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
 	key := newSSHKey(t)
 	port := m.forwardSSH()
@@ -41,19 +71,16 @@ func TestRegistryAirGapped(t *testing.T) {
 	}
 	ssh := dialSSH(ctx, t, port, key)
 	ssh.run("systemctl is-active terrarium-registry.service containerd.service")
-	for _, img := range bundleImages {
+	for _, img := range images {
 		ssh.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d " + img)
 	}
 	listed := ssh.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`))
-	for _, img := range bundleImages {
-		if !strings.Contains(listed, img) {
-			t.Errorf("containerd lacks %s after the pull; it has:\n%s", img, listed)
-		}
+	for _, img := range images {
+		assert.Contains(t, listed, img, "containerd's images after the pull")
 	}
-	out := ssh.output("sudo ctr -n test run --rm docker.io/library/hello:1.0 hello-{try}", regexp.MustCompile(`hello from terrarium`))
-	if !strings.Contains(out, "hello from terrarium") {
-		t.Fatalf("container output = %q, want the greeting", out)
-	}
+	coredns := images[1]
+	out := ssh.output("sudo ctr -n test run --rm "+coredns+" version-{try} /coredns -version", regexp.MustCompile(`CoreDNS-`))
+	require.Contains(t, out, "CoreDNS-", "the coredns container's output")
 	// Never the upstream: a name no bundle carries fails, and fast.
 	if out, err := ssh.try("sudo timeout 60 ctr -n test images pull --hosts-dir /etc/containerd/certs.d registry.k8s.io/not-bundled:1.0"); err == nil {
 		t.Fatalf("pull of an unbundled image succeeded: %s", out)

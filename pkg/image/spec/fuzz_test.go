@@ -12,7 +12,7 @@ import (
 
 // FuzzParse feeds build specs (the seed corpus is in
 // testdata/fuzz/FuzzParse) to Parse, next to an overlay directory, a
-// component directory and a bundle file: it never panics, its errors name
+// component directory, a bundle file and a base spec to extend: it never panics, its errors name
 // the file, and a spec it accepts validates again and, marshalled back to
 // YAML, parses to the same spec.
 func FuzzParse(f *testing.F) {
@@ -28,6 +28,11 @@ func FuzzParse(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), nil, 0o644); err != nil {
 		f.Fatal(err)
 	}
+	// A base for specs that extend one.
+	if err := os.WriteFile(filepath.Join(dir, "base.yaml"), []byte(minimalSpec), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte("apiVersion: terrarium.dev/v1alpha1\nkind: BuildSpec\nextends: base.yaml\nname: ext\nbundles: [bundle.yaml]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(dir, "spec.yaml")
 		if err := os.WriteFile(path, data, 0o644); err != nil {

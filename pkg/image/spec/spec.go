@@ -56,6 +56,15 @@ const (
 type Spec struct {
 	APIVersion string `yaml:"apiVersion"`
 	Kind       string `yaml:"kind"`
+	// Extends names a build spec this one starts from, relative to this
+	// file: every top-level section this spec sets (name, os, bundles,
+	// outputs, ...) replaces the base's whole section, and the rest is
+	// the base's, its paths still relative to the base's file. The base
+	// must be a valid spec on its own and extend nothing itself. Parse
+	// returns the merged spec, which extends nothing. The
+	// tests' image (qemu-tests/testdata/terrarium-test.yaml) is the
+	// default image with their applications' bundle added this way.
+	Extends string `yaml:"extends,omitempty"`
 	// Name of the image; names the output files.
 	Name string `yaml:"name"`
 	// Version of the image, recorded in release.json and the manifest.
@@ -154,21 +163,18 @@ type VSphere struct {
 	HardwareVersion int `yaml:"hardwareVersion,omitempty"`
 }
 
-// Parse reads a build spec file.
+// Parse reads a build spec file: with extends, the spec it names with
+// this one's sections in place of the base's (see Extends).
 func Parse(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	s, data, err := load(path)
 	if err != nil {
-		return nil, fmt.Errorf("read build spec: %w", err)
+		return nil, err
 	}
-	var s Spec
-	if err := strictyaml.Unmarshal(data, &s); err != nil {
-		return nil, fileError(path, err)
+	if s.Extends != "" {
+		if s, err = s.extend(data); err != nil {
+			return nil, fileError(path, err)
+		}
 	}
-	abs, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		return nil, fmt.Errorf("build spec %s: %w", path, err)
-	}
-	s.dir = abs
 	s.setDefaults()
 	if err := s.Validate(); err != nil {
 		if p, ok := err.(strictyaml.Problems); ok {
@@ -176,7 +182,26 @@ func Parse(path string) (*Spec, error) {
 		}
 		return nil, fileError(path, err)
 	}
-	return &s, nil
+	return s, nil
+}
+
+// load reads and decodes a build spec file, without defaults or
+// validation.
+func load(path string) (*Spec, []byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read build spec: %w", err)
+	}
+	var s Spec
+	if err := strictyaml.Unmarshal(data, &s); err != nil {
+		return nil, nil, fileError(path, err)
+	}
+	abs, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, nil, fmt.Errorf("build spec %s: %w", path, err)
+	}
+	s.dir = abs
+	return &s, data, nil
 }
 
 func fileError(path string, err error) error {

@@ -1,0 +1,149 @@
+package spec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const baseSpec = `apiVersion: terrarium.dev/v1alpha1
+kind: BuildSpec
+name: base
+version: 1.0.0
+os:
+  suite: trixie
+  packages: [systemd, linux-image-amd64, systemd-boot-efi, busybox-static, e2fsprogs]
+  overlay: overlay
+bundles: [apps.yaml]
+components:
+  - component: comp
+    programs: [tool]
+    dir: /usr/bin
+boot:
+  tries: 2
+outputs: [raw, ova]
+`
+
+// baseDir writes baseSpec and the files its paths name into a new
+// directory and returns it.
+func baseDir(t *testing.T, spec string) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "overlay"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "comp"), 0o755))
+	writeFile(t, dir, "apps.yaml", "")
+	writeFile(t, dir, "base.yaml", spec)
+	return dir
+}
+
+func TestExtendsReplacesTheSectionsItSets(t *testing.T) {
+	base := baseDir(t, baseSpec)
+	dir := t.TempDir()
+	writeFile(t, dir, "more.yaml", "")
+	rel, err := filepath.Rel(dir, filepath.Join(base, "base.yaml"))
+	require.NoError(t, err)
+	path := writeFile(t, dir, "test.yaml", `apiVersion: terrarium.dev/v1alpha1
+kind: BuildSpec
+extends: `+rel+`
+name: test
+bundles: [`+filepath.Join(base, "apps.yaml")+`, more.yaml]
+outputs: [qcow2]
+`)
+
+	s, err := Parse(path)
+	require.NoError(t, err)
+	assert.Equal(t, "test", s.Name, "name: set here")
+	assert.Equal(t, "1.0.0", s.Version, "version: the base's")
+	assert.Equal(t, 2, s.Boot.Tries, "boot: the base's")
+	assert.Equal(t, []string{filepath.Join(base, "apps.yaml"), filepath.Join(dir, "more.yaml")},
+		[]string{s.Resolve(s.Bundles[0]), s.Resolve(s.Bundles[1])}, "bundles: set here, resolved against this file")
+	assert.Equal(t, filepath.Join(base, "overlay"), s.Resolve(s.OS.Overlay), "the base's overlay, resolved against the base's file")
+	assert.Equal(t, filepath.Join(base, "comp"), s.Resolve(s.Components[0].Component), "the base's component, resolved against the base's file")
+	assert.Equal(t, []string{OutputQCOW2}, s.Outputs, "outputs: set here, whole")
+	assert.Zero(t, s.VSphere.HardwareVersion, "defaults follow the merged outputs (no ova), not the base's")
+	assert.Equal(t, dir, s.Dir())
+	assert.Empty(t, s.Extends, "the merged spec stands on its own")
+}
+
+func TestExtendsErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		base string // the base spec ("" for no base file)
+		ext  string // the extending spec's lines after kind
+		want []string
+	}{
+		{
+			name: "base invalid",
+			base: strings.Replace(baseSpec, "tries: 2", "tries: 12", 1),
+			ext:  "extends: base.yaml\nname: test\n",
+			want: []string{"test.yaml: extends \"base.yaml\"", "base.yaml: $.boot.tries: is 12; use 1 to 9 (line 15)"},
+		},
+		{
+			name: "base missing",
+			ext:  "extends: absent.yaml\nname: test\n",
+			want: []string{"test.yaml: extends \"absent.yaml\"", "absent.yaml: no such file"},
+		},
+		{
+			name: "chain",
+			base: strings.Replace(baseSpec, "name: base", "extends: other.yaml\nname: base", 1),
+			ext:  "extends: base.yaml\nname: test\n",
+			want: []string{"test.yaml: $.extends: names", "which extends \"other.yaml\" itself"},
+		},
+		{
+			name: "own section invalid",
+			base: baseSpec,
+			ext:  "extends: base.yaml\nname: test\noutputs: [vhd]\n",
+			want: []string{"test.yaml: $.outputs[0]: unknown output \"vhd\"", "(line 5)"},
+		},
+		{
+			name: "unknown field",
+			base: baseSpec,
+			ext:  "extends: base.yaml\nnmae: test\n",
+			want: []string{"test.yaml: $.nmae"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.base != "" {
+				dir = baseDir(t, tt.base)
+			}
+			path := writeFile(t, dir, "test.yaml", "apiVersion: terrarium.dev/v1alpha1\nkind: BuildSpec\n"+tt.ext)
+			s, err := Parse(path)
+			require.Error(t, err)
+			assert.Nil(t, s)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// TestTestSpec keeps the tests' image the default image plus the test
+// applications, and the default image free of them: a Kubernetes bundle
+// bumped in os/terrarium.yaml must be bumped in the test spec too.
+func TestTestSpec(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	def, err := Parse(filepath.Join(root, "os", "terrarium.yaml"))
+	require.NoError(t, err)
+	test, err := Parse(filepath.Join(root, "qemu-tests", "testdata", "terrarium-test.yaml"))
+	require.NoError(t, err)
+
+	testApps, err := filepath.Abs(filepath.Join(root, "bundles", "test-apps.yaml"))
+	require.NoError(t, err)
+	var defBundles, testBundles []string
+	for _, b := range def.Bundles {
+		defBundles = append(defBundles, def.Resolve(b))
+	}
+	for _, b := range test.Bundles {
+		testBundles = append(testBundles, test.Resolve(b))
+	}
+	assert.NotContains(t, defBundles, testApps, "os/terrarium.yaml carries no test content")
+	assert.Equal(t, append(defBundles, testApps), testBundles, "terrarium-test.yaml: the default image's bundles, then the test apps")
+	assert.Equal(t, def.OS.Packages, test.OS.Packages, "the same system as the default image")
+	assert.Equal(t, "terrarium-test", test.Name)
+}
