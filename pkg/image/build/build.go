@@ -11,10 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/image/esp"
@@ -47,26 +47,26 @@ type Result struct {
 	Map      string // the drawn partition map
 }
 
-type run struct {
-	spec  *spec.Spec
-	in    Inputs
-	opt   Options
-	stage *progress.Stages
-	work  string
-	man   *Manifest
-
-	base     *rootfs.Base
-	bundle   *bundleLayout
-	programs []rootfs.Program
-	initrd   string
-	slots    map[layout.Slot]string
-	esp      string
-	placed   []diskimage.Placed
-	size     int64
-	vmdk     vmdkImage
+// step runs one stage of a build under its progress line. A stage is a
+// function that takes its inputs and returns its output and a note for
+// the progress line.
+func step[T any](st *progress.Stages, name string, fn func() (T, string, error)) (T, error) {
+	st.Start(name)
+	out, note, err := fn()
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", name, err)
+	}
+	st.Done(note)
+	return out, nil
 }
 
-// Run builds the image s describes.
+// stageCount is the number of step calls in Run, for the progress bar.
+const stageCount = 13
+
+// Run builds the image s describes into opt.OutDir. Its stages take their
+// inputs and return their outputs; Run is the only place that wires one
+// stage's output into another's input.
 func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -74,9 +74,6 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	if opt.Progress == nil {
 		opt.Progress = io.Discard
 	}
-	// go-diskfs takes FAT timestamps from SOURCE_DATE_EPOCH; there is no
-	// other way to hand it the build's fixed time.
-	os.Setenv("SOURCE_DATE_EPOCH", strconv.FormatInt(s.Epoch().Unix(), 10))
 	if err := os.MkdirAll(opt.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create output dir: %w", err)
 	}
@@ -85,35 +82,143 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
 	defer os.RemoveAll(work)
-	r := &run{spec: s, in: in, opt: opt, work: work, slots: map[layout.Slot]string{}, man: newManifest(s)}
-	stages := []struct {
-		name string
-		fn   func(context.Context) (string, error)
-	}{
-		{"rootfs base (mmdebstrap)", r.buildBase},
-		{"initramfs", r.buildInitramfs},
-		{"components (go build)", r.buildComponents},
-		{"bundles (OCI layout)", r.buildBundles},
-		{"slot images (mksquashfs)", r.buildSlots},
-		{"EFI system partition", r.buildESP},
-		{"raw disk image", r.buildRaw},
-		{"qcow2 image", r.buildQCOW2},
-		{"vmdk image (streamOptimized)", r.buildVMDK},
-		{"ova (vSphere)", r.buildOVA},
-		{"iso (hybrid, UEFI)", r.buildISO},
-		{"upgrade file", r.buildUpgradeFile},
-		{"manifest", r.writeManifest},
-	}
-	r.stage = progress.New(opt.Progress, len(stages))
-	for _, st := range stages {
-		r.stage.Start(st.name)
-		note, err := st.fn(ctx)
+	epoch := s.Epoch()
+	out := func(format string) string { return filepath.Join(opt.OutDir, s.Name+"."+format) }
+	man := newManifest(s)
+	st := progress.New(opt.Progress, stageCount)
+
+	base, err := step(st, "rootfs base (mmdebstrap)", func() (*rootfs.Base, string, error) {
+		b, err := rootfs.BuildBase(ctx, opt.Cache, s.OS, epoch, opt.Log)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", st.name, err)
+			return nil, "", err
 		}
-		r.stage.Done(note)
+		return b, cachedNote(b.Cached), man.addBase(b)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Result{Manifest: r.man, Map: diskimage.Draw(r.placed, r.size)}, nil
+	boot := bootFiles{
+		kernel: filepath.Join(base.Dir, rootfs.BaseKernel), sdboot: filepath.Join(base.Dir, rootfs.BaseSDBoot),
+		kernelVersion: base.KernelVersion(),
+	}
+	boot.initrd, err = step(st, "initramfs", func() (string, string, error) {
+		return buildInitramfs(ctx, opt.Cache, base, in.Init, s.Kernel.Modules)
+	})
+	if err != nil {
+		return nil, err
+	}
+	comps, err := step(st, "components (go build)", func() (components, string, error) {
+		return buildComponents(ctx, opt.Cache, s, opt.Log)
+	})
+	if err != nil {
+		return nil, err
+	}
+	man.Components = comps.manifest
+	bundles, err := step(st, "bundles (OCI layout)", func() (*bundleLayout, string, error) {
+		return buildBundles(ctx, opt.Cache, s, bundleOptions(opt, epoch))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if bundles != nil {
+		man.Bundle = bundles.manifest
+	}
+	slots, err := step(st, "slot images (mksquashfs)", func() (map[layout.Slot]string, string, error) {
+		return buildSlots(ctx, opt.Cache, s, slotInputs(s, in.Firstboot, base, bundles, comps.programs), opt.Log)
+	})
+	if err != nil {
+		return nil, err
+	}
+	espImg := filepath.Join(work, "esp.img")
+	if _, err := step(st, "EFI system partition", func() (struct{}, string, error) {
+		return struct{}{}, "", esp.Write(ctx, espImg, s.Disk.ESPSizeMiB*layout.MiB, espContents(s, boot, slots), epoch)
+	}); err != nil {
+		return nil, err
+	}
+	disk, err := step(st, "raw disk image", func() (rawDisk, string, error) {
+		d, err := writeRaw(ctx, out(spec.OutputRaw), s, espImg, slots)
+		return d, "", err
+	})
+	if err != nil {
+		return nil, err
+	}
+	man.addPartitions(disk.placed)
+	if _, err := step(st, "qcow2 image", func() (struct{}, string, error) {
+		if !s.WantsOutput(spec.OutputQCOW2) {
+			return struct{}{}, "(not requested)", nil
+		}
+		return struct{}{}, "", diskimage.ConvertQCOW2(ctx, disk.path, out(spec.OutputQCOW2))
+	}); err != nil {
+		return nil, err
+	}
+	vmdkImg, err := step(st, "vmdk image (streamOptimized)", func() (vmdkImage, string, error) {
+		if !s.WantsOutput(spec.OutputVMDK) && !s.WantsOutput(spec.OutputOVA) {
+			return vmdkImage{}, "(not requested)", nil
+		}
+		dst := out(spec.OutputVMDK)
+		if !s.WantsOutput(spec.OutputVMDK) { // only the OVA's content
+			dst = filepath.Join(work, s.Name+".vmdk")
+		}
+		img, err := writeVMDK(ctx, disk.path, dst, s.Name+".vmdk", opt.Log)
+		return img, fmt.Sprintf("%.1f MiB", float64(img.stats.Size)/(1<<20)), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := step(st, "ova (vSphere)", func() (struct{}, string, error) {
+		if !s.WantsOutput(spec.OutputOVA) {
+			return struct{}{}, "(not requested)", nil
+		}
+		return struct{}{}, "", writeOVA(ctx, ovaInputs{
+			name: s.Name, version: s.Version, disk: vmdkImg, hardwareVersion: s.VSphere.HardwareVersion, epoch: epoch,
+		}, out(spec.OutputOVA))
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := step(st, "iso (hybrid, UEFI)", func() (struct{}, string, error) {
+		if !s.WantsOutput(spec.OutputISO) {
+			return struct{}{}, "(not requested)", nil
+		}
+		note, err := writeISO(ctx, work, out(spec.OutputISO), isoInputs{
+			esp: isoContents(s, boot), release: releaseOf(s, boot.kernelVersion, s.Faults),
+			disk: disk, slot: slots[layout.SlotA], epoch: epoch,
+		})
+		return struct{}{}, note, err
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := step(st, "upgrade file", func() (struct{}, string, error) {
+		if s.Upgrade.SigningKey == "" {
+			return struct{}{}, "(no upgrade.signingKey)", nil
+		}
+		dst := filepath.Join(opt.OutDir, UpgradeFileName(s.Name, s.Version))
+		m, err := writeUpgradeFile(ctx, upgradeInputs{
+			name: s.Name, version: s.Version, minFrom: s.Upgrade.MinFromVersion,
+			builtAt: epoch.UTC().Format(upgrade.BuiltAtLayout),
+			rootfs:  slots[layout.SlotA], kernel: boot.kernel, initrd: boot.initrd,
+			images: bundles.imageNames(), key: s.Resolve(s.Upgrade.SigningKey),
+		}, dst)
+		if err != nil {
+			return struct{}{}, "", err
+		}
+		return struct{}{}, fmt.Sprintf("%s (%d parts)", filepath.Base(dst), len(m.Parts)), man.addOutput("upgrade", dst)
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := step(st, "manifest", func() (struct{}, string, error) {
+		for _, f := range s.Outputs {
+			if err := man.addOutput(f, out(f)); err != nil {
+				return struct{}{}, "", err
+			}
+		}
+		if !s.WantsOutput(spec.OutputRaw) { // raw is the intermediate of every other format
+			os.Remove(disk.path)
+		}
+		return struct{}{}, "", man.write(filepath.Join(opt.OutDir, "manifest.json"))
+	}); err != nil {
+		return nil, err
+	}
+	return &Result{Manifest: man, Map: diskimage.Draw(disk.placed, disk.size)}, nil
 }
 
 func cachedNote(cached bool) string {
@@ -123,34 +228,33 @@ func cachedNote(cached bool) string {
 	return ""
 }
 
-func (r *run) buildBase(ctx context.Context) (string, error) {
-	b, err := rootfs.BuildBase(ctx, r.opt.Cache, r.spec.OS, r.spec.Epoch(), r.opt.Log)
-	if err != nil {
-		return "", err
-	}
-	r.base = b
-	return cachedNote(b.Cached), r.man.addBase(b)
+// bootFiles are the files that boot a slot: from the rootfs base, and the
+// initramfs.
+type bootFiles struct {
+	kernel, sdboot, initrd string
+	kernelVersion          string
 }
 
-func (r *run) buildInitramfs(ctx context.Context) (string, error) {
-	mods := r.spec.Kernel.Modules
+// buildInitramfs returns the initramfs of base's kernel with the init
+// program and the modules (the default set when none), cached by them.
+func buildInitramfs(ctx context.Context, c *cache.Cache, base *rootfs.Base, init string, mods []string) (string, string, error) {
 	if len(mods) == 0 {
 		mods = initramfs.DefaultModules()
 	}
-	key, err := cache.NewKey("initramfs/v1").String("base", r.base.Key).
-		File("init", r.in.Init).Strings("modules", mods).Sum()
+	key, err := cache.NewKey("initramfs/v1").String("base", base.Key).
+		File("init", init).Strings("modules", mods).Sum()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	dir, cached, err := r.opt.Cache.Fill(ctx, "initramfs", key, func(ctx context.Context, dir string) error {
+	dir, cached, err := c.Fill(ctx, "initramfs", key, func(ctx context.Context, dir string) error {
 		f, err := os.Create(filepath.Join(dir, "initrd.img"))
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		err = initramfs.Write(f, initramfs.Inputs{
-			Init: r.in.Init, Busybox: filepath.Join(r.base.Dir, rootfs.BaseBusybox),
-			ModulesDir: filepath.Join(r.base.Dir, rootfs.BaseModules), Modules: mods,
+			Init: init, Busybox: filepath.Join(base.Dir, rootfs.BaseBusybox),
+			ModulesDir: filepath.Join(base.Dir, rootfs.BaseModules), Modules: mods,
 		})
 		if err != nil {
 			return err
@@ -158,60 +262,69 @@ func (r *run) buildInitramfs(ctx context.Context) (string, error) {
 		return f.Close()
 	})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	r.initrd = filepath.Join(dir, "initrd.img")
-	return cachedNote(cached), nil
+	return filepath.Join(dir, "initrd.img"), cachedNote(cached), nil
 }
 
-func (r *run) release(faults []string) release.Release {
+// releaseOf is the release.json of a build of s with these faults.
+func releaseOf(s *spec.Spec, kernelVersion string, faults []string) release.Release {
 	return release.Release{
-		Name: r.spec.Name, Version: r.spec.Version, Suite: r.spec.OS.Suite,
-		KernelVersion: r.base.KernelVersion(), BuiltAt: r.spec.Epoch().Format("2006-01-02T15:04:05Z"),
+		Name: s.Name, Version: s.Version, Suite: s.OS.Suite,
+		KernelVersion: kernelVersion, BuiltAt: s.Epoch().Format("2006-01-02T15:04:05Z"),
 		Faults: faults,
 	}
 }
 
-func (r *run) buildSlots(ctx context.Context) (string, error) {
-	keys, err := r.spec.UpgradeKeys()
-	if err != nil {
-		return "", fmt.Errorf("upgrade keys: %w", err)
-	}
+// slotInputs is what slot A holds: the base, the overlay, firstboot, the
+// release, the enabled units, the programs, the bundle and the keys
+// trusted for upgrades (whose problems Parse reported already).
+func slotInputs(s *spec.Spec, firstboot string, base *rootfs.Base, bundles *bundleLayout, programs []rootfs.Program) rootfs.SlotInputs {
 	in := rootfs.SlotInputs{
-		Base: r.base, Overlay: r.spec.Resolve(r.spec.OS.Overlay), Firstboot: r.in.Firstboot,
-		Release: r.release(r.spec.Faults), Enable: r.spec.OS.Enable, Programs: r.programs,
+		Base: base, Overlay: s.Resolve(s.OS.Overlay), Firstboot: firstboot,
+		Release: releaseOf(s, base.KernelVersion(), s.Faults), Enable: s.OS.Enable, Programs: programs,
+	}
+	if bundles != nil {
+		in.BundleDir, in.BundleKey = bundles.dir, bundles.key
+	}
+	return in
+}
+
+// buildSlots returns the slot images: slot A from in, and with slotB.mode
+// copy the same with slot B's faults.
+func buildSlots(ctx context.Context, c *cache.Cache, s *spec.Spec, in rootfs.SlotInputs, log *slog.Logger) (map[layout.Slot]string, string, error) {
+	keys, err := s.UpgradeKeys()
+	if err != nil {
+		return nil, "", fmt.Errorf("upgrade keys: %w", err)
 	}
 	for _, k := range keys {
 		in.UpgradeKeys = append(in.UpgradeKeys, k.String())
 	}
-	if r.bundle != nil {
-		in.BundleDir, in.BundleKey = r.bundle.dir, r.bundle.key
-	}
-	a, cached, err := rootfs.BuildSlot(ctx, r.opt.Cache, in, r.spec.Epoch(), r.opt.Log)
+	slots := map[layout.Slot]string{}
+	a, cached, err := rootfs.BuildSlot(ctx, c, in, s.Epoch(), log)
 	if err != nil {
-		return "", fmt.Errorf("slot A: %w", err)
+		return nil, "", fmt.Errorf("slot A: %w", err)
 	}
-	r.slots[layout.SlotA] = a
-	if r.spec.SlotB.Mode == spec.SlotCopy {
-		in.Release = r.release(r.spec.SlotB.Faults)
-		b, bc, err := rootfs.BuildSlot(ctx, r.opt.Cache, in, r.spec.Epoch(), r.opt.Log)
+	slots[layout.SlotA] = a
+	if s.SlotB.Mode == spec.SlotCopy {
+		in.Release.Faults = s.SlotB.Faults
+		b, bc, err := rootfs.BuildSlot(ctx, c, in, s.Epoch(), log)
 		if err != nil {
-			return "", fmt.Errorf("slot B: %w", err)
+			return nil, "", fmt.Errorf("slot B: %w", err)
 		}
-		r.slots[layout.SlotB] = b
+		slots[layout.SlotB] = b
 		cached = cached && bc
 	}
-	return cachedNote(cached), nil
+	return slots, cachedNote(cached), nil
 }
 
-func (r *run) buildESP(ctx context.Context) (string, error) {
-	c := esp.Contents{
-		SystemdBoot:    filepath.Join(r.base.Dir, rootfs.BaseSDBoot),
-		TimeoutSeconds: r.spec.Boot.TimeoutSeconds,
-	}
-	def := layout.Slot(r.spec.Boot.Default)
+// espContents is the disk image's ESP: an entry per slot image, with boot
+// counting, the preferred slot first.
+func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string) esp.Contents {
+	c := esp.Contents{SystemdBoot: boot.sdboot, TimeoutSeconds: s.Boot.TimeoutSeconds}
+	def := layout.Slot(s.Boot.Default)
 	for _, slot := range layout.Slots() {
-		if _, ok := r.slots[slot]; !ok {
+		if _, ok := slots[slot]; !ok {
 			continue
 		}
 		sortKey := "terrarium-2"
@@ -219,52 +332,40 @@ func (r *run) buildESP(ctx context.Context) (string, error) {
 			sortKey = "terrarium-1"
 		}
 		c.Entries = append(c.Entries, esp.Entry{
-			Slot: slot, Title: fmt.Sprintf("Terrarium %s (slot %s)", r.spec.Version, slot),
-			Version: r.spec.Version, Kernel: filepath.Join(r.base.Dir, rootfs.BaseKernel), Initrd: r.initrd,
-			Cmdline: r.spec.Kernel.Cmdline, Tries: r.spec.Boot.Tries, SortKey: sortKey,
+			Slot: slot, Title: fmt.Sprintf("Terrarium %s (slot %s)", s.Version, slot),
+			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
+			Cmdline: s.Kernel.Cmdline, Tries: s.Boot.Tries, SortKey: sortKey,
 		})
 	}
-	r.esp = filepath.Join(r.work, "esp.img")
-	return "", esp.Write(r.esp, r.spec.Disk.ESPSizeMiB*layout.MiB, c)
+	return c
 }
 
-func (r *run) buildRaw(ctx context.Context) (string, error) {
-	slotSize := r.spec.Disk.SlotSizeMiB * layout.MiB
-	parts := []diskimage.Partition{
-		{Label: layout.LabelESP, Type: layout.TypeESP, Size: r.spec.Disk.ESPSizeMiB * layout.MiB, Source: r.esp},
-		{Label: layout.LabelSlotA, Type: layout.TypeRootX86_64, Size: slotSize, Source: r.slots[layout.SlotA]},
-		{Label: layout.LabelSlotB, Type: layout.TypeRootX86_64, Size: slotSize, Source: r.slots[layout.SlotB]},
+// rawDisk is the raw image the raw stage wrote.
+type rawDisk struct {
+	path   string
+	placed []diskimage.Placed
+	size   int64
+}
+
+// diskPartitions are the raw image's partitions: the ESP and the two
+// slots (slot B empty unless it has an image).
+func diskPartitions(s *spec.Spec, espImg string, slots map[layout.Slot]string) []diskimage.Partition {
+	slotSize := s.Disk.SlotSizeMiB * layout.MiB
+	return []diskimage.Partition{
+		{Label: layout.LabelESP, Type: layout.TypeESP, Size: s.Disk.ESPSizeMiB * layout.MiB, Source: espImg},
+		{Label: layout.LabelSlotA, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotA]},
+		{Label: layout.LabelSlotB, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotB]},
 	}
-	out := r.outPath(spec.OutputRaw)
-	placed, err := diskimage.WriteRaw(ctx, out, r.spec.Name+"/"+r.spec.Version, parts)
+}
+
+// writeRaw writes the raw disk image to dst.
+func writeRaw(ctx context.Context, dst string, s *spec.Spec, espImg string, slots map[layout.Slot]string) (rawDisk, error) {
+	id := s.Name + "/" + s.Version
+	parts := diskPartitions(s, espImg, slots)
+	placed, err := diskimage.WriteRaw(ctx, dst, id, parts)
 	if err != nil {
-		return "", err
+		return rawDisk{}, err
 	}
-	r.placed = placed
-	_, r.size = diskimage.Plan(r.spec.Name+"/"+r.spec.Version, parts)
-	r.man.addPartitions(placed)
-	return "", nil
-}
-
-func (r *run) buildQCOW2(ctx context.Context) (string, error) {
-	if !r.spec.WantsOutput(spec.OutputQCOW2) {
-		return "(not requested)", nil
-	}
-	return "", diskimage.ConvertQCOW2(ctx, r.outPath(spec.OutputRaw), r.outPath(spec.OutputQCOW2))
-}
-
-func (r *run) outPath(format string) string {
-	return filepath.Join(r.opt.OutDir, r.spec.Name+"."+format)
-}
-
-func (r *run) writeManifest(ctx context.Context) (string, error) {
-	for _, f := range r.spec.Outputs {
-		if err := r.man.addOutput(f, r.outPath(f)); err != nil {
-			return "", err
-		}
-	}
-	if !r.spec.WantsOutput(spec.OutputRaw) { // raw is the intermediate of every other format
-		os.Remove(r.outPath(spec.OutputRaw))
-	}
-	return "", r.man.write(filepath.Join(r.opt.OutDir, "manifest.json"))
+	_, size := diskimage.Plan(id, parts)
+	return rawDisk{path: dst, placed: placed, size: size}, nil
 }

@@ -4,49 +4,69 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
 // bundleLayout is the slot's OCI layout of every bundle image.
 type bundleLayout struct {
-	dir string // the layout
-	key string // content key of the layout (names and digests)
+	dir      string           // the layout
+	key      string           // content key of the layout (names and digests)
+	manifest *bundle.Manifest // its images, for manifest.json
+}
+
+// imageNames are the names of the layout's images; none for no layout.
+func (b *bundleLayout) imageNames() []string {
+	if b == nil || b.manifest == nil {
+		return nil
+	}
+	names := make([]string, 0, len(b.manifest.Images))
+	for _, img := range b.manifest.Images {
+		names = append(names, img.Name)
+	}
+	return names
+}
+
+// bundleOptions are how a build resolves bundle images: cached blobs and
+// artifacts, the preferred source kind, the build's epoch, a line per
+// image on the progress writer.
+func bundleOptions(opt Options, epoch time.Time) []bundle.Option {
+	return []bundle.Option{
+		bundle.WithCacheDir(filepath.Join(opt.Cache.Root(), "bundle-blobs")),
+		bundle.WithArtifactCache(opt.Cache), bundle.WithPreferredSource(opt.PreferSource),
+		bundle.WithEpoch(epoch), bundle.WithLogger(opt.Log),
+		bundle.WithProgress(imageProgress(opt.Progress)),
+	}
 }
 
 // buildBundles resolves every image of the spec's bundles (cached by
 // digest: a rebuild copies nothing it already has) and writes them into
-// one OCI layout, itself cached by the names and digests it holds.
-func (r *run) buildBundles(ctx context.Context) (string, error) {
-	if len(r.spec.Bundles) == 0 {
-		return "(none)", nil
+// one OCI layout, itself cached by the names and digests it holds. No
+// bundles, no layout (nil).
+func buildBundles(ctx context.Context, c *cache.Cache, s *spec.Spec, opts []bundle.Option) (*bundleLayout, string, error) {
+	if len(s.Bundles) == 0 {
+		return nil, "(none)", nil
 	}
 	var all []bundle.Resolved
 	seen := map[string]string{}
-	opts := []bundle.Option{
-		bundle.WithCacheDir(filepath.Join(r.opt.Cache.Root(), "bundle-blobs")),
-		bundle.WithArtifactCache(r.opt.Cache), bundle.WithPreferredSource(r.opt.PreferSource),
-		bundle.WithEpoch(r.spec.Epoch()), bundle.WithLogger(r.opt.Log),
-		bundle.WithProgress(r.imageProgress()),
-	}
-	for _, f := range r.spec.Bundles {
-		b, err := bundle.Parse(r.spec.Resolve(f))
+	for _, f := range s.Bundles {
+		b, err := bundle.Parse(s.Resolve(f))
 		if err != nil {
-			return "", err
+			return nil, "", err
 		}
 		res, err := bundle.Resolve(ctx, b, opts...)
 		if err != nil {
-			return "", err
+			return nil, "", err
 		}
-		for _, img := range res {
-			if prev, ok := seen[img.Name]; ok {
-				return "", fmt.Errorf("image %s is in both %s and %s", img.Name, prev, f)
-			}
-			seen[img.Name] = f
+		if err := addUnique(seen, res, f); err != nil {
+			return nil, "", err
 		}
 		all = append(all, res...)
 	}
@@ -56,9 +76,9 @@ func (r *run) buildBundles(ctx context.Context) (string, error) {
 	}
 	key, err := k.Sum()
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	dir, cached, err := r.opt.Cache.Fill(ctx, "bundle-layout", key, func(ctx context.Context, dir string) error {
+	dir, cached, err := c.Fill(ctx, "bundle-layout", key, func(ctx context.Context, dir string) error {
 		m, err := bundle.WriteLayout(ctx, filepath.Join(dir, "layout"), all, opts...)
 		if err != nil {
 			return err
@@ -70,17 +90,34 @@ func (r *run) buildBundles(ctx context.Context) (string, error) {
 		return os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644)
 	})
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	r.bundle = &bundleLayout{dir: filepath.Join(dir, "layout"), key: key}
-	if err := r.man.addBundle(filepath.Join(dir, "manifest.json")); err != nil {
-		return "", err
+	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return nil, "", err
 	}
-	return fmt.Sprintf("%d images %s", len(all), cachedNote(cached)), nil
+	out := &bundleLayout{dir: filepath.Join(dir, "layout"), key: key, manifest: &bundle.Manifest{}}
+	if err := json.Unmarshal(data, out.manifest); err != nil {
+		return nil, "", fmt.Errorf("the bundle layout's manifest: %w", err)
+	}
+	return out, fmt.Sprintf("%d images %s", len(all), cachedNote(cached)), nil
 }
 
-// imageProgress prints a line per image as it completes.
-func (r *run) imageProgress() bundle.ProgressFunc {
+// addUnique records the images of file in seen (name -> file), refusing
+// an image another bundle file already has: two bundles would disagree on
+// what the name means.
+func addUnique(seen map[string]string, images []bundle.Resolved, file string) error {
+	for _, img := range images {
+		if prev, ok := seen[img.Name]; ok {
+			return fmt.Errorf("image %s is in both %s and %s; keep it in one of them", img.Name, prev, file)
+		}
+		seen[img.Name] = file
+	}
+	return nil
+}
+
+// imageProgress prints a line per image to w as it completes.
+func imageProgress(w io.Writer) bundle.ProgressFunc {
 	var mu sync.Mutex
 	reported := map[string]bool{}
 	return func(image string, done, total int64) {
@@ -90,6 +127,6 @@ func (r *run) imageProgress() bundle.ProgressFunc {
 			return
 		}
 		reported[image] = true
-		fmt.Fprintf(r.opt.Progress, "      %-48s %8.1f MiB\n", image, float64(total)/(1<<20))
+		fmt.Fprintf(w, "      %-48s %8.1f MiB\n", image, float64(total)/(1<<20))
 	}
 }

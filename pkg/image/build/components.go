@@ -3,11 +3,14 @@ package build
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/gobuild"
 	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
 // ComponentProgram records one installed program in the manifest.
@@ -21,42 +24,49 @@ type ComponentProgram struct {
 	Module string `json:"module,omitempty"`
 }
 
+// components are the programs a build compiled, for the slot and for
+// manifest.json.
+type components struct {
+	programs []rootfs.Program
+	manifest []ComponentProgram
+}
+
 // buildComponents compiles the spec's component programs (each cached by
 // its sources, so an unchanged one is never compiled again).
-func (r *run) buildComponents(ctx context.Context) (string, error) {
-	if len(r.spec.Components) == 0 {
-		return "(none)", nil
+func buildComponents(ctx context.Context, cache *cache.Cache, s *spec.Spec, log *slog.Logger) (components, string, error) {
+	var out components
+	if len(s.Components) == 0 {
+		return out, "(none)", nil
 	}
-	compiled, total := 0, 0
-	for _, sc := range r.spec.Components {
-		c, err := gobuild.Load(ctx, r.spec.Resolve(sc.Component))
+	compiled := 0
+	for _, sc := range s.Components {
+		c, err := gobuild.Load(ctx, s.Resolve(sc.Component))
 		if err != nil {
-			return "", err
+			return components{}, "", err
 		}
-		progs, err := c.Build(ctx, sc.Programs, gobuild.Options{Cache: r.opt.Cache, Epoch: r.spec.Epoch(), Log: r.opt.Log})
+		progs, err := c.Build(ctx, sc.Programs, gobuild.Options{Cache: cache, Epoch: s.Epoch(), Log: log})
 		if err != nil {
-			return "", err
+			return components{}, "", err
 		}
-		keys, err := c.Keys(ctx, sc.Programs, r.spec.Epoch())
+		keys, err := c.Keys(ctx, sc.Programs, s.Epoch())
 		if err != nil {
-			return "", err
+			return components{}, "", err
 		}
 		for i, p := range progs {
 			dest := strings.TrimPrefix(path.Join(sc.Dir, p.Name), "/")
-			r.programs = append(r.programs, rootfs.Program{Src: p.Path, Dest: dest, Key: keys[i]})
-			r.man.Components = append(r.man.Components, ComponentProgram{
+			out.programs = append(out.programs, rootfs.Program{Src: p.Path, Dest: dest, Key: keys[i]})
+			out.manifest = append(out.manifest, ComponentProgram{
 				Component: c.Name(), Program: p.Name, Package: p.Package, Path: "/" + dest, Module: moduleOf(c, p.Package),
 			})
-			total++
 			if !p.Cached {
 				compiled++
 			}
 		}
 	}
 	if compiled == 0 {
-		return fmt.Sprintf("%d programs (cached)", total), nil
+		return out, fmt.Sprintf("%d programs (cached)", len(out.programs)), nil
 	}
-	return fmt.Sprintf("%d programs, %d compiled", total, compiled), nil
+	return out, fmt.Sprintf("%d programs, %d compiled", len(out.programs), compiled), nil
 }
 
 // moduleOf names the required module that provides pkg, with its version.

@@ -5,63 +5,73 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/image/esp"
 	"github.com/terrarium-os/terrarium/pkg/image/iso"
-	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
 // isoMenuSeconds is the least time the ISO's boot menu shows.
 const isoMenuSeconds = 5
 
-// buildISO writes the hybrid ISO: slot A's squashfs on an ISO 9660
-// filesystem, booted through its own small ESP whose one entry boots live
-// from the medium.
-func (r *run) buildISO(ctx context.Context) (string, error) {
-	if !r.spec.WantsOutput(spec.OutputISO) {
-		return "(not requested)", nil
-	}
-	kernel := filepath.Join(r.base.Dir, rootfs.BaseKernel)
-	c := esp.Contents{
-		SystemdBoot: filepath.Join(r.base.Dir, rootfs.BaseSDBoot),
+// isoContents is the ISO's ESP: systemd-boot, the live entry (the
+// default) and the installer entry, never counted: the medium is
+// read-only, and there is no other slot to fall back to. No
+// loader/random-seed either, so systemd-boot does not try to refresh one
+// on the medium.
+func isoContents(s *spec.Spec, boot bootFiles) esp.Contents {
+	return esp.Contents{
+		SystemdBoot: boot.sdboot,
 		// The menu shows long enough to choose the installer entry.
-		TimeoutSeconds: max(r.spec.Boot.TimeoutSeconds, isoMenuSeconds),
-		// Entries never counted: the medium is read-only, and there is no
-		// other slot to fall back to. No loader/random-seed either, so
-		// systemd-boot does not try to refresh one on the medium.
+		TimeoutSeconds: max(s.Boot.TimeoutSeconds, isoMenuSeconds),
 		Entries: []esp.Entry{{
-			Slot: layout.SlotA, Title: fmt.Sprintf("Terrarium %s (live)", r.spec.Version),
-			Version: r.spec.Version, Kernel: kernel, Initrd: r.initrd,
-			Cmdline: append(append([]string(nil), r.spec.Kernel.Cmdline...), layout.CmdlineLive),
+			Slot: layout.SlotA, Title: fmt.Sprintf("Terrarium %s (live)", s.Version),
+			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
+			Cmdline: append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive),
 			SortKey: "terrarium-1",
 		}, {
-			// Chosen from the menu (the ISO boots the live entry by
-			// default): installs to the first empty disk, enrolled when a
-			// config medium is attached, else waiting for one.
+			// Chosen from the menu: installs to the first empty disk,
+			// enrolled when a config medium is attached, else waiting for
+			// one.
 			ID: "terrarium-install", Slot: layout.SlotA,
-			Title:   fmt.Sprintf("Install Terrarium %s to the first empty disk", r.spec.Version),
-			Version: r.spec.Version, Kernel: kernel, Initrd: r.initrd,
-			Cmdline: append(append([]string(nil), r.spec.Kernel.Cmdline...), layout.CmdlineLive, layout.CmdlineInstall+"=auto"),
+			Title:   fmt.Sprintf("Install Terrarium %s to the first empty disk", s.Version),
+			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
+			Cmdline: append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive, layout.CmdlineInstall+"=auto"),
 			SortKey: "terrarium-2",
 		}},
 	}
-	espImg := filepath.Join(r.work, "iso-esp.img")
-	if err := esp.WriteSmall(ctx, espImg, c, r.spec.Epoch()); err != nil {
+}
+
+// isoInputs are what the iso stage reads.
+type isoInputs struct {
+	esp     esp.Contents
+	release release.Release
+	disk    rawDisk // the raw image: its head, up to slot A, goes on the ISO
+	slot    string  // slot A's squashfs
+	epoch   time.Time
+}
+
+// writeISO writes the hybrid ISO to dst: slot A's squashfs and the disk's
+// head on an ISO 9660 filesystem, booted through its own small ESP. work
+// holds its intermediate files.
+func writeISO(ctx context.Context, work, dst string, in isoInputs) (string, error) {
+	espImg := filepath.Join(work, "iso-esp.img")
+	if err := esp.WriteSmall(ctx, espImg, in.esp, in.epoch); err != nil {
 		return "", fmt.Errorf("the ISO's EFI partition: %w", err)
 	}
 	fi, err := os.Stat(espImg)
 	if err != nil {
 		return "", err
 	}
-	relInfo := r.release(r.spec.Faults)
-	rel, err := relInfo.Marshal()
+	rel, err := in.release.Marshal()
 	if err != nil {
 		return "", err
 	}
 	var slotA int64
-	for _, p := range r.placed {
+	for _, p := range in.disk.placed {
 		if p.Label == layout.LabelSlotA {
 			slotA = p.Start
 		}
@@ -69,13 +79,11 @@ func (r *run) buildISO(ctx context.Context) (string, error) {
 	if slotA == 0 {
 		return "", fmt.Errorf("the raw image has no %s partition", layout.LabelSlotA)
 	}
-	head := filepath.Join(r.work, "disk-head.img")
-	if err := iso.Head(r.outPath(spec.OutputRaw), slotA, head); err != nil {
+	head := filepath.Join(work, "disk-head.img")
+	if err := iso.Head(in.disk.path, slotA, head); err != nil {
 		return "", err
 	}
-	err = iso.Write(ctx, r.outPath(spec.OutputISO), iso.Inputs{
-		ESP: espImg, Slot: r.slots[layout.SlotA], Head: head, Release: rel, Epoch: r.spec.Epoch(),
-	})
+	err = iso.Write(ctx, dst, iso.Inputs{ESP: espImg, Slot: in.slot, Head: head, Release: rel, Epoch: in.epoch})
 	if err != nil {
 		return "", err
 	}

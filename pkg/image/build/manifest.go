@@ -62,15 +62,6 @@ func (m *Manifest) addBase(b *rootfs.Base) error {
 	return nil
 }
 
-func (m *Manifest) addBundle(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	m.Bundle = &bundle.Manifest{}
-	return json.Unmarshal(data, m.Bundle)
-}
-
 func (m *Manifest) addPartitions(placed []diskimage.Placed) {
 	for _, p := range placed {
 		m.Partitions = append(m.Partitions, PartitionInfo{Label: p.Label, Type: p.Type, GUID: p.GUID, StartMiB: p.Start >> 20, SizeMiB: p.Size >> 20})

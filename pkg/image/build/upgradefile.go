@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
-	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
 )
 
 // UpgradeFileName is the name of the upgrade file a build of version
@@ -81,27 +78,4 @@ func bundleVersions(images []string) (kube, etcd string) {
 		}
 	}
 	return kube, etcd
-}
-
-func (r *run) buildUpgradeFile(ctx context.Context) (string, error) {
-	if r.spec.Upgrade.SigningKey == "" {
-		return "(no upgrade.signingKey)", nil
-	}
-	in := upgradeInputs{
-		name: r.spec.Name, version: r.spec.Version, minFrom: r.spec.Upgrade.MinFromVersion,
-		builtAt: r.spec.Epoch().UTC().Format(upgrade.BuiltAtLayout),
-		rootfs:  r.slots[layout.SlotA], kernel: filepath.Join(r.base.Dir, rootfs.BaseKernel), initrd: r.initrd,
-		key: r.spec.Resolve(r.spec.Upgrade.SigningKey),
-	}
-	if r.man.Bundle != nil {
-		for _, img := range r.man.Bundle.Images {
-			in.images = append(in.images, img.Name)
-		}
-	}
-	dst := filepath.Join(r.opt.OutDir, UpgradeFileName(r.spec.Name, r.spec.Version))
-	m, err := writeUpgradeFile(ctx, in, dst)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%s (%d parts)", filepath.Base(dst), len(m.Parts)), r.man.addOutput("upgrade", dst)
 }

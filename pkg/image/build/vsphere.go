@@ -6,12 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/image/ova"
-	"github.com/terrarium-os/terrarium/pkg/image/spec"
 	"github.com/terrarium-os/terrarium/pkg/image/vmdk"
 )
 
@@ -81,33 +79,4 @@ func writeOVA(ctx context.Context, in ovaInputs, dst string) error {
 		return fmt.Errorf("write the OVA of %s: %w", in.disk.path, err)
 	}
 	return nil
-}
-
-// buildVMDK is the vmdk stage of a run: it runs when the vmdk or the ova
-// output is asked for.
-func (r *run) buildVMDK(ctx context.Context) (string, error) {
-	if !r.spec.WantsOutput(spec.OutputVMDK) && !r.spec.WantsOutput(spec.OutputOVA) {
-		return "(not requested)", nil
-	}
-	dst := r.outPath(spec.OutputVMDK)
-	if !r.spec.WantsOutput(spec.OutputVMDK) { // only the OVA's content
-		dst = filepath.Join(r.work, r.spec.Name+".vmdk")
-	}
-	img, err := writeVMDK(ctx, r.outPath(spec.OutputRaw), dst, r.spec.Name+".vmdk", r.opt.Log)
-	if err != nil {
-		return "", err
-	}
-	r.vmdk = img
-	return fmt.Sprintf("%.1f MiB", float64(img.stats.Size)/(1<<20)), nil
-}
-
-// buildOVA is the ova stage of a run.
-func (r *run) buildOVA(ctx context.Context) (string, error) {
-	if !r.spec.WantsOutput(spec.OutputOVA) {
-		return "(not requested)", nil
-	}
-	return "", writeOVA(ctx, ovaInputs{
-		name: r.spec.Name, version: r.spec.Version, disk: r.vmdk,
-		hardwareVersion: r.spec.VSphere.HardwareVersion, epoch: r.spec.Epoch(),
-	}, r.outPath(spec.OutputOVA))
 }

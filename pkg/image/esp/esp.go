@@ -1,8 +1,8 @@
 // Package esp writes the EFI system partition: systemd-boot as the
 // removable-media boot loader, a kernel and initramfs per slot, and Boot
-// Loader Spec entries with boot counting. The FAT32 filesystem is made with
-// go-diskfs in reproducible mode (fixed volume id; times from
-// SOURCE_DATE_EPOCH).
+// Loader Spec entries with boot counting. mkfs.fat --invariant and mcopy
+// make the FAT filesystems, with every time taken from the build's epoch,
+// so the same inputs give the same bytes.
 package esp
 
 import (
@@ -11,16 +11,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	diskfs "github.com/diskfs/go-diskfs"
-	"github.com/diskfs/go-diskfs/disk"
-	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
@@ -90,69 +86,21 @@ func (e Entry) conf() string {
 	return b.String()
 }
 
-// Write creates a FAT32 image of size bytes at imagePath holding c.
-func Write(imagePath string, size int64, c Contents) error {
-	if err := os.Remove(imagePath); err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	d, err := diskfs.Create(imagePath, size, diskfs.SectorSizeDefault)
+// Write creates a FAT32 image of size bytes at imagePath holding c: the
+// disk image's EFI system partition.
+func Write(ctx context.Context, imagePath string, size int64, c Contents, epoch time.Time) error {
+	stage, total, err := stageFiles(imagePath, c, epoch)
 	if err != nil {
-		return fmt.Errorf("create ESP image %s: %w", imagePath, err)
-	}
-	if err := writeFS(d, c); err != nil {
-		d.Close()
 		return fmt.Errorf("write ESP %s: %w", imagePath, err)
 	}
-	if err := d.Close(); err != nil {
+	defer os.RemoveAll(stage)
+	if total+layout.MiB > size {
+		return fmt.Errorf("write ESP %s: its files need %d MiB, more than its %d MiB (disk.espSizeMiB)", imagePath, total>>20, size>>20)
+	}
+	if err := makeFAT(ctx, imagePath, size, []string{"-F", "32"}, stage, epoch); err != nil {
 		return fmt.Errorf("write ESP %s: %w", imagePath, err)
-	}
-	return fixFAT32(imagePath)
-}
-
-func writeFS(d *disk.Disk, c Contents) error {
-	fs, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat32, VolumeLabel: layout.LabelESPFS, Reproducible: true})
-	if err != nil {
-		return fmt.Errorf("format: %w", err)
-	}
-	files := c.Files()
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := writeFile(fs, n, files[n]); err != nil {
-			return fmt.Errorf("%s: %w", n, err)
-		}
 	}
 	return nil
-}
-
-func writeFile(fs filesystem.FileSystem, name, source string) error {
-	if err := fs.Mkdir("/" + path.Dir(name)); err != nil {
-		return err
-	}
-	f, err := fs.OpenFile("/"+name, os.O_CREATE|os.O_RDWR|os.O_TRUNC)
-	if err != nil {
-		return err
-	}
-	var r io.Reader = strings.NewReader(source)
-	if host, ok := strings.CutPrefix(source, "file:"); ok {
-		hf, err := os.Open(host)
-		if err != nil {
-			return err
-		}
-		defer hf.Close()
-		if fi, err := hf.Stat(); err != nil || fi.Size() == 0 {
-			return fmt.Errorf("%s is empty or unreadable", host)
-		}
-		r = hf
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // MaxElToritoSize is the largest El Torito boot image firmware reads
@@ -163,35 +111,58 @@ const MaxElToritoSize = 65535 * 512
 
 // WriteSmall writes c as a FAT16 image just big enough for its files (with
 // 2 MiB to spare), at most MaxElToritoSize: the ISO's El Torito EFI boot
-// image, which is also its EFI partition on a USB stick. go-diskfs writes
-// only FAT32, so mkfs.fat (--invariant) and mcopy (-m, with the files'
-// times set to epoch and SOURCE_DATE_EPOCH for the directories) make it,
-// reproducibly.
+// image, which is also its EFI partition on a USB stick.
 func WriteSmall(ctx context.Context, imagePath string, c Contents, epoch time.Time) error {
-	stage, err := os.MkdirTemp(filepath.Dir(imagePath), ".esp-")
+	stage, total, err := stageFiles(imagePath, c, epoch)
 	if err != nil {
-		return err
+		return fmt.Errorf("write the ISO's EFI image %s: %w", imagePath, err)
 	}
 	defer os.RemoveAll(stage)
+	size := (total + 2*layout.MiB + layout.MiB - 1) / layout.MiB * layout.MiB
+	if size > MaxElToritoSize {
+		size = MaxElToritoSize / 1024 * 1024
+		if total+layout.MiB > size {
+			return fmt.Errorf("the ISO's EFI image needs %d MiB (kernel, initramfs, systemd-boot), more than the %d KiB El Torito allows", total>>20, MaxElToritoSize>>10)
+		}
+	}
+	if err := makeFAT(ctx, imagePath, size, nil, stage, epoch); err != nil {
+		return fmt.Errorf("write the ISO's EFI image %s: %w", imagePath, err)
+	}
+	return nil
+}
+
+// stageFiles copies c's files into a new directory beside imagePath, each
+// with the time epoch, and returns it with the files' total size.
+func stageFiles(imagePath string, c Contents, epoch time.Time) (string, int64, error) {
+	stage, err := os.MkdirTemp(filepath.Dir(imagePath), ".esp-")
+	if err != nil {
+		return "", 0, err
+	}
 	var total int64
-	for name, src := range c.Files() {
+	files := c.Files()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src := files[name]
 		dst := filepath.Join(stage, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
+			os.RemoveAll(stage)
+			return "", 0, err
 		}
+		n, err := int64(len(src)), error(nil)
 		if host, ok := strings.CutPrefix(src, "file:"); ok {
-			err = copyFile(host, dst)
+			n, err = copyFile(host, dst)
 		} else {
 			err = os.WriteFile(dst, []byte(src), 0o644)
 		}
 		if err != nil {
-			return fmt.Errorf("stage %s: %w", name, err)
+			os.RemoveAll(stage)
+			return "", 0, fmt.Errorf("%s: %w", name, err)
 		}
-		fi, err := os.Stat(dst)
-		if err != nil {
-			return err
-		}
-		total += fi.Size()
+		total += n
 	}
 	err = filepath.WalkDir(stage, func(p string, _ os.DirEntry, err error) error {
 		if err != nil {
@@ -200,18 +171,24 @@ func WriteSmall(ctx context.Context, imagePath string, c Contents, epoch time.Ti
 		return os.Chtimes(p, epoch, epoch)
 	})
 	if err != nil {
+		os.RemoveAll(stage)
+		return "", 0, err
+	}
+	return stage, total, nil
+}
+
+// makeFAT formats a FAT filesystem of size bytes at imagePath (mkfs.fat
+// --invariant, with fatArgs) and copies the staged tree into it (mcopy -m:
+// the files keep their staged times; the directories mcopy creates get
+// SOURCE_DATE_EPOCH, set for it alone), so that the same files at the same
+// epoch give the same bytes.
+func makeFAT(ctx context.Context, imagePath string, size int64, fatArgs []string, stage string, epoch time.Time) error {
+	if err := os.Remove(imagePath); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	size := (total + 2*layout.MiB + layout.MiB - 1) / layout.MiB * layout.MiB
-	if size > MaxElToritoSize {
-		size = MaxElToritoSize / 1024 * 1024
-		if total+layout.MiB > size {
-			return fmt.Errorf("the ISO's EFI image needs %d MiB (kernel, initramfs, systemd-boot), more than the %d KiB El Torito allows", total>>20, MaxElToritoSize>>10)
-		}
-	}
-	os.Remove(imagePath)
 	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
-	mkfs := exec.CommandContext(ctx, "mkfs.fat", "-C", "--invariant", "-n", layout.LabelESPFS, imagePath, strconv.FormatInt(size>>10, 10))
+	args := append(append([]string{"-C", "--invariant"}, fatArgs...), "-n", layout.LabelESPFS, imagePath, strconv.FormatInt(size>>10, 10))
+	mkfs := exec.CommandContext(ctx, "mkfs.fat", args...)
 	mkfs.Env = env
 	if b, err := mkfs.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.fat (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
@@ -220,11 +197,11 @@ func WriteSmall(ctx context.Context, imagePath string, c Contents, epoch time.Ti
 	if err != nil {
 		return err
 	}
-	args := []string{"-s", "-m", "-i", imagePath}
+	cp := []string{"-s", "-m", "-i", imagePath}
 	for _, e := range entries {
-		args = append(args, filepath.Join(stage, e.Name()))
+		cp = append(cp, filepath.Join(stage, e.Name()))
 	}
-	mcopy := exec.CommandContext(ctx, "mcopy", append(args, "::")...)
+	mcopy := exec.CommandContext(ctx, "mcopy", append(cp, "::")...)
 	mcopy.Env = env
 	if b, err := mcopy.CombinedOutput(); err != nil {
 		os.Remove(imagePath)
@@ -233,22 +210,26 @@ func WriteSmall(ctx context.Context, imagePath string, c Contents, epoch time.Ti
 	return nil
 }
 
-func copyFile(src, dst string) error {
+// copyFile copies src, which must not be empty (a kernel, an initramfs, a
+// boot loader), to dst and returns its size.
+func copyFile(src, dst string) (int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer in.Close()
-	if fi, err := in.Stat(); err != nil || fi.Size() == 0 {
-		return fmt.Errorf("%s is empty or unreadable", src)
-	}
 	out, err := os.Create(dst)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	n, err := io.Copy(out, in)
+	if err != nil {
 		out.Close()
-		return err
+		return 0, err
 	}
-	return out.Close()
+	if n == 0 {
+		out.Close()
+		return 0, fmt.Errorf("%s is empty", src)
+	}
+	return n, out.Close()
 }

@@ -143,12 +143,11 @@ func TestWriteFsck(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "esp.img")
 			// A stale file at the path is replaced.
 			require.NoError(t, os.WriteFile(img, []byte("stale"), 0o644))
-			t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
-			err := Write(img, tt.size, c)
+			err := Write(context.Background(), img, tt.size, c, time.Unix(1767225600, 0))
 			if tt.empty {
-				// An empty kernel or initramfs is a broken input, and
-				// go-diskfs would also give the empty file a cluster.
+				// An empty kernel or initramfs is a broken input.
 				assert.ErrorContains(t, err, "is empty", "Write with an empty initrd")
+				assert.ErrorContains(t, err, "terrarium/b/initrd.img", "the error names the ESP path")
 				return
 			}
 			require.NoError(t, err, "Write")
@@ -197,14 +196,15 @@ func TestWriteReproducible(t *testing.T) {
 	requireTool(t, "fsck.fat")
 	c := hostFiles(t)
 	dir := t.TempDir()
-	t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
-	// 65 MiB: the smallest size go-diskfs formats correctly (see
-	// TestWriteFsck/64MiB); reproducibility does not depend on the size.
-	const size = 65 * layout.MiB
+	const size = 64 * layout.MiB
+	epoch := time.Unix(1767225600, 0)
 	var images [][]byte
 	for _, name := range []string{"one.img", "two.img"} {
 		p := filepath.Join(dir, name)
-		require.NoError(t, Write(p, size, c), "Write %s", name)
+		require.NoError(t, Write(context.Background(), p, size, c, epoch), "Write %s", name)
+		// The next Write reads sources with other times: none may leak in.
+		later := time.Now().Add(-time.Hour)
+		require.NoError(t, os.Chtimes(c.Entries[0].Kernel, later, later))
 		b, err := os.ReadFile(p)
 		require.NoError(t, err)
 		images = append(images, b)
@@ -214,19 +214,18 @@ func TestWriteReproducible(t *testing.T) {
 
 	// A different epoch must show in the image (so the comparison above
 	// would notice time leaking in).
-	t.Setenv("SOURCE_DATE_EPOCH", "1600000000")
 	p := filepath.Join(dir, "three.img")
-	require.NoError(t, Write(p, size, c))
+	require.NoError(t, Write(context.Background(), p, size, c, time.Unix(1600000000, 0)))
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
-	assert.False(t, bytes.Equal(images[0], b), "changing SOURCE_DATE_EPOCH did not change the image")
+	assert.False(t, bytes.Equal(images[0], b), "changing the epoch did not change the image")
 }
 
 func TestWriteMissingSource(t *testing.T) {
 	c := hostFiles(t)
 	c.Entries[1].Kernel = filepath.Join(t.TempDir(), "no-such-kernel")
 	img := filepath.Join(t.TempDir(), "esp.img")
-	err := Write(img, 64*layout.MiB, c)
+	err := Write(context.Background(), img, 64*layout.MiB, c, time.Unix(1767225600, 0))
 	require.Error(t, err, "Write with a missing kernel succeeded")
 	assert.ErrorContains(t, err, "terrarium/b/vmlinuz", "the error names the ESP path")
 	assert.ErrorContains(t, err, img, "the error names the image")

@@ -48,7 +48,7 @@ func inputs(t *testing.T) Inputs {
 	}
 	t.Setenv("SOURCE_DATE_EPOCH", "1767225600")
 	espImg := filepath.Join(dir, "esp.img")
-	require.NoError(t, esp.Write(espImg, 64*layout.MiB, c))
+	require.NoError(t, esp.Write(context.Background(), espImg, 64*layout.MiB, c, time.Unix(1767225600, 0)))
 	slot := bytes.Repeat([]byte("hsqs slot content "), 200000) // 3.6 MB
 	return Inputs{
 		ESP: espImg, Slot: write("slot.img", slot), Head: write("head.img", bytes.Repeat([]byte("GPT and FAT "), 100000)),

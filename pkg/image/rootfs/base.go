@@ -52,20 +52,33 @@ var dpkgExcludes = []string{
 	"path-exclude=/usr/share/locale/*",
 }
 
+// BaseKind is the cache kind of rootfs bases.
+const BaseKind = "rootfs-base"
+
+// BaseKey is the cache key of the base for os at epoch: its suite, mirror,
+// packages (in any order) and dpkg options.
+func BaseKey(o spec.OS, epoch time.Time) (string, error) {
+	return cache.NewKey("rootfs-base/v1").
+		String("suite", o.Suite).String("mirror", o.Mirror).
+		Strings("packages", sortedPackages(o)).Strings("dpkgopt", dpkgExcludes).
+		String("epoch", strconv.FormatInt(epoch.Unix(), 10)).Sum()
+}
+
+func sortedPackages(o spec.OS) []string {
+	pkgs := append([]string(nil), o.Packages...)
+	sort.Strings(pkgs)
+	return pkgs
+}
+
 // BuildBase returns the base for os, running mmdebstrap only when the cache
 // has no entry for these inputs.
 func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, epoch time.Time, log *slog.Logger) (*Base, error) {
-	pkgs := append([]string(nil), o.Packages...)
-	sort.Strings(pkgs)
-	key, err := cache.NewKey("rootfs-base/v1").
-		String("suite", o.Suite).String("mirror", o.Mirror).
-		Strings("packages", pkgs).Strings("dpkgopt", dpkgExcludes).
-		String("epoch", strconv.FormatInt(epoch.Unix(), 10)).Sum()
+	key, err := BaseKey(o, epoch)
 	if err != nil {
 		return nil, err
 	}
-	dir, cached, err := c.Fill(ctx, "rootfs-base", key, func(ctx context.Context, dir string) error {
-		return makeBase(ctx, dir, o.Suite, o.Mirror, pkgs, epoch, log)
+	dir, cached, err := c.Fill(ctx, BaseKind, key, func(ctx context.Context, dir string) error {
+		return makeBase(ctx, dir, o.Suite, o.Mirror, sortedPackages(o), epoch, log)
 	})
 	if err != nil {
 		return nil, err
@@ -102,7 +115,11 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 	cmd := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", tmp, "--wildcards",
 		"./boot/vmlinuz-*", "./usr/lib/modules/*", "./usr/lib/systemd/boot/efi/systemd-bootx64.efi", "./usr/bin/busybox")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("extract boot artifacts from %s: %w\n%s", tarPath, err, out)
+		hint := ""
+		if strings.Contains(string(out), "Not found in archive") {
+			hint = "\nthe base lacks a boot file: os.packages must include linux-image-amd64, systemd-boot-efi and busybox-static"
+		}
+		return fmt.Errorf("extract boot artifacts from %s: %w\n%s%s", tarPath, err, out, hint)
 	}
 	kernels, _ := filepath.Glob(filepath.Join(tmp, "boot", "vmlinuz-*"))
 	mods, _ := filepath.Glob(filepath.Join(tmp, "usr", "lib", "modules", "*"))

@@ -3,9 +3,11 @@ package rootfs
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -108,66 +110,64 @@ func extractTar(ctx context.Context, tarPath, root string) error {
 	return nil
 }
 
-func customize(ctx context.Context, root string, in SlotInputs, rel []byte) error {
+// customize turns the extracted base at rootDir into the slot's tree. Every
+// write goes through an os.Root of the tree and replaces what was there
+// (a file, or a link, never followed): the base's absolute links (such as
+// /etc/localtime) point at the build host's files, and a write through
+// them would change the host and leave the image unchanged.
+func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte) error {
+	root, err := os.OpenRoot(rootDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	// Per-machine identity must not be baked into an image shared by many.
 	for _, g := range []string{"etc/ssh/ssh_host_*", "boot/initrd.img*", "initrd.img*", "var/lib/dbus/machine-id"} {
-		matches, _ := filepath.Glob(filepath.Join(root, g))
+		matches, _ := filepath.Glob(filepath.Join(rootDir, g))
 		for _, m := range matches {
-			if err := os.Remove(m); err != nil {
+			if err := root.Remove(strings.TrimPrefix(m, rootDir+"/")); err != nil {
 				return err
 			}
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
+	if err := writeFile(root, "etc/machine-id", nil, 0o444); err != nil {
 		return err
 	}
 	if err := moveToVar(root); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(root, strings.TrimPrefix(layout.StateMount, "/")), 0o755); err != nil {
+	if err := root.MkdirAll(strings.TrimPrefix(layout.StateMount, "/"), 0o755); err != nil {
 		return err
 	}
 	if in.Overlay != "" {
-		if err := copyTree(ctx, in.Overlay, root); err != nil {
-			return err
+		if err := copyInto(ctx, root, in.Overlay, "."); err != nil {
+			return fmt.Errorf("copy overlay %s: %w", in.Overlay, err)
 		}
 	}
-	if err := installFile(in.Firstboot, filepath.Join(root, "usr/bin/firstboot"), 0o755); err != nil {
+	if err := installFile(root, in.Firstboot, "usr/bin/firstboot", 0o755); err != nil {
 		return err
 	}
-	relPath := filepath.Join(root, strings.TrimPrefix(layout.ReleaseFile, "/"))
-	if err := os.MkdirAll(filepath.Dir(relPath), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(relPath, rel, 0o644); err != nil {
+	if err := writeFile(root, strings.TrimPrefix(layout.ReleaseFile, "/"), rel, 0o644); err != nil {
 		return err
 	}
 	if len(in.UpgradeKeys) > 0 {
-		p := filepath.Join(root, strings.TrimPrefix(layout.UpgradeKeysFile, "/"))
-		if err := os.WriteFile(p, []byte(strings.Join(in.UpgradeKeys, "\n")+"\n"), 0o644); err != nil {
+		keys := []byte(strings.Join(in.UpgradeKeys, "\n") + "\n")
+		if err := writeFile(root, strings.TrimPrefix(layout.UpgradeKeysFile, "/"), keys, 0o644); err != nil {
 			return err
 		}
 	}
 	if in.BundleDir != "" {
-		dst := filepath.Join(root, BundlePath)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := copyTree(ctx, in.BundleDir, dst); err != nil {
-			return err
+		if err := copyInto(ctx, root, in.BundleDir, strings.TrimPrefix(BundlePath, "/")); err != nil {
+			return fmt.Errorf("copy the bundle %s: %w", in.BundleDir, err)
 		}
 	}
 	for _, p := range in.Programs {
-		dst := filepath.Join(root, p.Dest)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := installFile(p.Src, dst, 0o755); err != nil {
+		if err := installFile(root, p.Src, p.Dest, 0o755); err != nil {
 			return fmt.Errorf("install %s: %w", p.Dest, err)
 		}
 	}
 	if len(in.Enable) > 0 {
-		cmd := exec.CommandContext(ctx, "chroot", append([]string{root, "systemctl", "enable"}, in.Enable...)...)
+		cmd := exec.CommandContext(ctx, "chroot", append([]string{rootDir, "systemctl", "enable"}, in.Enable...)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("systemctl enable %s: %w: %s", strings.Join(in.Enable, " "), err, b)
 		}
@@ -175,47 +175,129 @@ func customize(ctx context.Context, root string, in SlotInputs, rel []byte) erro
 	return nil
 }
 
-func moveToVar(root string) error {
+// moveToVar turns the directories of movedToVar into links into /var,
+// their content moved there.
+func moveToVar(root *os.Root) error {
 	for from, to := range movedToVar {
-		src, dst := filepath.Join(root, from), filepath.Join(root, to)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+		if err := root.MkdirAll(to, 0o755); err != nil {
 			return err
 		}
-		entries, err := os.ReadDir(src)
+		dir, err := root.Open(from)
+		var entries []os.DirEntry
+		if err == nil {
+			entries, err = dir.ReadDir(-1)
+			dir.Close()
+		}
 		if err != nil && !os.IsNotExist(err) {
 			return err
 		}
 		for _, e := range entries {
-			if err := os.Rename(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			if err := root.Rename(path.Join(from, e.Name()), path.Join(to, e.Name())); err != nil {
 				return err
 			}
 		}
-		if err := os.RemoveAll(src); err != nil {
+		if err := root.RemoveAll(from); err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(filepath.Dir(src), dst)
-		if err := os.Symlink(rel, src); err != nil {
+		rel, _ := filepath.Rel(filepath.Dir(from), to)
+		if err := root.Symlink(rel, from); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func copyTree(ctx context.Context, src, dst string) error {
-	cmd := exec.CommandContext(ctx, "cp", "-a", "--no-preserve=ownership", src+"/.", dst+"/")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("copy overlay %s: %w: %s", src, err, b)
-	}
-	return nil
+// copyInto copies the tree at src into root at dst (a path in the tree):
+// directories are merged, files and links replace what is there, modes
+// are kept, owners are root's. A path of src that movedToVar made a link
+// into /var is refused by name: /var is the node's writable state, which
+// hides what the image holds there.
+func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		if _, ok := movedToVar[filepath.ToSlash(rel)]; ok && dst == "." {
+			return fmt.Errorf("%s: /%s is a link into /var on the appliance (its writable state, which hides the image's copy); put these files under /usr or /etc", p, rel)
+		}
+		target := path.Join(dst, filepath.ToSlash(rel))
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if err := root.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+			return root.Chmod(target, info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := removeFile(root, target); err != nil {
+				return err
+			}
+			return root.Symlink(link, target)
+		case d.Type().IsRegular():
+			return installFile(root, p, target, info.Mode().Perm())
+		default:
+			return fmt.Errorf("%s: %v files cannot go into an image", p, d.Type())
+		}
+	})
 }
 
-func installFile(src, dst string, mode os.FileMode) error {
+// installFile copies the host file src to name in root, with mode.
+func installFile(root *os.Root, src, name string, mode os.FileMode) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	return writeFile(root, name, data, mode)
+}
+
+// writeFile writes data to name in root as a new file of mode, replacing
+// a file or link that was there (never writing through it).
+func writeFile(root *os.Root, name string, data []byte, mode os.FileMode) error {
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(dst, data, mode)
+	if err := removeFile(root, name); err != nil {
+		return err
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return root.Chmod(name, mode) // the umask took its share at creation
+}
+
+// removeFile removes a file or link at name in root, if there is one; a
+// directory there is an error.
+func removeFile(root *os.Root, name string) error {
+	fi, err := root.Lstat(name)
+	switch {
+	case os.IsNotExist(err):
+		return nil
+	case err != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory in the image", name)
+	}
+	return root.Remove(name)
 }
