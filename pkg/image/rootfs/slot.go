@@ -67,7 +67,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	if err != nil {
 		return "", false, err
 	}
-	k := cache.NewKey("slot/v1").String("base", in.Base.Key).
+	// v2: the tree is written through an os.Root, replacing links (customize).
+	k := cache.NewKey("slot/v2").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)

@@ -83,6 +83,19 @@ func TestFetch(t *testing.T) {
 						Admin: &machineconfig.Admin{Name: "ops", SSHAuthorizedKeys: []string{key2}},
 					},
 				},
+				{
+					// docs/operations/openstack.md: a cloud-config and --key-name.
+					name:  "a cloud-config and a key pair: the key pair joins the cloud-config's admin",
+					label: Label,
+					files: map[string]string{
+						MetaDataFile: `{"uuid": "u", "hostname": "node-1.novalocal", "public_keys": {"alice": "` + key1 + `"}}`,
+						UserDataFile: "#cloud-config\nhostname: node-1\nusers:\n  - default\n  - name: ops\n    ssh_authorized_keys: [\"" + key2 + "\"]\n",
+					},
+					want: &machineconfig.Config{
+						APIVersion: machineconfig.APIVersion, Kind: machineconfig.Kind, Hostname: "node-1", Network: cloudinit.DefaultNetwork(),
+						Admin: &machineconfig.Admin{Name: "ops", SSHAuthorizedKeys: []string{key2, key1}},
+					},
+				},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					dir := t.TempDir()
