@@ -90,6 +90,10 @@ type env struct {
 	leases fakeLeases
 	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
 	nodes []string
+	// apiVersions are the Kubernetes versions of the API servers by
+	// endpoint (host:port), "" for one that does not answer; an endpoint
+	// not listed runs v1.36.3.
+	apiVersions map[string]string
 	// runtime answers the host's CRI checks (recorded as the command
 	// "cri-check ENDPOINT"); nil means a ready containerd.
 	runtime func(ctx context.Context, endpoint string) (cri.Info, error)
@@ -474,6 +478,18 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 		},
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
 			return func(ctx context.Context, url string) (int, error) { return 200, nil }, func() {}
+		},
+		// Every API server runs the bundle's Kubernetes, unless the test
+		// says otherwise (env.apiVersions, by endpoint; "" does not answer).
+		APIVersion: func(ctx context.Context, kubeconfig, endpoint string) (string, error) {
+			v, ok := e.apiVersions[endpoint]
+			switch {
+			case !ok:
+				return "v1.36.3", nil
+			case v == "":
+				return "", errors.New("connection refused")
+			}
+			return v, nil
 		},
 		Backups: etcdbackup.FromStick(e.host(), &e.media),
 		Timing:  kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},

@@ -254,6 +254,9 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		if bad != nil && policy != upgrade.Force {
 			return fmt.Errorf("%w: %s rolled back at %s (%s)", errRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
 		}
+		if err := r.checkKubernetes(ctx, cfg, v.Manifest(), policy); err != nil {
+			return err
+		}
 		res, err = r.o.Install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
 		return err
 	})
@@ -285,6 +288,33 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
 	r.publish()
 	return UpgradeResult{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
+}
+
+// checkKubernetes refuses an upgrade whose Kubernetes this node cannot
+// move to (upgrade.CheckKubernetes): it compares the upgrade's Kubernetes
+// with the slot's own and, on a node of a cluster, with what every control
+// plane's API server runs. When the Kubernetes changes and an API server
+// does not answer, the skew cannot be checked and the upgrade is refused,
+// unless forced.
+func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config, m upgrade.Manifest, policy upgrade.Policy) error {
+	if m.KubernetesVersion == "" || r.flow == nil {
+		return nil
+	}
+	running, err := r.flow.KubernetesVersion()
+	if err != nil || running == m.KubernetesVersion {
+		return nil // a slot without Kubernetes, or the OS alone changes
+	}
+	skew := upgrade.KubernetesSkew{Running: running}
+	if cfg.Cluster != nil {
+		skew.ControlPlane = cfg.Cluster.IsControlPlane()
+		vs, err := r.flow.APIServerVersions(ctx, cfg.Cluster.APIBackends())
+		if err != nil && policy != upgrade.Force {
+			return fmt.Errorf("the upgrade carries Kubernetes %s and this node runs %s, but the version skew cannot be checked: %w "+
+				"(force the upgrade to install it anyway)", m.KubernetesVersion, running, err)
+		}
+		skew.APIServers = vs
+	}
+	return upgrade.CheckKubernetes(skew, m.KubernetesVersion)
 }
 
 // errRolledBackBefore: the upgrade failed on this node before.

@@ -3,6 +3,7 @@ package firstboot
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,13 @@ func (f *fakeInstaller) calls() []string {
 // root.
 func (e *env) upgradeStick(key ed25519.PrivateKey, dir, version string) {
 	e.t.Helper()
+	e.upgradeStickKube(key, dir, version, "")
+}
+
+// upgradeStickKube writes a signed upgrade file of version carrying
+// Kubernetes kube ("" for none) to dir on the env's root.
+func (e *env) upgradeStickKube(key ed25519.PrivateKey, dir, version, kube string) {
+	e.t.Helper()
 	e.mkdir(dir)
 	parts := []upgrade.Part{}
 	for _, p := range []struct {
@@ -64,7 +72,7 @@ func (e *env) upgradeStick(key ed25519.PrivateKey, dir, version string) {
 	require.NoError(e.t, err)
 	defer f.Close()
 	_, err = upgrade.Write(context.Background(), f, upgrade.Manifest{FormatVersion: upgrade.FormatVersion, Version: version,
-		Compatible: "terrarium", MinFromVersion: "0.0.0", BuiltAt: "2026-01-01T00:00:00Z"}, parts, key)
+		Compatible: "terrarium", MinFromVersion: "0.0.0", BuiltAt: "2026-01-01T00:00:00Z", KubernetesVersion: kube}, parts, key)
 	require.NoError(e.t, err)
 }
 
@@ -260,4 +268,53 @@ func (e *env) rebootCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.reboots
+}
+
+// A worker refuses an upgrade whose Kubernetes is newer than its control
+// plane's API server (kubelets are never newer than the API servers), and
+// one it cannot check because the API server does not answer; it takes
+// the same file once the control plane runs that Kubernetes. An upgrade
+// of the OS alone needs no API server. Each refusal names the versions.
+func TestUpgradeKubernetesSkew(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	e, _ := clusterEnv(t, "")
+	require.NoError(t, e.run(clusterConfig(t, "w-1")), e.console.String())
+	e.resetCommands()
+	e.setBootID("22222222-2222-2222-2222-222222222222")
+	e.write(layout.UpgradeKeysFile, pub.String()+"\n")
+	inst := &fakeInstaller{}
+	o := e.optionsWith(noStick())
+	o.Install = inst.install
+	const cp = "10.77.0.10:6443"
+
+	steps := []struct {
+		name    string
+		kube    string
+		api     string // the control plane's answer; "" does not answer
+		outcome string
+		says    string
+	}{
+		{"control plane behind", "v1.37.0", "v1.36.3", "refused", "this node is a worker, and API servers run v1.36.3: the cluster's API servers are behind: upgrade the control planes first"},
+		{"control plane silent", "v1.37.0", "", "refused", "the version skew cannot be checked: the API server at 10.77.0.10:6443: connection refused"},
+		{"a Kubernetes downgrade", "v1.36.2", "v1.36.3", "refused", "carries Kubernetes v1.36.2 and this node runs v1.36.3"},
+		{"the OS alone, control plane silent", "v1.36.3", "", "installed", "upgrade: 1.3.0 installed into slot b"},
+	}
+	for i, st := range steps {
+		e.console.Reset()
+		boot := fmt.Sprintf("33333333-3333-3333-3333-%012d", i) // a boot of its own: its own steps
+		e.setBootID(boot)
+		e.apiVersions = map[string]string{cp: st.api}
+		dir := fmt.Sprintf("/stick-%d", i)
+		e.upgradeStickKube(key, dir, "1.3.0", st.kube)
+		e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", dir)
+		said := stepsSay(e, "upgrade="+st.outcome)
+		e.runWatching(t, o, func() bool { return e.lastBoot().BootID == boot && said() })
+		assert.Contains(t, e.console.String(), st.says, st.name)
+		e.media.remove(layout.LabelUpgradeFAT)
+		if st.outcome == "refused" {
+			assert.Empty(t, inst.calls(), "%s: nothing installed", st.name)
+		}
+	}
+	assert.Equal(t, []string{"1.3.0"}, inst.calls())
 }

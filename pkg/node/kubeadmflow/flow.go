@@ -53,7 +53,10 @@ type Deps struct {
 	// Backups offers a new init node the backup it restores the cluster
 	// from (a TERRA-BACKUP stick: etcdbackup.FromStick).
 	Backups etcdbackup.Source
-	Timing  Timing
+	// APIVersion asks the API server at endpoint (host:port) for its
+	// Kubernetes version, with the credentials of a kubeconfig file.
+	APIVersion func(ctx context.Context, kubeconfig, endpoint string) (string, error)
+	Timing     Timing
 }
 
 // ProbeFunc asks an HTTPS endpoint for its status code.
@@ -90,18 +93,28 @@ func DefaultTiming() Timing {
 // Real are the production dependencies on h: containerd over the CRI, the
 // API through the kubeconfig files under h's root, HTTPS probes.
 func Real(h *host.Host) Deps {
+	client := func(kubeconfig string) (*kubeclient.Client, error) {
+		b, err := os.ReadFile(h.Path(kubeconfig))
+		if err != nil {
+			return nil, err
+		}
+		c, err := kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
 	return Deps{
 		Runtime: CRIRuntime{},
-		API: func(kubeconfig string) (APIClient, error) {
-			b, err := os.ReadFile(h.Path(kubeconfig))
+		API:     func(kubeconfig string) (APIClient, error) { return client(kubeconfig) },
+		APIVersion: func(ctx context.Context, kubeconfig, endpoint string) (string, error) {
+			c, err := client(kubeconfig)
 			if err != nil {
-				return nil, err
+				return "", err
 			}
-			c, err := kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", kubeconfig, err)
-			}
-			return c, nil
+			at := c.At(endpoint)
+			defer at.CloseIdleConnections()
+			return at.Version(ctx)
 		},
 		Probe:  HTTPSProbe,
 		Timing: DefaultTiming(),
@@ -112,7 +125,8 @@ func Real(h *host.Host) Deps {
 func New(h *host.Host, d Deps, state *nodestate.Store, report host.Reporter, cluster func(update func(*ClusterStatus))) (*Flow, error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "probe": d.Probe != nil, "backups": d.Backups != nil,
+		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "API version": d.APIVersion != nil,
+		"probe": d.Probe != nil, "backups": d.Backups != nil,
 		"state": state != nil, "reporter": report != nil, "cluster status": cluster != nil,
 		"timing": d.Timing.StepAttempts > 0 && d.Timing.APIPoll > 0 && d.Timing.FilePoll > 0,
 	} {

@@ -245,6 +245,30 @@ func (c *Client) Node(ctx context.Context, name string) (Node, error) {
 	return n.node(), nil
 }
 
+// At returns a client of the same user, trusting the same CA, for the API
+// server at hostport (host:port) instead of the kubeconfig's: one control
+// plane of several behind the node's balancer.
+func (c *Client) At(hostport string) *Client {
+	u := *c.server
+	u.Host = hostport
+	return &Client{server: &u, http: c.http, token: c.token}
+}
+
+// Version is the Kubernetes version the API server runs: the gitVersion
+// of its /version, which every user may read.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := c.get(ctx, "/version", &v); err != nil {
+		return "", err
+	}
+	if v.GitVersion == "" {
+		return "", fmt.Errorf("%s/version names no gitVersion", c.server)
+	}
+	return v.GitVersion, nil
+}
+
 // CloseIdleConnections closes the kept-alive connection.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
