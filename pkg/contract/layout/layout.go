@@ -248,6 +248,11 @@ const (
 	// and BackupDir the encrypted backups `firstboot backup` writes.
 	EtcdSnapshotDir = "/var/lib/terrarium/etcd-snapshots"
 	BackupDir       = "/var/lib/terrarium/backups"
+	// KubernetesBeforeUpgradeDir keeps, per Kubernetes version
+	// (<dir>/v1.36.3/...), the static pod manifests and kubelet
+	// configuration a node had before a Kubernetes upgrade changed them,
+	// for a rollback to the old slot.
+	KubernetesBeforeUpgradeDir = "/var/lib/terrarium/kubernetes-before-upgrade"
 )
 
 // TERRA-STATE layout, relative to its root.

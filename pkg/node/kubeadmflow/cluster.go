@@ -81,6 +81,7 @@ func (f *Flow) Phases() []phase.Phase {
 		{Name: "kubernetes-pki", Apply: on(applyKubernetesPKI), Verify: on(verifyKubernetesPKI)},
 		{Name: "kubernetes-config", Apply: on(applyKubeadmConfig), Verify: on(verifyKubeadmConfig)},
 		{Name: "kubernetes", Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
+		f.upgradePhase(),
 	}
 }
 

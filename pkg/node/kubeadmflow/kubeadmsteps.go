@@ -296,6 +296,12 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 			return err
 		}
 	}
+	// A node formed with this Kubernetes; a node that healed its steps
+	// after an OS upgrade keeps the version it was configured for, which
+	// the kubernetes-upgrade phase moves.
+	if err := h.recordKubernetes(want, false); err != nil {
+		return err
+	}
 	h.Cluster(func(s *ClusterStatus) { s.Step = "joined" })
 	if cl.Role == machineconfig.RoleInit {
 		h.Cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })

@@ -194,6 +194,9 @@ type KubeadmProgress struct {
 	// identity changed starts again.
 	Node string   `json:"node"`
 	Done []string `json:"done"`
+	// Kubernetes is the version kubeadm last configured the node for
+	// (init, join or an upgrade).
+	Kubernetes string `json:"kubernetes,omitempty"`
 }
 
 // IsDone reports whether step is done.

@@ -1,0 +1,272 @@
+package kubeadmflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
+)
+
+// The kubernetes-upgrade phase. An OS upgrade brings a slot whose bundle,
+// kubelet and kubeadm carry a newer Kubernetes than kubeadm configured the
+// node for. Booted on trial, the node upgrades its part of the cluster
+// with the new slot's kubeadm, its images served by the node's own
+// registry from the new slot's bundle (never the internet):
+//
+//   - the first control plane to upgrade (the cluster's kubeadm
+//     ClusterConfiguration still names the old version) takes an etcd
+//     snapshot onto STATE, then runs `kubeadm upgrade apply VERSION`;
+//   - every other node runs `kubeadm upgrade node`;
+//
+// each under the join lock on a control plane (one at a time), then
+// restarts the kubelet. Before anything changes, the static pod manifests
+// and the kubelet's configuration are copied onto STATE
+// (layout.KubernetesBeforeUpgradeDir/<old version>), for the old slot to
+// restore should the new one roll back. The Kubernetes kubeadm configured
+// the node for is recorded in the journal (KubeadmProgress.Kubernetes).
+
+// Files of kubeadm's a Kubernetes upgrade changes, kept before it.
+const (
+	ManifestsDir        = "/etc/kubernetes/manifests"
+	KubeletConfigFile   = "/var/lib/kubelet/config.yaml"
+	KubeletFlagsFile    = "/var/lib/kubelet/kubeadm-flags.env"
+	kubeletInstanceFile = "/var/lib/kubelet/instance-config.yaml"
+)
+
+// errKubernetesBehind: the node is configured for an older Kubernetes than
+// its slot carries.
+var errKubernetesBehind = errors.New("kubeadm configured this node for an older Kubernetes than its slot carries")
+
+// upgradePhase is the kubernetes-upgrade phase, after "kubernetes".
+func (f *Flow) upgradePhase() phase.Phase {
+	return phase.Phase{
+		Name: "kubernetes-upgrade",
+		Apply: func(ctx context.Context, c *machineconfig.Config) error {
+			return applyKubernetesUpgrade(ctx, f, c)
+		},
+		Verify: func(ctx context.Context, c *machineconfig.Config) error {
+			return verifyKubernetesUpgrade(ctx, f, c)
+		},
+	}
+}
+
+// ConfiguredKubernetes is the Kubernetes kubeadm configured the node for:
+// recorded in the journal by init, join or an upgrade. A node formed
+// before it was recorded has it read from its kube-apiserver manifest
+// (a control plane) or taken as the slot's (a worker, whose files name
+// no version), and recorded.
+func (f *Flow) ConfiguredKubernetes(c *machineconfig.Config) (string, error) {
+	var v string
+	f.State.Read(func(j *nodestate.Journal) {
+		if j.Kubeadm != nil {
+			v = j.Kubeadm.Kubernetes
+		}
+	})
+	if v != "" {
+		return v, nil
+	}
+	if c.Cluster.IsControlPlane() {
+		b, err := os.ReadFile(f.Path(ManifestsDir + "/kube-apiserver.yaml"))
+		if err != nil {
+			return "", fmt.Errorf("the Kubernetes this control plane runs: %w", err)
+		}
+		m := apiserverImage.FindSubmatch(b)
+		if m == nil {
+			return "", fmt.Errorf("%s/kube-apiserver.yaml names no %s image", ManifestsDir, "registry.k8s.io/kube-apiserver")
+		}
+		v = string(m[1])
+	} else {
+		var err error
+		if v, err = bundleKubernetesVersion(f); err != nil {
+			return "", err
+		}
+	}
+	return v, f.recordKubernetes(v, false)
+}
+
+// apiserverImage finds the tag of the kube-apiserver image in its static
+// pod's manifest.
+var apiserverImage = regexp.MustCompile(`(?m)^\s*image:\s*["']?registry\.k8s\.io/kube-apiserver:(v[0-9][^\s"']*)`)
+
+// recordKubernetes records the Kubernetes kubeadm configured the node for,
+// replacing one recorded before only when replace is set.
+func (f *Flow) recordKubernetes(v string, replace bool) error {
+	return f.State.Update(func(j *nodestate.Journal) {
+		if j.Kubeadm == nil {
+			j.Kubeadm = &nodestate.KubeadmProgress{}
+		}
+		if replace || j.Kubeadm.Kubernetes == "" {
+			j.Kubeadm.Kubernetes = v
+		}
+	})
+}
+
+func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Config) error {
+	if c.Cluster == nil {
+		return nil
+	}
+	want, err := bundleKubernetesVersion(f)
+	if err != nil {
+		return err
+	}
+	have, err := f.ConfiguredKubernetes(c)
+	if err != nil {
+		return err
+	}
+	if have != want {
+		return fmt.Errorf("%w: %s, the slot %s", errKubernetesBehind, have, want)
+	}
+	return nil
+}
+
+func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	want, err := bundleKubernetesVersion(f)
+	if err != nil {
+		return err
+	}
+	have, err := f.ConfiguredKubernetes(c)
+	if err != nil {
+		return err
+	}
+	if have == want {
+		return nil
+	}
+	// The same rules the upgrade file was checked with before it was
+	// written (upgrade.CheckKubernetes), for a slot that came otherwise.
+	if err := upgrade.CheckKubernetes(upgrade.KubernetesSkew{Running: have}, want); err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "started", fmt.Sprintf("from %s to %s", have, want))
+	if err := keepBeforeUpgrade(ctx, f, have); err != nil {
+		return err
+	}
+	run := func(ctx context.Context) error {
+		args, err := upgradeCommand(ctx, f, c, want)
+		if err != nil {
+			return err
+		}
+		f.Cluster(func(s *ClusterStatus) { s.Step = "kubeadm " + strings.Join(args[:2], " ") })
+		if err := f.Run(ctx, "kubeadm", args...); err != nil {
+			return err
+		}
+		if err := f.Run(ctx, "sync"); err != nil {
+			return err
+		}
+		return f.Run(ctx, "systemctl", "restart", "kubelet.service")
+	}
+	if cl.IsControlPlane() {
+		err = withJoinLock(ctx, f, c, "kubernetes upgrade", run)
+	} else {
+		err = run(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("upgrade Kubernetes from %s to %s: %w", have, want, err)
+	}
+	if err := f.recordKubernetes(want, true); err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "done", fmt.Sprintf("from %s to %s", have, want))
+	return nil
+}
+
+// upgradeCommand is kubeadm's command for this node: `upgrade apply` on
+// the first control plane (it takes an etcd snapshot first), `upgrade
+// node` on the others and on workers.
+func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want string) ([]string, error) {
+	if !c.Cluster.IsControlPlane() {
+		return []string{"upgrade", "node"}, nil
+	}
+	cluster, err := clusterKubernetes(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if cluster == want {
+		return []string{"upgrade", "node"}, nil
+	}
+	_, keep := c.Cluster.BackupSchedule()
+	snap, err := etcdbackup.Take(ctx, f.Host, keep)
+	if err != nil {
+		return nil, fmt.Errorf("the etcd snapshot before the upgrade: %w", err)
+	}
+	f.Report.Report("kubernetes upgrade", "snapshot", snap.Path)
+	return []string{"upgrade", "apply", want, "--yes", ignorePreflight(c.Cluster)}, nil
+}
+
+// clusterKubernetesVersion finds the version in kubeadm's
+// ClusterConfiguration.
+var clusterKubernetesVersion = regexp.MustCompile(`(?m)^kubernetesVersion:\s*["']?(v[0-9][^\s"']*)`)
+
+// clusterKubernetes is the Kubernetes of the cluster's kubeadm
+// ClusterConfiguration (the kubeadm-config ConfigMap), which `kubeadm
+// upgrade apply` moves to the new version.
+func clusterKubernetes(ctx context.Context, f *Flow) (string, error) {
+	out, err := f.Output(ctx, "kubectl", "--kubeconfig="+f.Path(AdminKubeconfig), "get", "configmap", "kubeadm-config",
+		"--namespace=kube-system", "--output=jsonpath={.data.ClusterConfiguration}")
+	if err != nil {
+		return "", fmt.Errorf("the cluster's kubeadm configuration: %w", err)
+	}
+	m := clusterKubernetesVersion.FindStringSubmatch(out)
+	if m == nil {
+		return "", errors.New("the cluster's kubeadm configuration names no kubernetesVersion")
+	}
+	return m[1], nil
+}
+
+// keepBeforeUpgrade copies the static pod manifests and the kubelet's
+// configuration into layout.KubernetesBeforeUpgradeDir/<version>, once:
+// a rerun after a power cut keeps the first copy, taken before anything
+// changed.
+func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
+	dst := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, version))
+	if _, err := os.Stat(dst); err == nil {
+		return nil
+	}
+	tmp := dst + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	files := []string{KubeletConfigFile, KubeletFlagsFile, kubeletInstanceFile}
+	if ms, err := filepath.Glob(f.Path(ManifestsDir + "/*.yaml")); err == nil {
+		for _, m := range ms {
+			files = append(files, ManifestsDir+"/"+filepath.Base(m))
+		}
+	}
+	for _, name := range files {
+		b, err := os.ReadFile(f.Path(name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	if err := f.Run(ctx, "sync"); err != nil { // the copies before their name
+		return err
+	}
+	return os.Rename(tmp, dst)
+}

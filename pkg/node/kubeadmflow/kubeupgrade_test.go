@@ -1,0 +1,204 @@
+package kubeadmflow
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+)
+
+// memLeases is the API's Leases, in memory: the join lock's store.
+type memLeases struct {
+	oneNode
+	mu     sync.Mutex
+	leases map[string]kubeclient.Lease
+}
+
+func (m *memLeases) Lease(_ context.Context, ns, name string) (kubeclient.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[ns+"/"+name]
+	if !ok {
+		return kubeclient.Lease{}, fmt.Errorf("lease %s/%s: %w", ns, name, kubeclient.ErrNotFound)
+	}
+	return l, nil
+}
+
+func (m *memLeases) CreateLease(_ context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases == nil {
+		m.leases = map[string]kubeclient.Lease{}
+	}
+	l.ResourceVersion = "1"
+	m.leases[l.Namespace+"/"+l.Name] = l
+	return l, nil
+}
+
+func (m *memLeases) UpdateLease(_ context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l.ResourceVersion += "1"
+	m.leases[l.Namespace+"/"+l.Name] = l
+	return l, nil
+}
+
+// upgradeFlow is a flow whose slot carries Kubernetes slot, whose
+// journal records configured ("" for none), whose kubectl answers the
+// cluster's ClusterConfiguration with clusterVersion, and which records
+// every command.
+func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, *[]string) {
+	t.Helper()
+	f := testFlow(t, nil)
+	var mu sync.Mutex
+	var cmds []string
+	f.Host = &host.Host{Root: f.Root, Clock: f.Clock, Executor: host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		line := strings.TrimSpace(name + " " + strings.Join(args, " "))
+		cmds = append(cmds, line)
+		switch {
+		case name == "kubectl":
+			return []byte("apiServer: {}\nkind: ClusterConfiguration\nkubernetesVersion: " + clusterVersion + "\n"), nil
+		case name == "etcdctl":
+			return nil, os.WriteFile(args[len(args)-1], []byte("snapshot"), 0o600)
+		}
+		return nil, nil
+	})}
+	write := func(p, content string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(p)), 0o755))
+		require.NoError(t, os.WriteFile(f.Path(p), []byte(content), 0o600))
+	}
+	write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:`+slot+`"}}]}`)
+	write(ManifestsDir+"/kube-apiserver.yaml", "spec:\n  containers:\n  - command: [kube-apiserver]\n    image: registry.k8s.io/kube-apiserver:v1.36.3\n")
+	write(ManifestsDir+"/etcd.yaml", "etcd static pod\n")
+	write(KubeletConfigFile, "kind: KubeletConfiguration\n")
+	if configured != "" {
+		require.NoError(t, f.recordKubernetes(configured, true))
+	}
+	leases := &memLeases{}
+	f.Deps.API = func(string) (APIClient, error) { return leases, nil }
+	return f, &cmds
+}
+
+func clusterNode(role string) *machineconfig.Config {
+	return &machineconfig.Config{Hostname: "node-1", Cluster: &machineconfig.Cluster{Name: "lab", Role: role, NodeIP: "10.0.0.11"}}
+}
+
+func recorded(f *Flow) string {
+	var v string
+	f.State.Read(func(j *nodestate.Journal) {
+		if j.Kubeadm != nil {
+			v = j.Kubeadm.Kubernetes
+		}
+	})
+	return v
+}
+
+func TestKubernetesUpgrade(t *testing.T) {
+	ignore := ignorePreflight(clusterNode(machineconfig.RoleInit).Cluster)
+	tests := []struct {
+		name                string
+		role                string
+		configured, cluster string
+		want                []string // the commands, in order (etcdctl by its verb)
+	}{
+		{"worker", machineconfig.RoleWorker, "v1.36.3", "v1.36.4",
+			[]string{"sync", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+		{"first control plane: snapshot, then upgrade apply", machineconfig.RoleInit, "v1.36.3", "v1.36.3",
+			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply v1.36.4 --yes " + ignore, "sync", "systemctl restart kubelet.service"}},
+		{"next control plane: upgrade node", machineconfig.RoleControlPlane, "v1.36.3", "v1.36.4",
+			[]string{"sync", "kubectl", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+		{"control plane with no recorded version: read from its manifest", machineconfig.RoleControlPlane, "", "v1.36.4",
+			[]string{"sync", "kubectl", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, cmds := upgradeFlow(t, "v1.36.4", tt.configured, tt.cluster)
+			c := clusterNode(tt.role)
+			err := verifyKubernetesUpgrade(context.Background(), f, c)
+			require.ErrorIs(t, err, errKubernetesBehind)
+			assert.Contains(t, err.Error(), "v1.36.3, the slot v1.36.4")
+
+			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+			var got []string
+			for _, cmd := range *cmds {
+				switch {
+				case strings.HasPrefix(cmd, "kubectl "):
+					assert.Contains(t, cmd, "get configmap kubeadm-config --namespace=kube-system")
+					cmd = "kubectl"
+				case strings.HasPrefix(cmd, "etcdctl "):
+					cmd = "etcdctl snapshot save"
+				}
+				got = append(got, cmd)
+			}
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, "v1.36.4", recorded(f), "the new version is recorded")
+			require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "verified after the upgrade")
+
+			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
+			assert.FileExists(t, filepath.Join(kept, KubeletConfigFile), "the kubelet's configuration kept for a rollback")
+			assert.FileExists(t, filepath.Join(kept, ManifestsDir, "kube-apiserver.yaml"), "the static pods kept for a rollback")
+			if strings.Contains(strings.Join(tt.want, " "), "etcdctl") {
+				snaps, err := filepath.Glob(f.Path(layout.EtcdSnapshotDir + "/*.db"))
+				require.NoError(t, err)
+				assert.Len(t, snaps, 1, "the etcd snapshot before upgrade apply")
+			}
+		})
+	}
+}
+
+func TestKubernetesUpgradeRefusals(t *testing.T) {
+	t.Run("two minors ahead", func(t *testing.T) {
+		f, cmds := upgradeFlow(t, "v1.38.0", "v1.36.3", "v1.36.3")
+		err := applyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleWorker))
+		require.ErrorIs(t, err, upgrade.ErrKubernetesSkipsMinor)
+		assert.Empty(t, *cmds, "nothing ran")
+		assert.Equal(t, "v1.36.3", recorded(f))
+	})
+	t.Run("same version: nothing to do", func(t *testing.T) {
+		f, cmds := upgradeFlow(t, "v1.36.3", "v1.36.3", "v1.36.3")
+		require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleInit)))
+		require.NoError(t, applyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleInit)))
+		assert.Empty(t, *cmds)
+	})
+	t.Run("a worker formed before the version was recorded takes its slot's", func(t *testing.T) {
+		f, cmds := upgradeFlow(t, "v1.36.4", "", "v1.36.4")
+		require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleWorker)))
+		assert.Equal(t, "v1.36.4", recorded(f))
+		assert.Empty(t, *cmds)
+	})
+	t.Run("a failed kubeadm leaves the old version recorded, and the kept copy is the first one", func(t *testing.T) {
+		f, _ := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.4")
+		f.Host.Executor = host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+			if name == "kubeadm" {
+				return []byte("[upgrade] FATAL"), fmt.Errorf("exit status 1")
+			}
+			return nil, nil
+		})
+		c := clusterNode(machineconfig.RoleWorker)
+		err := applyKubernetesUpgrade(context.Background(), f, c)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "upgrade Kubernetes from v1.36.3 to v1.36.4")
+		assert.Equal(t, "v1.36.3", recorded(f))
+		// What the failed run may have changed is not what a rerun keeps.
+		require.NoError(t, os.WriteFile(f.Path(KubeletConfigFile), []byte("changed by the failed upgrade"), 0o600))
+		_ = applyKubernetesUpgrade(context.Background(), f, c)
+		b, err := os.ReadFile(f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3", KubeletConfigFile)))
+		require.NoError(t, err)
+		assert.Equal(t, "kind: KubeletConfiguration\n", string(b))
+	})
+}
