@@ -94,8 +94,11 @@ func Write(ctx context.Context, imagePath string, size int64, c Contents, epoch 
 		return fmt.Errorf("write ESP %s: %w", imagePath, err)
 	}
 	defer os.RemoveAll(stage)
-	if total+layout.MiB > size {
-		return fmt.Errorf("write ESP %s: its files need %d MiB, more than its %d MiB (disk.espSizeMiB)", imagePath, total>>20, size>>20)
+	// FAT32's two tables take 4 bytes a 512-byte cluster each (mkfs.fat's
+	// cluster size up to 260 MB); a MiB more for directories and slack.
+	if overhead := 2*4*(size/512) + layout.MiB; total+overhead > size {
+		return fmt.Errorf("write ESP %s: its files need %d MiB, and with the filesystem's own tables more than its %d MiB; make it larger (disk.espSizeMiB)",
+			imagePath, (total+layout.MiB-1)>>20, size>>20)
 	}
 	if err := makeFAT(ctx, imagePath, size, []string{"-F", "32"}, stage, epoch); err != nil {
 		return fmt.Errorf("write ESP %s: %w", imagePath, err)
@@ -205,6 +208,9 @@ func makeFAT(ctx context.Context, imagePath string, size int64, fatArgs []string
 	mcopy.Env = env
 	if b, err := mcopy.CombinedOutput(); err != nil {
 		os.Remove(imagePath)
+		if strings.Contains(string(b), "Disk full") {
+			return fmt.Errorf("the files do not fit in %d MiB once the filesystem's own tables are counted; make it larger (disk.espSizeMiB)", size>>20)
+		}
 		return fmt.Errorf("mcopy (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
 	}
 	return nil

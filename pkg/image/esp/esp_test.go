@@ -231,6 +231,19 @@ func TestWriteMissingSource(t *testing.T) {
 	assert.ErrorContains(t, err, img, "the error names the image")
 }
 
+// TestWriteTooFull: files that fit the partition but not beside the FAT's
+// own tables get a message naming the setting to change, not mcopy's.
+func TestWriteTooFull(t *testing.T) {
+	requireTool(t, "mcopy")
+	c := hostFiles(t)
+	require.NoError(t, os.WriteFile(c.Entries[0].Kernel, bytes.Repeat([]byte{1}, 62*int(layout.MiB)+512*1024), 0o644))
+	img := filepath.Join(t.TempDir(), "esp.img")
+	err := Write(context.Background(), img, 64*layout.MiB, c, time.Unix(1767225600, 0))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "make it larger (disk.espSizeMiB)")
+	assert.NoFileExists(t, img, "no half-filled image is left")
+}
+
 func firstDiff(a, b []byte) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {

@@ -1,8 +1,10 @@
 package rootfs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -235,10 +237,15 @@ func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
 		}
 		switch {
 		case d.IsDir():
+			// A directory the tree has keeps its mode; a new one is
+			// 0755, whatever the checkout's umask made of the source.
+			if _, err := root.Lstat(target); err == nil {
+				return nil
+			}
 			if err := root.MkdirAll(target, 0o755); err != nil {
 				return err
 			}
-			return root.Chmod(target, info.Mode().Perm())
+			return root.Chmod(target, 0o755)
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -249,7 +256,12 @@ func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
 			}
 			return root.Symlink(link, target)
 		case d.Type().IsRegular():
-			return installFile(root, p, target, info.Mode().Perm())
+			// What git records: executable or not.
+			mode := os.FileMode(0o644)
+			if info.Mode().Perm()&0o111 != 0 {
+				mode = 0o755
+			}
+			return installFile(root, p, target, mode)
 		default:
 			return fmt.Errorf("%s: %v files cannot go into an image", p, d.Type())
 		}
@@ -258,16 +270,23 @@ func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
 
 // installFile copies the host file src to name in root, with mode.
 func installFile(root *os.Root, src, name string, mode os.FileMode) error {
-	data, err := os.ReadFile(src)
+	f, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	return writeFile(root, name, data, mode)
+	defer f.Close()
+	return copyFile(root, name, f, mode)
 }
 
 // writeFile writes data to name in root as a new file of mode, replacing
 // a file or link that was there (never writing through it).
 func writeFile(root *os.Root, name string, data []byte, mode os.FileMode) error {
+	return copyFile(root, name, bytes.NewReader(data), mode)
+}
+
+// copyFile writes what r reads to name in root as a new file of mode,
+// replacing a file or link that was there (never writing through it).
+func copyFile(root *os.Root, name string, r io.Reader, mode os.FileMode) error {
 	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return err
 	}
@@ -278,7 +297,7 @@ func writeFile(root *os.Root, name string, data []byte, mode os.FileMode) error 
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		f.Close()
 		return err
 	}

@@ -551,3 +551,28 @@ func TestBuildSlotRefusesOverlayUnderVar(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildSlotOverlayModes: the image's modes are what git records, not
+// what the checkout's umask made: a new directory 0755, a file 0644, or
+// 0755 when executable; a directory the base has keeps its mode.
+func TestBuildSlotOverlayModes(t *testing.T) {
+	requireSlotTools(t)
+	in := slotInputs(t, fakeBase(t, "base-modes", append(slotTree(), entry{name: "etc/private/", mode: 0o700})))
+	files := writeFiles(t, in.Overlay, map[string]string{"etc/app/conf": "c", "usr/lib/app/run": "r", "etc/private/x": "x"})
+	require.NoError(t, os.Chmod(filepath.Join(files, "etc/app"), 0o775))
+	require.NoError(t, os.Chmod(filepath.Join(files, "etc/app/conf"), 0o664))
+	require.NoError(t, os.Chmod(filepath.Join(files, "usr/lib/app/run"), 0o775))
+	require.NoError(t, os.Chmod(filepath.Join(files, "etc/private"), 0o777))
+	c, err := cache.New(t.TempDir())
+	require.NoError(t, err)
+	image, _, err := BuildSlot(context.Background(), c, in, epoch, discard)
+	require.NoError(t, err)
+	root := unsquash(t, image)
+	for name, want := range map[string]os.FileMode{
+		"etc/app": 0o755, "etc/app/conf": 0o644, "usr/lib/app/run": 0o755, "etc/private": 0o700,
+	} {
+		fi, err := os.Stat(inRoot(root, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, fi.Mode().Perm(), name)
+	}
+}

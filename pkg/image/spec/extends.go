@@ -2,7 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -41,6 +43,17 @@ func (s *Spec) extend(data []byte) (*Spec, error) {
 	var set map[string]yaml.Node
 	if err := yaml.Unmarshal(data, &set); err != nil {
 		return nil, err // strictyaml decoded the same bytes already
+	}
+	// An empty section (a key whose body was left out or commented out)
+	// would drop the base's whole section without a word.
+	var p strictyaml.Problems
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		if set[name].Tag == "!!null" {
+			p.Addf(strictyaml.Root().Field(name), "is empty, which would drop the base's whole %s; remove the key to keep the base's, or give it a value", name)
+		}
+	}
+	if err := p.Err(); err != nil {
+		return nil, p.WithLines(data)
 	}
 	merged := *base
 	mv, sv := reflect.ValueOf(&merged).Elem(), reflect.ValueOf(s).Elem()

@@ -100,6 +100,12 @@ func TestExtendsErrors(t *testing.T) {
 			want: []string{"test.yaml: $.outputs[0]: unknown output \"vhd\"", "(line 5)"},
 		},
 		{
+			name: "an empty section",
+			base: baseSpec,
+			ext:  "extends: base.yaml\nname: test\nkernel:\n",
+			want: []string{"test.yaml: $.kernel: is empty, which would drop the base's whole kernel", "(line 5)"},
+		},
+		{
 			name: "unknown field",
 			base: baseSpec,
 			ext:  "extends: base.yaml\nnmae: test\n",

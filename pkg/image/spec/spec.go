@@ -310,8 +310,11 @@ func (s *Spec) Validate() error {
 		if len(c.Programs) == 0 {
 			p.Addf(cp.Field("programs"), "is required (the component's programs to install)")
 		}
-		if d := filepath.Clean(c.Dir); !strings.HasPrefix(d, "/usr/") || d != c.Dir {
+		switch d := filepath.Clean(c.Dir); {
+		case !strings.HasPrefix(d, "/usr/") || d != c.Dir:
 			p.Addf(cp.Field("dir"), "%q must be a clean absolute path under /usr/ (the rest of the tree is state or configuration)", c.Dir)
+		case d == "/usr/local" || strings.HasPrefix(d, "/usr/local/"):
+			p.Addf(cp.Field("dir"), "%q is under /usr/local, a link into /var (writable state) on the appliance, which upgrades never replace; use /usr/bin or /usr/lib/<name>", c.Dir)
 		}
 	}
 	s.validateBoot(&p, root)
