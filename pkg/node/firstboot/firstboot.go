@@ -196,7 +196,7 @@ func (r *runner) run(ctx context.Context) error {
 	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil).Later(r.lastRecorded()), host.ReporterFunc(r.report)); err != nil {
 		r.say("%v", err)
 	}
-	r.settleUpgrade()
+	r.settleUpgrade(ctx)
 	if r.installWithoutConfig(ctx) {
 		return r.installToDisk(ctx, nil, machineconfig.Install{})
 	}

@@ -85,8 +85,10 @@ func (r *runner) lastUpgrade() *nodestate.Upgrade {
 // An upgrade installed into the other slot whose node now runs the old
 // slot again fell back: every try of the new slot failed. It is reported
 // rolled back with the reason the new slot's boots recorded, and marked
-// bad, so that no stick installs it again on its own.
-func (r *runner) settleUpgrade() {
+// bad, so that no stick installs it again on its own. What the new slot's
+// Kubernetes upgrade changed on the node is put back (kubeadmflow
+// RestoreBeforeUpgrade).
+func (r *runner) settleUpgrade(ctx context.Context) {
 	u := r.lastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled {
 		return
@@ -110,6 +112,13 @@ func (r *runner) settleUpgrade() {
 		r.say("recording the rolled-back upgrade: %v", err)
 	}
 	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
+	restored, err := r.flow.RestoreBeforeUpgrade(ctx)
+	switch {
+	case err != nil:
+		r.say("upgrade to %s rolled back, but the Kubernetes files kept before it were not all restored: %v", u.To, err)
+	case len(restored) > 0:
+		r.say("upgrade to %s rolled back: restored the Kubernetes files it changed (%s)", u.To, strings.Join(restored, ", "))
+	}
 	r.step("upgrade", "rolled back", msg)
 	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
 	r.status.Message = msg
@@ -150,6 +159,9 @@ func (r *runner) commitUpgrade() {
 	}); err != nil {
 		r.say("recording the upgrade: %v", err)
 		return
+	}
+	if err := r.flow.ForgetBeforeUpgrade(); err != nil {
+		r.say("removing the Kubernetes files kept before the upgrade: %v", err)
 	}
 	r.step("upgrade", "committed", fmt.Sprintf("from %s to %s", u.From, u.To))
 	r.say("upgraded from %s to %s: slot %s is healthy and blessed", u.From, u.To, r.slot)

@@ -254,11 +254,15 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 		if err != nil {
 			return err
 		}
+		fi, err := os.Stat(f.Path(name))
+		if err != nil {
+			return err
+		}
 		p := filepath.Join(tmp, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := os.WriteFile(p, b, fi.Mode().Perm()); err != nil { // its mode, to restore it with
 			return err
 		}
 	}
@@ -269,4 +273,81 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// RestoreBeforeUpgrade undoes, on the old slot after a rollback, what a
+// Kubernetes upgrade on the new slot changed: the static pod manifests and
+// the kubelet's configuration kept for the slot's Kubernetes are put back
+// where they differ (a manifest the upgrade added is removed), the kubelet
+// restarts, and the slot's Kubernetes is recorded again. It returns what
+// it restored (nothing when no copy was kept for this slot's version).
+// The kept copy is removed once restored.
+func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
+	v, err := bundleKubernetesVersion(f)
+	if err != nil {
+		return nil, nil // a slot without Kubernetes
+	}
+	kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, v))
+	if _, err := os.Stat(kept); err != nil {
+		return nil, nil
+	}
+	var restored []string
+	want := map[string]bool{}
+	err = filepath.WalkDir(kept, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(kept, p)
+		if err != nil {
+			return err
+		}
+		name := "/" + filepath.ToSlash(rel)
+		want[name] = true
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		changed, err := f.WriteIfChanged(name, b, info.Mode().Perm())
+		if changed {
+			restored = append(restored, name)
+		}
+		return err
+	})
+	if err != nil {
+		return restored, fmt.Errorf("restore the Kubernetes %s files kept before the upgrade: %w", v, err)
+	}
+	// A static pod the upgrade added would run on.
+	if ms, err := filepath.Glob(f.Path(ManifestsDir + "/*.yaml")); err == nil {
+		for _, m := range ms {
+			name := ManifestsDir + "/" + filepath.Base(m)
+			if !want[name] {
+				if err := os.Remove(m); err != nil {
+					return restored, err
+				}
+				restored = append(restored, name+" (removed)")
+			}
+		}
+	}
+	if len(restored) > 0 {
+		if err := f.Run(ctx, "sync"); err != nil {
+			return restored, err
+		}
+		if err := f.Run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+			return restored, err
+		}
+	}
+	if err := f.recordKubernetes(v, true); err != nil {
+		return restored, err
+	}
+	return restored, os.RemoveAll(kept)
+}
+
+// ForgetBeforeUpgrade removes the copies kept before Kubernetes upgrades:
+// an upgrade committed on its new slot has no use for them.
+func (f *Flow) ForgetBeforeUpgrade() error {
+	return os.RemoveAll(f.Path(layout.KubernetesBeforeUpgradeDir))
 }

@@ -202,3 +202,47 @@ func TestKubernetesUpgradeRefusals(t *testing.T) {
 		assert.Equal(t, "kind: KubeletConfiguration\n", string(b))
 	})
 }
+
+// After a rollback, the old slot puts back what the new slot's Kubernetes
+// upgrade changed: the kept manifests and kubelet configuration, a static
+// pod the upgrade added removed; the kubelet restarts; the old version is
+// recorded; the copy is gone, and a second call does nothing.
+func TestRestoreBeforeUpgrade(t *testing.T) {
+	f, cmds := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
+	c := clusterNode(machineconfig.RoleInit)
+	before := map[string]string{}
+	for _, p := range []string{ManifestsDir + "/kube-apiserver.yaml", ManifestsDir + "/etcd.yaml", KubeletConfigFile} {
+		b, err := os.ReadFile(f.Path(p))
+		require.NoError(t, err)
+		before[p] = string(b)
+	}
+	require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+	// What kubeadm upgrade apply changed and added.
+	require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/kube-apiserver.yaml"), []byte("image: registry.k8s.io/kube-apiserver:v1.36.4\n"), 0o600))
+	require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/new-addon.yaml"), []byte("added\n"), 0o600))
+	require.NoError(t, os.WriteFile(f.Path(KubeletConfigFile), []byte("kind: KubeletConfiguration\nnew: true\n"), 0o600))
+	assert.Equal(t, "v1.36.4", recorded(f))
+
+	// The old slot boots again: its bundle carries v1.36.3.
+	require.NoError(t, os.WriteFile(f.Path(bundleIndex), []byte(`{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}}]}`), 0o644))
+	*cmds = nil
+	restored, err := f.RestoreBeforeUpgrade(context.Background())
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{ManifestsDir + "/kube-apiserver.yaml", KubeletConfigFile, ManifestsDir + "/new-addon.yaml (removed)"}, restored)
+	for p, want := range before {
+		b, err := os.ReadFile(f.Path(p))
+		require.NoError(t, err)
+		assert.Equal(t, want, string(b), p)
+	}
+	assert.NoFileExists(t, f.Path(ManifestsDir+"/new-addon.yaml"))
+	assert.Equal(t, []string{"sync", "systemctl restart kubelet.service"}, *cmds)
+	assert.Equal(t, "v1.36.3", recorded(f))
+	assert.NoDirExists(t, f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3")))
+	require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "the old slot's version is the node's again")
+
+	*cmds = nil
+	restored, err = f.RestoreBeforeUpgrade(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, restored)
+	assert.Empty(t, *cmds)
+}
