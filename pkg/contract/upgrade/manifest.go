@@ -28,7 +28,7 @@ const (
 	// MaxPartSize is the largest part: what a ustar header can record
 	// (8 GiB less one byte).
 	MaxPartSize = 1<<33 - 1
-	// maxParts bounds the manifest's parts (there are three).
+	// maxParts bounds the manifest's parts (there are three or four).
 	maxParts = 16
 )
 
@@ -39,7 +39,8 @@ const BuiltAtLayout = "2006-01-02T15:04:05Z"
 // Role says where a part goes on the node.
 type Role string
 
-// The roles of parts; an upgrade file has exactly one part of each.
+// The roles of parts; an upgrade file has exactly one part of each of
+// Roles and at most one of each of OptionalRoles.
 const (
 	// RoleRootfs is the slot's squashfs, written to the inactive slot's
 	// partition.
@@ -49,10 +50,19 @@ const (
 	// RoleInitramfs is the slot's initramfs (layout.Slot.InitrdPath on
 	// the ESP).
 	RoleInitramfs Role = "initramfs"
+	// RoleSBOM is the build's software bill of materials (CycloneDX
+	// JSON, pkg/image/sbom), signed with the rest; optional, and written
+	// to no disk of the node.
+	RoleSBOM Role = "sbom"
 )
 
-// Roles lists every role, in the order Write expects parts.
+// Roles lists the roles every upgrade file has a part of, in the order
+// Write expects parts.
 func Roles() []Role { return []Role{RoleRootfs, RoleKernel, RoleInitramfs} }
+
+// OptionalRoles lists the roles an upgrade file may have a part of, after
+// those of Roles.
+func OptionalRoles() []Role { return []Role{RoleSBOM} }
 
 // Manifest describes an upgrade file: the build it carries, what it may
 // upgrade, and the size and SHA-256 of every part. It is the file's
@@ -175,7 +185,7 @@ func (m *Manifest) validateParts() []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(m.Parts) > maxParts {
-		return []string{fmt.Sprintf("%d parts; an upgrade file has %d", len(m.Parts), len(Roles()))}
+		return []string{fmt.Sprintf("%d parts; an upgrade file has %d or %d", len(m.Parts), len(Roles()), len(Roles())+len(OptionalRoles()))}
 	}
 	names := map[string]bool{}
 	roles := map[Role]int{}
@@ -197,7 +207,7 @@ func (m *Manifest) validateParts() []string {
 	}
 	for r, n := range roles {
 		if !isRole(r) {
-			add("role %q is not one of %v", r, Roles())
+			add("role %q is not one of %v", r, append(Roles(), OptionalRoles()...))
 		} else if n > 1 {
 			add("%d parts have role %s; an upgrade file has one", n, r)
 		}
@@ -211,7 +221,7 @@ func (m *Manifest) validateParts() []string {
 }
 
 func isRole(r Role) bool {
-	for _, x := range Roles() {
+	for _, x := range append(Roles(), OptionalRoles()...) {
 		if r == x {
 			return true
 		}

@@ -90,6 +90,36 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// An upgrade file may carry the build's SBOM as a fourth part: it is
+// signed and checked like the others.
+func TestSBOMPart(t *testing.T) {
+	parts := append(sampleParts(), testPart{"sbom.cdx.json", upgrade.RoleSBOM, []byte(`{"bomFormat":"CycloneDX"}`)})
+	var buf bytes.Buffer
+	_, err := upgrade.Write(context.Background(), &buf, sampleManifest(), writeParts(t, parts), fixedKey(1))
+	require.NoError(t, err)
+	f, err := open(buf.Bytes())
+	require.NoError(t, err)
+	v, err := f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
+	require.NoError(t, err)
+	m := v.Manifest()
+	sbom, ok := m.PartByRole(upgrade.RoleSBOM)
+	require.True(t, ok)
+	assert.Equal(t, "sbom.cdx.json", sbom.Name)
+	var out bytes.Buffer
+	require.NoError(t, v.CopyPart(context.Background(), &out, sbom.Name))
+	assert.JSONEq(t, `{"bomFormat":"CycloneDX"}`, out.String())
+
+	// A flipped byte in it fails the check like any part's.
+	b := bytes.Clone(buf.Bytes())
+	i := bytes.Index(b, []byte(`"bomFormat"`))
+	require.Positive(t, i)
+	b[i+1] ^= 1
+	f, err = open(b)
+	require.NoError(t, err)
+	_, err = f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
+}
+
 func TestReproducible(t *testing.T) {
 	first, second := build(t, fixedKey(1)), build(t, fixedKey(1))
 	assert.Equal(t, first, second, "two writes of the same inputs differ")

@@ -47,9 +47,15 @@ func TestWriteRefuses(t *testing.T) {
 			return append(ps, k)
 		}, "2 parts have role kernel"},
 		{"unknown role", func(_ *upgrade.Manifest, ps []upgrade.Part) []upgrade.Part {
-			ps[2].Role = "sbom"
+			ps[2].Role = "bootloader"
 			return ps
-		}, `role "sbom" is not one of`},
+		}, `role "bootloader" is not one of`},
+		{"two SBOMs", func(_ *upgrade.Manifest, ps []upgrade.Part) []upgrade.Part {
+			s := upgrade.Part{Name: "sbom.cdx.json", Role: upgrade.RoleSBOM, Open: ps[2].Open}
+			t := s
+			t.Name = "sbom2.cdx.json"
+			return append(ps, s, t)
+		}, "2 parts have role sbom"},
 		{"path in a name", func(_ *upgrade.Manifest, ps []upgrade.Part) []upgrade.Part {
 			ps[0].Name = "../rootfs"
 			return ps

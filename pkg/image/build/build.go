@@ -21,6 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/image/initramfs"
 	"github.com/terrarium-os/terrarium/pkg/image/progress"
 	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+	"github.com/terrarium-os/terrarium/pkg/image/sbom"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
@@ -62,7 +63,7 @@ func step[T any](st *progress.Stages, name string, fn func() (T, string, error))
 }
 
 // stageCount is the number of step calls in Run, for the progress bar.
-const stageCount = 13
+const stageCount = 14
 
 // Run builds the image s describes into opt.OutDir. Its stages take their
 // inputs and return their outputs; Run is the only place that wires one
@@ -122,6 +123,13 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}
 	if bundles != nil {
 		man.Bundle = bundles.manifest
+	}
+	sbomFile := filepath.Join(opt.OutDir, sbom.FileName)
+	if _, err := step(st, "SBOM (CycloneDX)", func() (struct{}, string, error) {
+		n, err := writeSBOM(sbomFile, s, man)
+		return struct{}{}, fmt.Sprintf("%d components", n), err
+	}); err != nil {
+		return nil, err
 	}
 	slots, err := step(st, "slot images (mksquashfs)", func() (map[layout.Slot]string, string, error) {
 		return buildSlots(ctx, opt.Cache, s, slotInputs(s, in.Firstboot, base, bundles, comps.programs), opt.Log)
@@ -196,7 +204,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 			name: s.Name, version: s.Version, minFrom: s.Upgrade.MinFromVersion,
 			builtAt: epoch.UTC().Format(upgrade.BuiltAtLayout),
 			rootfs:  slots[layout.SlotA], kernel: boot.kernel, initrd: boot.initrd,
-			images: bundles.imageNames(), key: s.Resolve(s.Upgrade.SigningKey),
+			images: bundles.imageNames(), sbom: sbomFile, key: s.Resolve(s.Upgrade.SigningKey),
 		}, dst)
 		if err != nil {
 			return struct{}{}, "", err
@@ -210,6 +218,9 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 			if err := man.addOutput(f, out(f)); err != nil {
 				return struct{}{}, "", err
 			}
+		}
+		if err := man.addOutput("sbom", sbomFile); err != nil {
+			return struct{}{}, "", err
 		}
 		if !s.WantsOutput(spec.OutputRaw) { // raw is the intermediate of every other format
 			os.Remove(disk.path)

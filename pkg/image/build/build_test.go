@@ -199,7 +199,7 @@ func TestRunWithFakeBase(t *testing.T) {
 		_, set := os.LookupEnv("SOURCE_DATE_EPOCH")
 		assert.False(t, set, "Run set SOURCE_DATE_EPOCH in the process's environment")
 		assert.Contains(t, res.Map, layout.LabelSlotA, "the drawn partition map")
-		for _, f := range s.Outputs {
+		for _, f := range append(s.Outputs, "sbom") {
 			o, ok := res.Manifest.Outputs[f]
 			if !assert.True(t, ok, "manifest lists the %s output", f) {
 				continue
@@ -231,7 +231,10 @@ func TestRunWithFakeBase(t *testing.T) {
 	require.NoError(t, err, "xorriso: %s", b)
 	assert.Contains(t, string(b), "-e ", "the ISO has an El Torito EFI image")
 
-	for _, f := range []string{"unit.raw", "unit.qcow2", "unit.vmdk", "unit.ova", "unit.iso", "manifest.json"} {
+	sbomJSON, err := os.ReadFile(filepath.Join(outs[0], "sbom.cdx.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(sbomJSON), "pkg:deb/debian/systemd@257.9-1?arch=amd64&distro=debian-trixie", "the base's packages in the SBOM")
+	for _, f := range []string{"unit.raw", "unit.qcow2", "unit.vmdk", "unit.ova", "unit.iso", "sbom.cdx.json", "manifest.json"} {
 		one, err := os.ReadFile(filepath.Join(outs[0], f))
 		require.NoError(t, err)
 		two, err := os.ReadFile(filepath.Join(outs[1], f))

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"github.com/terrarium-os/terrarium/pkg/image/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+	"github.com/terrarium-os/terrarium/pkg/image/sbom"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
@@ -97,4 +98,29 @@ func fileSHA256(path string) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// writeSBOM writes the SBOM of what the manifest lists so far (the base's
+// Debian packages, the components, the bundle's images) to path, whole or
+// not at all, and returns how many components it lists.
+func writeSBOM(path string, s *spec.Spec, m *Manifest) (int, error) {
+	in := sbom.Inputs{Name: s.Name, Version: s.Version, Epoch: s.Epoch(), Suite: s.OS.Suite, Debian: m.Packages}
+	for _, c := range m.Components {
+		in.Programs = append(in.Programs, sbom.Program{Module: c.Module, Path: c.Path})
+	}
+	if m.Bundle != nil {
+		for _, img := range m.Bundle.Images {
+			in.Images = append(in.Images, sbom.Image{Name: img.Name, Digest: img.Digest})
+		}
+	}
+	err := atomicfile.Write(path, 0o644, func(w io.Writer) error { return sbom.Write(w, in) })
+	return len(m.Packages) + len(in.Images) + countModules(in.Programs), err
+}
+
+func countModules(ps []sbom.Program) int {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		seen[p.Module] = true
+	}
+	return len(seen)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/image/sbom"
 )
 
 // UpgradeFileName is the name of the upgrade file a build of version
@@ -23,6 +24,7 @@ type upgradeInputs struct {
 	name, version, minFrom string
 	builtAt                string   // upgrade.BuiltAtLayout
 	rootfs, kernel, initrd string   // files
+	sbom                   string   // the build's SBOM (optional)
 	images                 []string // the names of the slot bundle's images
 	key                    string   // the signing key file
 }
@@ -47,6 +49,9 @@ func writeUpgradeFile(ctx context.Context, in upgradeInputs, dst string) (upgrad
 		upgrade.FilePart("rootfs.squashfs", upgrade.RoleRootfs, in.rootfs),
 		upgrade.FilePart("vmlinuz", upgrade.RoleKernel, in.kernel),
 		upgrade.FilePart("initrd.img", upgrade.RoleInitramfs, in.initrd),
+	}
+	if in.sbom != "" {
+		parts = append(parts, upgrade.FilePart(sbom.FileName, upgrade.RoleSBOM, in.sbom))
 	}
 	var out upgrade.Manifest
 	err = atomicfile.Write(dst, 0o644, func(w io.Writer) error {

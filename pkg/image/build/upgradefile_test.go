@@ -24,7 +24,7 @@ func TestBundleVersions(t *testing.T) {
 }
 
 // The build's upgrade file verifies with the key the spec names, carries
-// the slot's three parts, and two builds give the same bytes.
+// the slot's three parts and the SBOM, and two builds give the same bytes.
 func TestWriteUpgradeFile(t *testing.T) {
 	dir := t.TempDir()
 	key, pub, err := signature.GenerateKey()
@@ -33,8 +33,8 @@ func TestWriteUpgradeFile(t *testing.T) {
 	require.NoError(t, err)
 	in := upgradeInputs{name: "terrarium", version: "0.2.0", builtAt: "2026-01-01T00:00:00Z",
 		rootfs: filepath.Join(dir, "slot.squashfs"), kernel: filepath.Join(dir, "vmlinuz"), initrd: filepath.Join(dir, "initrd.img"),
-		key: filepath.Join(dir, "build.key")}
-	for f, content := range map[string]string{in.rootfs: "squashfs", in.kernel: "kernel", in.initrd: "initrd", in.key: string(pemKey)} {
+		sbom: filepath.Join(dir, "sbom.cdx.json"), key: filepath.Join(dir, "build.key")}
+	for f, content := range map[string]string{in.rootfs: "squashfs", in.kernel: "kernel", in.initrd: "initrd", in.sbom: `{"bomFormat":"CycloneDX"}`, in.key: string(pemKey)} {
 		require.NoError(t, os.WriteFile(f, []byte(content), 0o600))
 	}
 	a, b := filepath.Join(dir, "a.upgrade"), filepath.Join(dir, "b.upgrade")
@@ -58,7 +58,7 @@ func TestWriteUpgradeFile(t *testing.T) {
 	v, err := uf.Verify(context.Background(), []signature.PublicKey{pub})
 	require.NoError(t, err)
 	vm := v.Manifest()
-	for _, role := range upgrade.Roles() {
+	for _, role := range append(upgrade.Roles(), upgrade.RoleSBOM) {
 		_, ok := vm.PartByRole(role)
 		assert.True(t, ok, "part %s", role)
 	}
