@@ -94,12 +94,12 @@ func (in *Init) runSteps(ctx context.Context, steps []step) error {
 
 // diskSteps boot an installed disk: its slot partition and its TERRA-STATE.
 func (in *Init) diskSteps() []step {
-	var disk *diskInfo
+	var disk, state *diskInfo
 	return []step{
 		{"find the boot disk", func(ctx context.Context) (err error) { disk, err = in.findDisk(ctx); return err }},
-		{"prepare TERRA-STATE partition", func(ctx context.Context) error { return in.ensureStatePartition(ctx, disk) }},
+		{"prepare TERRA-STATE partition", func(ctx context.Context) (err error) { state, err = in.statePartition(ctx, disk); return err }},
 		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
-		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, disk) }},
+		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, state) }},
 		{"set up /etc and /var", in.mountOverlays},
 	}
 }

@@ -231,10 +231,6 @@ func (in *Init) ensureLiveState(ctx context.Context, medium string) error {
 // TERRA-STATE but no slot, else (when create) the first empty disk, whose
 // TERRA-STATE it creates, else nil. The medium's disk is never one.
 func (in *Init) liveStateDisk(ctx context.Context, medium string, create bool) (*diskInfo, error) {
-	parts, err := scanPartitions("/sys/class/block")
-	if err != nil {
-		return nil, err
-	}
 	devs, err := blockDevices("/sys/class/block")
 	if err != nil {
 		return nil, err
@@ -245,6 +241,22 @@ func (in *Init) liveStateDisk(ctx context.Context, medium string, create bool) (
 			mediumDisk = d.parent
 		}
 	}
+	d, err := in.stateOnlyDisk(mediumDisk, "a live boot leaves it alone")
+	if err != nil || d != nil || !create {
+		return d, err
+	}
+	return in.takeEmptyDisk(ctx, devs, mediumDisk)
+}
+
+// stateOnlyDisk is the first disk, by kernel name, that holds a TERRA-STATE
+// and no slot (a live boot's, or a VM's state disk), skip excepted; nil
+// when there is none. A disk with an installed Terrarium is reported with
+// why it is left alone.
+func (in *Init) stateOnlyDisk(skip, whyNotInstalled string) (*diskInfo, error) {
+	parts, err := scanPartitions("/sys/class/block")
+	if err != nil {
+		return nil, err
+	}
 	var names []string
 	for name := range parts {
 		names = append(names, name)
@@ -252,24 +264,32 @@ func (in *Init) liveStateDisk(ctx context.Context, medium string, create bool) (
 	sort.Strings(names)
 	for _, name := range names {
 		d := parts[name]
-		if name == mediumDisk {
+		if name == skip {
 			continue
 		}
 		_, state := d.parts[layout.LabelState]
 		_, slot := d.parts[layout.LabelSlotA]
 		switch {
 		case state && !slot:
-			in.say("TERRA-STATE of a live boot found on %s", d.dev())
+			in.say("TERRA-STATE on a disk of its own: %s", d.dev())
 			return d, nil
 		case slot:
-			in.say("/dev/%s holds an installed Terrarium: a live boot leaves it alone", name)
+			in.say("/dev/%s holds an installed Terrarium: %s", name, whyNotInstalled)
 		}
 	}
-	if !create {
-		return nil, nil
+	return nil, nil
+}
+
+// takeEmptyDisk creates TERRA-STATE on the first empty disk of devs, skip
+// excepted (never a partition, an optical drive or a disk with a
+// partition table); nil when none is empty.
+func (in *Init) takeEmptyDisk(ctx context.Context, devs []blockDevice, skip string) (*diskInfo, error) {
+	parts, err := scanPartitions("/sys/class/block")
+	if err != nil {
+		return nil, err
 	}
 	for _, d := range devs {
-		if d.partition || d.name == mediumDisk || parts[d.name] != nil || strings.HasPrefix(d.name, "sr") {
+		if d.partition || d.name == skip || parts[d.name] != nil || strings.HasPrefix(d.name, "sr") {
 			continue
 		}
 		if empty, err := emptyDisk("/dev/"+d.name, "/sys/class/block/"+d.name); err != nil || !empty {

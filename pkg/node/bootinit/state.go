@@ -18,6 +18,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// errNoRoom: the boot disk has no room for TERRA-STATE.
+var errNoRoom = errors.New("no room for TERRA-STATE")
+
+// statePartition finds or makes the disk that holds TERRA-STATE, in this
+// order: the boot disk's own; a disk of its own (a TERRA-STATE and no
+// slot: a VM's state disk, which outlives a swap of the OS disk for a new
+// version's); a new one filling the boot disk's free space; and, when the
+// boot disk has no room (a VM's OS disk the size of the image), the first
+// empty disk. An existing TERRA-STATE is never touched.
+func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, error) {
+	if dev, ok := boot.partDev(layout.LabelState); ok {
+		in.say("TERRA-STATE found on %s", dev)
+		return boot, nil
+	}
+	if d, err := in.stateOnlyDisk(boot.name, "the boot disk is /dev/"+boot.name); err != nil || d != nil {
+		return d, err
+	}
+	err := in.ensureStatePartition(ctx, boot)
+	if !errors.Is(err, errNoRoom) {
+		return boot, err
+	}
+	devs, derr := blockDevices("/sys/class/block")
+	if derr != nil {
+		return nil, derr
+	}
+	d, derr := in.takeEmptyDisk(ctx, devs, boot.name)
+	if d != nil || derr != nil {
+		return d, derr
+	}
+	return nil, fmt.Errorf("%w, or attach an empty disk of at least %d MiB, which then holds TERRA-STATE", err, layout.MinStateSize>>20)
+}
+
 // ensureStatePartition creates TERRA-STATE filling the rest of the boot
 // disk when the disk has none. An existing partition is never touched.
 func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error {
@@ -47,7 +79,7 @@ func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error 
 	start := (lastEnd + 1 + align - 1) / align * align
 	end := uint64(d.Size)/sector - uint64(layout.GPTReserve)/sector - 1
 	if end <= start || (end-start+1)*sector < uint64(layout.MinStateSize) {
-		return fmt.Errorf("disk %s (%d MiB) leaves less than %d MiB for TERRA-STATE: give the machine a bigger disk", disk.dev(), d.Size>>20, layout.MinStateSize>>20)
+		return fmt.Errorf("%w: disk %s (%d MiB) leaves less than %d MiB for it: give the machine a bigger disk", errNoRoom, disk.dev(), d.Size>>20, layout.MinStateSize>>20)
 	}
 	// A fresh table, not the one read: go-diskfs keeps the old disk end
 	// (backup header, last usable LBA) in a table it read, and the disk has
