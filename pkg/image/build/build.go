@@ -89,7 +89,14 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	st := progress.New(opt.Progress, stageCount)
 
 	base, err := step(st, "rootfs base (mmdebstrap)", func() (*rootfs.Base, string, error) {
-		b, err := rootfs.BuildBase(ctx, opt.Cache, s.OS, epoch, opt.Log)
+		var lock *rootfs.OSLock
+		if s.OS.Lock != "" {
+			var err error
+			if lock, err = rootfs.ReadOSLock(s.Resolve(s.OS.Lock)); err != nil {
+				return nil, "", err
+			}
+		}
+		b, err := rootfs.BuildBase(ctx, opt.Cache, s.OS, lock, epoch, opt.Log)
 		if err != nil {
 			return nil, "", err
 		}

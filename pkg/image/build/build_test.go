@@ -135,7 +135,7 @@ func TestBundleLayoutImageNames(t *testing.T) {
 // are built in.
 func fakeBase(t *testing.T, c *cache.Cache, s *spec.Spec) {
 	t.Helper()
-	key, err := rootfs.BaseKey(s.OS, s.Epoch())
+	key, err := rootfs.BaseKey(s.OS, nil, s.Epoch())
 	require.NoError(t, err)
 	_, _, err = c.Fill(context.Background(), rootfs.BaseKind, key, func(_ context.Context, dir string) error {
 		var buf bytes.Buffer

@@ -33,17 +33,25 @@ var ErrDebGone = errors.New("no longer in the archive")
 // the exact .deb files, sorted by package name: the lock that makes the
 // layer reproducible whatever the archive holds later.
 func LockDebian(ctx context.Context, d DebianLayer, log *slog.Logger) ([]DebianPackage, error) {
+	return LockPackages(ctx, d.Suite, mirrorOf(d), d.Packages, "extract", log)
+}
+
+// LockPackages resolves packages, with their dependencies and what
+// mmdebstrap's variant adds (minbase: the essential and required
+// packages), in the archive at mirror as it is now, and returns the exact
+// .deb files, sorted by package name.
+func LockPackages(ctx context.Context, suite, mirror string, packages []string, variant string, log *slog.Logger) ([]DebianPackage, error) {
 	tmp, err := os.MkdirTemp("", "terrarium-debian-lock-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	root := filepath.Join(tmp, "root")
-	log.Info("resolving Debian packages", "suite", d.Suite, "packages", strings.Join(d.Packages, ","), "mirror", mirrorOf(d))
-	cmd := exec.CommandContext(ctx, "mmdebstrap", "--variant=extract", "--include="+strings.Join(d.Packages, ","),
-		"--skip=cleanup/apt", "--format=directory", "--quiet", d.Suite, root, mirrorOf(d))
+	log.Info("resolving Debian packages", "suite", suite, "variant", variant, "packages", strings.Join(packages, ","), "mirror", mirror)
+	cmd := exec.CommandContext(ctx, "mmdebstrap", "--variant="+variant, "--include="+strings.Join(packages, ","),
+		"--skip=cleanup/apt", "--format=directory", "--quiet", suite, root, mirror)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("resolve %s in %s %s: mmdebstrap: %w\n%s", strings.Join(d.Packages, ","), mirrorOf(d), d.Suite, err, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("resolve %s in %s %s: mmdebstrap: %w\n%s", strings.Join(packages, ","), mirror, suite, err, strings.TrimSpace(string(b)))
 	}
 	index, err := readPackagesIndexes(filepath.Join(root, "var/lib/apt/lists"))
 	if err != nil {
@@ -54,8 +62,9 @@ func LockDebian(ctx context.Context, d DebianLayer, log *slog.Logger) ([]DebianP
 		return nil, err
 	}
 	if len(debs) == 0 {
-		return nil, fmt.Errorf("resolve %s: mmdebstrap downloaded no .deb files", strings.Join(d.Packages, ","))
+		return nil, fmt.Errorf("resolve %s: mmdebstrap downloaded no .deb files", strings.Join(packages, ","))
 	}
+	d := DebianLayer{Suite: suite, Mirror: mirror}
 	var lock []DebianPackage
 	for _, deb := range debs {
 		sum, err := fileSHA256(deb)
@@ -140,6 +149,12 @@ func parsePackagesIndex(r io.Reader, out map[string]DebianPackage) error {
 
 // fetchDeb returns the path of the locked .deb p in the cache, fetching it
 // from mirror the first time and verifying its sha256.
+// FetchDeb returns the cached .deb of p, fetching it from mirror (and
+// checking its sha256) when the cache does not hold it yet.
+func FetchDeb(ctx context.Context, c *cache.Cache, client *http.Client, mirror string, p DebianPackage) (string, error) {
+	return fetchDeb(ctx, c, client, mirror, p)
+}
+
 func fetchDeb(ctx context.Context, c *cache.Cache, client *http.Client, mirror string, p DebianPackage) (string, error) {
 	name := filepath.Base(p.File)
 	dir, _, err := c.Fill(ctx, debCacheKind, p.SHA256, func(ctx context.Context, dir string) error {

@@ -55,13 +55,21 @@ var dpkgExcludes = []string{
 // BaseKind is the cache kind of rootfs bases.
 const BaseKind = "rootfs-base"
 
-// BaseKey is the cache key of the base for os at epoch: its suite, mirror,
-// packages (in any order) and dpkg options.
-func BaseKey(o spec.OS, epoch time.Time) (string, error) {
-	return cache.NewKey("rootfs-base/v1").
-		String("suite", o.Suite).String("mirror", o.Mirror).
+// BaseKey is the cache key of the base for os at epoch: its suite,
+// packages (in any order) and dpkg options, and either the mirror (the
+// packages are resolved there on the day of the build) or, with a lock,
+// the exact files.
+func BaseKey(o spec.OS, lock *OSLock, epoch time.Time) (string, error) {
+	k := cache.NewKey("rootfs-base/v1").
+		String("suite", o.Suite).
 		Strings("packages", sortedPackages(o)).Strings("dpkgopt", dpkgExcludes).
-		String("epoch", strconv.FormatInt(epoch.Unix(), 10)).Sum()
+		String("epoch", strconv.FormatInt(epoch.Unix(), 10))
+	if lock != nil {
+		k.Strings("lock", lock.key())
+	} else {
+		k.String("mirror", o.Mirror)
+	}
+	return k.Sum()
 }
 
 func sortedPackages(o spec.OS) []string {
@@ -70,15 +78,35 @@ func sortedPackages(o spec.OS) []string {
 	return pkgs
 }
 
-// BuildBase returns the base for os, running mmdebstrap only when the cache
+// BuildBase returns the base for os (installed from lock's files when
+// lock is not nil, which must match os), running mmdebstrap only when the cache
 // has no entry for these inputs.
-func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, epoch time.Time, log *slog.Logger) (*Base, error) {
-	key, err := BaseKey(o, epoch)
+func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, lock *OSLock, epoch time.Time, log *slog.Logger) (*Base, error) {
+	if lock != nil {
+		if err := lock.Matches(o); err != nil {
+			return nil, err
+		}
+	}
+	key, err := BaseKey(o, lock, epoch)
 	if err != nil {
 		return nil, err
 	}
 	dir, cached, err := c.Fill(ctx, BaseKind, key, func(ctx context.Context, dir string) error {
-		return makeBase(ctx, dir, o.Suite, o.Mirror, sortedPackages(o), epoch, log)
+		mirror := o.Mirror
+		if lock != nil {
+			repo := filepath.Join(dir, "repo")
+			defer os.RemoveAll(repo)
+			if err := os.Mkdir(repo, 0o755); err != nil {
+				return err
+			}
+			line, err := localRepo(ctx, c, lock, repo, epoch)
+			if err != nil {
+				return err
+			}
+			mirror = line
+		}
+		log.Info("rootfs base", "packages", lockNote(lock))
+		return makeBase(ctx, dir, o.Suite, mirror, sortedPackages(o), epoch, log)
 	})
 	if err != nil {
 		return nil, err

@@ -257,7 +257,7 @@ func TestTail(t *testing.T) {
 // baseKey is BuildBase's cache key, for seeding the cache.
 func baseKey(t *testing.T, o spec.OS) string {
 	t.Helper()
-	key, err := BaseKey(o, epoch)
+	key, err := BaseKey(o, nil, epoch)
 	require.NoError(t, err)
 	return key
 }
@@ -281,7 +281,7 @@ func TestBuildBaseCacheHit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := o
 			in.Packages = append([]string(nil), pkgs...)
-			b, err := BuildBase(context.Background(), c, in, epoch, discard)
+			b, err := BuildBase(context.Background(), c, in, nil, epoch, discard)
 			require.NoError(t, err)
 			assert.True(t, b.Cached)
 			assert.Equal(t, entry, b.Dir)
@@ -312,7 +312,7 @@ func TestBuildBaseKeyInputs(t *testing.T) {
 			in := o
 			in.Packages = append([]string(nil), o.Packages...)
 			change(&in)
-			b, err := BuildBase(context.Background(), c, in, epoch, discard)
+			b, err := BuildBase(context.Background(), c, in, nil, epoch, discard)
 			require.Error(t, err, "a changed %s hit the reference entry", name)
 			assert.Nil(t, b)
 			assert.Contains(t, err.Error(), "mmdebstrap "+in.Suite)

@@ -73,6 +73,7 @@ func (s *Spec) extend(data []byte) (*Spec, error) {
 // its file's directory.
 func (s *Spec) absolutePaths() {
 	s.OS.Overlay = s.Resolve(s.OS.Overlay)
+	s.OS.Lock = s.Resolve(s.OS.Lock)
 	s.Bundles = resolveAll(s, s.Bundles)
 	if s.Components != nil {
 		cs := make([]Component, len(s.Components))

@@ -118,6 +118,11 @@ type OS struct {
 	Packages []string `yaml:"packages"`
 	// Overlay is a directory copied over the root filesystem.
 	Overlay string `yaml:"overlay,omitempty"`
+	// Lock is the OS lock file (relative to the spec): the exact .deb
+	// files of the packages, written by `imagebuild os lock` (make pin).
+	// Without one, the packages are resolved in the archive on the day of
+	// the build.
+	Lock string `yaml:"lock,omitempty"`
 	// Enable lists systemd units enabled in the image.
 	Enable []string `yaml:"enable,omitempty"`
 }
@@ -369,6 +374,9 @@ func (s *Spec) validateOS(p *strictyaml.Problems, path strictyaml.Path) {
 		if !seen[need] {
 			p.Addf(path.Field("packages"), "must include %q (the boot chain needs it)", need)
 		}
+	}
+	if fi, err := os.Stat(s.Resolve(s.OS.Lock)); s.OS.Lock != "" && err == nil && fi.IsDir() {
+		p.Addf(path.Field("lock"), "%q is a directory; name the lock file (`imagebuild os lock` writes it)", s.OS.Lock)
 	}
 	if s.OS.Overlay != "" {
 		if fi, err := os.Stat(s.Resolve(s.OS.Overlay)); err != nil || !fi.IsDir() {

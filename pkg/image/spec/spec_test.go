@@ -289,6 +289,7 @@ func TestParseValidationProblems(t *testing.T) {
 		{"faults need copy", "os:", "slotB:\n  faults: [health]\nos:", "$.slotB.faults", "needs slotB.mode: copy"},
 		{"wrong type", "version: 0.0.1", "version: 0.0.1\nsourceDateEpoch: soon", "$.sourceDateEpoch", ""},
 		{"unknown output", "os:", "outputs: [raw, vhd]\nos:", "$.outputs[1]", `unknown output "vhd" (supported: raw, qcow2, vmdk, ova, iso)`},
+		{"lock a directory", "  suite: trixie\n", "  suite: trixie\n  lock: .\n", "$.os.lock", "is a directory"},
 		{"component under /usr/local", "os:", "components: [{component: ., programs: [x], dir: /usr/local/bin}]\nos:", "$.components[0].dir", "a link into /var"},
 		{"output twice", "os:", "outputs: [vmdk, vmdk]\nos:", "$.outputs[1]", "listed twice"},
 		{"hardware version without ova", "os:", "outputs: [vmdk]\nvsphere:\n  hardwareVersion: 14\nos:", "$.vsphere.hardwareVersion", "lists no ova"},
