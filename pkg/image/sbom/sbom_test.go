@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	cdx "github.com/CycloneDX/cyclonedx-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/xeipuuv/gojsonschema"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -102,4 +104,34 @@ func TestBuildErrors(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "SBOM: "), err.Error())
 		})
 	}
+}
+
+// TestValidatesAgainstSchema: the SBOM is valid CycloneDX 1.6, checked
+// against the specification's JSON schema and the schemas it refers to
+// (shipped with cyclonedx-go; loaded from disk, never fetched).
+func TestValidatesAgainstSchema(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/CycloneDX/cyclonedx-go").Output()
+	require.NoError(t, err, "locate cyclonedx-go's module")
+	dir := filepath.Join(strings.TrimSpace(string(out)), "schema")
+	file := func(name string) gojsonschema.JSONLoader { return gojsonschema.NewReferenceLoader("file://" + filepath.Join(dir, name)) }
+	sl := gojsonschema.NewSchemaLoader()
+	require.NoError(t, sl.AddSchema("http://cyclonedx.org/schema/spdx.schema.json", file("spdx.schema.json")))
+	require.NoError(t, sl.AddSchema("http://cyclonedx.org/schema/jsf-0.82.schema.json", file("jsf-0.82.schemax.json")))
+	schema, err := sl.Compile(file("bom-1.6.schema.json"))
+	require.NoError(t, err)
+
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, inputs()))
+	res, err := schema.Validate(gojsonschema.NewBytesLoader(buf.Bytes()))
+	require.NoError(t, err)
+	for _, e := range res.Errors() {
+		t.Errorf("schema: %s", e)
+	}
+	assert.True(t, res.Valid())
+
+	// The check can fail: a component without a type is not CycloneDX.
+	bad := bytes.Replace(buf.Bytes(), []byte(`"type": "library",`), nil, 1)
+	res, err = schema.Validate(gojsonschema.NewBytesLoader(bad))
+	require.NoError(t, err)
+	assert.False(t, res.Valid(), "a component without a type passes the schema")
 }
