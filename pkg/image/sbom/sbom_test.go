@@ -113,7 +113,9 @@ func TestValidatesAgainstSchema(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/CycloneDX/cyclonedx-go").Output()
 	require.NoError(t, err, "locate cyclonedx-go's module")
 	dir := filepath.Join(strings.TrimSpace(string(out)), "schema")
-	file := func(name string) gojsonschema.JSONLoader { return gojsonschema.NewReferenceLoader("file://" + filepath.Join(dir, name)) }
+	file := func(name string) gojsonschema.JSONLoader {
+		return gojsonschema.NewReferenceLoader("file://" + filepath.Join(dir, name))
+	}
 	sl := gojsonschema.NewSchemaLoader()
 	require.NoError(t, sl.AddSchema("http://cyclonedx.org/schema/spdx.schema.json", file("spdx.schema.json")))
 	require.NoError(t, sl.AddSchema("http://cyclonedx.org/schema/jsf-0.82.schema.json", file("jsf-0.82.schemax.json")))
