@@ -44,9 +44,9 @@ type KubernetesSkew struct {
 // CheckKubernetes refuses an upgrade whose Kubernetes (target, the
 // manifest's KubernetesVersion) the node cannot move to: an older one
 // (ErrKubernetesDowngrade), one more than a minor ahead
-// (ErrKubernetesSkipsMinor), or, on a worker, one newer than an API
-// server's, and on a control plane one more than a minor ahead of an API
-// server's (ErrAPIServersBehind). The same Kubernetes, or none on either
+// (ErrKubernetesSkipsMinor), or, on a worker, one of a newer minor than
+// an API server's, and on a control plane one more than a minor ahead of
+// an API server's (ErrAPIServersBehind). The same Kubernetes, or none on either
 // side, passes: the OS alone changes.
 func CheckKubernetes(s KubernetesSkew, target string) error {
 	if target == "" || s.Running == "" || target == s.Running {
@@ -72,7 +72,9 @@ func CheckKubernetes(s KubernetesSkew, target string) error {
 		if err != nil {
 			return fmt.Errorf("an API server's Kubernetes version: %w", err)
 		}
-		older := v.compare(t) < 0
+		// The policy speaks of minor versions: a kubelet a patch ahead
+		// of its API servers is within it.
+		older := v.core[0] != t.core[0] || v.core[1] < t.core[1]
 		if s.ControlPlane {
 			older = v.core[0] != t.core[0] || v.core[1]+1 < t.core[1]
 		}

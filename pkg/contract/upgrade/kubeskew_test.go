@@ -33,7 +33,8 @@ func TestCheckKubernetes(t *testing.T) {
 		{"two minors", cp("v1.36.3", "v1.36.3"), "v1.38.0", ErrKubernetesSkipsMinor, "one minor version at a time"},
 		{"another major", cp("v1.36.3"), "v2.0.0", ErrKubernetesSkipsMinor, "v2.0.0"},
 		{"worker before the control planes", worker("v1.36.3", "v1.36.3", "v1.37.0", "v1.36.3"), "v1.37.0", ErrAPIServersBehind, "this node is a worker, and API servers run v1.36.3:"},
-		{"worker ahead of a patch", worker("v1.36.2", "v1.36.2"), "v1.36.3", ErrAPIServersBehind, "API servers run v1.36.2"},
+		{"worker a patch ahead: within the policy", worker("v1.36.2", "v1.36.2"), "v1.36.3", nil, ""},
+		{"worker a minor ahead of one control plane", worker("v1.36.3", "v1.37.0", "v1.36.9"), "v1.37.0", ErrAPIServersBehind, "API servers run v1.36.9"},
 		{"control plane two minors ahead of another", cp("v1.37.2", "v1.37.2", "v1.36.3"), "v1.38.0", ErrAPIServersBehind, "control plane, and API servers run v1.36.3"},
 		{"bad target", worker("v1.36.3"), "latest", nil, "the upgrade's Kubernetes version"},
 	}

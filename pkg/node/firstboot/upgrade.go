@@ -89,6 +89,7 @@ func (r *runner) lastUpgrade() *nodestate.Upgrade {
 // Kubernetes upgrade changed on the node is put back (kubeadmflow
 // RestoreBeforeUpgrade).
 func (r *runner) settleUpgrade(ctx context.Context) {
+	r.restoreKubernetes(ctx)
 	u := r.lastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled {
 		return
@@ -112,16 +113,24 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 		r.say("recording the rolled-back upgrade: %v", err)
 	}
 	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
-	restored, err := r.flow.RestoreBeforeUpgrade(ctx)
-	switch {
-	case err != nil:
-		r.say("upgrade to %s rolled back, but the Kubernetes files kept before it were not all restored: %v", u.To, err)
-	case len(restored) > 0:
-		r.say("upgrade to %s rolled back: restored the Kubernetes files it changed (%s)", u.To, strings.Join(restored, ", "))
-	}
 	r.step("upgrade", "rolled back", msg)
 	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
 	r.status.Message = msg
+}
+
+// restoreKubernetes puts back, on every boot, what a Kubernetes upgrade on
+// another slot changed, when this slot's Kubernetes has a copy kept from
+// before it (kubeadmflow RestoreBeforeUpgrade): after a rollback, after a
+// power cut during the last restore, after an OS disk swapped back. It is
+// idempotent, and a committed upgrade leaves no copy.
+func (r *runner) restoreKubernetes(ctx context.Context) {
+	restored, err := r.flow.RestoreBeforeUpgrade(ctx)
+	switch {
+	case err != nil:
+		r.say("the Kubernetes files kept before an upgrade were not all restored: %v", err)
+	case len(restored) > 0:
+		r.say("restored the Kubernetes files an upgrade on the other slot changed: %s", strings.Join(restored, ", "))
+	}
 }
 
 // failedBootReason is what the last boot of slot recorded as failing.

@@ -37,7 +37,12 @@ type kubeadmStep struct {
 // for an emulated node; the container runtime step has asked the same
 // questions just before, with a minute each), and those the config names.
 func ignorePreflight(c *machineconfig.Cluster) string {
-	return "--ignore-preflight-errors=" + strings.Join(append([]string{"SystemVerification", "CRI", "ContainerRuntimeVersion"}, c.IgnorePreflightErrors...), ",")
+	return "--ignore-preflight-errors=" + strings.Join(ignoredChecks(c), ",")
+}
+
+// ignoredChecks are the preflight checks ignorePreflight names.
+func ignoredChecks(c *machineconfig.Cluster) []string {
+	return append([]string{"SystemVerification", "CRI", "ContainerRuntimeVersion"}, c.IgnorePreflightErrors...)
 }
 
 func steps(c *machineconfig.Cluster) []kubeadmStep {
@@ -265,6 +270,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 		h.Report.Report(st.name, "done", "")
 		return nil
 	}
+	ran := false
 	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
 		for _, st := range run {
@@ -275,6 +281,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 		if len(todo) == 0 {
 			continue
 		}
+		ran = true
 		all := func(ctx context.Context) error {
 			for _, st := range todo {
 				if err := one(ctx, st); err != nil {
@@ -296,11 +303,14 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 			return err
 		}
 	}
-	// A node formed with this Kubernetes; a node that healed its steps
-	// after an OS upgrade keeps the version it was configured for, which
-	// the kubernetes-upgrade phase moves.
-	if err := h.recordKubernetes(want, false); err != nil {
-		return err
+	// Steps this call ran configured the node for this slot's
+	// Kubernetes; a node whose steps were all done before (healed after
+	// an OS upgrade) keeps the version it was configured for, which the
+	// kubernetes-upgrade phase moves.
+	if ran {
+		if err := h.recordKubernetes(want); err != nil {
+			return err
+		}
 	}
 	h.Cluster(func(s *ClusterStatus) { s.Step = "joined" })
 	if cl.Role == machineconfig.RoleInit {

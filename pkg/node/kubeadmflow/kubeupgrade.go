@@ -14,8 +14,10 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
 )
 
 // The kubernetes-upgrade phase. An OS upgrade brings a slot whose bundle,
@@ -61,55 +63,36 @@ func (f *Flow) upgradePhase() phase.Phase {
 	}
 }
 
-// ConfiguredKubernetes is the Kubernetes kubeadm configured the node for:
-// recorded in the journal by init, join or an upgrade. A node formed
-// before it was recorded has it read from its kube-apiserver manifest
-// (a control plane) or taken as the slot's (a worker, whose files name
-// no version), and recorded.
+// ConfiguredKubernetes is the Kubernetes kubeadm configured the node for,
+// as the journal records it (formation steps, Kubernetes upgrades). A
+// control plane formed before it was recorded has it read from its
+// kube-apiserver manifest; a worker's files name no version: "" (unknown),
+// which the phase treats as behind (`kubeadm upgrade node` is safe to
+// repeat on a worker). It only looks.
 func (f *Flow) ConfiguredKubernetes(c *machineconfig.Config) (string, error) {
 	var v string
-	f.State.Read(func(j *nodestate.Journal) {
-		if j.Kubeadm != nil {
-			v = j.Kubeadm.Kubernetes
-		}
-	})
-	if v != "" {
+	f.State.Read(func(j *nodestate.Journal) { v = j.Kubernetes })
+	if v != "" || !c.Cluster.IsControlPlane() {
 		return v, nil
 	}
-	if c.Cluster.IsControlPlane() {
-		b, err := os.ReadFile(f.Path(ManifestsDir + "/kube-apiserver.yaml"))
-		if err != nil {
-			return "", fmt.Errorf("the Kubernetes this control plane runs: %w", err)
-		}
-		m := apiserverImage.FindSubmatch(b)
-		if m == nil {
-			return "", fmt.Errorf("%s/kube-apiserver.yaml names no %s image", ManifestsDir, "registry.k8s.io/kube-apiserver")
-		}
-		v = string(m[1])
-	} else {
-		var err error
-		if v, err = bundleKubernetesVersion(f); err != nil {
-			return "", err
-		}
+	b, err := os.ReadFile(f.Path(ManifestsDir + "/kube-apiserver.yaml"))
+	if err != nil {
+		return "", fmt.Errorf("the Kubernetes this control plane runs: %w", err)
 	}
-	return v, f.recordKubernetes(v, false)
+	m := apiserverImage.FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s/kube-apiserver.yaml names no %s image", ManifestsDir, "registry.k8s.io/kube-apiserver")
+	}
+	return string(m[1]), nil
 }
 
 // apiserverImage finds the tag of the kube-apiserver image in its static
 // pod's manifest.
 var apiserverImage = regexp.MustCompile(`(?m)^\s*image:\s*["']?registry\.k8s\.io/kube-apiserver:(v[0-9][^\s"']*)`)
 
-// recordKubernetes records the Kubernetes kubeadm configured the node for,
-// replacing one recorded before only when replace is set.
-func (f *Flow) recordKubernetes(v string, replace bool) error {
-	return f.State.Update(func(j *nodestate.Journal) {
-		if j.Kubeadm == nil {
-			j.Kubeadm = &nodestate.KubeadmProgress{}
-		}
-		if replace || j.Kubeadm.Kubernetes == "" {
-			j.Kubeadm.Kubernetes = v
-		}
-	})
+// recordKubernetes records the Kubernetes kubeadm configured the node for.
+func (f *Flow) recordKubernetes(v string) error {
+	return f.State.Update(func(j *nodestate.Journal) { j.Kubernetes = v })
 }
 
 func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Config) error {
@@ -125,9 +108,16 @@ func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Conf
 		return err
 	}
 	if have != want {
-		return fmt.Errorf("%w: %s, the slot %s", errKubernetesBehind, have, want)
+		return fmt.Errorf("%w: %s, the slot %s", errKubernetesBehind, orUnknown(have), want)
 	}
 	return nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "an unrecorded version"
+	}
+	return v
 }
 
 func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Config) error {
@@ -151,8 +141,17 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if err := upgrade.CheckKubernetes(upgrade.KubernetesSkew{Running: have}, want); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "started", fmt.Sprintf("from %s to %s", have, want))
-	if err := keepBeforeUpgrade(ctx, f, have); err != nil {
+	f.Report.Report("kubernetes upgrade", "started", fmt.Sprintf("from %s to %s", orUnknown(have), want))
+	// containerd unpacks the new images (kubeadm's pulls, kube-proxy's,
+	// CoreDNS's): see pkg/node/unpackwindow.
+	if err := unpackwindow.Open(f.Host); err != nil {
+		return err
+	}
+	kept := have
+	if kept == "" {
+		kept = "unrecorded"
+	}
+	if err := keepBeforeUpgrade(ctx, f, kept); err != nil {
 		return err
 	}
 	run := func(ctx context.Context) error {
@@ -175,28 +174,42 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 		err = run(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("upgrade Kubernetes from %s to %s: %w", have, want, err)
+		return fmt.Errorf("upgrade Kubernetes from %s to %s: %w", orUnknown(have), want, err)
 	}
-	if err := f.recordKubernetes(want, true); err != nil {
+	if err := f.recordKubernetes(want); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "done", fmt.Sprintf("from %s to %s", have, want))
+	f.Report.Report("kubernetes upgrade", "done", fmt.Sprintf("from %s to %s", orUnknown(have), want))
 	return nil
 }
 
-// upgradeCommand is kubeadm's command for this node: `upgrade apply` on
-// the first control plane (it takes an etcd snapshot first), `upgrade
-// node` on the others and on workers.
+// UpgradeConfigFile is the UpgradeConfiguration kubeadm's upgrade reads.
+const UpgradeConfigFile = "/etc/terrarium/kubeadm-upgrade.yaml"
+
+// upgradeCommand writes the upgrade configuration and returns kubeadm's
+// command for this node: `upgrade apply` on the first control plane (it
+// takes an etcd snapshot first), `upgrade node` on the others and on
+// workers.
 func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want string) ([]string, error) {
+	cfg, err := kubeadmconfig.RenderUpgrade(kubeadmconfig.UpgradeInput{
+		KubernetesVersion: want, ControlPlane: c.Cluster.IsControlPlane(), IgnorePreflightErrors: ignoredChecks(c.Cluster),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.WriteIfChanged(UpgradeConfigFile, cfg, 0o600); err != nil {
+		return nil, err
+	}
+	node := []string{"upgrade", "node", "--config=" + UpgradeConfigFile}
 	if !c.Cluster.IsControlPlane() {
-		return []string{"upgrade", "node"}, nil
+		return node, nil
 	}
 	cluster, err := clusterKubernetes(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	if cluster == want {
-		return []string{"upgrade", "node"}, nil
+		return node, nil
 	}
 	_, keep := c.Cluster.BackupSchedule()
 	snap, err := etcdbackup.Take(ctx, f.Host, keep)
@@ -204,7 +217,7 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want 
 		return nil, fmt.Errorf("the etcd snapshot before the upgrade: %w", err)
 	}
 	f.Report.Report("kubernetes upgrade", "snapshot", snap.Path)
-	return []string{"upgrade", "apply", want, "--yes", ignorePreflight(c.Cluster)}, nil
+	return []string{"upgrade", "apply", "--config=" + UpgradeConfigFile, "--yes"}, nil
 }
 
 // clusterKubernetesVersion finds the version in kubeadm's
@@ -307,6 +320,13 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		if name == ManifestsDir+"/etcd.yaml" && etcdMinorChanged(b, f.Path(name)) {
+			// etcd's data was upgraded to a newer minor, which the older
+			// etcd refuses: it stays; its pre-upgrade snapshot is on
+			// STATE (layout.EtcdSnapshotDir) for a restore by hand.
+			restored = append(restored, name+" (kept: etcd's data moved to a newer minor version)")
+			return nil
+		}
 		info, err := d.Info()
 		if err != nil {
 			return err
@@ -340,7 +360,7 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 			return restored, err
 		}
 	}
-	if err := f.recordKubernetes(v, true); err != nil {
+	if err := f.recordKubernetes(v); err != nil {
 		return restored, err
 	}
 	return restored, os.RemoveAll(kept)
@@ -350,4 +370,19 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 // an upgrade committed on its new slot has no use for them.
 func (f *Flow) ForgetBeforeUpgrade() error {
 	return os.RemoveAll(f.Path(layout.KubernetesBeforeUpgradeDir))
+}
+
+// etcdImage finds the etcd image's major and minor version in its static
+// pod's manifest.
+var etcdImage = regexp.MustCompile(`registry\.k8s\.io/etcd:v?(\d+)\.(\d+)\.`)
+
+// etcdMinorChanged reports whether the etcd manifest at path runs another
+// etcd minor version than the kept manifest kept names.
+func etcdMinorChanged(kept []byte, path string) bool {
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	a, b := etcdImage.FindSubmatch(kept), etcdImage.FindSubmatch(cur)
+	return a != nil && b != nil && (string(a[1]) != string(b[1]) || string(a[2]) != string(b[2]))
 }

@@ -87,7 +87,7 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 	write(ManifestsDir+"/etcd.yaml", "etcd static pod\n")
 	write(KubeletConfigFile, "kind: KubeletConfiguration\n")
 	if configured != "" {
-		require.NoError(t, f.recordKubernetes(configured, true))
+		require.NoError(t, f.recordKubernetes(configured))
 	}
 	leases := &memLeases{}
 	f.Deps.API = func(string) (APIClient, error) { return leases, nil }
@@ -100,16 +100,11 @@ func clusterNode(role string) *machineconfig.Config {
 
 func recorded(f *Flow) string {
 	var v string
-	f.State.Read(func(j *nodestate.Journal) {
-		if j.Kubeadm != nil {
-			v = j.Kubeadm.Kubernetes
-		}
-	})
+	f.State.Read(func(j *nodestate.Journal) { v = j.Kubernetes })
 	return v
 }
 
 func TestKubernetesUpgrade(t *testing.T) {
-	ignore := ignorePreflight(clusterNode(machineconfig.RoleInit).Cluster)
 	tests := []struct {
 		name                string
 		role                string
@@ -117,13 +112,13 @@ func TestKubernetesUpgrade(t *testing.T) {
 		want                []string // the commands, in order (etcdctl by its verb)
 	}{
 		{"worker", machineconfig.RoleWorker, "v1.36.3", "v1.36.4",
-			[]string{"sync", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
 		{"first control plane: snapshot, then upgrade apply", machineconfig.RoleInit, "v1.36.3", "v1.36.3",
-			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply v1.36.4 --yes " + ignore, "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}},
 		{"next control plane: upgrade node", machineconfig.RoleControlPlane, "v1.36.3", "v1.36.4",
-			[]string{"sync", "kubectl", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
 		{"control plane with no recorded version: read from its manifest", machineconfig.RoleControlPlane, "", "v1.36.4",
-			[]string{"sync", "kubectl", "kubeadm upgrade node", "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +142,9 @@ func TestKubernetesUpgrade(t *testing.T) {
 			}
 			assert.Equal(t, tt.want, got)
 			assert.Equal(t, "v1.36.4", recorded(f), "the new version is recorded")
+			cfg, err := os.ReadFile(f.Path(UpgradeConfigFile))
+			require.NoError(t, err)
+			assert.Contains(t, string(cfg), `kubernetesVersion: "v1.36.4"`)
 			require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "verified after the upgrade")
 
 			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
@@ -175,11 +173,16 @@ func TestKubernetesUpgradeRefusals(t *testing.T) {
 		require.NoError(t, applyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleInit)))
 		assert.Empty(t, *cmds)
 	})
-	t.Run("a worker formed before the version was recorded takes its slot's", func(t *testing.T) {
+	t.Run("a worker formed before the version was recorded runs upgrade node once", func(t *testing.T) {
 		f, cmds := upgradeFlow(t, "v1.36.4", "", "v1.36.4")
-		require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleWorker)))
+		c := clusterNode(machineconfig.RoleWorker)
+		require.ErrorIs(t, verifyKubernetesUpgrade(context.Background(), f, c), errKubernetesBehind)
+		assert.Empty(t, recorded(f), "verify only looks")
+		require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+		assert.Equal(t, []string{"sync", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}, *cmds)
 		assert.Equal(t, "v1.36.4", recorded(f))
-		assert.Empty(t, *cmds)
+		assert.DirExists(t, f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "unrecorded")))
+		require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c))
 	})
 	t.Run("a failed kubeadm leaves the old version recorded, and the kept copy is the first one", func(t *testing.T) {
 		f, _ := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.4")
@@ -245,4 +248,37 @@ func TestRestoreBeforeUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, restored)
 	assert.Empty(t, *cmds)
+}
+
+// An etcd whose data an upgrade moved to a newer minor version is not
+// rolled back with the manifests: the older etcd would refuse that data.
+// A patch-level etcd change is rolled back.
+func TestRestoreBeforeUpgradeKeepsANewerEtcdMinor(t *testing.T) {
+	for _, tc := range []struct {
+		name, now string
+		restored  bool
+	}{
+		{"a newer minor stays", "3.7.0-0", false},
+		{"a newer patch goes back", "3.6.9-0", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := upgradeFlow(t, "v1.36.3", "v1.36.4", "v1.36.4")
+			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3", ManifestsDir, "etcd.yaml"))
+			require.NoError(t, os.MkdirAll(filepath.Dir(kept), 0o700))
+			require.NoError(t, os.WriteFile(kept, []byte("image: registry.k8s.io/etcd:3.6.8-0\n"), 0o600))
+			now := "image: registry.k8s.io/etcd:" + tc.now + "\n"
+			require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/etcd.yaml"), []byte(now), 0o600))
+			restored, err := f.RestoreBeforeUpgrade(context.Background())
+			require.NoError(t, err)
+			b, err := os.ReadFile(f.Path(ManifestsDir + "/etcd.yaml"))
+			require.NoError(t, err)
+			if tc.restored {
+				assert.Equal(t, "image: registry.k8s.io/etcd:3.6.8-0\n", string(b))
+				assert.Contains(t, restored, ManifestsDir+"/etcd.yaml")
+			} else {
+				assert.Equal(t, now, string(b))
+				assert.Contains(t, restored, ManifestsDir+"/etcd.yaml (kept: etcd's data moved to a newer minor version)")
+			}
+		})
+	}
 }

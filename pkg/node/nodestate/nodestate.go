@@ -26,6 +26,9 @@ type Journal struct {
 	Provisioned *Provisioned `json:"provisioned,omitempty"`
 	// Kubeadm is the progress of the node's Kubernetes steps.
 	Kubeadm *KubeadmProgress `json:"kubeadm,omitempty"`
+	// Kubernetes is the version kubeadm last configured the node for: by
+	// the formation steps, or by a Kubernetes upgrade.
+	Kubernetes string `json:"kubernetes,omitempty"`
 	// Upgrade is the node's last OS upgrade and where it stands.
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
 	// BadUpgrades are upgrades that rolled back: never retried
@@ -194,9 +197,6 @@ type KubeadmProgress struct {
 	// identity changed starts again.
 	Node string   `json:"node"`
 	Done []string `json:"done"`
-	// Kubernetes is the version kubeadm last configured the node for
-	// (init, join or an upgrade).
-	Kubernetes string `json:"kubernetes,omitempty"`
 }
 
 // IsDone reports whether step is done.
