@@ -270,6 +270,8 @@ func (in *Init) stateOnlyDisk(skip, whyNotInstalled string) (*diskInfo, error) {
 		_, state := d.parts[layout.LabelState]
 		_, slot := d.parts[layout.LabelSlotA]
 		switch {
+		case state && !slot && removable("/sys/class/block/"+name):
+			in.say("/dev/%s holds a TERRA-STATE but is removable: left alone", name)
 		case state && !slot:
 			in.say("TERRA-STATE on a disk of its own: %s", d.dev())
 			return d, nil
@@ -305,10 +307,17 @@ func (in *Init) takeEmptyDisk(ctx context.Context, devs []blockDevice, skip stri
 // its first MiB holds any partition table or filesystem signature.
 const emptyBytes = layout.MiB
 
+// removable reports whether the disk at sys (its /sys/class/block
+// directory) says it is removable.
+func removable(sys string) bool {
+	b, err := os.ReadFile(filepath.Join(sys, "removable"))
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
 // emptyDisk reports whether a disk is empty (zeros where any partition
 // table or filesystem would be), not removable, and big enough for STATE.
 func emptyDisk(dev, sys string) (bool, error) {
-	if b, err := os.ReadFile(filepath.Join(sys, "removable")); err == nil && strings.TrimSpace(string(b)) == "1" {
+	if removable(sys) {
 		return false, nil
 	}
 	f, err := os.Open(dev)

@@ -22,22 +22,24 @@ import (
 var errNoRoom = errors.New("no room for TERRA-STATE")
 
 // statePartition finds or makes the disk that holds TERRA-STATE, in this
-// order: the boot disk's own; a disk of its own (a TERRA-STATE and no
-// slot: a VM's state disk, which outlives a swap of the OS disk for a new
-// version's); a new one filling the boot disk's free space; and, when the
-// boot disk has no room (a VM's OS disk the size of the image), the first
-// empty disk. An existing TERRA-STATE is never touched.
+// order: the boot disk's own; a new one filling the boot disk's free
+// space; and, only when the boot disk has no room (a VM's OS disk the
+// size of the image), a fixed disk holding a TERRA-STATE and no slot (the
+// VM's state disk, which outlives a swap of the OS disk for a new
+// version's), else the first empty disk, which takes a new one. A machine
+// with room on its boot disk never adopts another disk's state. An
+// existing TERRA-STATE is never touched.
 func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, error) {
 	if dev, ok := boot.partDev(layout.LabelState); ok {
 		in.say("TERRA-STATE found on %s", dev)
 		return boot, nil
 	}
-	if d, err := in.stateOnlyDisk(boot.name, "the boot disk is /dev/"+boot.name); err != nil || d != nil {
-		return d, err
-	}
 	err := in.ensureStatePartition(ctx, boot)
 	if !errors.Is(err, errNoRoom) {
 		return boot, err
+	}
+	if d, serr := in.stateOnlyDisk(boot.name, "the boot disk is /dev/"+boot.name); serr != nil || d != nil {
+		return d, serr
 	}
 	devs, derr := blockDevices("/sys/class/block")
 	if derr != nil {
@@ -74,6 +76,11 @@ func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error 
 	var lastEnd uint64
 	for _, p := range table.Partitions {
 		lastEnd = max(lastEnd, p.End)
+		if p.Name == layout.LabelState {
+			// The table has it; the kernel has not shown it yet.
+			in.say("TERRA-STATE is in %s's partition table; waiting for the kernel to show it", disk.dev())
+			return in.waitForLabel(ctx, disk, layout.LabelState)
+		}
 	}
 	align := uint64(layout.Alignment) / sector
 	start := (lastEnd + 1 + align - 1) / align * align
