@@ -92,21 +92,30 @@ func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, lock *OSLock, epo
 		return nil, err
 	}
 	dir, cached, err := c.Fill(ctx, BaseKind, key, func(ctx context.Context, dir string) error {
-		mirror := o.Mirror
-		if lock != nil {
-			repo := filepath.Join(dir, "repo")
-			defer os.RemoveAll(repo)
-			if err := os.Mkdir(repo, 0o755); err != nil {
-				return err
-			}
-			line, err := localRepo(ctx, c, lock, repo, epoch)
-			if err != nil {
-				return err
-			}
-			mirror = line
-		}
 		log.Info("rootfs base", "packages", lockNote(lock))
-		return makeBase(ctx, dir, o.Suite, mirror, sortedPackages(o), epoch, log)
+		if lock == nil {
+			return makeBase(ctx, dir, o.Suite, o.Mirror, sortedPackages(o), "", epoch, log)
+		}
+		repo := filepath.Join(dir, "repo")
+		defer os.RemoveAll(repo)
+		if err := os.Mkdir(repo, 0o755); err != nil {
+			return err
+		}
+		line, err := localRepo(ctx, c, lock, repo, epoch)
+		if err != nil {
+			return err
+		}
+		// The image's apt sources name the archive, not the build's
+		// local repository.
+		sources := "deb " + lock.Mirror + " " + lock.Suite + " main"
+		if err := makeBase(ctx, dir, o.Suite, line, lock.packageNames(), sources, epoch, log); err != nil {
+			return err
+		}
+		versions, err := (&Base{Dir: dir}).Versions()
+		if err != nil {
+			return err
+		}
+		return lock.checkInstalled(versions)
 	})
 	if err != nil {
 		return nil, err
@@ -114,7 +123,7 @@ func BuildBase(ctx context.Context, c *cache.Cache, o spec.OS, lock *OSLock, epo
 	return &Base{Dir: dir, Key: key, Cached: cached}, nil
 }
 
-func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, epoch time.Time, log *slog.Logger) error {
+func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, sources string, epoch time.Time, log *slog.Logger) error {
 	tarPath := filepath.Join(dir, BaseTar)
 	args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ","), "--format=tar", "--quiet"}
 	for _, e := range dpkgExcludes {
@@ -122,6 +131,9 @@ func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, epo
 	}
 	// Record package versions for the manifest.
 	args = append(args, "--customize-hook=chroot \"$1\" dpkg-query -W -f='${Package} ${Version}\\n' > \""+filepath.Join(dir, BaseVersions)+"\"")
+	if sources != "" {
+		args = append(args, "--customize-hook=echo '"+sources+"' > \"$1/etc/apt/sources.list\"")
+	}
 	args = append(args, suite, tarPath, mirror)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))

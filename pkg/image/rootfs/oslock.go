@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,11 @@ type OSLock struct {
 
 // OSLockKind is the kind of an OS lock document.
 const OSLockKind = "DebianLock"
+
+var (
+	mirrorRE = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/%@-]+$`)
+	suiteRE  = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+)
 
 // LockOS resolves o's packages in o's mirror as the archive is now.
 func LockOS(ctx context.Context, o spec.OS, log *slog.Logger) (*OSLock, error) {
@@ -86,6 +92,13 @@ func ReadOSLock(path string) (*OSLock, error) {
 	}
 	if len(l.Lock) == 0 {
 		p.Addf(root.Field("lock"), "lists no .deb file; write the lock again with `imagebuild os lock`")
+	}
+	// Both go into the image's sources.list through a shell hook.
+	if !mirrorRE.MatchString(l.Mirror) {
+		p.Addf(root.Field("mirror"), "%q is not an http(s) URL of a Debian archive", l.Mirror)
+	}
+	if !suiteRE.MatchString(l.Suite) {
+		p.Addf(root.Field("suite"), "%q is not a Debian suite name", l.Suite)
 	}
 	for i, e := range l.Lock {
 		if b, err := hex.DecodeString(e.SHA256); err != nil || len(b) != sha256.Size {
@@ -156,7 +169,54 @@ func localRepo(ctx context.Context, c *cache.Cache, l *OSLock, dir string, epoch
 	if err := os.WriteFile(filepath.Join(dir, "Release"), []byte(release), 0o644); err != nil {
 		return "", err
 	}
-	return "deb [trusted=yes] file://" + dir + " ./", nil
+	// copy://: mmdebstrap copies the files into the chroot (a file://
+	// repository outside it cannot be read from inside).
+	return "deb [trusted=yes] copy://" + dir + " ./", nil
+}
+
+// checkInstalled compares what the base installed (versions: package ->
+// version, from dpkg) with the lock: every locked file's package at its
+// version, and nothing else.
+func (l *OSLock) checkInstalled(versions map[string]string) error {
+	var problems []string
+	locked := map[string]bool{}
+	for _, e := range l.Lock {
+		locked[e.Package] = true
+		if v, ok := versions[e.Package]; !ok {
+			problems = append(problems, e.Package+" "+e.Version+" is locked but not installed")
+		} else if v != e.Version {
+			problems = append(problems, e.Package+" is installed at "+v+", locked at "+e.Version)
+		}
+	}
+	for _, p := range sortedKeys(versions) {
+		if !locked[p] {
+			problems = append(problems, p+" "+versions[p]+" is installed but not locked")
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the base differs from its OS lock (write it again with `make pin`):\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// packageNames are the lock's packages: mmdebstrap is asked for every one,
+// so that what it installs does not depend on the priorities the files'
+// own control data give (the archive's overrides may differ).
+func (l *OSLock) packageNames() []string {
+	out := make([]string, len(l.Lock))
+	for i, e := range l.Lock {
+		out[i] = e.Package
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // linkOrCopy puts src at dst: a hard link when both are on one

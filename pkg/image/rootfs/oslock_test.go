@@ -61,7 +61,7 @@ func archive(t *testing.T, files map[string]string) (string, *int) {
 func testLock(t *testing.T) (*OSLock, map[string]string) {
 	t.Helper()
 	files := map[string]string{}
-	l := &OSLock{APIVersion: spec.APIVersion, Kind: OSLockKind, Suite: "trixie", Packages: []string{"base-files", "systemd"}}
+	l := &OSLock{APIVersion: spec.APIVersion, Kind: OSLockKind, Suite: "trixie", Mirror: "http://deb.debian.org/debian", Packages: []string{"base-files", "systemd"}}
 	for _, p := range []struct{ name, version string }{{"base-files", "13.8"}, {"systemd", "1:257.9-1"}} {
 		deb, sum := buildDeb(t, p.name, p.version)
 		file := fmt.Sprintf("pool/main/%c/%s/%s", p.name[0], p.name, filepath.Base(deb))
@@ -93,10 +93,12 @@ func TestReadOSLockErrors(t *testing.T) {
 		mutate func(*OSLock)
 		want   string
 	}{
-		"a bad sha256":       {func(l *OSLock) { l.Lock[0].SHA256 = "abc" }, `$.lock[0].sha256: "abc" is not a sha256`},
-		"a path out of pool": {func(l *OSLock) { l.Lock[1].File = "pool/../../etc/passwd.deb" }, "$.lock[1]: needs a package, a version and a file under pool/"},
-		"no files":           {func(l *OSLock) { l.Lock = nil }, "$.lock: lists no .deb file"},
-		"another kind":       {func(l *OSLock) { l.Kind = "Bundle" }, "$.kind: is terrarium.dev/v1alpha1 Bundle"},
+		"a bad sha256":          {func(l *OSLock) { l.Lock[0].SHA256 = "abc" }, `$.lock[0].sha256: "abc" is not a sha256`},
+		"a path out of pool":    {func(l *OSLock) { l.Lock[1].File = "pool/../../etc/passwd.deb" }, "$.lock[1]: needs a package, a version and a file under pool/"},
+		"no files":              {func(l *OSLock) { l.Lock = nil }, "$.lock: lists no .deb file"},
+		"another kind":          {func(l *OSLock) { l.Kind = "Bundle" }, "$.kind: is terrarium.dev/v1alpha1 Bundle"},
+		"a mirror with a quote": {func(l *OSLock) { l.Mirror = "http://x/'; rm -rf /" }, "$.mirror:"},
+		"a bad suite":           {func(l *OSLock) { l.Suite = "trixie main" }, "$.suite:"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := good()
@@ -124,7 +126,7 @@ func TestLocalRepo(t *testing.T) {
 	dir := t.TempDir()
 	line, err := localRepo(context.Background(), c, l, dir, epoch)
 	require.NoError(t, err)
-	assert.Equal(t, "deb [trusted=yes] file://"+dir+" ./", line)
+	assert.Equal(t, "deb [trusted=yes] copy://"+dir+" ./", line)
 	index, err := os.ReadFile(filepath.Join(dir, "Packages"))
 	require.NoError(t, err)
 	stanzas := strings.Split(strings.TrimSpace(string(index)), "\n\n")
@@ -187,4 +189,21 @@ func TestBaseKeyWithLock(t *testing.T) {
 	_, err = BuildBase(context.Background(), c, o, l, epoch, discard)
 	require.Error(t, err, "a lock for other packages is refused before anything runs")
 	assert.Contains(t, err.Error(), "make pin")
+}
+
+func TestCheckInstalled(t *testing.T) {
+	l, _ := testLock(t)
+	assert.NoError(t, l.checkInstalled(map[string]string{"base-files": "13.8", "systemd": "1:257.9-1"}))
+	err := l.checkInstalled(map[string]string{"base-files": "13.9", "sudo": "1.9", "libc6": "2.41"})
+	require.Error(t, err)
+	for _, want := range []string{
+		"base-files is installed at 13.9, locked at 13.8",
+		"systemd 1:257.9-1 is locked but not installed",
+		"libc6 2.41 is installed but not locked",
+		"sudo 1.9 is installed but not locked",
+		"make pin",
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, []string{"base-files", "systemd"}, l.packageNames())
 }
