@@ -210,6 +210,14 @@ func (r *runner) run(ctx context.Context) error {
 	if ch != nil {
 		cfg = r.applyChange(ctx, cfg, ch)
 	} else if err := r.provisionOrVerify(ctx, cfg); err != nil {
+		// An upgrade's trial boot whose phases fail (a Kubernetes
+		// upgrade that does not go through) uses up its tries and falls
+		// back, instead of systemd restarting the same failure here for
+		// ever. Any other boot keeps retrying (systemd restarts firstboot),
+		// which is how a node formation resumes after a power cut.
+		if u := r.lastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.ToSlot {
+			return r.notBlessed(ctx, err)
+		}
 		return err
 	}
 	r.waitForAddresses(ctx, cfg)

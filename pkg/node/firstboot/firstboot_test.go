@@ -13,6 +13,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -679,6 +680,32 @@ func TestBlessFailure(t *testing.T) {
 	}
 }
 
+// An upgrade's trial boot whose phases fail reboots so that its try is
+// counted (and, once its tries are spent, the boot loader falls back): it
+// neither blesses nor exits for systemd to restart the same failure. A
+// first boot that fails on trial exits (systemd retries it).
+func TestApplyFailureOnUpgradeTrialReboots(t *testing.T) {
+	e := enrolled(t, fullConfig)
+	e.loader.trial = true
+	e.failCmd["networkctl"] = errFake
+	e.write("/etc/systemd/network/10-terrarium-0.network", "drifted\n") // the network phase heals, and fails
+	require.Error(t, e.run(fullConfig), "no upgrade pending: the failure is returned")
+	assert.Zero(t, e.reboots)
+
+	store, err := nodestate.Open(e.path(journalPath()))
+	require.NoError(t, err)
+	require.NoError(t, store.Update(func(j *nodestate.Journal) {
+		j.Upgrade = &nodestate.Upgrade{From: "1.2.2", To: "1.2.3", FromSlot: "b", ToSlot: "a", State: nodestate.UpgradeInstalled}
+	}))
+	e.setBootID("33333333-3333-3333-3333-333333333333")
+	e.write("/etc/systemd/network/10-terrarium-0.network", "drifted\n")
+	blessed := len(e.loader.blessCalls())
+	require.NoError(t, e.run(fullConfig), "the upgrade's trial boot ends in a reboot, not an error")
+	assert.Equal(t, 1, e.reboots)
+	assert.Len(t, e.loader.blessCalls(), blessed, "not blessed")
+	assert.Contains(t, e.console.String(), "rebooting in")
+}
+
 func TestApplyFailure(t *testing.T) {
 	e := newEnv(t)
 	e.failCmd["networkctl"] = errFake
@@ -701,8 +728,8 @@ func TestApplyFailure(t *testing.T) {
 	if s.State != StateFailed || !strings.Contains(s.Message, "networkctl reload") {
 		t.Errorf("status = %+v", s)
 	}
-	if len(e.loader.blessCalls()) != 0 || len(e.loader.trialAsks) != 0 {
-		t.Error("a failed boot reached the boot loader")
+	if len(e.loader.blessCalls()) != 0 || e.reboots != 0 {
+		t.Error("a failed boot of a slot not on trial was blessed or rebooted")
 	}
 
 	// The next boot provisions again, and succeeds.

@@ -44,22 +44,7 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 		r.status.Message = err.Error()
 		r.status.Blessed = "not blessed"
 		r.say("%v", err)
-		trial, terr := r.o.BootLoader.OnTrial(ctx, r.slot)
-		if terr != nil || !trial {
-			// A blessed slot that turns unhealthy stays up for repair:
-			// rebooting would only loop.
-			r.say("this boot is NOT blessed; the slot is not on trial, so it stays up for repair")
-			r.publish()
-			return err
-		}
-		r.say("this boot is NOT blessed; rebooting in %s so the boot loader counts the failed try", r.o.TrialRebootDelay)
-		r.publish()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.o.TrialRebootDelay):
-		}
-		return r.o.Reboot(ctx)
+		return r.notBlessed(ctx, err)
 	}
 	r.step("health", "passed", "")
 	r.status.Time = r.timeSource(ctx, cfg)
@@ -85,6 +70,27 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	r.commitUpgrade()
 	r.publish()
 	return nil
+}
+
+// notBlessed ends a boot that failed (err): a slot on trial reboots after
+// TrialRebootDelay, so that the boot loader counts the failed try and,
+// once the tries are spent, falls back to the other slot; a blessed slot
+// stays up for repair (rebooting would only loop) and err is returned.
+func (r *runner) notBlessed(ctx context.Context, err error) error {
+	trial, terr := r.o.BootLoader.OnTrial(ctx, r.slot)
+	if terr != nil || !trial {
+		r.say("this boot is NOT blessed; the slot is not on trial, so it stays up for repair")
+		r.publish()
+		return err
+	}
+	r.say("this boot is NOT blessed; rebooting in %s so the boot loader counts the failed try", r.o.TrialRebootDelay)
+	r.publish()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.o.TrialRebootDelay):
+	}
+	return r.o.Reboot(ctx)
 }
 
 // timeSource says where the node's time comes from, for the status.
