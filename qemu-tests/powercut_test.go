@@ -69,6 +69,9 @@ func TestPowerCuts(t *testing.T) {
 	}
 	trial := func(cutAt time.Duration) result {
 		m := newMachine(t, image)
+		// A trial's disk (~1 GB once formed) goes when the trial ends:
+		// twenty of them would fill a small disk.
+		defer os.Remove(m.disk)
 		m.mac, m.memMiB = mgmtMAC, 3072
 		// The cluster link, with nobody on the other end.
 		m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: linkMAC}
