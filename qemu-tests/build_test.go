@@ -115,12 +115,15 @@ func TestReproducibleAndValid(t *testing.T) {
 }
 
 // checkEntries asserts the ESP holds the named boot entries, listed by
-// fsck.fat itself.
+// fsck.fat itself. FAT names are case-insensitive (and so are the
+// firmware's and Linux's lookups): mcopy stores "loader" as the short name
+// LOADER, which fsck.fat lists as such, while an entry's long name keeps
+// its case.
 func checkEntries(t *testing.T, esp string, want ...string) {
 	t.Helper()
 	listing := run(t, "fsck.fat", "-n", "-l", esp)
 	for _, w := range want {
-		if !strings.Contains(listing, "/loader/entries/"+w) {
+		if !strings.Contains(strings.ToLower(listing), "/loader/entries/"+strings.ToLower(w)) {
 			t.Errorf("ESP lacks boot entry %s; fsck.fat lists:\n%s", w, listing)
 		}
 	}
