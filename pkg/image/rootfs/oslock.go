@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -188,7 +189,7 @@ func (l *OSLock) checkInstalled(versions map[string]string) error {
 			problems = append(problems, e.Package+" is installed at "+v+", locked at "+e.Version)
 		}
 	}
-	for _, p := range sortedKeys(versions) {
+	for _, p := range slices.Sorted(maps.Keys(versions)) {
 		if !locked[p] {
 			problems = append(problems, p+" "+versions[p]+" is installed but not locked")
 		}
@@ -208,15 +209,6 @@ func (l *OSLock) packageNames() []string {
 		out[i] = e.Package
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // linkOrCopy puts src at dst: a hard link when both are on one

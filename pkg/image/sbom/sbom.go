@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -60,7 +62,7 @@ type Image struct {
 // Build makes the BOM of in.
 func Build(in Inputs) (*cdx.BOM, error) {
 	var comps []cdx.Component
-	for _, name := range sortedKeys(in.Debian) {
+	for _, name := range slices.Sorted(maps.Keys(in.Debian)) {
 		v := in.Debian[name]
 		comps = append(comps, cdx.Component{
 			BOMRef: debPURL(name, v, in.Suite), Type: cdx.ComponentTypeLibrary, Name: name, Version: v,
@@ -74,7 +76,7 @@ func Build(in Inputs) (*cdx.BOM, error) {
 		}
 		modules[p.Module] = append(modules[p.Module], p.Path)
 	}
-	for _, mv := range sortedKeys(modules) {
+	for _, mv := range slices.Sorted(maps.Keys(modules)) {
 		// A module without a version is the image's own source (a
 		// component's module in this repository).
 		mod, v, versioned := strings.Cut(mv, "@")
@@ -187,15 +189,6 @@ func escape(s string) string {
 		}
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // errNoComponents: an SBOM of nothing.

@@ -47,7 +47,15 @@ func RenderUpgrade(in UpgradeInput) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-const upgradeTemplate = `# Written by Terrarium firstboot for a Kubernetes upgrade; kubeadm reads it.
+// upgradeTemplate's "common" block is what apply and node share.
+const upgradeTemplate = `{{define "common"}}
+  imagePullPolicy: IfNotPresent
+  ignorePreflightErrors: [{{range $i, $c := .Ignore}}{{if $i}}, {{end}}"{{$c}}"{{end}}]
+{{- if .ControlPlane}}
+  patches:
+    directory: "{{.PatchesDir}}"
+{{- end}}
+{{- end}}# Written by Terrarium firstboot for a Kubernetes upgrade; kubeadm reads it.
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: UpgradeConfiguration
 apply:
@@ -58,19 +66,9 @@ apply:
 {{- if .Experimental}}
   allowExperimentalUpgrades: true
 {{- end}}
-  imagePullPolicy: IfNotPresent
-  ignorePreflightErrors: [{{range $i, $c := .Ignore}}{{if $i}}, {{end}}"{{$c}}"{{end}}]
-{{- if .ControlPlane}}
-  patches:
-    directory: "{{.PatchesDir}}"
-{{- end}}
+{{- template "common" .}}
 node:
-  imagePullPolicy: IfNotPresent
-  ignorePreflightErrors: [{{range $i, $c := .Ignore}}{{if $i}}, {{end}}"{{$c}}"{{end}}]
-{{- if .ControlPlane}}
-  patches:
-    directory: "{{.PatchesDir}}"
-{{- end}}
+{{- template "common" .}}
 # As generous as formation's (see the init and join configurations).
 timeouts:
   controlPlaneComponentHealthCheck: 20m0s

@@ -95,15 +95,21 @@ func (f *Flow) recordKubernetes(v string) error {
 	return f.State.Update(func(j *nodestate.Journal) { j.Kubernetes = v })
 }
 
+// kubernetesVersions are the Kubernetes the node is configured for (have)
+// and the one its slot carries (want).
+func kubernetesVersions(f *Flow, c *machineconfig.Config) (have, want string, err error) {
+	if want, err = bundleKubernetesVersion(f); err != nil {
+		return "", "", err
+	}
+	have, err = f.ConfiguredKubernetes(c)
+	return have, want, err
+}
+
 func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil {
 		return nil
 	}
-	want, err := bundleKubernetesVersion(f)
-	if err != nil {
-		return err
-	}
-	have, err := f.ConfiguredKubernetes(c)
+	have, want, err := kubernetesVersions(f, c)
 	if err != nil {
 		return err
 	}
@@ -125,11 +131,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if cl == nil {
 		return nil
 	}
-	want, err := bundleKubernetesVersion(f)
-	if err != nil {
-		return err
-	}
-	have, err := f.ConfiguredKubernetes(c)
+	have, want, err := kubernetesVersions(f, c)
 	if err != nil {
 		return err
 	}
