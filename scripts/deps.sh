@@ -11,8 +11,8 @@ pkgs=(
   qemu-user           # qemu-x86_64: TLS handshake cost under TCG (bench-cluster)
   ovmf                # UEFI firmware for QEMU
   gdisk               # sgdisk -v (validating our GPT)
-  dosfstools          # fsck.fat -n (validating our ESP / config disks); mkfs.fat (the ISO's EFI image)
-  mtools              # mcopy: files into the ISO's EFI image
+  dosfstools          # mkfs.fat (the ESPs), fsck.fat -n (validating them and config disks)
+  mtools              # mcopy: files into the ESPs
   xorriso             # hybrid ISO
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
   zstd
