@@ -139,7 +139,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		return nil, err
 	}
 	slots, err := step(st, "slot images (mksquashfs)", func() (map[layout.Slot]string, string, error) {
-		return buildSlots(ctx, opt.Cache, s, slotInputs(s, in.Firstboot, base, bundles, comps.programs), opt.Log)
+		return buildSlots(ctx, opt.Cache, s, slotInputs(s, in.Firstboot, base, boot.kernelVersion, bundles, comps.programs), opt.Log)
 	})
 	if err != nil {
 		return nil, err
@@ -297,10 +297,10 @@ func releaseOf(s *spec.Spec, kernelVersion string, faults []string) release.Rele
 // slotInputs is what slot A holds: the base, the overlay, firstboot, the
 // release, the enabled units, the programs, the bundle and the keys
 // trusted for upgrades (whose problems Parse reported already).
-func slotInputs(s *spec.Spec, firstboot string, base *rootfs.Base, bundles *bundleLayout, programs []rootfs.Program) rootfs.SlotInputs {
+func slotInputs(s *spec.Spec, firstboot string, base *rootfs.Base, kernelVersion string, bundles *bundleLayout, programs []rootfs.Program) rootfs.SlotInputs {
 	in := rootfs.SlotInputs{
 		Base: base, Overlay: s.Resolve(s.OS.Overlay), Firstboot: firstboot,
-		Release: releaseOf(s, base.KernelVersion(), s.Faults), Enable: s.OS.Enable, Programs: programs,
+		Release: releaseOf(s, kernelVersion, s.Faults), Enable: s.OS.Enable, Programs: programs,
 	}
 	if bundles != nil {
 		in.BundleDir, in.BundleKey = bundles.dir, bundles.key

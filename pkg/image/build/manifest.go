@@ -113,14 +113,11 @@ func writeSBOM(path string, s *spec.Spec, m *Manifest) (int, error) {
 			in.Images = append(in.Images, sbom.Image{Name: img.Name, Digest: img.Digest})
 		}
 	}
-	err := atomicfile.Write(path, 0o644, func(w io.Writer) error { return sbom.Write(w, in) })
-	return len(m.Packages) + len(in.Images) + countModules(in.Programs), err
-}
-
-func countModules(ps []sbom.Program) int {
-	seen := map[string]bool{}
-	for _, p := range ps {
-		seen[p.Module] = true
-	}
-	return len(seen)
+	n := 0
+	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		var werr error
+		n, werr = sbom.Write(w, in)
+		return werr
+	})
+	return n, err
 }

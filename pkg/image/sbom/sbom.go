@@ -136,18 +136,19 @@ func Build(in Inputs) (*cdx.BOM, error) {
 	return bom, nil
 }
 
-// Write writes the BOM of in to w as CycloneDX 1.6 JSON.
-func Write(w io.Writer, in Inputs) error {
+// Write writes the BOM of in to w as CycloneDX 1.6 JSON and returns how
+// many components it lists.
+func Write(w io.Writer, in Inputs) (int, error) {
 	bom, err := Build(in)
 	if err != nil {
-		return fmt.Errorf("SBOM: %w", err)
+		return 0, fmt.Errorf("SBOM: %w", err)
 	}
 	var buf bytes.Buffer
 	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).SetEscapeHTML(false).EncodeVersion(bom, cdx.SpecVersion1_6); err != nil {
-		return fmt.Errorf("SBOM: %w", err)
+		return 0, fmt.Errorf("SBOM: %w", err)
 	}
 	_, err = w.Write(buf.Bytes())
-	return err
+	return len(*bom.Components), err
 }
 
 // debPURL is a Debian package's package URL.

@@ -38,10 +38,12 @@ func inputs() Inputs {
 
 func TestWriteGolden(t *testing.T) {
 	var a, b bytes.Buffer
-	require.NoError(t, Write(&a, inputs()))
+	_, err := Write(&a, inputs())
+	require.NoError(t, err)
 	in := inputs()
 	in.Images[0], in.Images[2] = in.Images[2], in.Images[0] // order does not matter
-	require.NoError(t, Write(&b, in))
+	_, err = Write(&b, in)
+	require.NoError(t, err)
 	assert.Equal(t, a.String(), b.String(), "the same content gives the same bytes")
 
 	golden := filepath.Join("testdata", "sbom.golden.json")
@@ -55,7 +57,9 @@ func TestWriteGolden(t *testing.T) {
 
 func TestBOMContents(t *testing.T) {
 	var buf bytes.Buffer
-	require.NoError(t, Write(&buf, inputs()))
+	n, err := Write(&buf, inputs())
+	require.NoError(t, err)
+	assert.Equal(t, 4+3+3, n, "Write counts what it lists")
 	var bom cdx.BOM
 	require.NoError(t, cdx.NewBOMDecoder(&buf, cdx.BOMFileFormatJSON).Decode(&bom))
 	assert.Equal(t, cdx.SpecVersion1_6, bom.SpecVersion)
@@ -99,7 +103,7 @@ func TestBuildErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := inputs()
 			mutate(&in)
-			err := Write(&bytes.Buffer{}, in)
+			_, err := Write(&bytes.Buffer{}, in)
 			require.Error(t, err)
 			assert.True(t, strings.HasPrefix(err.Error(), "SBOM: "), err.Error())
 		})
@@ -123,7 +127,8 @@ func TestValidatesAgainstSchema(t *testing.T) {
 	require.NoError(t, err)
 
 	var buf bytes.Buffer
-	require.NoError(t, Write(&buf, inputs()))
+	_, err = Write(&buf, inputs())
+	require.NoError(t, err)
 	res, err := schema.Validate(gojsonschema.NewBytesLoader(buf.Bytes()))
 	require.NoError(t, err)
 	for _, e := range res.Errors() {
