@@ -13,6 +13,9 @@ var (
 	// ErrConflict: the object changed since it was read, or already
 	// exists (409): read it again and decide again.
 	ErrConflict = errors.New("conflict")
+	// ErrTooManyRequests: the API refused for now (429); for an
+	// eviction, a PodDisruptionBudget does not allow it yet.
+	ErrTooManyRequests = errors.New("too many requests")
 )
 
 // StatusError is an API answer other than success.
@@ -28,13 +31,16 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s %s: %s: %s", e.Method, e.URL, e.Status, e.Body)
 }
 
-// Unwrap lets errors.Is match ErrNotFound and ErrConflict.
+// Unwrap lets errors.Is match ErrNotFound, ErrConflict and
+// ErrTooManyRequests.
 func (e *StatusError) Unwrap() error {
 	switch e.Code {
 	case http.StatusNotFound:
 		return ErrNotFound
 	case http.StatusConflict:
 		return ErrConflict
+	case http.StatusTooManyRequests:
+		return ErrTooManyRequests
 	}
 	return nil
 }

@@ -195,23 +195,41 @@ func inlineOrFile(data, file string, readFile func(string) ([]byte, error)) ([]b
 type Node struct {
 	Name  string
 	Ready bool
+	// ControlPlane: the node carries kubeadm's control-plane role label.
+	ControlPlane bool
+	// Unschedulable: the node is cordoned.
+	Unschedulable bool
+	// KubeletVersion is the version its kubelet reports.
+	KubeletVersion string
 }
+
+// controlPlaneLabel is the role label kubeadm puts on control planes.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 // nodeJSON is the part of a Node object Node comes from.
 type nodeJSON struct {
 	Metadata struct {
-		Name string `json:"name"`
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
 	} `json:"metadata"`
+	Spec struct {
+		Unschedulable bool `json:"unschedulable"`
+	} `json:"spec"`
 	Status struct {
 		Conditions []struct {
 			Type   string `json:"type"`
 			Status string `json:"status"`
 		} `json:"conditions"`
+		NodeInfo struct {
+			KubeletVersion string `json:"kubeletVersion"`
+		} `json:"nodeInfo"`
 	} `json:"status"`
 }
 
 func (n nodeJSON) node() Node {
-	out := Node{Name: n.Metadata.Name}
+	_, cp := n.Metadata.Labels[controlPlaneLabel]
+	out := Node{Name: n.Metadata.Name, ControlPlane: cp, Unschedulable: n.Spec.Unschedulable,
+		KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 	for _, c := range n.Status.Conditions {
 		if c.Type == "Ready" {
 			out.Ready = c.Status == "True"
@@ -243,6 +261,19 @@ func (c *Client) Node(ctx context.Context, name string) (Node, error) {
 		return Node{}, err
 	}
 	return n.node(), nil
+}
+
+// Cordon marks a node unschedulable (or, with false, schedulable again)
+// with a merge patch of its spec.unschedulable, as kubectl cordon does. A
+// kubelet's own credentials may patch its own node.
+func (c *Client) Cordon(ctx context.Context, name string, unschedulable bool) error {
+	patch := map[string]any{"spec": map[string]any{"unschedulable": unschedulable}}
+	err := c.send(ctx, request{method: http.MethodPatch, path: "/api/v1/nodes/" + url.PathEscape(name),
+		contentType: "application/merge-patch+json", body: patch}, nil)
+	if err != nil {
+		return fmt.Errorf("set node %s unschedulable=%t: %w", name, unschedulable, err)
+	}
+	return nil
 }
 
 // At returns a client of the same user, trusting the same CA, for the API
@@ -280,10 +311,30 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 // do sends a request with an optional JSON body and decodes the JSON
 // answer into v. An answer other than 200 or 201 is a *StatusError.
 func (c *Client) do(ctx context.Context, method, path string, in, v any) error {
-	u := c.server.JoinPath(path)
+	return c.send(ctx, request{method: method, path: path, body: in}, v)
+}
+
+// request is one API call: path is escaped by the caller, query is added
+// as is, and body is sent as JSON under contentType (default
+// application/json; a PATCH names its patch type).
+type request struct {
+	method, path string
+	query        url.Values
+	contentType  string
+	body         any
+}
+
+// send makes the call rq and decodes the JSON answer into v, unless v is
+// nil. An answer other than 200 or 201 is a *StatusError.
+func (c *Client) send(ctx context.Context, rq request, v any) error {
+	u := c.server.JoinPath(rq.path)
+	if len(rq.query) > 0 {
+		u.RawQuery = rq.query.Encode()
+	}
+	method := rq.method
 	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
+	if rq.body != nil {
+		b, err := json.Marshal(rq.body)
 		if err != nil {
 			return fmt.Errorf("%s %s: encode request: %w", method, u, err)
 		}
@@ -297,8 +348,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, v any) error {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if rq.body != nil {
+		ct := rq.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -312,6 +367,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, v any) error {
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		return &StatusError{Method: method, URL: u.String(), Code: resp.StatusCode, Status: resp.Status,
 			Body: strings.TrimSpace(string(answer[:min(len(answer), 300)]))}
+	}
+	if v == nil {
+		return nil
 	}
 	if err := json.Unmarshal(answer, v); err != nil {
 		return fmt.Errorf("%s %s: decode answer: %w", method, u, err)

@@ -21,6 +21,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // pki is a CA with a server and a client certificate, as PEM.
@@ -35,9 +38,7 @@ func newPKI(t *testing.T, clientCN string) pki {
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ca, _ := x509.ParseCertificate(caDER)
 	issue := func(serial int64, cn string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -45,9 +46,7 @@ func newPKI(t *testing.T, clientCN string) pki {
 			Subject: pkix.Name{CommonName: cn}, NotBefore: caTmpl.NotBefore, NotAfter: caTmpl.NotAfter,
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}, ca, key.Public(), caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		kd, _ := x509.MarshalECPrivateKey(key)
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 	}
@@ -90,9 +89,7 @@ func tlsServer(t *testing.T, p pki, mux *http.ServeMux, conns *atomic.Int32) *ht
 	t.Helper()
 	srv := httptest.NewUnstartedServer(mux)
 	cert, err := tls.X509KeyPair(p.serverCert, p.serverKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(p.caPEM)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
@@ -136,22 +133,14 @@ func TestAdminListsNodesOnOneConnection(t *testing.T) {
 	var conns atomic.Int32
 	srv := apiServer(t, p, &conns)
 	c, err := New([]byte(adminConf(srv.URL, p)), os.ReadFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for poll := 0; poll < 3; poll++ {
 		nodes, err := c.Nodes(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(nodes) != "[{cp-1 true} {w-1 false}]" {
-			t.Fatalf("nodes %v", nodes)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, []Node{{Name: "cp-1", Ready: true}, {Name: "w-1"}}, nodes)
 	}
 	// The point of the package: polls share one TLS connection.
-	if n := conns.Load(); n != 1 {
-		t.Errorf("3 polls opened %d connections, want 1", n)
-	}
+	assert.EqualValues(t, 1, conns.Load(), "3 polls share one connection")
 }
 
 // A kubelet's kubeconfig refers to files: the CA, and one PEM file with
@@ -161,12 +150,8 @@ func TestKubeletGetsItsNodeWithFiles(t *testing.T) {
 	srv := apiServer(t, p, nil)
 	root := t.TempDir()
 	write := func(name string, b []byte) {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, name), b, 0o600))
 	}
 	write("/etc/kubernetes/pki/ca.crt", p.caPEM)
 	write("/var/lib/kubelet/pki/kubelet-client-current.pem", append(append([]byte{}, p.clientCert...), p.clientKey...))
@@ -191,32 +176,25 @@ users:
     client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
 `
 	c, err := New([]byte(conf), func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n, err := c.Node(context.Background(), "w-1")
-	if err != nil || n != (Node{Name: "w-1", Ready: true}) {
-		t.Fatalf("Node(w-1) = %v, %v", n, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, Node{Name: "w-1", Ready: true}, n)
 	// A kubelet may not list nodes: the answer's status is in the error.
-	if _, err := c.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "forbidden") {
-		t.Errorf("listing nodes as a kubelet: %v, want 403 forbidden", err)
-	}
-	if _, err := c.Node(context.Background(), "nope"); err == nil || !strings.Contains(err.Error(), "404") {
-		t.Errorf("a missing node: %v, want 404", err)
-	}
+	_, err = c.Nodes(context.Background())
+	assert.ErrorContains(t, err, "403")
+	assert.ErrorContains(t, err, "forbidden")
+	_, err = c.Node(context.Background(), "nope")
+	assert.ErrorIs(t, err, ErrNotFound)
 }
 
 func TestServerOfAnotherCAIsRefused(t *testing.T) {
 	p, other := newPKI(t, "kubernetes-admin"), newPKI(t, "kubernetes-admin")
 	srv := apiServer(t, other, nil)
 	c, err := New([]byte(adminConf(srv.URL, p)), os.ReadFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("an API server of another CA: %v, want a certificate error", err)
-	}
+	require.NoError(t, err)
+	_, err = c.Nodes(context.Background())
+	assert.ErrorContains(t, err, "certificate", "an API server of another CA")
 }
 
 func TestBadKubeconfigs(t *testing.T) {
@@ -233,12 +211,9 @@ func TestBadKubeconfigs(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New([]byte(tt.conf), os.ReadFile)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New: %v, want an error containing %q", err, tt.want)
-			}
+			assert.ErrorContains(t, err, tt.want)
 		})
 	}
-	if _, err := New([]byte(good), os.ReadFile); err != nil {
-		t.Errorf("the good kubeconfig: %v", err)
-	}
+	_, err := New([]byte(good), os.ReadFile)
+	assert.NoError(t, err, "the good kubeconfig")
 }
