@@ -253,6 +253,12 @@ const (
 	// configuration a node had before a Kubernetes upgrade changed them,
 	// for a rollback to the old slot.
 	KubernetesBeforeUpgradeDir = "/var/lib/terrarium/kubernetes-before-upgrade"
+	// UpgradesDir is an OCI image layout holding the upgrade files the
+	// node accepted or fetched, as OCI artifacts, which its registry
+	// serves to its peers for a cluster-wide rollout; firstboot writes it.
+	UpgradesDir = "/var/lib/terrarium/upgrades"
+	// UpgradeRepository is the repository they are served under.
+	UpgradeRepository = "terrarium.internal/upgrade"
 )
 
 // TERRA-STATE layout, relative to its root.

@@ -26,6 +26,9 @@ const (
 	PodResolvConf     = "/etc/terrarium/pod-resolv.conf"
 	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
 	CoreDNSManifest   = "/etc/terrarium/addons/coredns-config.yaml"
+	// UpgradesManifest lets every node take its part in a cluster-wide
+	// upgrade (addons.Upgrades).
+	UpgradesManifest  = "/etc/terrarium/addons/upgrades.yaml"
 	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
 	KubernetesPKIDir  = layout.KubernetesPKIDir
 	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
@@ -319,6 +322,9 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 			return err
 		}
 		if _, err := h.WriteIfChanged(CoreDNSManifest, dns, 0o644); err != nil {
+			return err
+		}
+		if _, err := h.WriteIfChanged(UpgradesManifest, addons.Upgrades, 0o644); err != nil {
 			return err
 		}
 	}

@@ -88,6 +88,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
 			k("init", "phase", "addon", "coredns"),
 			k("init", "phase", "addon", "kube-proxy"),
+			{name: "upgrade coordination", own: applyManifest(UpgradesManifest)},
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		}
 	case machineconfig.RoleControlPlane:

@@ -49,11 +49,14 @@ type Config struct {
 
 // Options wire the daemon to its machine; Defaults has production values.
 type Options struct {
-	BundleDir  string // the slot's OCI layout (absent: no bundle)
-	CacheDir   string // the writable cache on TERRA-STATE
-	ConfigFile string
-	Loopback   string // ip:port for containerd
-	Log        *slog.Logger
+	BundleDir string // the slot's OCI layout (absent: no bundle)
+	// UpgradesDir is the node's upgrade share (pkg/node/upgradeshare),
+	// which firstboot writes and the registry serves to the peers.
+	UpgradesDir string
+	CacheDir    string // the writable cache on TERRA-STATE
+	ConfigFile  string
+	Loopback    string // ip:port for containerd
+	Log         *slog.Logger
 	// Notify tells systemd the registry is ready (sd_notify READY=1).
 	Notify func() error
 	// SideLoad watches for bundle disks; nil disables it.
@@ -85,6 +88,9 @@ func Run(ctx context.Context, o Options) error {
 		// The slot's tags can never be shadowed by a side-load; the server
 		// consults the bundle before the cache as well.
 		cacheOpts = append(cacheOpts, registry.WithBundle(l))
+	}
+	if o.UpgradesDir != "" {
+		stores = append(stores, registry.OpenLiveLayout(o.UpgradesDir, registry.WithLogger(o.Log)))
 	}
 	cache, err := registry.OpenCache(o.CacheDir, cacheOpts...)
 	if err != nil {
@@ -251,12 +257,13 @@ func Notify() func() error {
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger, console io.Writer) Options {
 	return Options{
-		BundleDir:  layout.BundleDir,
-		CacheDir:   layout.RegistryCacheDir,
-		ConfigFile: layout.RegistryConfigFile,
-		Loopback:   mirrors.Loopback,
-		Log:        log,
-		Notify:     Notify(),
+		BundleDir:   layout.BundleDir,
+		UpgradesDir: layout.UpgradesDir,
+		CacheDir:    layout.RegistryCacheDir,
+		ConfigFile:  layout.RegistryConfigFile,
+		Loopback:    mirrors.Loopback,
+		Log:         log,
+		Notify:      Notify(),
 		SideLoad: &SideLoader{
 			LabelDir: "/dev/disk/by-label", MountDir: layout.RegistryMountDir,
 			Console: console, Log: log, Interval: 2 * time.Second,
