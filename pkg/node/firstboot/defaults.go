@@ -28,6 +28,10 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/embedded"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
 	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/registryd"
+	"github.com/terrarium-os/terrarium/pkg/node/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/upgradeshare"
 )
 
 // Defaults returns the production wiring.
@@ -61,6 +65,29 @@ func Defaults(log *slog.Logger) Options {
 		TimeSync:         timesync.DefaultSync(),
 		Media:            md,
 		TrialRebootDelay: 10 * time.Second,
+		Rollout:          defaultRollout(h),
+	}
+}
+
+// defaultRollout takes a cluster node's part in its cluster's upgrades
+// with its kubelet's credentials, fetching from the peers its registry
+// configuration names.
+func defaultRollout(h *host.Host) Rollout {
+	return Rollout{
+		API: func() (RolloutAPI, error) {
+			b, err := os.ReadFile(h.Path(kubeadmflow.KubeletKubeconfig))
+			if err != nil {
+				return nil, err
+			}
+			return kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
+		},
+		Peers: func() (upgradeshare.Peers, error) {
+			return registryd.PeerFetcher(h.Path(layout.RegistryConfigFile))
+		},
+		ShareDir: layout.UpgradesDir,
+		Poll:     5 * time.Second,
+		Drain:    rollout.DrainOptions{Timeout: 5 * time.Minute, Poll: 2 * time.Second},
+		Lease:    15 * time.Minute,
 	}
 }
 

@@ -253,6 +253,7 @@ func immutableChanges(old, next *machineconfig.Config) error {
 // ends. cfg is the config the node runs.
 func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) error {
 	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick a control plane's backup", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
+	var nextRolloutLook time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -264,6 +265,7 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		r.snapshotIfDue(ctx, cfg)
 		r.serveUpgradeStick(ctx, cfg)
 		r.serveUpgradeRequest(ctx, cfg)
+		r.followRollout(ctx, cfg, &nextRolloutLook)
 		found, err := r.probe(ctx, r.o.ChangeSources)
 		fp := fingerprint(found, err)
 		if fp == r.changeSeen {

@@ -77,6 +77,8 @@ type Options struct {
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
 	// person to read the console) before it reboots into the fallback.
 	TrialRebootDelay time.Duration
+	// Rollout is the node's part in its cluster's upgrades.
+	Rollout Rollout
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.

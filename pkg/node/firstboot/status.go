@@ -54,6 +54,9 @@ type Status struct {
 	Cluster *kubeadmflow.ClusterStatus `json:"cluster,omitempty"`
 	// Backup is a control plane's newest etcd snapshot and its schedule.
 	Backup string `json:"backup,omitempty"`
+	// Upgrade is the cluster's upgrade rollout, in one line
+	// (rollout.Record.Summary).
+	Upgrade string `json:"upgrade,omitempty"`
 }
 
 // publish writes status.json, then prints the banner and the file's
@@ -131,6 +134,9 @@ func Banner(s Status) string {
 	}
 	if s.Backup != "" {
 		rows = append(rows, [2]string{"backup", s.Backup})
+	}
+	if s.Upgrade != "" {
+		rows = append(rows, [2]string{"upgrade", s.Upgrade})
 	}
 	if s.Message != "" {
 		rows = append(rows, [2]string{"note", s.Message})

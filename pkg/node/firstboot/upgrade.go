@@ -224,11 +224,15 @@ type upgradeSource struct {
 	removable bool
 	// open calls fn with the upgrade file's path on the host.
 	open func(fn func(path string) error) error
+	// rollout: the cluster's rollout installs it on this node; any other
+	// source on a node of a cluster hands it to the cluster's rollout.
+	rollout bool
 }
 
 // Outcomes of an upgrade (UpgradeResult.Outcome).
 const (
 	outcomeInstalled        = "installed"
+	outcomePublished        = "published"
 	outcomeAlreadyInstalled = "already-installed"
 	outcomeRefused          = "refused"
 )
@@ -240,9 +244,10 @@ const (
 // node is installed again too.
 func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) UpgradeResult {
 	var (
-		res    slotinstall.Result
-		digest string
-		name   string
+		res       slotinstall.Result
+		digest    string
+		name      string
+		published string
 	)
 	err := src.open(func(path string) error {
 		name = filepath.Base(path)
@@ -275,7 +280,14 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		if bad != nil && policy != upgrade.Force {
 			return fmt.Errorf("%w: %s rolled back at %s (%s)", errRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
 		}
+		if b := r.clusterBad(ctx, cfg, digest); b != nil && policy != upgrade.Force {
+			return fmt.Errorf("%w: %s rolled back on %s at %s (%s)", errBadInCluster, b.Version, b.Node, b.At.Format("2006-01-02T15:04:05Z"), b.Reason)
+		}
 		if err := r.checkKubernetes(ctx, cfg, v.Manifest(), policy); err != nil {
+			return err
+		}
+		if r.inRollout(cfg) && !src.rollout {
+			published, err = r.publishUpgrade(ctx, cfg, path, v.Manifest(), digest, policy)
 			return err
 		}
 		res, err = r.o.Install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
@@ -289,6 +301,11 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		}
 		r.say("upgrade: %s", detail)
 		return UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
+	case err == nil && published != "":
+		r.step("upgrade", outcomePublished, published)
+		r.say("upgrade: %s", published)
+		r.publish()
+		return UpgradeResult{Outcome: outcomePublished, Detail: published}
 	case err != nil:
 		r.step("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
@@ -337,6 +354,9 @@ func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config,
 	}
 	return upgrade.CheckKubernetes(skew, m.KubernetesVersion)
 }
+
+// errBadInCluster: the upgrade rolled back on a node of the cluster.
+var errBadInCluster = errors.New("this upgrade rolled back in this cluster and is not installed again on its own")
 
 // errRolledBackBefore: the upgrade failed on this node before.
 var errRolledBackBefore = errors.New("this upgrade was rolled back on this node before and is not installed again on its own")

@@ -105,12 +105,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if len(cfg.Peers) > 0 {
-		var urls []string
-		for _, p := range cfg.Peers {
-			urls = append(urls, "https://"+p)
-		}
-		opts = append(opts, registry.WithPeers(urls, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
-			GetClientCertificate: clientCertificate(cfg.ClientCertFile, cfg.ClientKeyFile)}))
+		opts = append(opts, registry.WithPeers(cfg.PeerURLs(), cfg.peerTLS(pool)))
 	}
 	srv, err := registry.New(opts...)
 	if err != nil {
@@ -146,6 +141,41 @@ func Run(ctx context.Context, o Options) error {
 	case err := <-errs:
 		return err
 	}
+}
+
+// PeerURLs are the base URLs of the peers' registries.
+func (c Config) PeerURLs() []string {
+	urls := make([]string, 0, len(c.Peers))
+	for _, p := range c.Peers {
+		urls = append(urls, "https://"+p)
+	}
+	return urls
+}
+
+// peerTLS is how the registry talks to its peers: their certificates
+// checked against the cluster CA in pool, the node's own shown to them.
+func (c Config) peerTLS(pool *x509.CertPool) *tls.Config {
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
+		GetClientCertificate: clientCertificate(c.ClientCertFile, c.ClientKeyFile)}
+}
+
+// PeerFetcher reads the registry configuration at path and fetches from
+// the peers it names as the registry itself does (mutual TLS with the
+// cluster CA): for content the node keeps beside the registry, its
+// upgrade share. A node with no peers has no fetcher (an error).
+func PeerFetcher(path string) (*registry.Fetcher, error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Peers) == 0 {
+		return nil, fmt.Errorf("%s names no peers to fetch from", path)
+	}
+	pool, err := loadCA(cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	return registry.NewFetcher(cfg.PeerURLs(), cfg.peerTLS(pool))
 }
 
 func loadConfig(path string) (Config, error) {
