@@ -10,7 +10,7 @@ TEST_OUT := $(OUT)/test
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image test-image pin test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
+.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
 
 all: image
 
@@ -34,6 +34,10 @@ test-image: deps bin
 # files, rebuild the Kubernetes bundle's images and pin their digests.
 pin: deps bin
 	$(BIN)/imagebuild components pin
+
+# The Kubernetes release before the default, for make e2e-upgrade.
+pin-previous: deps bin
+	$(BIN)/imagebuild components pin --components components/previous
 
 vet: bin
 	@test -z "$$(gofmt -l cmd pkg qemu-tests components)" || { gofmt -l cmd pkg qemu-tests components; echo "gofmt: files above need formatting"; exit 1; }

@@ -21,7 +21,7 @@ func (v *Versions) WriteBundle(ctx context.Context, componentsDir, bundlesDir st
 	partial := final + ".partial"
 	defer os.Remove(partial)
 	render := func(p Pinned, what string) (*bundle.Bundle, error) {
-		text, err := v.RenderBundle(componentsDir, p)
+		text, err := v.RenderBundle(componentsDir, bundlesDir, p)
 		if err != nil {
 			return nil, err
 		}

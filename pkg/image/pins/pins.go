@@ -162,8 +162,13 @@ func PinnedOf(b *bundle.Bundle) Pinned {
 }
 
 // RenderBundle renders the bundle template in dir (the components
-// directory) with these pins and what building the images pinned.
-func (v *Versions) RenderBundle(dir string, pinned Pinned) ([]byte, error) {
+// directory) with these pins and what building the images pinned, for a
+// bundle file in bundlesDir: it names the components relative to it.
+func (v *Versions) RenderBundle(dir, bundlesDir string, pinned Pinned) ([]byte, error) {
+	rel, err := relDir(bundlesDir, dir)
+	if err != nil {
+		return nil, err
+	}
 	p := filepath.Join(dir, BundleTemplate)
 	text, err := os.ReadFile(p)
 	if err != nil {
@@ -175,14 +180,33 @@ func (v *Versions) RenderBundle(dir string, pinned Pinned) ([]byte, error) {
 	}
 	data := struct {
 		*Versions
-		Images []Image
-		Digest func(string) string
-		Lock   func(string) []bundle.DebianPackage
-	}{v, v.Images(), func(name string) string { return pinned.Digests[name] },
+		// Components is the components directory seen from the bundle.
+		Components string
+		Images     []Image
+		Digest     func(string) string
+		Lock       func(string) []bundle.DebianPackage
+	}{v, rel, v.Images(), func(name string) string { return pinned.Digests[name] },
 		func(name string) []bundle.DebianPackage { return pinned.Locks[name] }}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return b.Bytes(), nil
+}
+
+// relDir is dir as a slash path relative to from.
+func relDir(from, dir string) (string, error) {
+	af, err := filepath.Abs(from)
+	if err != nil {
+		return "", err
+	}
+	ad, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(af, ad)
+	if err != nil {
+		return "", fmt.Errorf("components %s seen from bundles %s: %w", dir, from, err)
+	}
+	return filepath.ToSlash(rel), nil
 }

@@ -56,7 +56,7 @@ func TestCommittedBundleIsRendered(t *testing.T) {
 			t.Errorf("%s: %s's Debian layer is not locked; run make pin", path, img.Name)
 		}
 	}
-	want, err := v.RenderBundle(componentsDir, PinnedOf(b))
+	want, err := v.RenderBundle(componentsDir, filepath.Join(repo, "bundles"), PinnedOf(b))
 	if err != nil {
 		t.Fatal(err)
 	}
