@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"time"
 
@@ -36,5 +37,18 @@ always is.`,
 	f.BoolVar(&o.Force, "force", false, "install a downgrade, the same version again, or an upgrade that rolled back here before")
 	f.BoolVar(&o.NoReboot, "no-reboot", false, "install only; the next boot tries the new slot")
 	f.DurationVar(&o.Wait, "timeout", 30*time.Minute, "how long to wait for the node's answer")
+	cmd.AddCommand(upgradeStatusCmd())
 	return cmd
+}
+
+func upgradeStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show this node's upgrades and, on a cluster node, the cluster's rollout node by node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			h := host.Real()
+			return firstboot.UpgradeStatus(cmd.Context(), firstboot.UpgradeStatusOptions{Host: h, API: firstboot.Defaults(slog.New(slog.NewTextHandler(os.Stderr, nil))).Rollout.API, Out: os.Stdout})
+		},
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,4 +358,35 @@ func TestWorkerStickPointsToAControlPlane(t *testing.T) {
 	assert.Contains(t, w.e.console.String(), "insert the stick into a control plane")
 	assert.Empty(t, w.inst.calls())
 	assert.Nil(t, c.cm)
+}
+
+func TestUpgradeStatusDrawsTheRollout(t *testing.T) {
+	c := newFakeCluster()
+	e, _ := clusterEnv(t, "")
+	require.NoError(t, e.run(clusterConfig(t, "cp-1")), e.console.String())
+	api := &nodeAPI{c: c, node: "cp-1"}
+	api.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	_, err := rollout.Update(context.Background(), api, func(r *rollout.Record) error {
+		if err := r.Start(rollout.Upgrade{Digest: "sha256:aa", Version: "1.3.0", Kubernetes: "v1.36.3", Ref: "x@sha256:bb"},
+			[]rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at, false); err != nil {
+			return err
+		}
+		r.Bad = append(r.Bad, rollout.Bad{Digest: "sha256:cc", Version: "1.2.9", Node: "w-1", Reason: "kubelet failed", At: at})
+		if err := r.Set("sha256:aa", "cp-1", rollout.NodeDone, "runs 1.3.0, blessed", at.Add(time.Minute)); err != nil {
+			return err
+		}
+		return r.Set("sha256:aa", "w-1", rollout.NodeDraining, "", at.Add(2*time.Minute))
+	})
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, UpgradeStatus(context.Background(), UpgradeStatusOptions{Host: e.host(), API: c.as("cp-1"), Out: &out}))
+	assert.Equal(t, `this node  terrarium 1.2.3
+rollout    1.3.0 (Kubernetes v1.36.3), started by cp-1 at 2026-11-26T10:00:00Z: rolling
+           [████████████░░░░░░░░░░░░] 1 of 2 nodes done
+           NODE  ROLE           PHASE       SINCE                 DETAIL
+           cp-1  control plane  done        2026-11-26T10:01:00Z  runs 1.3.0, blessed
+           w-1   worker         draining ◀  2026-11-26T10:02:00Z  
+bad        1.2.9 rolled back on w-1 at 2026-11-26T10:00:00Z: kubelet failed (not installed again on its own; --force)
+`, out.String())
 }

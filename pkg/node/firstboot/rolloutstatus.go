@@ -1,0 +1,131 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/rollout"
+)
+
+// UpgradeStatusOptions are what `firstboot upgrade status` reads.
+type UpgradeStatusOptions struct {
+	Host *host.Host
+	// API opens the cluster's API as this node; nil on a node of no
+	// cluster.
+	API func() (RolloutAPI, error)
+	Out io.Writer
+}
+
+// UpgradeStatus writes where upgrades stand: this node's version and last
+// upgrade (its node state, read only), and on a cluster node the
+// cluster's rollout, every node's phase in it, and the upgrades the
+// cluster marked bad.
+func UpgradeStatus(ctx context.Context, o UpgradeStatusOptions) error {
+	h := o.Host
+	rel, err := release.Load(h.Path(layout.ReleaseFile))
+	if err != nil {
+		return err
+	}
+	j, err := nodestate.Load(h.Path(journalPath()))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "this node  %s %s\n", rel.Name, rel.Version)
+	if u := j.Upgrade; u != nil {
+		fmt.Fprintf(o.Out, "           last upgrade: %s\n", describeUpgrade(u))
+	}
+	if o.API == nil {
+		return nil
+	}
+	api, err := o.API()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fmt.Fprintln(o.Out, "cluster    this node has not joined a cluster")
+		return nil
+	case err != nil:
+		fmt.Fprintf(o.Out, "cluster    not reachable as this node: %v\n", err)
+		return nil
+	}
+	rec, err := rollout.Load(ctx, api)
+	if err != nil {
+		return err
+	}
+	writeRecord(o.Out, rec)
+	return nil
+}
+
+func describeUpgrade(u *nodestate.Upgrade) string {
+	at := u.InstalledAt
+	if !u.DoneAt.IsZero() {
+		at = u.DoneAt
+	}
+	s := fmt.Sprintf("%s → %s (slot %s → %s) %s at %s, from %s", u.From, u.To, u.FromSlot, u.ToSlot, u.State, stamp(at), u.Source)
+	if u.Reason != "" {
+		s += ": " + u.Reason
+	}
+	return s
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
+
+// writeRecord draws the cluster's record: the rollout with a bar and a
+// row per node in upgrade order, then the bad marks.
+func writeRecord(w io.Writer, rec rollout.Record) {
+	ro := rec.Rollout
+	if ro == nil {
+		fmt.Fprintln(w, "cluster    no upgrade has rolled out")
+	} else {
+		kube := ""
+		if ro.Kubernetes != "" {
+			kube = " (Kubernetes " + ro.Kubernetes + ")"
+		}
+		fmt.Fprintf(w, "rollout    %s%s, started by %s at %s: %s\n", ro.Version, kube, ro.StartedBy, stamp(ro.StartedAt), ro.Phase)
+		if ro.Reason != "" {
+			fmt.Fprintf(w, "           stopped: %s\n", ro.Reason)
+		}
+		done := 0
+		for _, n := range ro.Nodes {
+			if n.Phase == rollout.NodeDone {
+				done++
+			}
+		}
+		const width = 24
+		filled := 0
+		if len(ro.Nodes) > 0 {
+			filled = done * width / len(ro.Nodes)
+		}
+		fmt.Fprintf(w, "           [%s%s] %d of %d nodes done\n", strings.Repeat("█", filled), strings.Repeat("░", width-filled), done, len(ro.Nodes))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "           NODE\tROLE\tPHASE\tSINCE\tDETAIL")
+		turn, _ := rec.Turn()
+		for _, n := range ro.Nodes {
+			role := "worker"
+			if n.ControlPlane {
+				role = "control plane"
+			}
+			since := "-"
+			if !n.At.IsZero() {
+				since = stamp(n.At)
+			}
+			phase := n.Phase
+			if n.Name == turn.Name && ro.Phase == rollout.Rolling {
+				phase += " ◀"
+			}
+			fmt.Fprintf(tw, "           %s\t%s\t%s\t%s\t%s\n", n.Name, role, phase, since, n.Detail)
+		}
+		tw.Flush()
+	}
+	for _, b := range rec.Bad {
+		fmt.Fprintf(w, "bad        %s rolled back on %s at %s: %s (not installed again on its own; --force)\n", b.Version, b.Node, stamp(b.At), b.Reason)
+	}
+}
