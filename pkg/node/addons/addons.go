@@ -122,8 +122,8 @@ data:
 // Upgrades is the manifest an init node applies so that every node can
 // take its part in a cluster-wide upgrade (pkg/node/rollout) with its
 // kubelet's credentials: the rollout's ConfigMap and Lease, created empty,
-// and the rights to read and update those two objects only, to list nodes
-// and pods, to cordon and to evict.
+// and the rights to read and update those two objects (a kubelet may
+// already list nodes, cordon itself and evict its own pods).
 //
 //go:embed upgrades.yaml
 var Upgrades []byte
