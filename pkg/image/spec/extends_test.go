@@ -3,11 +3,15 @@ package spec
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
 const baseSpec = `apiVersion: terrarium.dev/v1alpha1
@@ -152,4 +156,62 @@ func TestTestSpec(t *testing.T) {
 	assert.Equal(t, append(defBundles, testApps), testBundles, "terrarium-test.yaml: the default image's bundles, then the test apps")
 	assert.Equal(t, def.OS.Packages, test.OS.Packages, "the same system as the default image")
 	assert.Equal(t, "terrarium-test", test.Name)
+}
+
+// The cluster upgrade scenario's images (qemu-tests/testdata/
+// cluster-upgrade.yaml.tmpl) are the default image with the test
+// applications: the previous one with the Kubernetes release before the
+// default's, built from components/previous, the current one with the
+// default's.
+func TestClusterUpgradeSpecs(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	require.NoError(t, err)
+	def, err := Parse(filepath.Join(root, "os", "terrarium.yaml"))
+	require.NoError(t, err)
+	tmpl, err := template.ParseFiles(filepath.Join(root, "qemu-tests", "testdata", "cluster-upgrade.yaml.tmpl"))
+	require.NoError(t, err)
+	current := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(def.Bundles[0]), "kubernetes-"), ".yaml")
+	prevVersions, err := os.ReadFile(filepath.Join(root, "components", "previous", "versions.yaml"))
+	require.NoError(t, err)
+	previous := regexp.MustCompile(`(?m)^kubernetes: (v\S+)`).FindSubmatch(prevVersions)
+	require.NotNil(t, previous, "components/previous/versions.yaml names its kubernetes")
+	priv, _, err := signature.GenerateKey()
+	require.NoError(t, err)
+	pemKey, err := signature.MarshalPrivateKey(priv)
+	require.NoError(t, err)
+	key := filepath.Join(t.TempDir(), "build.key")
+	require.NoError(t, os.WriteFile(key, pemKey, 0o600))
+
+	for _, tt := range []struct {
+		name, kubernetes, components string
+	}{
+		{"previous", string(previous[1]), "components/previous"},
+		{"current", current, "components"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "spec.yaml")
+			f, err := os.Create(path)
+			require.NoError(t, err)
+			require.NoError(t, tmpl.Execute(f, map[string]string{"Repo": root, "Version": "0.1.0", "Faults": "",
+				"Kubernetes": tt.kubernetes, "KubernetesComponents": tt.components, "Key": key}))
+			require.NoError(t, f.Close())
+			s, err := Parse(path)
+			require.NoError(t, err)
+			assert.Equal(t, def.OS.Packages, s.OS.Packages, "the default image's system")
+			assert.Equal(t, def.OS.Enable, s.OS.Enable)
+			assert.Equal(t, def.Resolve(def.OS.Overlay), s.Resolve(s.OS.Overlay))
+			assert.Equal(t, []string{filepath.Join(root, "bundles", "kubernetes-"+tt.kubernetes+".yaml"), filepath.Join(root, "bundles", "test-apps.yaml")}, s.Bundles)
+			assert.FileExists(t, s.Bundles[0], "make pin-previous writes the previous release's bundle")
+			require.Len(t, s.Components, len(def.Components))
+			for i, c := range def.Components {
+				want := c
+				want.Component = def.Resolve(c.Component)
+				if strings.HasSuffix(c.Component, "/kubernetes") {
+					want.Component = filepath.Join(root, tt.components, "kubernetes")
+				}
+				assert.Equal(t, want, s.Components[i])
+			}
+		})
+	}
+	assert.NotEqual(t, current, string(previous[1]), "the previous release differs from the default")
 }
