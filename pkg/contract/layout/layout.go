@@ -253,6 +253,11 @@ const (
 	// configuration a node had before a Kubernetes upgrade changed them,
 	// for a rollback to the old slot.
 	KubernetesBeforeUpgradeDir = "/var/lib/terrarium/kubernetes-before-upgrade"
+	// KubernetesClusterRestoreFile names the Kubernetes version whose
+	// cluster-wide kubeadm objects (the ClusterConfiguration, the
+	// kubelet's configuration, CoreDNS, kube-proxy) a control plane is to
+	// put back: it ran `kubeadm upgrade apply` on a slot that rolled back.
+	KubernetesClusterRestoreFile = "/var/lib/terrarium/kubernetes-cluster-restore"
 	// UpgradesDir is an OCI image layout holding the upgrade files the
 	// node accepted or fetched, as OCI artifacts, which its registry
 	// serves to its peers for a cluster-wide rollout; firstboot writes it.

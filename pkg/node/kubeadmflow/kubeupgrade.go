@@ -116,6 +116,9 @@ func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Conf
 	if have != want {
 		return fmt.Errorf("%w: %s, the slot %s", errKubernetesBehind, orUnknown(have), want)
 	}
+	if v := clusterRestorePending(f); v == want && c.Cluster.IsControlPlane() {
+		return fmt.Errorf("%w (this slot's %s)", errClusterRestorePending, v)
+	}
 	return nil
 }
 
@@ -136,6 +139,9 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 		return err
 	}
 	if have == want {
+		if v := clusterRestorePending(f); v == want && cl.IsControlPlane() {
+			return restoreCluster(ctx, f, c, v)
+		}
 		return nil
 	}
 	// The same rules the upgrade file was checked with before it was
@@ -213,6 +219,12 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want 
 	if cluster == want {
 		return node, nil
 	}
+	// A rollback of this slot puts the cluster's kubeadm objects back
+	// (RestoreBeforeUpgrade, then restoreCluster): marked before kubeadm
+	// changes them.
+	if _, err := f.WriteIfChanged(filepath.Join(layout.KubernetesBeforeUpgradeDir, cluster, appliedMarker), []byte(cluster+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	_, keep := c.Cluster.BackupSchedule()
 	snap, err := etcdbackup.Take(ctx, f.Host, keep)
 	if err != nil {
@@ -241,6 +253,10 @@ func clusterKubernetes(ctx context.Context, f *Flow) (string, error) {
 	}
 	return m[1], nil
 }
+
+// appliedMarker, in a version's kept copy, says this node ran `kubeadm
+// upgrade apply` from that version: the cluster-wide objects moved too.
+const appliedMarker = "upgrade-apply"
 
 // keepBeforeUpgrade copies the static pod manifests and the kubelet's
 // configuration into layout.KubernetesBeforeUpgradeDir/<version>, once:
@@ -316,6 +332,9 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		if rel == appliedMarker {
+			return nil
+		}
 		name := "/" + filepath.ToSlash(rel)
 		want[name] = true
 		b, err := os.ReadFile(p)
@@ -365,7 +384,71 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 	if err := f.recordKubernetes(v); err != nil {
 		return restored, err
 	}
+	if _, err := os.Stat(filepath.Join(kept, appliedMarker)); err == nil {
+		// The cluster's objects wait for the API (restoreCluster, in the
+		// kubernetes-upgrade phase).
+		if _, err := f.WriteIfChanged(layout.KubernetesClusterRestoreFile, []byte(v+"\n"), 0o600); err != nil {
+			return restored, err
+		}
+		restored = append(restored, "the cluster's kubeadm objects (once the API is up)")
+	}
 	return restored, os.RemoveAll(kept)
+}
+
+// ClusterRestoreConfigFile is the kubeadm configuration restoreCluster
+// puts the cluster's objects back with.
+const ClusterRestoreConfigFile = "/etc/terrarium/kubeadm-restore.yaml"
+
+// errClusterRestorePending: a rolled-back `kubeadm upgrade apply` left the
+// cluster's kubeadm objects at the newer version.
+var errClusterRestorePending = errors.New("the cluster's kubeadm objects still name the version of an upgrade that rolled back")
+
+// clusterRestorePending is the version whose cluster-wide objects this
+// node is to put back, "" when none.
+func clusterRestorePending(f *Flow) string {
+	b, err := os.ReadFile(f.Path(layout.KubernetesClusterRestoreFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// restoreCluster puts back what `kubeadm upgrade apply` changed across the
+// cluster, on the control plane that ran it, once its slot rolled back:
+// the ClusterConfiguration and the kubelet's configuration in the cluster
+// (kubeadm init phase upload-config) and the CoreDNS and kube-proxy
+// add-ons with their images (kubeadm init phase addon), from this slot's
+// kubeadm and version. Without it kube-proxy's DaemonSet would go on
+// naming an image no node's bundle holds any more.
+func restoreCluster(ctx context.Context, f *Flow, c *machineconfig.Config, v string) error {
+	if err := waitForLocalAPI(ctx, f, c); err != nil {
+		return err
+	}
+	// An init node's configuration, whatever this control plane's role:
+	// the phases read only the cluster-wide parts.
+	cl := *c.Cluster
+	cl.Role = machineconfig.RoleInit
+	cfg, err := kubeadmconfig.Render(kubeadmconfig.Input{Cluster: &cl, NodeName: c.Hostname, KubernetesVersion: v, PodResolvConf: PodResolvConf, Now: f.Now()})
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteIfChanged(ClusterRestoreConfigFile, cfg, 0o600); err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "restoring", "the cluster's kubeadm objects to "+v)
+	for _, args := range [][]string{
+		{"init", "phase", "upload-config", "all", "--config=" + ClusterRestoreConfigFile},
+		{"init", "phase", "addon", "all", "--config=" + ClusterRestoreConfigFile},
+	} {
+		if err := f.Run(ctx, "kubeadm", args...); err != nil {
+			return fmt.Errorf("put the cluster's kubeadm objects back to %s: %w", v, err)
+		}
+	}
+	if err := os.Remove(f.Path(layout.KubernetesClusterRestoreFile)); err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "restored", "the cluster's kubeadm objects to "+v)
+	return nil
 }
 
 // ForgetBeforeUpgrade removes the copies kept before Kubernetes upgrades:

@@ -150,10 +150,14 @@ func TestKubernetesUpgrade(t *testing.T) {
 			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
 			assert.FileExists(t, filepath.Join(kept, KubeletConfigFile), "the kubelet's configuration kept for a rollback")
 			assert.FileExists(t, filepath.Join(kept, ManifestsDir, "kube-apiserver.yaml"), "the static pods kept for a rollback")
+			applied := filepath.Join(kept, appliedMarker)
 			if strings.Contains(strings.Join(tt.want, " "), "etcdctl") {
 				snaps, err := filepath.Glob(f.Path(layout.EtcdSnapshotDir + "/*.db"))
 				require.NoError(t, err)
 				assert.Len(t, snaps, 1, "the etcd snapshot before upgrade apply")
+				assert.FileExists(t, applied, "upgrade apply marked: a rollback puts the cluster's objects back")
+			} else {
+				assert.NoFileExists(t, applied, "upgrade node changes no cluster-wide object")
 			}
 		})
 	}
@@ -231,7 +235,8 @@ func TestRestoreBeforeUpgrade(t *testing.T) {
 	*cmds = nil
 	restored, err := f.RestoreBeforeUpgrade(context.Background())
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{ManifestsDir + "/kube-apiserver.yaml", KubeletConfigFile, ManifestsDir + "/new-addon.yaml (removed)"}, restored)
+	assert.ElementsMatch(t, []string{ManifestsDir + "/kube-apiserver.yaml", KubeletConfigFile, ManifestsDir + "/new-addon.yaml (removed)",
+		"the cluster's kubeadm objects (once the API is up)"}, restored)
 	for p, want := range before {
 		b, err := os.ReadFile(f.Path(p))
 		require.NoError(t, err)
@@ -241,7 +246,25 @@ func TestRestoreBeforeUpgrade(t *testing.T) {
 	assert.Equal(t, []string{"sync", "systemctl restart kubelet.service"}, *cmds)
 	assert.Equal(t, "v1.36.3", recorded(f))
 	assert.NoDirExists(t, f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3")))
-	require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "the old slot's version is the node's again")
+
+	// This node ran upgrade apply: once its API answers, the cluster's
+	// kubeadm objects go back to v1.36.3 with this slot's kubeadm.
+	require.ErrorIs(t, verifyKubernetesUpgrade(context.Background(), f, c), errClusterRestorePending)
+	f.Deps.Probe = func(string) (ProbeFunc, func()) {
+		return func(context.Context, string) (int, error) { return 200, nil }, func() {}
+	}
+	*cmds = nil
+	require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+	assert.Equal(t, []string{
+		"kubeadm init phase upload-config all --config=" + ClusterRestoreConfigFile,
+		"kubeadm init phase addon all --config=" + ClusterRestoreConfigFile,
+	}, *cmds)
+	cfg, err := os.ReadFile(f.Path(ClusterRestoreConfigFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(cfg), "kind: InitConfiguration")
+	assert.Contains(t, string(cfg), `kubernetesVersion: "v1.36.3"`)
+	assert.NoFileExists(t, f.Path(layout.KubernetesClusterRestoreFile))
+	require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "the old slot's version is the node's and the cluster's again")
 
 	*cmds = nil
 	restored, err = f.RestoreBeforeUpgrade(context.Background())
