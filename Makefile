@@ -10,7 +10,7 @@ TEST_OUT := $(OUT)/test
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-ha vet fuzz bench bench-cluster bench-idle clean
+.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle clean
 
 all: image
 
@@ -85,6 +85,12 @@ e2e-backup: test-image
 e2e-powercut: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 330m -v -run 'TestPowerCuts' ./qemu-tests/...
+
+# One stick upgrades a two-node cluster formed on the previous Kubernetes
+# (components/previous): a faulty build rolls back, the good one goes
+# through node by node. It builds its three images itself.
+e2e-upgrade: deps bin
+	TERRARIUM_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -timeout 200m -v -run 'TestClusterUpgrade$$' ./qemu-tests/...
 
 # Three control planes and a worker (four VMs): longer still.
 e2e-ha: image

@@ -1,0 +1,318 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// clusterUpgradeBuild is one build of testdata/cluster-upgrade.yaml.tmpl.
+type clusterUpgradeBuild struct {
+	Repo, Version, Faults, Kubernetes, KubernetesComponents, Key string
+}
+
+// buildClusterUpgrade builds b into out and returns the paths of its
+// qcow2 image and its upgrade file.
+func buildClusterUpgrade(ctx context.Context, t *testing.T, b clusterUpgradeBuild, out string) (image, upgradeFile string) {
+	t.Helper()
+	tmpl, err := template.ParseFiles("testdata/cluster-upgrade.yaml.tmpl")
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	spec := filepath.Join(out, "spec.yaml")
+	f, err := os.Create(spec)
+	require.NoError(t, err)
+	require.NoError(t, tmpl.Execute(f, b))
+	require.NoError(t, f.Close())
+	start := time.Now()
+	buildSpec(ctx, t, spec, out)
+	t.Logf("built %s (Kubernetes %s, faults [%s]) in %s", b.Version, b.Kubernetes, b.Faults, time.Since(start).Round(time.Second))
+	return filepath.Join(out, "terrarium.qcow2"), filepath.Join(out, "terrarium-"+b.Version+".upgrade")
+}
+
+// previousKubernetes is the release components/previous pins.
+func previousKubernetes(t *testing.T) string {
+	b, err := os.ReadFile("../components/previous/versions.yaml")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^kubernetes:\s*(\S+)`).FindSubmatch(b)
+	require.NotNil(t, m, "components/previous/versions.yaml names no kubernetes version")
+	return string(m[1])
+}
+
+// availability probes a service on every node from the host, each round
+// every node at once, and counts the rounds in which none answered.
+type availability struct {
+	mu              sync.Mutex
+	rounds, outages int
+	longest, run    int
+	lastOutage      string
+}
+
+func (a *availability) watch(ctx context.Context, urls []string, every time.Duration) {
+	client := &http.Client{Timeout: 4 * time.Second}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		answered := make(chan bool, len(urls))
+		for _, u := range urls {
+			go func(u string) {
+				resp, err := client.Get(u)
+				if err != nil {
+					answered <- false
+					return
+				}
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+				resp.Body.Close()
+				answered <- resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "echo"
+			}(u)
+		}
+		up := false
+		for range urls {
+			up = <-answered || up
+		}
+		a.mu.Lock()
+		a.rounds++
+		if up {
+			a.run = 0
+		} else {
+			a.outages++
+			a.run++
+			a.longest = max(a.longest, a.run)
+			a.lastOutage = time.Now().Format(time.TimeOnly)
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *availability) String() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := fmt.Sprintf("%d probe rounds, %d with no replica answering", a.rounds, a.outages)
+	if a.outages > 0 {
+		s += fmt.Sprintf(" (longest run %d, last at %s)", a.longest, a.lastOutage)
+	}
+	return s
+}
+
+// journalOf reads a node's journal over SSH.
+func journalOf(t *testing.T, ssh *sshClient) nodestate.Journal {
+	t.Helper()
+	raw := ssh.output("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json && cat /tmp/journal.json", regexp.MustCompile(`\}\s*$`))
+	i := strings.Index(raw, "{")
+	require.GreaterOrEqual(t, i, 0, "journal: %q", raw)
+	var j nodestate.Journal
+	require.NoError(t, json.Unmarshal([]byte(raw[i:]), &j))
+	return j
+}
+
+// stepAt is when the journal last recorded step with result.
+func stepAt(j nodestate.Journal, step, result string) time.Time {
+	var at time.Time
+	for _, b := range j.Boots {
+		for _, s := range b.Steps {
+			if s.Name == step && s.Result == result && s.At.After(at) {
+				at = s.At
+			}
+		}
+	}
+	return at
+}
+
+// TestClusterUpgrade: one stick upgrades a two-node cluster (a control
+// plane and a worker) formed on the Kubernetes release before the
+// default's, built from source (components/previous), to the default's,
+// node by node, while a two-replica Deployment under a
+// PodDisruptionBudget keeps answering. First a build whose new slot fails
+// its health check: the control plane, which ran kubeadm upgrade apply on
+// its trial, falls back, puts the cluster's kubeadm objects back, marks the
+// upgrade bad for the cluster and stops the rollout; the worker never
+// installs it, and the cluster stays on the old release, healthy. Then the
+// good build: both nodes upgrade, control plane first, and end Ready on
+// the new release.
+func TestClusterUpgrade(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Minute)
+	defer cancel()
+	bin := fixture(t, "TERRARIUM_BIN")
+	work := t.TempDir()
+	repo, err := filepath.Abs("..")
+	require.NoError(t, err)
+	keyBase := filepath.Join(work, "build")
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
+	require.NoError(t, err, "keygen: %s", out)
+	oldK, newK := previousKubernetes(t), kubernetesVersion(t)
+
+	// The cluster's image, the faulty upgrade, the good one.
+	oldImage, _ := buildClusterUpgrade(ctx, t, clusterUpgradeBuild{Repo: repo, Version: "0.1.0", Kubernetes: oldK,
+		KubernetesComponents: "components/previous", Key: keyBase + ".key"}, filepath.Join(work, "0.1.0"))
+	_, faulty := buildClusterUpgrade(ctx, t, clusterUpgradeBuild{Repo: repo, Version: "0.1.1", Kubernetes: newK, Faults: "health",
+		KubernetesComponents: "components", Key: keyBase + ".key"}, filepath.Join(work, "0.1.1"))
+	_, good := buildClusterUpgrade(ctx, t, clusterUpgradeBuild{Repo: repo, Version: "0.2.0", Kubernetes: newK,
+		KubernetesComponents: "components", Key: keyBase + ".key"}, filepath.Join(work, "0.2.0"))
+	sticks := map[string]string{
+		"faulty": upgradeStick(ctx, t, "TERRA-UPGRADE", faulty, filepath.Join(work, "faulty.img")),
+		"good":   upgradeStick(ctx, t, "TERRA-UPGRADE", good, filepath.Join(work, "good.img")),
+	}
+
+	key, configs := clusterConfigs(ctx, t, "e2e-upgrade",
+		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
+	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
+	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
+	linkPort := freePort(t)
+	capture := filepath.Join(work, "link.pcap")
+	var echoURLs []string
+	for _, n := range []*clusterNode{cp, w} {
+		n.m = newMachine(t, oldImage)
+		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		if n == w {
+			n.m.yieldCPU()
+		}
+		n.sshPort = n.m.forwardSSH()
+		echo := freePort(t)
+		n.m.forward = append(n.m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-:8080", echo))
+		echoURLs = append(echoURLs, fmt.Sprintf("http://127.0.0.1:%d/", echo))
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
+	}
+	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: capture}
+	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+	start := time.Now()
+	w.vm = w.m.boot(ctx, configAttached(w.disk))
+	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
+	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy on "+oldK, cp, w)
+
+	// The workload: two replicas, one per node (a host port each), a
+	// budget of one, and tolerating the control plane's taint so that a
+	// drained node's replica has somewhere to go back to.
+	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	workload := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+      containers:
+        - name: echo
+          image: ghcr.io/terrarium-os/echo:1.0
+          ports: [{containerPort: 8080, hostPort: 8080}]
+          readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 2}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: echo, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: echo}}
+`
+	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
+	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+	t.Logf("workload:\n%s", ssh.run("kubectl get pods -o wide"))
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	var avail availability
+	probed := make(chan struct{})
+	go func() { defer close(probed); avail.watch(probeCtx, echoURLs, 2*time.Second) }()
+	defer func() { stopProbe(); <-probed }()
+
+	const step = 40 * time.Minute // a trial boot with kubeadm upgrade apply under TCG
+	plug := func(id string) {
+		t.Helper()
+		require.NoError(t, cp.vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+	}
+
+	// 1. The faulty upgrade: the control plane's trial fails; it falls
+	// back and the cluster stays on the old release.
+	began := time.Now()
+	plug("faulty")
+	expectWithin(ctx, t, cp.vm, step, `upgrade: 0\.1\.1 is rolling out to the cluster's 2 nodes`)
+	expectWithin(ctx, t, cp.vm, step, `Terrarium 0\.1\.1, slot b`)
+	expectWithin(ctx, t, cp.vm, step, `kubernetes upgrade: done: from `+regexp.QuoteMeta(oldK)+` to `+regexp.QuoteMeta(newK))
+	rolled := expectWithin(ctx, t, cp.vm, step, `upgrade to 0\.1\.1 rolled back: ([^;\n]*)`)
+	t.Logf("cp-1: 0.1.1 rolled back %s after the stick: %s", time.Since(began).Round(time.Second), rolled[1])
+	expectWithin(ctx, t, cp.vm, step, `kubernetes upgrade: restored: the cluster's kubeadm objects to `+regexp.QuoteMeta(oldK))
+	expectWithin(ctx, t, cp.vm, step, `rollout: this node is rolled-back`)
+	require.NoError(t, cp.vm.UnplugDisk(ctx, "faulty"))
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	status := ssh.run("sudo firstboot upgrade status")
+	t.Logf("after the faulty upgrade:\n%s", status)
+	assert.Contains(t, status, "0.1.1 (Kubernetes "+newK+"), started by cp-1")
+	assert.Regexp(t, `bad\s+0\.1\.1 rolled back on cp-1`, status)
+	nodes := ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready\s.*w-1\s+Ready\s`))
+	assert.Equal(t, 2, strings.Count(nodes, oldK), "both nodes on %s:\n%s", oldK, nodes)
+	proxy := ssh.run("kubectl -n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}'")
+	assert.Equal(t, "registry.k8s.io/kube-proxy:"+oldK, strings.TrimSpace(proxy), "kube-proxy back on the old release")
+	assert.NotContains(t, w.vm.Console(), "rollout: upgrading this node", "the worker never installed the faulty upgrade")
+	t.Logf("availability so far: %s", &avail)
+
+	// 2. The good upgrade: control plane first, then the worker.
+	began = time.Now()
+	plug("good")
+	expectWithin(ctx, t, cp.vm, step, `upgrade: 0\.2\.0 is rolling out to the cluster's 2 nodes`)
+	expectWithin(ctx, t, cp.vm, step, `rollout: node cp-1 drained`)
+	expectWithin(ctx, t, cp.vm, step, `Terrarium 0\.2\.0, slot b`)
+	expectWithin(ctx, t, cp.vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
+	expectWithin(ctx, t, cp.vm, step, `rollout: this node is done`)
+	t.Logf("cp-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
+	require.NoError(t, cp.vm.UnplugDisk(ctx, "good"))
+	expectWithin(ctx, t, w.vm, step, `rollout: node w-1 drained`)
+	expectWithin(ctx, t, w.vm, step, `rollout: fetching 0\.2\.0 from the cluster's registries`)
+	expectWithin(ctx, t, w.vm, step, `Terrarium 0\.2\.0, slot b`)
+	expectWithin(ctx, t, w.vm, step, `rollout: this node is done`)
+	t.Logf("w-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
+
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	status = ssh.run("sudo firstboot upgrade status")
+	t.Logf("after the good upgrade:\n%s", status)
+	assert.Contains(t, status, "0.2.0 (Kubernetes "+newK+"), started by cp-1 at")
+	assert.Contains(t, status, "2 of 2 nodes done")
+	nodes = ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready\s.*w-1\s+Ready\s.*`+regexp.QuoteMeta(newK)+`.*`+regexp.QuoteMeta(newK)))
+	t.Logf("nodes:\n%s", nodes)
+	assert.Equal(t, 2, strings.Count(nodes, newK), "both nodes Ready on %s", newK)
+	assert.NotContains(t, nodes, "SchedulingDisabled", "both uncordoned")
+	server := ssh.run("kubectl version -o json | grep -m1 -A3 serverVersion | grep gitVersion")
+	assert.Contains(t, server, newK)
+	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+
+	// One at a time: the worker installed only after the control plane
+	// was done (their clocks follow the control plane's).
+	cpJournal := journalOf(t, ssh)
+	wJournal := journalOf(t, dialSSH(ctx, t, w.sshPort, key))
+	cpDone, wInstalled := stepAt(cpJournal, "rollout", "done"), stepAt(wJournal, "upgrade", "installed")
+	require.False(t, cpDone.IsZero(), "cp-1 recorded its turn done")
+	require.False(t, wInstalled.IsZero(), "w-1 recorded its install")
+	assert.True(t, wInstalled.After(cpDone), "w-1 installed at %s, after cp-1 was done at %s", wInstalled, cpDone)
+
+	stopProbe()
+	<-probed
+	t.Logf("availability of the two-replica Deployment: %s", &avail)
+	avail.mu.Lock()
+	assert.Zero(t, avail.outages, "at least one replica answered throughout")
+	assert.Greater(t, avail.rounds, 100)
+	avail.mu.Unlock()
+	for _, n := range []*clusterNode{cp, w} {
+		require.NoError(t, n.vm.Quit(ctx))
+	}
+	t.Logf("cluster link capture: %d packets, all inside %s", checkCapture(t, capture, clusterSubnet), clusterSubnet)
+}
