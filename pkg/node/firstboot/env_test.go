@@ -625,7 +625,7 @@ func (f fakeAPI) Nodes(ctx context.Context) ([]kubeclient.Node, error) {
 	}
 	var out []kubeclient.Node
 	for _, n := range f.nodes {
-		out = append(out, kubeclient.Node{Name: n, Ready: true})
+		out = append(out, kubeclient.Node{Name: n, Ready: true, ControlPlane: strings.HasPrefix(n, "cp-")})
 	}
 	return out, nil
 }

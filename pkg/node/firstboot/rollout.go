@@ -12,7 +12,8 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/rollout"
@@ -26,7 +27,6 @@ type RolloutAPI interface {
 	rollout.API
 	rollout.DrainAPI
 	leaselock.Store
-	Nodes(ctx context.Context) ([]kubeclient.Node, error)
 }
 
 // Rollout wires a cluster node to its cluster's upgrades
@@ -60,6 +60,15 @@ func (r *runner) inRollout(cfg *machineconfig.Config) bool {
 var errWorkerPublish = errors.New("a worker cannot hand an upgrade to its cluster (its registry serves no other node): " +
 	"insert the stick into a control plane, which rolls it out to every node, workers included")
 
+// errNotServing: a control plane whose registry serves no peers.
+var errNotServing = errors.New("this control plane's registry serves no other node (registry.serve is off), so no node could fetch the upgrade from it: " +
+	"insert the stick into a control plane that serves")
+
+// errClusterUnreachable wraps what kept a node from handing an upgrade to
+// its cluster: the API out of reach.
+var errClusterUnreachable = errors.New("this node is part of a cluster, whose upgrades roll out node by node, but its API is out of reach " +
+	"(firstboot upgrade --force installs on this node alone)")
+
 // publishUpgrade hands a verified upgrade file to the cluster instead of
 // installing it here: the file goes into the node's upgrade share, which
 // its registry serves to the peers, and the cluster's record starts its
@@ -69,13 +78,30 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if !cfg.Cluster.IsControlPlane() {
 		return "", errWorkerPublish
 	}
+	if cfg.Registry == nil || !cfg.Registry.Serve {
+		return "", errNotServing
+	}
+	// A kubelet may read only its own Node: the control plane lists them
+	// as the cluster's admin, and makes sure the record, the Lease and
+	// the nodes' Role exist (a cluster formed before this version has
+	// none).
+	admin, err := r.o.Cluster.API(kubeadmflow.AdminKubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errClusterUnreachable, err)
+	}
+	nodes, err := admin.Nodes(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: list the cluster's nodes: %w", errClusterUnreachable, err)
+	}
+	if _, err := r.o.Host.WriteIfChanged(kubeadmflow.UpgradesManifest, addons.Upgrades, 0o644); err != nil {
+		return "", err
+	}
+	if err := r.o.Host.Run(ctx, "kubectl", "--kubeconfig="+kubeadmflow.AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", kubeadmflow.UpgradesManifest); err != nil {
+		return "", fmt.Errorf("%w: the rollout's record: %w", errClusterUnreachable, err)
+	}
 	api, err := r.o.Rollout.API()
 	if err != nil {
-		return "", fmt.Errorf("this node is part of a cluster, whose upgrades roll out node by node, but its API is out of reach: %w", err)
-	}
-	nodes, err := api.Nodes(ctx)
-	if err != nil {
-		return "", fmt.Errorf("list the cluster's nodes for the rollout: %w", err)
+		return "", fmt.Errorf("%w: %w", errClusterUnreachable, err)
 	}
 	members := make([]rollout.Member, 0, len(nodes))
 	for _, n := range nodes {
@@ -84,9 +110,9 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	// Refused before the file is copied when the record says no.
 	rec, err := rollout.Load(ctx, api)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", errClusterUnreachable, err)
 	}
-	u := rollout.Upgrade{Digest: digest, Version: m.Version, Kubernetes: m.KubernetesVersion}
+	u := rollout.Upgrade{Digest: digest, Version: m.Version, Kubernetes: m.KubernetesVersion, Forced: policy == upgrade.Force}
 	if err := rec.Start(u, members, cfg.Hostname, r.o.Host.Now(), policy == upgrade.Force); err != nil {
 		return "", err
 	}
@@ -176,8 +202,10 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	}
 	me := cfg.Hostname
 	u := r.lastUpgrade()
-	if u != nil && u.State == nodestate.UpgradeRolledBack && unreportedRollback(rec, u, me) {
-		r.endTurn(ctx, api, me, u.Digest, rollout.NodeRolledBack, u.Reason)
+	if u != nil && u.State == nodestate.UpgradeRolledBack && !u.Reported {
+		if r.endTurn(ctx, api, me, u.Digest, rollout.NodeRolledBack, u.Reason) {
+			r.markReported(u.Digest)
+		}
 		return
 	}
 	turn, ok := rec.Turn()
@@ -188,8 +216,13 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	switch {
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeCommitted && r.rel.Version == ro.Version:
 		r.endTurn(ctx, api, me, ro.Digest, rollout.NodeDone, fmt.Sprintf("runs %s, blessed", ro.Version))
+	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.FromSlot:
+		// Installed in this boot, but the reboot into it did not happen
+		// (a failed systemctl): again.
+		r.say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
+		r.rebootIntoUpgrade(ctx)
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled:
-		// Installed: the trial boot is to come, or under way.
+		// The trial boot, under way.
 	case r.rel.Version == ro.Version:
 		r.endTurn(ctx, api, me, ro.Digest, rollout.NodeDone, "runs "+ro.Version+" already")
 	default:
@@ -197,18 +230,17 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	}
 }
 
-// unreportedRollback: the node's last upgrade rolled back and the
-// cluster's record does not say so yet.
-func unreportedRollback(rec rollout.Record, u *nodestate.Upgrade, me string) bool {
-	if rec.BadUpgrade(u.Digest) == nil {
-		return true
-	}
-	if ro := rec.Rollout; ro != nil && ro.Digest == u.Digest {
-		if n, ok := ro.Node(me); ok && n.Phase != rollout.NodeRolledBack {
-			return true
+// markReported records that the cluster's record knows the node's last
+// upgrade rolled back: reported once, also after a forced rollout of it
+// cleared the cluster's mark.
+func (r *runner) markReported(digest string) {
+	if err := r.state.Update(func(j *nodestate.Journal) {
+		if j.Upgrade != nil && j.Upgrade.Digest == digest {
+			j.Upgrade.Reported = true
 		}
+	}); err != nil {
+		r.say("recording the reported rollback: %v", err)
 	}
-	return false
 }
 
 // lock is the rollout's Lease, taken as this node.
@@ -232,11 +264,11 @@ func (r *runner) setPhase(ctx context.Context, api RolloutAPI, me, digest, phase
 
 // endTurn ends this node's turn: schedulable again, its phase recorded,
 // and the rollout's Lease released (this node held it across its reboot).
-func (r *runner) endTurn(ctx context.Context, api RolloutAPI, me, digest, phase, detail string) {
+func (r *runner) endTurn(ctx context.Context, api RolloutAPI, me, digest, phase, detail string) bool {
 	lock, err := r.rolloutLock(api, me)
 	if err != nil {
 		r.say("rollout: %v", err)
-		return
+		return false
 	}
 	// The Lease is this node's or free; the bound keeps the watch loop
 	// going should another node hold it.
@@ -250,10 +282,11 @@ func (r *runner) endTurn(ctx context.Context, api RolloutAPI, me, digest, phase,
 	})
 	if err != nil {
 		r.o.Log.Warn("rollout: end this node's turn", "phase", phase, "err", err)
-		return
+		return false
 	}
 	r.step("rollout", phase, detail)
 	r.say("rollout: this node is %s (%s)", phase, detail)
+	return true
 }
 
 // takeTurn upgrades this node in the cluster's rollout, holding its
@@ -306,22 +339,24 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		if err != nil {
 			return fail(ctx, "fetch", err)
 		}
+		policy := upgrade.Refuse
+		if ro.Forced {
+			policy = upgrade.Force
+		}
 		res := r.installUpgrade(ctx, cfg, upgradeSource{
 			what: "the cluster's rollout", record: "rollout of " + ro.Version + " started by " + ro.StartedBy,
 			open:    func(fn func(path string) error) error { return fn(share.FilePath(art)) },
-			rollout: true,
-		}, upgrade.Refuse, true)
+			rollout: true, digest: ro.Digest,
+		}, policy, true)
 		switch res.Outcome {
 		case outcomeInstalled:
-			if err := r.setPhase(ctx, api, me, ro.Digest, rollout.NodeTrial, "rebooting into slot "+res.Slot); err != nil {
-				return err
-			}
+			// The trial boot goes on whether or not the record heard.
+			_ = r.setPhase(ctx, api, me, ro.Digest, rollout.NodeTrial, "rebooting into slot "+res.Slot)
 			return errRebootingIntoTrial
 		case outcomeAlreadyInstalled:
-			if err := rollout.Uncordon(ctx, api, me); err != nil {
-				return err
-			}
-			return r.setPhase(ctx, api, me, ro.Digest, rollout.NodeDone, res.Detail)
+			// The other slot holds it, but this node runs another
+			// version: not done, and nothing this turn can fix alone.
+			return fail(ctx, "install", fmt.Errorf("the other slot holds %s already but this node runs %s: reboot into it, or install it again with firstboot upgrade --force", ro.Version, r.rel.Version))
 		default:
 			return fail(ctx, "install", errors.New(res.Detail))
 		}
@@ -333,6 +368,11 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		r.o.Log.Warn("rollout: this node's turn", "err", err)
 	}
 }
+
+// fetchAttempts bounds the tries to fetch a rollout's upgrade from the
+// peers (a registry restarting, a peer rebooting) before the node gives up
+// its turn.
+const fetchAttempts = 5
 
 // fetchRollout makes sure the node's share holds the rollout's upgrade,
 // fetching it from a peer when it does not.
@@ -357,9 +397,20 @@ func (r *runner) fetchRollout(ctx context.Context, ro *rollout.Rollout) (upgrade
 		return upgradeshare.Artifact{}, err
 	}
 	r.say("rollout: fetching %s from the cluster's registries", ro.Version)
-	a, err := share.Fetch(ctx, peers, manifest)
-	if err != nil {
-		return upgradeshare.Artifact{}, err
+	var a upgradeshare.Artifact
+	for attempt := 1; ; attempt++ {
+		if a, err = share.Fetch(ctx, peers, manifest); err == nil {
+			break
+		}
+		if attempt == fetchAttempts || ctx.Err() != nil {
+			return upgradeshare.Artifact{}, err
+		}
+		r.say("rollout: fetching %s (attempt %d of %d): %v", ro.Version, attempt, fetchAttempts, err)
+		select {
+		case <-ctx.Done():
+			return upgradeshare.Artifact{}, ctx.Err()
+		case <-time.After(r.o.Rollout.Poll):
+		}
 	}
 	if err := share.Prune(a.Manifest); err != nil {
 		r.o.Log.Warn("prune the upgrade share", "err", err)

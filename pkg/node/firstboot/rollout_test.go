@@ -132,10 +132,6 @@ func (a *nodeAPI) UpdateLease(_ context.Context, l kubeclient.Lease) (kubeclient
 	return a.c.leases.swap(l)
 }
 
-func (a *nodeAPI) Nodes(context.Context) ([]kubeclient.Node, error) {
-	return []kubeclient.Node{{Name: "cp-1", Ready: true, ControlPlane: true}, {Name: "w-1", Ready: true}}, nil
-}
-
 func (a *nodeAPI) Cordon(_ context.Context, name string, u bool) error {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
@@ -150,6 +146,9 @@ func (a *nodeAPI) Cordon(_ context.Context, name string, u bool) error {
 func (a *nodeAPI) PodsOn(_ context.Context, node string) ([]kubeclient.Pod, error) {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
+	if node != a.node { // the Node authorizer: its own pods only
+		return nil, forbidden
+	}
 	return append([]kubeclient.Pod(nil), a.c.pods[node]...), nil
 }
 
@@ -321,6 +320,32 @@ func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
 	assert.Contains(t, w.e.console.String(), "rolled back in this cluster and is not installed again on its own: 1.3.0 rolled back on cp-1")
 	assert.Empty(t, w.inst.calls())
 	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
+
+	// Forced on the control plane (`firstboot upgrade --force`): the mark
+	// is cleared, the rollout starts again and the control plane installs
+	// it again despite its own rollback of it, which it does not report a
+	// second time.
+	cp.e.upgradeStickSame(t, cp.e, "/stick", "/home/admin")
+	o := cp.o
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	var out strings.Builder
+	res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: "/home/admin/terrarium-1.3.0.upgrade", Force: true,
+		Wait: 10 * time.Second, Poll: time.Millisecond})
+	require.NoError(t, err)
+	assert.Equal(t, outcomePublished, res.Outcome)
+	require.Eventually(t, func() bool { return cp.e.rebootCount() == 2 }, 10*time.Second, time.Millisecond, "installed again, forced")
+	cancel()
+	require.NoError(t, <-done)
+	r = c.record(t)
+	assert.Nil(t, r.BadUpgrade(r.Rollout.Digest), "forcing cleared the mark, and the old rollback was not reported again")
+	assert.True(t, r.Rollout.Forced)
+	assert.Equal(t, rollout.Rolling, r.Rollout.Phase)
+	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "cp-1"))
+	assert.Equal(t, []string{"1.3.0", "1.3.0"}, cp.inst.calls())
 }
 
 // failTrial records a failed health check of the upgrade's trial boot
@@ -389,4 +414,26 @@ rollout    1.3.0 (Kubernetes v1.36.3), started by cp-1 at 2026-11-26T10:00:00Z: 
            w-1   worker         draining ◀  2026-11-26T10:02:00Z  
 bad        1.2.9 rolled back on w-1 at 2026-11-26T10:00:00Z: kubelet failed (not installed again on its own; --force)
 `, out.String())
+}
+
+// A node whose other slot holds the rollout's upgrade already, while it
+// runs another version, is not done: its turn fails, it goes back in
+// service and the rollout stops, saying what to do.
+func TestOtherSlotHoldsItAlready(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c := newFakeCluster()
+	cp := newRolloutNode(t, c, "cp-1", pub)
+	cp.peers()
+	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
+	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
+	cp.inst.other = "1.3.0"
+	cp.e.upgradeStick(key, "/stick", "1.3.0")
+	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeFailed })
+	assert.Zero(t, cp.e.rebootCount())
+	assert.False(t, c.cordoned["cp-1"])
+	r := c.record(t)
+	assert.Equal(t, rollout.Stopped, r.Rollout.Phase)
+	assert.Contains(t, r.Rollout.Reason, "the other slot holds 1.3.0 already but this node runs 1.2.3")
 }

@@ -227,6 +227,9 @@ type upgradeSource struct {
 	// rollout: the cluster's rollout installs it on this node; any other
 	// source on a node of a cluster hands it to the cluster's rollout.
 	rollout bool
+	// digest, when set, is the upgrade the source must hold (the
+	// rollout's): any other signed file is refused.
+	digest string
 }
 
 // Outcomes of an upgrade (UpgradeResult.Outcome).
@@ -270,6 +273,9 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			return err
 		}
 		digest = upgradeDigest(v.Manifest())
+		if src.digest != "" && digest != src.digest {
+			return fmt.Errorf("%s holds the upgrade %s (%s), not the one asked for (%s)", src.what, v.Manifest().Version, digest, src.digest)
+		}
 		var bad *nodestate.BadUpgrade
 		r.state.Read(func(j *nodestate.Journal) {
 			if b := j.Bad(digest); b != nil {
@@ -288,7 +294,12 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		}
 		if r.inRollout(cfg) && !src.rollout {
 			published, err = r.publishUpgrade(ctx, cfg, path, v.Manifest(), digest, policy)
-			return err
+			if !errors.Is(err, errClusterUnreachable) || policy != upgrade.Force {
+				return err
+			}
+			// Forced, with the cluster out of reach: this node alone.
+			r.say("upgrade: %v; forced: installing on this node alone", err)
+			published = ""
 		}
 		res, err = r.o.Install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
 		return err

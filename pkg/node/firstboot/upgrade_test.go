@@ -27,13 +27,15 @@ import (
 type fakeInstaller struct {
 	mu       sync.Mutex
 	versions []string
+	// other is the version the other slot holds already, if any.
+	other string
 }
 
 func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := v.Manifest()
-	if m.Version == installed.Version {
+	if m.Version == installed.Version || m.Version == f.other {
 		return slotinstall.Result{}, upgrade.ErrAlreadyInstalled
 	}
 	f.versions = append(f.versions, m.Version)

@@ -163,7 +163,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 		return err
 	}
 	run := func(ctx context.Context) error {
-		args, err := upgradeCommand(ctx, f, c, want)
+		args, err := upgradeCommand(ctx, f, c, want, kept)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ const UpgradeConfigFile = "/etc/terrarium/kubeadm-upgrade.yaml"
 // command for this node: `upgrade apply` on the first control plane (it
 // takes an etcd snapshot first), `upgrade node` on the others and on
 // workers.
-func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want string) ([]string, error) {
+func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want, kept string) ([]string, error) {
 	cfg, err := kubeadmconfig.RenderUpgrade(kubeadmconfig.UpgradeInput{
 		KubernetesVersion: want, ControlPlane: c.Cluster.IsControlPlane(), IgnorePreflightErrors: ignoredChecks(c.Cluster),
 	})
@@ -219,18 +219,18 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want 
 	if cluster == want {
 		return node, nil
 	}
-	// A rollback of this slot puts the cluster's kubeadm objects back
-	// (RestoreBeforeUpgrade, then restoreCluster): marked before kubeadm
-	// changes them.
-	if _, err := f.WriteIfChanged(filepath.Join(layout.KubernetesBeforeUpgradeDir, cluster, appliedMarker), []byte(cluster+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	_, keep := c.Cluster.BackupSchedule()
 	snap, err := etcdbackup.Take(ctx, f.Host, keep)
 	if err != nil {
 		return nil, fmt.Errorf("the etcd snapshot before the upgrade: %w", err)
 	}
 	f.Report.Report("kubernetes upgrade", "snapshot", snap.Path)
+	// A rollback of this slot puts the cluster's kubeadm objects back
+	// (RestoreBeforeUpgrade, then restoreCluster): marked in the copy
+	// kept before the upgrade, before kubeadm changes them.
+	if _, err := f.WriteIfChanged(filepath.Join(layout.KubernetesBeforeUpgradeDir, kept, appliedMarker), []byte(cluster+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	return []string{"upgrade", "apply", "--config=" + UpgradeConfigFile, "--yes"}, nil
 }
 
@@ -361,8 +361,13 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return restored, fmt.Errorf("restore the Kubernetes %s files kept before the upgrade: %w", v, err)
 	}
-	// A static pod the upgrade added would run on.
-	if ms, err := filepath.Glob(f.Path(ManifestsDir + "/*.yaml")); err == nil {
+	// A static pod the upgrade added would run on; a copy that kept no
+	// manifest at all (a worker's) removes none.
+	keptManifests := false
+	for name := range want {
+		keptManifests = keptManifests || strings.HasPrefix(name, ManifestsDir+"/")
+	}
+	if ms, err := filepath.Glob(f.Path(ManifestsDir + "/*.yaml")); err == nil && keptManifests {
 		for _, m := range ms {
 			name := ManifestsDir + "/" + filepath.Base(m)
 			if !want[name] {

@@ -3,7 +3,6 @@ package kubeclient
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,8 +85,8 @@ func TestPodsOnAndEvict(t *testing.T) {
 	pods, err := c.PodsOn(ctx, "w-1")
 	require.NoError(t, err)
 	assert.Equal(t, []Pod{
-		{Namespace: "default", Name: "web-1", UID: "u1", Phase: "Running"},
-		{Namespace: "kube-flannel", Name: "flannel-x", UID: "u2", Phase: "Running", DaemonSet: true},
+		{Namespace: "default", Name: "web-1", UID: "u1", Phase: "Running", Controlled: true},
+		{Namespace: "kube-flannel", Name: "flannel-x", UID: "u2", Phase: "Running", DaemonSet: true, Controlled: true},
 		{Namespace: "kube-system", Name: "etcd-w-1", UID: "u3", Phase: "Running", Mirror: true},
 		{Namespace: "default", Name: "job-1", UID: "u4", Phase: "Succeeded", Deleting: true},
 	}, pods)

@@ -20,6 +20,9 @@ type Pod struct {
 	Mirror bool
 	// Deleting: the pod is being deleted already.
 	Deleting bool
+	// Controlled: a controller (a ReplicaSet, a StatefulSet, a Job...)
+	// owns the pod and puts an evicted one back elsewhere.
+	Controlled bool
 }
 
 // mirrorAnnotation marks the API's copy of a static pod.
@@ -47,8 +50,9 @@ func (j podJSON) pod() Pod {
 		Deleting: j.Metadata.DeletionTimestamp != ""}
 	_, p.Mirror = j.Metadata.Annotations[mirrorAnnotation]
 	for _, o := range j.Metadata.OwnerReferences {
-		if o.Controller && o.Kind == "DaemonSet" {
-			p.DaemonSet = true
+		if o.Controller {
+			p.Controlled = true
+			p.DaemonSet = p.DaemonSet || o.Kind == "DaemonSet"
 		}
 	}
 	return p

@@ -63,7 +63,9 @@ type Upgrade struct {
 	Source string `json:"source"`
 	State  string `json:"state"`
 	// Reason says why it rolled back.
-	Reason      string    `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Reported: the cluster's upgrade record knows it rolled back.
+	Reported    bool      `json:"reported,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	DoneAt      time.Time `json:"doneAt,omitzero"`
 }

@@ -64,21 +64,26 @@ func (f *Fetcher) Manifest(ctx context.Context, repo string, d v1.Hash) (raw []b
 	return nil, "", fmt.Errorf("fetch %s@%s: %w", repo, d, errors.Join(errs...))
 }
 
-// Blob opens the blob d of repo at peer (a base URL Manifest named).
-// The caller checks what it reads against d.
+// Blob opens the blob d of repo at peer (a base URL Manifest named), or,
+// when that peer does not serve it, at the next peer that does. The
+// caller checks what it reads against d.
 func (f *Fetcher) Blob(ctx context.Context, peer, repo string, d v1.Hash) (io.ReadCloser, int64, error) {
 	name, ns := splitRepo(repo)
-	for _, base := range f.peers.bases {
-		if base.String() != peer {
-			continue
+	bases := append([]*url.URL(nil), f.peers.bases...)
+	for i, base := range bases { // the manifest's peer first
+		if base.String() == peer {
+			bases[0], bases[i] = bases[i], bases[0]
 		}
-		resp, err := f.peers.get(ctx, base, name, ns, "blobs", d.String(), "")
-		if err != nil {
-			return nil, 0, fmt.Errorf("fetch blob %s of %s: %w", d, repo, err)
-		}
-		return resp.Body, resp.ContentLength, nil
 	}
-	return nil, 0, fmt.Errorf("fetch blob %s of %s: %s is not a peer", d, repo, peer)
+	var errs []error
+	for _, base := range bases {
+		resp, err := f.peers.get(ctx, base, name, ns, "blobs", d.String(), "")
+		if err == nil {
+			return resp.Body, resp.ContentLength, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, 0, fmt.Errorf("fetch blob %s of %s: %w", d, repo, errors.Join(errs...))
 }
 
 // CloseIdleConnections closes the kept-alive connections to the peers.

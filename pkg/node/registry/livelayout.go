@@ -38,6 +38,10 @@ var (
 	_ Lister = (*liveLayout)(nil)
 )
 
+// retireAfter is how long a replaced layout's root stays open for the
+// requests that took it before the replacement.
+const retireAfter = time.Minute
+
 // OpenLiveLayout serves the OCI layout in dir, read again each time its
 // index.json is replaced; until there is one, it holds nothing.
 func OpenLiveLayout(dir string, opts ...Option) Store {
@@ -69,7 +73,10 @@ func (l *liveLayout) store() (Store, error) {
 		return nil, err
 	}
 	if old, ok := l.current.(*layoutStore); ok {
-		old.dir.Close() // files opened from it stay readable
+		// A request may still be reading through the old root: it is
+		// closed once such a request is long done (files opened from it
+		// stay readable in any case).
+		time.AfterFunc(retireAfter, func() { old.dir.Close() })
 	}
 	l.current, l.seen = s, stamp
 	return s, nil

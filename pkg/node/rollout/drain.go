@@ -65,21 +65,33 @@ func Drain(ctx context.Context, api DrainAPI, node string, o DrainOptions) error
 	}
 	deadline := o.Now().Add(o.Timeout)
 	reported := ""
+	bare := map[string]bool{}
 	for {
-		left, why, err := evictRound(ctx, api, node)
-		if err != nil {
-			return fmt.Errorf("drain node %s: %w", node, err)
-		}
-		if len(left) == 0 {
+		left, why, err := evictRound(ctx, api, node, func(p kubeclient.Pod) {
+			if !bare[key(p)] {
+				bare[key(p)] = true
+				o.Report(fmt.Sprintf("draining node %s: evicting %s, which no controller puts back elsewhere", node, key(p)))
+			}
+		})
+		var line string
+		switch {
+		case err != nil:
+			// A loaded API server times a list out now and then.
+			line = fmt.Sprintf("draining node %s: listing its pods: %v", node, err)
+		case len(left) == 0:
 			o.Report(fmt.Sprintf("node %s drained", node))
 			return nil
+		default:
+			line = fmt.Sprintf("draining node %s: waiting for %s", node, describe(left, why))
 		}
-		line := fmt.Sprintf("draining node %s: waiting for %s", node, describe(left, why))
 		if line != reported {
 			o.Report(line)
 			reported = line
 		}
 		if !o.Now().Before(deadline) {
+			if err != nil {
+				return fmt.Errorf("drain node %s: after %s, its pods could not be listed: %w", node, o.Timeout, err)
+			}
 			return fmt.Errorf("drain node %s: after %s, %w: %s", node, o.Timeout, ErrDrainTimeout, describe(left, why))
 		}
 		select {
@@ -92,7 +104,8 @@ func Drain(ctx context.Context, api DrainAPI, node string, o DrainOptions) error
 
 // evictRound asks once to evict every pod that must leave node. It returns
 // the pods still there and, for those whose eviction was refused, why.
-func evictRound(ctx context.Context, api DrainAPI, node string) ([]kubeclient.Pod, map[string]string, error) {
+// bare hears of each pod no controller owns, before it is evicted.
+func evictRound(ctx context.Context, api DrainAPI, node string, bare func(kubeclient.Pod)) ([]kubeclient.Pod, map[string]string, error) {
 	pods, err := api.PodsOn(ctx, node)
 	if err != nil {
 		return nil, nil, err
@@ -106,6 +119,9 @@ func evictRound(ctx context.Context, api DrainAPI, node string) ([]kubeclient.Po
 		case p.Deleting:
 			left = append(left, p) // evicted: wait until it is gone
 			continue
+		}
+		if !p.Controlled {
+			bare(p)
 		}
 		err := api.Evict(ctx, p)
 		switch {

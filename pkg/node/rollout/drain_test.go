@@ -17,7 +17,9 @@ import (
 // deleting for one more look, then gone. guarded pods are refused by
 // their budget as many times as their count says.
 type fakeNode struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	// listFails fails that many lists first.
+	listFails int
 	pods      []kubeclient.Pod
 	guarded   map[string]int
 	failing   map[string]error
@@ -35,6 +37,10 @@ func (f *fakeNode) Cordon(_ context.Context, name string, u bool) error {
 func (f *fakeNode) PodsOn(_ context.Context, node string) ([]kubeclient.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.listFails > 0 {
+		f.listFails--
+		return nil, errors.New("GET /api/v1/pods: context deadline exceeded")
+	}
 	out := append([]kubeclient.Pod(nil), f.pods...)
 	// Pods being deleted are gone at the next look.
 	kept := f.pods[:0]
@@ -69,8 +75,8 @@ func (f *fakeNode) Evict(_ context.Context, p kubeclient.Pod) error {
 
 func workload() []kubeclient.Pod {
 	return []kubeclient.Pod{
-		{Namespace: "default", Name: "web-1", Phase: "Running"},
-		{Namespace: "default", Name: "web-2", Phase: "Running"},
+		{Namespace: "default", Name: "web-1", Phase: "Running", Controlled: true},
+		{Namespace: "default", Name: "web-2", Phase: "Running", Controlled: true},
 		{Namespace: "kube-flannel", Name: "flannel-x", Phase: "Running", DaemonSet: true},
 		{Namespace: "kube-system", Name: "kube-apiserver-cp-1", Phase: "Running", Mirror: true},
 		{Namespace: "default", Name: "job-done", Phase: "Succeeded"},
@@ -78,19 +84,22 @@ func workload() []kubeclient.Pod {
 }
 
 func TestDrainLeavesDaemonSetsAndStaticPods(t *testing.T) {
-	f := &fakeNode{pods: workload(), guarded: map[string]int{"web-2": 3}}
+	f := &fakeNode{pods: append(workload(), kubeclient.Pod{Namespace: "default", Name: "debug", Phase: "Running"}),
+		guarded: map[string]int{"web-2": 3}, listFails: 2}
 	var lines []string
 	err := Drain(context.Background(), f, "w-1", DrainOptions{Poll: time.Millisecond, Report: func(l string) { lines = append(lines, l) }})
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true}, f.cordons, "cordoned, and left cordoned")
 	// web-2's budget refused three times; it was asked again each round.
-	assert.Equal(t, []string{"web-1", "web-2", "web-2", "web-2", "web-2"}, f.evictions)
+	assert.Equal(t, []string{"web-1", "web-2", "debug", "web-2", "web-2", "web-2"}, f.evictions)
 	var names []string
 	for _, p := range f.pods {
 		names = append(names, p.Name)
 	}
 	assert.Equal(t, []string{"flannel-x", "kube-apiserver-cp-1", "job-done"}, names)
-	assert.Contains(t, lines, "draining node w-1: waiting for default/web-1, default/web-2 (its disruption budget allows no eviction now)")
+	assert.Contains(t, lines, "draining node w-1: listing its pods: GET /api/v1/pods: context deadline exceeded", "a failed list is tried again")
+	assert.Contains(t, lines, "draining node w-1: evicting default/debug, which no controller puts back elsewhere")
+	assert.Contains(t, lines, "draining node w-1: waiting for default/debug, default/web-1, default/web-2 (its disruption budget allows no eviction now)")
 	assert.Equal(t, "node w-1 drained", lines[len(lines)-1])
 
 	require.NoError(t, Uncordon(context.Background(), f, "w-1"))

@@ -70,7 +70,10 @@ type Rollout struct {
 	Kubernetes string `json:"kubernetes,omitempty"`
 	// Ref is the upgrade file in the cluster's registry, as an OCI
 	// artifact every node can pull from its peers.
-	Ref       string    `json:"ref"`
+	Ref string `json:"ref"`
+	// Forced: started with --force, the nodes install it so too (a
+	// downgrade, or an upgrade that rolled back on them before).
+	Forced    bool      `json:"forced,omitempty"`
 	StartedBy string    `json:"startedBy"`
 	StartedAt time.Time `json:"startedAt"`
 	Phase     string    `json:"phase"`
@@ -107,6 +110,8 @@ type Member struct {
 // Upgrade is what a rollout installs.
 type Upgrade struct {
 	Digest, Version, Kubernetes, Ref string
+	// Forced: see Rollout.Forced.
+	Forced bool
 }
 
 // Errors of Start.
@@ -160,7 +165,7 @@ func (r *Record) Start(u Upgrade, members []Member, by string, at time.Time, for
 	for i, m := range ordered {
 		nodes[i] = Node{Name: m.Name, ControlPlane: m.ControlPlane, Phase: NodeWaiting}
 	}
-	r.Rollout = &Rollout{Digest: u.Digest, Version: u.Version, Kubernetes: u.Kubernetes, Ref: u.Ref,
+	r.Rollout = &Rollout{Digest: u.Digest, Version: u.Version, Kubernetes: u.Kubernetes, Ref: u.Ref, Forced: u.Forced || force,
 		StartedBy: by, StartedAt: at.UTC(), Phase: Rolling, Nodes: nodes}
 	return nil
 }
