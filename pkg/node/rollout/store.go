@@ -48,11 +48,11 @@ func decode(data string) (Record, error) {
 		return r, nil
 	}
 	if len(data) > maxRecord {
-		return r, fmt.Errorf("the cluster's upgrade record (configmap %s/%s key %s) is %d bytes, more than %d: remove it to start afresh",
+		return r, fmt.Errorf("the cluster's upgrade record (configmap %s/%s key %s) is %d bytes, more than %d: clear that key to start afresh (kubectl -n kube-system edit configmap terrarium-upgrades)",
 			Namespace, ConfigMapName, dataKey, len(data), maxRecord)
 	}
 	if err := json.Unmarshal([]byte(data), &r); err != nil {
-		return r, fmt.Errorf("the cluster's upgrade record (configmap %s/%s key %s) is not readable: %w (remove it to start afresh)",
+		return r, fmt.Errorf("the cluster's upgrade record (configmap %s/%s key %s) is not readable: %w (clear that key to start afresh: kubectl -n kube-system edit configmap terrarium-upgrades)",
 			Namespace, ConfigMapName, dataKey, err)
 	}
 	return r, nil
