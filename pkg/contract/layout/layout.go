@@ -212,6 +212,16 @@ const (
 	StateMount = "/state"
 	// BundleDir is where the slot carries its bundle, one OCI layout.
 	BundleDir = "/usr/lib/terrarium/bundle"
+	// SlotLayersDir is where the slot carries its bundle's layers
+	// unpacked, one directory per diffID (<dir>/sha256/<hex>), for the
+	// node's snapshotter (pkg/image/layers, pkg/node/snapshotter).
+	SlotLayersDir = "/usr/lib/terrarium/layers"
+	// SnapshotterRoot is the node's snapshotter's overlayfs snapshots on
+	// STATE, and SnapshotterSocket where containerd reaches it (a proxy
+	// snapshotter named SnapshotterName).
+	SnapshotterRoot   = "/var/lib/terrarium/snapshotter"
+	SnapshotterSocket = "/run/terrarium/snapshotter.sock"
+	SnapshotterName   = "terrarium"
 	// RegistryConfigFile is the registry service's configuration, which
 	// firstboot writes from the machine config.
 	RegistryConfigFile = "/etc/terrarium/registry.json"

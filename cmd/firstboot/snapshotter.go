@@ -1,0 +1,36 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/registryd"
+	"github.com/terrarium-os/terrarium/pkg/node/snapshotter"
+)
+
+func snapshotterCmd() *cobra.Command {
+	var root, layers, socket string
+	cmd := &cobra.Command{
+		Use:   "snapshotter",
+		Short: "Serve containerd's snapshots, the slot's bundled layers straight from the slot (the systemd service terrarium-snapshotter)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			sn, err := snapshotter.New(root, layers, log)
+			if err != nil {
+				return err
+			}
+			defer sn.Close()
+			log.Info("snapshotter: serving", "socket", socket, "root", root, "layers", layers)
+			return snapshotter.Serve(cmd.Context(), sn, socket, registryd.Notify())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", layout.SnapshotterRoot, "the snapshots (on TERRA-STATE)")
+	f.StringVar(&layers, "layers", layout.SlotLayersDir, "the slot's unpacked layers")
+	f.StringVar(&socket, "socket", layout.SnapshotterSocket, "where containerd connects")
+	return cmd
+}
