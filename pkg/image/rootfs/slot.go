@@ -17,6 +17,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
+	"github.com/terrarium-os/terrarium/pkg/image/layers"
 	"github.com/terrarium-os/terrarium/pkg/image/squashfs"
 )
 
@@ -70,7 +71,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 		return "", false, err
 	}
 	// v2: the tree is written through an os.Root, replacing links (customize).
-	k := cache.NewKey("slot/v2").String("base", in.Base.Key).
+	// v3: the bundle's layers unpacked into the slot (layout.SlotLayersDir).
+	k := cache.NewKey("slot/v3").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)
@@ -163,6 +165,9 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte) e
 		if err := copyInto(ctx, root, in.BundleDir, strings.TrimPrefix(BundlePath, "/")); err != nil {
 			return fmt.Errorf("copy the bundle %s: %w", in.BundleDir, err)
 		}
+		if err := unpackLayers(ctx, rootDir, in.BundleDir); err != nil {
+			return err
+		}
 	}
 	for _, p := range in.Programs {
 		if err := installFile(root, p.Src, p.Dest, 0o755); err != nil {
@@ -174,6 +179,25 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte) e
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("systemctl enable %s: %w: %s", strings.Join(in.Enable, " "), err, b)
 		}
+	}
+	return nil
+}
+
+// unpackLayers unpacks the bundle's layers into the slot, for the node's
+// snapshotter (pkg/image/layers, pkg/node/snapshotter). They are written
+// by path, under the bundle's directory, which the copy through the os.Root
+// has just made: no link leads out of the tree there.
+func unpackLayers(ctx context.Context, rootDir, bundleDir string) error {
+	parent := filepath.Join(rootDir, filepath.Dir(strings.TrimPrefix(layout.SlotLayersDir, "/")))
+	resolved, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return err
+	}
+	if abs, err := filepath.EvalSymlinks(rootDir); err != nil || !strings.HasPrefix(resolved, abs+string(filepath.Separator)) {
+		return fmt.Errorf("unpack the bundle's layers: %s leads out of the slot's tree", parent)
+	}
+	if _, err := layers.Unpack(ctx, bundleDir, filepath.Join(rootDir, strings.TrimPrefix(layout.SlotLayersDir, "/")), nil); err != nil {
+		return fmt.Errorf("unpack the bundle's layers into the slot: %w", err)
 	}
 	return nil
 }

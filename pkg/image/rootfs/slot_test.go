@@ -1,7 +1,10 @@
 package rootfs
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -10,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -78,11 +85,7 @@ func slotInputs(t *testing.T, base *Base) SlotInputs {
 			Name: "terrarium", Version: "1.2.3", Suite: "bookworm",
 			KernelVersion: "6.1.0-x", BuiltAt: "2026-01-01T00:00:00Z",
 		},
-		BundleDir: writeFiles(t, filepath.Join(src, "bundle"), map[string]string{
-			"oci-layout":           `{"imageLayoutVersion":"1.0.0"}`,
-			"index.json":           `{"schemaVersion":2}`,
-			"blobs/sha256/abc0123": "blob",
-		}),
+		BundleDir: bundleLayout(t, filepath.Join(src, "bundle")),
 		BundleKey: "bundle-key-1",
 		Programs: []Program{
 			{Src: write("kubelet", "kubelet binary"), Dest: "usr/bin/kubelet", Key: "kubelet-key"},
@@ -90,6 +93,30 @@ func slotInputs(t *testing.T, base *Base) SlotInputs {
 		},
 		UpgradeKeys: []string{"ed25519:AAAAkey1", "ed25519:BBBBkey2"},
 	}
+}
+
+// testLayerFile is the one file of the test bundle's one layer.
+const testLayerFile = "usr/share/hello/greeting"
+
+// bundleLayout writes an OCI layout of one image of one layer, the same
+// bytes every time, into dir.
+func bundleLayout(t *testing.T, dir string) string {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: testLayerFile, Mode: 0o644, Size: 6, Typeflag: tar.TypeReg, ModTime: epoch}))
+	_, err := tw.Write([]byte("hello\n"))
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+	data := b.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	require.NoError(t, err)
+	img, err := mutate.AppendLayers(empty.Image, l)
+	require.NoError(t, err)
+	p, err := ocilayout.Write(dir, empty.Index)
+	require.NoError(t, err)
+	require.NoError(t, p.AppendImage(img))
+	return dir
 }
 
 // unsquash extracts image into a new directory and returns it.
@@ -204,13 +231,14 @@ func TestBuildSlotContents(t *testing.T) {
 
 		assert.Equal(t, "ed25519:AAAAkey1\ned25519:BBBBkey2\n", readFile(t, inRoot(root, layout.UpgradeKeysFile)))
 
-		for name, want := range map[string]string{
-			"oci-layout":           `{"imageLayoutVersion":"1.0.0"}`,
-			"index.json":           `{"schemaVersion":2}`,
-			"blobs/sha256/abc0123": "blob",
-		} {
-			assert.Equal(t, want, readFile(t, filepath.Join(inRoot(root, BundlePath), name)), name)
+		for _, name := range []string{"oci-layout", "index.json"} {
+			assert.Equal(t, readFile(t, filepath.Join(in.BundleDir, name)), readFile(t, filepath.Join(inRoot(root, BundlePath), name)), name)
 		}
+		// The bundle's one layer, unpacked for the node's snapshotter.
+		unpacked, err := filepath.Glob(filepath.Join(inRoot(root, layout.SlotLayersDir), "sha256", "*", testLayerFile))
+		require.NoError(t, err)
+		require.Len(t, unpacked, 1, "the bundle's layer unpacked into the slot")
+		assert.Equal(t, "hello\n", readFile(t, unpacked[0]))
 
 		for _, p := range in.Programs {
 			dst := filepath.Join(root, p.Dest)

@@ -92,10 +92,11 @@ func Close(h *host.Host) (bool, error) {
 	return true, atomicfile.SyncDir(filepath.Dir(p))
 }
 
-// Repair runs before containerd starts (containerd.service's
-// ExecStartPre, `firstboot repair-images`). When the last boot was cut
-// inside the unpack window, it removes containerd's store, which may hold
-// torn images, and says so on console; containerd then starts empty. The
+// Repair runs before the snapshotter and containerd start
+// (terrarium-snapshotter.service's ExecStartPre, `firstboot
+// repair-images`). When the last boot was cut inside the unpack window, it
+// removes containerd's store and the snapshotter's, which may hold torn
+// images, and says so on console; both then start empty. The
 // window stays open: the images unpacked again are made durable before it
 // closes. It reports whether it removed the store.
 //
@@ -111,31 +112,49 @@ func Repair(h *host.Host, console io.Writer) (bool, error) {
 	if id := windowBootID(window); id != "" && id == currentBootID(h) {
 		return false, nil // containerd restarted within the boot: no power cut
 	}
-	store := h.Path(layout.ContainerdRoot)
-	if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
+	removed := false
+	for _, dir := range stores() {
+		store := h.Path(dir)
+		if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
+			"removing %s, which may hold torn images: they come again from this slot\n",
+			filepath.Join(layout.StateMount, layout.StateUnpackWindow), dir)
+		if err := removeStore(store); err != nil {
+			return removed, err
+		}
+		removed = true
+	}
+	if !removed {
 		return false, nil
-	}
-	fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
-		"removing %s, which may hold torn images: they are pulled again from this slot's bundle\n",
-		filepath.Join(layout.StateMount, layout.StateUnpackWindow), layout.ContainerdRoot)
-	// Renamed first, so a power cut during the removal leaves no half
-	// store where containerd looks.
-	torn := store + ".torn"
-	if err := os.RemoveAll(torn); err != nil {
-		return false, fmt.Errorf("remove %s: %w", torn, err)
-	}
-	if err := os.Rename(store, torn); err != nil {
-		return false, fmt.Errorf("move aside %s: %w", store, err)
-	}
-	if err := atomicfile.SyncDir(filepath.Dir(store)); err != nil {
-		return false, err
-	}
-	if err := os.RemoveAll(torn); err != nil {
-		return false, fmt.Errorf("remove %s: %w", torn, err)
 	}
 	// The window is this boot's now: containerd restarting later in it
 	// keeps what it unpacked since.
 	return true, write(h, h.Now())
+}
+
+// stores are what containerd's images live in: its own store (content,
+// metadata) and the node's snapshotter's snapshots.
+func stores() []string { return []string{layout.ContainerdRoot, layout.SnapshotterRoot} }
+
+// removeStore removes a store, renamed first, so that a power cut during
+// the removal leaves no half store where it is looked for.
+func removeStore(store string) error {
+	torn := store + ".torn"
+	if err := os.RemoveAll(torn); err != nil {
+		return fmt.Errorf("remove %s: %w", torn, err)
+	}
+	if err := os.Rename(store, torn); err != nil {
+		return fmt.Errorf("move aside %s: %w", store, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(store)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(torn); err != nil {
+		return fmt.Errorf("remove %s: %w", torn, err)
+	}
+	return nil
 }
 
 // syncFS flushes the whole filesystem holding dir (syncfs(2)).

@@ -48,6 +48,9 @@ func TestRepair(t *testing.T) {
 		blob := filepath.Join(store, "io.containerd.snapshotter.v1.overlayfs", "snapshots", "7", "fs", "usr", "local", "bin", "etcd")
 		require.NoError(t, os.MkdirAll(filepath.Dir(blob), 0o755))
 		require.NoError(t, os.WriteFile(blob, nil, 0o755)) // torn: empty
+		snap := filepath.Join(root, layout.SnapshotterRoot, "snapshots", "9", "fs", "bin", "sh")
+		require.NoError(t, os.MkdirAll(filepath.Dir(snap), 0o755))
+		require.NoError(t, os.WriteFile(snap, nil, 0o755)) // torn: empty
 		if window {
 			setBootID(t, root, "cut-boot")
 			require.NoError(t, Open(testHost(root, time.Now())))
@@ -63,6 +66,7 @@ func TestRepair(t *testing.T) {
 		assert.True(t, removed)
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot))
 		assert.NoDirExists(t, filepath.Join(root, layout.ContainerdRoot+".torn"))
+		assert.NoDirExists(t, filepath.Join(root, layout.SnapshotterRoot), "the snapshotter's snapshots too")
 		w, err := os.ReadFile(path(testHost(root, time.Now())))
 		require.NoError(t, err, "the window closes only once the new images are durable")
 		assert.Equal(t, "this-boot", windowBootID(w))
@@ -83,6 +87,7 @@ func TestRepair(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, removed)
 		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "io.containerd.snapshotter.v1.overlayfs"))
+		assert.DirExists(t, filepath.Join(root, layout.SnapshotterRoot, "snapshots"))
 		assert.Empty(t, console.String())
 	})
 	t.Run("a removal cut short is finished", func(t *testing.T) {
