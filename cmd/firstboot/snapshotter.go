@@ -24,6 +24,13 @@ func snapshotterCmd() *cobra.Command {
 				return err
 			}
 			defer sn.Close()
+			res, err := sn.Reconcile(cmd.Context(), snapshotter.MountOtherSlot("/proc/cmdline", "/dev/disk/by-partlabel", "/run/terrarium/other-slot"))
+			if err != nil {
+				return err
+			}
+			if len(res.Kept) > 0 || len(res.Missing) > 0 {
+				log.Info("snapshotter: layers of the other slot", "kept on STATE", res.Kept, "missing", res.Missing)
+			}
 			log.Info("snapshotter: serving", "socket", socket, "root", root, "layers", layers)
 			return snapshotter.Serve(cmd.Context(), sn, socket, registryd.Notify())
 		},

@@ -44,8 +44,8 @@ const (
 // Snapshotter is the overlayfs snapshotter with the slot's layers.
 type Snapshotter struct {
 	snapshots.Snapshotter
-	layers string
-	log    *slog.Logger
+	root, layers string
+	log          *slog.Logger
 }
 
 // New opens the overlayfs snapshotter in root (on STATE) with the unpacked
@@ -55,7 +55,7 @@ func New(root, layersDir string, log *slog.Logger) (*Snapshotter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlayfs snapshotter in %s: %w", root, err)
 	}
-	return &Snapshotter{Snapshotter: sn, layers: layersDir, log: log}, nil
+	return &Snapshotter{Snapshotter: sn, root: root, layers: layersDir, log: log}, nil
 }
 
 // Prepare implements snapshots.Snapshotter. A layer the slot holds is

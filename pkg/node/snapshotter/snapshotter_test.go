@@ -138,3 +138,75 @@ func TestServeAsAProxySnapshotter(t *testing.T) {
 	require.NoError(t, <-served)
 	require.NoError(t, sn.Close())
 }
+
+// After an upgrade the new slot holds other layers: a snapshot the old
+// slot gave (the old Kubernetes' images, which run until the node's
+// Kubernetes is upgraded) is kept by copying its layer from the old slot
+// onto STATE; a layer no slot holds is reported.
+func TestReconcileKeepsTheOldSlotsLayers(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "overlayfs mounts need root")
+	ctx := context.Background()
+	old := slotLayers(t)
+	root := t.TempDir()
+	sn, err := New(root, old, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	_, err = sn.Prepare(ctx, "ns/1/a", "", target(chainA, diffA))
+	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
+	_, err = sn.Prepare(ctx, "ns/2/b", "ns/1/a", target(chainB, diffB))
+	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
+	require.NoError(t, sn.Close())
+
+	// The new slot holds neither layer (its own directory elsewhere); the
+	// old slot is reachable as the other slot, for a while.
+	moved := filepath.Join(t.TempDir(), "old-slot")
+	require.NoError(t, os.Rename(old, moved))
+	sn, err = New(root, t.TempDir(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer sn.Close()
+	opened := 0
+	res, err := sn.Reconcile(ctx, func(context.Context) (string, func(), error) {
+		opened++
+		return moved, func() {}, nil
+	})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{diffA, diffB}, res.Kept)
+	assert.Empty(t, res.Missing)
+	assert.Equal(t, 1, opened)
+	require.NoError(t, os.RemoveAll(moved)) // the next upgrade overwrites it
+
+	mounts, err := sn.Prepare(ctx, "ctr", "ns/2/b")
+	require.NoError(t, err)
+	mnt := t.TempDir()
+	require.NoError(t, mount.All(mounts, mnt))
+	got, err := os.ReadFile(filepath.Join(mnt, "a"))
+	assert.NoError(t, mount.UnmountAll(mnt, 0))
+	require.NoError(t, err)
+	assert.Equal(t, "from A", string(got))
+	_, err = os.Stat(filepath.Join(mnt, "gone"))
+	assert.True(t, os.IsNotExist(err))
+
+	// Nothing dangles now: the other slot is not opened again.
+	res, err = sn.Reconcile(ctx, func(context.Context) (string, func(), error) {
+		opened++
+		return "", nil, os.ErrNotExist
+	})
+	require.NoError(t, err)
+	assert.Empty(t, res.Kept)
+	assert.Equal(t, 1, opened)
+}
+
+func TestReconcileReportsWhatNoSlotHolds(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "overlayfs mounts need root")
+	ctx := context.Background()
+	old := slotLayers(t)
+	root := t.TempDir()
+	sn, err := New(root, old, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer sn.Close()
+	_, err = sn.Prepare(ctx, "ns/1/a", "", target(chainA, diffA))
+	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
+	require.NoError(t, os.RemoveAll(old))
+	res, err := sn.Reconcile(ctx, func(context.Context) (string, func(), error) { return t.TempDir(), func() {}, nil })
+	require.NoError(t, err)
+	assert.Equal(t, []string{diffA}, res.Missing)
+}
