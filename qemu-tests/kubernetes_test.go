@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/image/pins"
 )
 
@@ -17,18 +20,15 @@ import (
 // that etcd and kube-apiserver run from those images.
 func TestKubernetesFromSource(t *testing.T) {
 	v, err := pins.Load("../components")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
 	key := newSSHKey(t)
 	port := m.forwardSSH()
 	vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig("node-1", key.authorized, ""))))
-	if s := expectStatus(ctx, t, vm, "provisioned", "failed"); s.State != "provisioned" {
-		t.Fatalf("status %+v", s)
-	}
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	require.Equal(t, "provisioned", s.State, "%+v", s)
 	ssh := dialSSH(ctx, t, port, key)
 
 	versions := []struct{ cmd, want string }{
@@ -40,18 +40,14 @@ func TestKubernetesFromSource(t *testing.T) {
 	}
 	for _, c := range versions {
 		out := ssh.output(c.cmd, regexp.MustCompile(regexp.QuoteMeta(c.want)))
-		if !strings.Contains(out, c.want) {
-			t.Errorf("%s printed %q, want %q in it", c.cmd, out, c.want)
-		}
+		assert.Contains(t, out, c.want, c.cmd)
 	}
 
 	// kubeadm names the images itself: nothing here is hard-coded.
 	listCmd := "kubeadm config images list --kubernetes-version " + v.Kubernetes
 	listed := ssh.output(listCmd, regexp.MustCompile(`registry\.k8s\.io/pause:`))
 	images := regexp.MustCompile(`(?m)^registry\.k8s\.io/\S+`).FindAllString(listed, -1)
-	if len(images) < 7 {
-		t.Fatalf("%s listed %d images:\n%s", listCmd, len(images), listed)
-	}
+	require.GreaterOrEqual(t, len(images), 7, "%s listed:\n%s", listCmd, listed)
 	for _, img := range images {
 		start := time.Now()
 		ssh.run("sudo ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d " + img)
@@ -65,13 +61,29 @@ func TestKubernetesFromSource(t *testing.T) {
 	for i, r := range runs {
 		cmd := "sudo ctr -n k8s.io run --rm " + r.image + " version-" + string(rune('a'+i)) + "-{try} " + r.cmd
 		out := ssh.output(cmd, regexp.MustCompile(regexp.QuoteMeta(r.want)))
-		if !strings.Contains(out, r.want) {
-			t.Errorf("%s in %s printed %q, want %q in it", r.cmd, r.image, out, r.want)
-		}
+		assert.Contains(t, out, r.want, "%s in %s", r.cmd, r.image)
 	}
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
+
+	// The node's snapshotter, as the kubelet's pulls use it: the bundled
+	// images need no layer fetched or unpacked. In a namespace of its own,
+	// the content store then holds their manifests and configs only, every
+	// snapshot links into the slot, and a container runs from them.
+	const ns = "slot-layers"
+	for _, img := range images {
+		start := time.Now()
+		ssh.run("sudo ctr -n " + ns + " images pull --snapshotter terrarium --hosts-dir /etc/containerd/certs.d " + img)
+		t.Logf("pulled %s with the slot's layers in %s", img, time.Since(start).Round(100*time.Millisecond))
 	}
+	content := ssh.run("sudo ctr -n " + ns + " content ls")
+	assert.NotContains(t, content, "application/vnd.oci.image.layer", "no layer fetched:\n%s", content)
+	assert.NotContains(t, content, "application/vnd.docker.image.rootfs", "no layer fetched:\n%s", content)
+	links := ssh.run("sudo find /var/lib/terrarium/snapshotter/snapshots -maxdepth 2 -name fs -type l -printf '%l\\n'")
+	assert.Regexp(t, `(?m)^/usr/lib/terrarium/layers/sha256/[0-9a-f]{64}$`, links, "snapshots link into the slot")
+	r := runs[1]
+	out := ssh.output("sudo ctr -n "+ns+" run --snapshotter terrarium --rm "+r.image+" slot-{try} "+r.cmd, regexp.MustCompile(regexp.QuoteMeta(r.want)))
+	assert.Contains(t, out, r.want, "%s from the slot's layers", r.image)
+
+	require.NoError(t, vm.Quit(ctx))
 	n := checkCapture(t, m.capture, testSubnet)
 	t.Logf("network capture: %d packets, all inside %s", n, testSubnet)
 }
