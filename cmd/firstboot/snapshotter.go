@@ -24,12 +24,15 @@ func snapshotterCmd() *cobra.Command {
 				return err
 			}
 			defer sn.Close()
+			// A snapshot Reconcile could not repair fails its containers,
+			// not the node: the snapshotter serves regardless.
 			res, err := sn.Reconcile(cmd.Context(), snapshotter.MountOtherSlot("/proc/cmdline", "/dev/disk/by-partlabel", "/run/terrarium/other-slot"))
 			if err != nil {
-				return err
+				log.Error("snapshotter: reconcile the slot's layers", "err", err)
 			}
-			if len(res.Kept) > 0 || len(res.Missing) > 0 {
-				log.Info("snapshotter: layers of the other slot", "kept on STATE", res.Kept, "missing", res.Missing)
+			if len(res.Kept)+len(res.Relinked)+len(res.Missing)+len(res.Pruned) > 0 {
+				log.Info("snapshotter: the slot's layers reconciled", "kept on STATE", res.Kept, "relinked", res.Relinked,
+					"missing", res.Missing, "pruned", res.Pruned)
 			}
 			log.Info("snapshotter: serving", "socket", socket, "root", root, "layers", layers)
 			return snapshotter.Serve(cmd.Context(), sn, socket, registryd.Notify())

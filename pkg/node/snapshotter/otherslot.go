@@ -6,11 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
+
+// partLabelWait bounds the wait for udev's link to the other slot.
+const partLabelWait = time.Minute
 
 // MountOtherSlot opens the slot this boot does not run (per the kernel
 // command line in cmdline, /proc/cmdline): its partition, found by its
@@ -32,6 +36,20 @@ func MountOtherSlot(cmdline, byPartLabel, mnt string) OtherSlot {
 			return "", nil, fmt.Errorf("%s names no slot this boot runs", cmdline)
 		}
 		dev := filepath.Join(byPartLabel, running.Other().Label())
+		// udev makes the link on its own schedule after boot.
+		deadline := time.Now().Add(partLabelWait)
+		for {
+			if _, err := os.Stat(dev); err == nil {
+				break
+			} else if !time.Now().Before(deadline) {
+				return "", nil, fmt.Errorf("the other slot's partition: %w", err)
+			}
+			select {
+			case <-ctx.Done():
+				return "", nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return "", nil, err
 		}

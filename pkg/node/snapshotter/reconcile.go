@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/continuity/fs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/image/layers"
 )
 
@@ -20,83 +21,127 @@ type OtherSlot func(ctx context.Context) (dir string, done func(), err error)
 
 // Reconciled is what Reconcile did.
 type Reconciled struct {
-	// Kept are the layers copied from the other slot onto STATE;
-	// Missing those no slot holds any more (their images cannot run).
-	Kept, Missing []string
+	// Kept are the layers copied from the other slot onto STATE now;
+	// Relinked the snapshots pointed at another directory; Missing the
+	// layers no slot holds any more (their images cannot run); Pruned the
+	// kept copies no snapshot needs any more.
+	Kept, Relinked, Missing, Pruned []string
 }
 
-// keptDir is where Reconcile keeps layers copied from the other slot.
-func (s *Snapshotter) keptDir(d v1.Hash) string {
-	return layers.Dir(filepath.Join(s.root, "kept"), d)
-}
+// keptRoot is where Reconcile keeps layers copied from the other slot.
+func (s *Snapshotter) keptRoot() string { return filepath.Join(s.root, "kept") }
 
-// Reconcile runs before containerd starts. A snapshot taken from a slot
-// links to that slot's directory, which the other slot, booted after an
-// upgrade (or a rollback), may not hold: the old Kubernetes' images, whose
-// static pods run until the node's Kubernetes is upgraded. Such a layer is
-// copied from the other slot (whose squashfs is intact until the next
-// upgrade writes it) onto STATE, once, and the snapshot's link pointed at
-// the copy. A layer neither slot holds is reported.
+// Reconcile runs before containerd starts, and makes every snapshot taken
+// from a slot link to a directory that holds its layer:
+//
+//   - the booted slot's, when it holds the layer (after a rollback, the
+//     slot's own again);
+//   - otherwise a copy kept on STATE: the booted slot may lack a layer
+//     another slot gave, the old Kubernetes' images after an upgrade,
+//     whose static pods run until the node's Kubernetes is upgraded. It is
+//     copied from the other slot (mounted read-only; its squashfs is intact
+//     until the next upgrade writes it), once;
+//   - a snapshot whose link a power cut left half made is made again.
+//
+// A layer no slot holds is reported; kept copies no snapshot links to any
+// more are removed.
 func (s *Snapshotter) Reconcile(ctx context.Context, other OtherSlot) (Reconciled, error) {
 	var res Reconciled
-	type dangling struct {
+	type fromSlot struct {
 		link   string
 		diffID v1.Hash
 	}
-	var todo []dangling
+	var all []fromSlot
 	err := s.Snapshotter.Walk(ctx, func(_ context.Context, i snapshots.Info) error {
-		if i.Kind != snapshots.KindCommitted || i.Labels[LabelFromSlot] != "true" {
-			return nil
-		}
-		link := i.Labels[labelUpper]
-		target, err := os.Readlink(link)
-		if err != nil {
-			return nil // not a link: not the slot's
-		}
-		if _, err := os.Stat(target); err == nil {
+		if i.Kind != snapshots.KindCommitted || i.Labels[LabelFromSlot] != "true" || i.Labels[labelUpper] == "" {
 			return nil
 		}
 		d, err := v1.NewHash(i.Labels[labelDiffID])
 		if err != nil {
 			return nil
 		}
-		todo = append(todo, dangling{link: link, diffID: d})
+		all = append(all, fromSlot{link: i.Labels[labelUpper], diffID: d})
 		return nil
 	})
-	if err != nil || len(todo) == 0 {
+	if err != nil {
 		return res, err
 	}
-	var dir string
-	if other != nil {
-		d, done, err := other(ctx)
-		if err != nil {
-			s.log.Warn("snapshotter: the other slot could not be opened", "err", err)
-		} else {
-			defer done()
-			dir = d
+	var (
+		otherDir string
+		opened   bool
+		done     = func() {}
+	)
+	defer func() { done() }()
+	openOther := func() string {
+		if !opened && other != nil {
+			opened = true
+			dir, d, err := other(ctx)
+			if err != nil {
+				s.log.Warn("snapshotter: the other slot could not be opened", "err", err)
+				return ""
+			}
+			otherDir, done = dir, d
 		}
+		return otherDir
 	}
-	for _, t := range todo {
-		kept := s.keptDir(t.diffID)
-		if _, err := os.Stat(kept); err != nil {
-			src := ""
-			if dir != "" {
-				src = layers.Dir(dir, t.diffID)
+	used := map[string]bool{}
+	var errs []error
+	for _, f := range all {
+		want := layers.Dir(s.layers, f.diffID)
+		if !isDir(want) {
+			want = layers.Dir(s.keptRoot(), f.diffID)
+			if !isDir(want) {
+				src := ""
+				if dir := openOther(); dir != "" {
+					src = layers.Dir(dir, f.diffID)
+				}
+				if src == "" || !isDir(src) {
+					res.Missing = append(res.Missing, f.diffID.String())
+					continue
+				}
+				if err := copyLayer(src, want); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				res.Kept = append(res.Kept, f.diffID.String())
 			}
-			if src == "" || !isDir(src) {
-				res.Missing = append(res.Missing, t.diffID.String())
-				continue
-			}
-			if err := copyLayer(src, kept); err != nil {
-				return res, err
-			}
-			res.Kept = append(res.Kept, t.diffID.String())
+			used[f.diffID.Hex] = true
 		}
-		if err := relink(t.link, kept); err != nil {
-			return res, err
+		if cur, err := os.Readlink(f.link); err == nil && cur == want {
+			continue
 		}
+		if err := relink(f.link, want); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res.Relinked = append(res.Relinked, f.diffID.String())
 	}
-	return res, nil
+	pruned, err := s.prune(used)
+	res.Pruned = pruned
+	return res, errors.Join(append(errs, err)...)
+}
+
+// prune removes the kept copies no snapshot links to.
+func (s *Snapshotter) prune(used map[string]bool) ([]string, error) {
+	dir := filepath.Join(s.keptRoot(), "sha256")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pruned []string
+	for _, e := range entries {
+		if used[e.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return pruned, err
+		}
+		pruned = append(pruned, "sha256:"+e.Name())
+	}
+	return pruned, nil
 }
 
 func isDir(p string) bool {
@@ -105,7 +150,8 @@ func isDir(p string) bool {
 }
 
 // copyLayer copies a layer's directory (device nodes, extended attributes
-// and owners kept) to dst, through a sibling renamed into place once whole.
+// and owners kept) to dst, through a sibling renamed into place once whole
+// and synced.
 func copyLayer(src, dst string) error {
 	tmp := dst + ".partial"
 	if err := os.RemoveAll(tmp); err != nil {
@@ -118,11 +164,44 @@ func copyLayer(src, dst string) error {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("keep layer %s: %w", src, err)
 	}
-	return os.Rename(tmp, dst)
+	if err := syncTree(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(dst))
 }
 
-// relink points the link at target, atomically.
+// syncTree makes a copied tree durable: its files, then its directories.
+func syncTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() && !d.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+// relink makes link a symbolic link to target, durably: an empty
+// directory there (a link a power cut left unmade) is replaced.
 func relink(link, target string) error {
+	if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
+		if err := os.Remove(link); err != nil {
+			return fmt.Errorf("replace %s with a link to %s: %w", link, target, err)
+		}
+	}
 	tmp := link + ".new"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -130,5 +209,8 @@ func relink(link, target string) error {
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
 	}
-	return os.Rename(tmp, link)
+	if err := os.Rename(tmp, link); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(link))
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/image/layers"
 )
 
@@ -126,6 +127,14 @@ func (s *Snapshotter) commitFromSlot(ctx context.Context, key, parent, dir strin
 		return err
 	}
 	if err := os.Symlink(dir, upper); err != nil {
+		return err
+	}
+	// Durable before the snapshot is committed (the snapshotter's
+	// metadata is): the link, and the snapshot's own directory.
+	if err := atomicfile.SyncDir(filepath.Dir(upper)); err != nil {
+		return err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(filepath.Dir(upper))); err != nil {
 		return err
 	}
 	all := map[string]string{LabelFromSlot: "true"}

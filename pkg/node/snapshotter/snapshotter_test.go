@@ -170,6 +170,7 @@ func TestReconcileKeepsTheOldSlotsLayers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{diffA, diffB}, res.Kept)
+	assert.ElementsMatch(t, []string{diffA, diffB}, res.Relinked)
 	assert.Empty(t, res.Missing)
 	assert.Equal(t, 1, opened)
 	require.NoError(t, os.RemoveAll(moved)) // the next upgrade overwrites it
@@ -192,7 +193,40 @@ func TestReconcileKeepsTheOldSlotsLayers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Empty(t, res.Kept)
+	assert.Empty(t, res.Relinked)
 	assert.Equal(t, 1, opened)
+	require.NoError(t, sn.Close())
+
+	// A rollback: the booted slot holds A again. A's snapshot links to
+	// the slot's again and its kept copy goes; B's stays kept.
+	back := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(back, "sha256", diffA[7:]), 0o755))
+	sn, err = New(root, back, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	res, err = sn.Reconcile(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{diffA}, res.Relinked)
+	assert.Equal(t, []string{diffA}, res.Pruned)
+	assert.NoDirExists(t, filepath.Join(root, "kept", "sha256", diffA[7:]))
+	assert.DirExists(t, filepath.Join(root, "kept", "sha256", diffB[7:]))
+
+	// A power cut left B's link unmade (an empty directory where the link
+	// goes): made again.
+	var linkB string
+	require.NoError(t, sn.Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+		if i.Labels[labelDiffID] == diffB {
+			linkB = i.Labels[labelUpper]
+		}
+		return nil
+	}))
+	require.NoError(t, os.Remove(linkB))
+	require.NoError(t, os.Mkdir(linkB, 0o755))
+	res, err = sn.Reconcile(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{diffB}, res.Relinked)
+	target, err := os.Readlink(linkB)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "kept", "sha256", diffB[7:]), target)
 }
 
 func TestReconcileReportsWhatNoSlotHolds(t *testing.T) {

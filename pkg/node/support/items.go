@@ -30,7 +30,7 @@ const statusFile = layout.StatusFile
 // units are the services whose state and log every bundle holds.
 func units() []string {
 	return []string{
-		"terrarium-firstboot.service", "terrarium-registry.service", apilb.Unit,
+		"terrarium-firstboot.service", "terrarium-registry.service", "terrarium-snapshotter.service", apilb.Unit,
 		"containerd.service", "kubelet.service",
 	}
 }
