@@ -95,6 +95,11 @@ func SyncDir(dir string) error {
 	return syncFile(dir)
 }
 
+// SyncFile syncs the file at path, which something else wrote.
+func SyncFile(path string) error {
+	return syncFile(path)
+}
+
 // commit renames the synced file tmp over path and syncs the directory.
 func commit(op, tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {

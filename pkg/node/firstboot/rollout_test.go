@@ -214,26 +214,35 @@ func (n *rolloutNode) trialBoot(version, bootID string) {
 	n.e.setReleaseVersion(version)
 }
 
+// rolloutCluster is cp-1 and w-1, formed, their slots trusting one key,
+// the init node's record and Lease in place, and a stick of 1.3.0 signed
+// with that key put into cp-1, which published it and, first in the
+// rollout, installed it and rebooted.
+func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode) {
+	t.Helper()
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c = newFakeCluster()
+	cp = newRolloutNode(t, c, "cp-1", pub)
+	w = newRolloutNode(t, c, "w-1", pub)
+	cp.peers(w)
+	w.peers(cp)
+	// The init node applied addons.Upgrades: the ConfigMap and the Lease.
+	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
+	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
+	cp.e.upgradeStick(key, "/stick", "1.3.0")
+	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+	return c, cp, w
+}
+
 // One stick in a control plane upgrades the cluster: published there,
 // then each node in turn (control plane first) drained, fetched from its
 // peer, installed, rebooted into its trial, and once blessed uncordoned
 // and done; the worker's disruption budget holds its drain until it
 // allows the eviction.
 func TestOneStickUpgradesTheCluster(t *testing.T) {
-	key, pub, err := signature.GenerateKey()
-	require.NoError(t, err)
-	c := newFakeCluster()
-	cp := newRolloutNode(t, c, "cp-1", pub)
-	w := newRolloutNode(t, c, "w-1", pub)
-	cp.peers(w)
-	w.peers(cp)
-	// The init node applied addons.Upgrades: the ConfigMap and the Lease.
-	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
-	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
-
-	cp.e.upgradeStick(key, "/stick", "1.3.0")
-	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
-	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+	c, cp, w := rolloutCluster(t)
 	assert.Contains(t, cp.e.console.String(), "upgrade: 1.3.0 is rolling out to the cluster's 2 nodes, one at a time, control planes first")
 	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls())
 	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "cp-1"))
@@ -281,19 +290,7 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 // the cluster marks it bad and stops the rollout, the other node never
 // installs it, and a stick of it is refused anywhere in the cluster.
 func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
-	key, pub, err := signature.GenerateKey()
-	require.NoError(t, err)
-	c := newFakeCluster()
-	cp := newRolloutNode(t, c, "cp-1", pub)
-	w := newRolloutNode(t, c, "w-1", pub)
-	cp.peers(w)
-	w.peers(cp)
-	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
-	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
-
-	cp.e.upgradeStick(key, "/stick", "1.3.0")
-	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
-	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+	c, cp, w := rolloutCluster(t)
 	cp.e.media.remove(layout.LabelUpgradeFAT)
 
 	// The trial boot fails its health check three times; the boot loader

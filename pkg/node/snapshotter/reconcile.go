@@ -182,15 +182,7 @@ func syncTree(root string) error {
 		if !d.Type().IsRegular() && !d.IsDir() {
 			return nil
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return atomicfile.SyncFile(p)
 	})
 }
 
