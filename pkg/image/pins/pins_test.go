@@ -109,8 +109,8 @@ func TestCheckFindsDrift(t *testing.T) {
 	}
 	err := v.Check(ctx, dir)
 	for _, want := range []string{
-		"components/coredns/go.mod requires github.com/coredns/coredns v1.14.3; versions.yaml pins " + v.CoreDNS,
-		"components/kubernetes/go.mod replaces k8s.io/api with v0.35.0; Kubernetes " + v.Kubernetes + " needs " + v.StagingVersion(),
+		filepath.Join(dir, "coredns", "go.mod") + " requires github.com/coredns/coredns v1.14.3; versions.yaml pins " + v.CoreDNS,
+		filepath.Join(dir, "kubernetes", "go.mod") + " replaces k8s.io/api with v0.35.0; Kubernetes " + v.Kubernetes + " needs " + v.StagingVersion(),
 		"run `make pin`",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {

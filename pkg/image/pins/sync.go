@@ -78,17 +78,18 @@ func (v *Versions) Check(ctx context.Context, dir string) error {
 			}
 		}
 		if got != r.Version {
-			problems = append(problems, fmt.Sprintf("components/%s/go.mod requires %s %s; %s pins %s", r.Component, r.Module, orNone(got), VersionsFile, r.Version))
+			problems = append(problems, fmt.Sprintf("%s requires %s %s; %s pins %s", filepath.Join(dir, r.Component, "go.mod"), r.Module, orNone(got), VersionsFile, r.Version))
 		}
 	}
 	staging := v.StagingVersion()
 	for _, r := range mods["kubernetes"].Replace {
 		if strings.HasPrefix(r.Old.Path, "k8s.io/") && r.New.Version != staging {
-			problems = append(problems, fmt.Sprintf("components/kubernetes/go.mod replaces %s with %s; Kubernetes %s needs %s", r.Old.Path, orNone(r.New.Version), v.Kubernetes, staging))
+			problems = append(problems, fmt.Sprintf("%s replaces %s with %s; Kubernetes %s needs %s", filepath.Join(dir, "kubernetes", "go.mod"), r.Old.Path, orNone(r.New.Version), v.Kubernetes, staging))
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("components are not aligned with %s (run `make pin`):\n  %s", VersionsFile, strings.Join(problems, "\n  "))
+		return fmt.Errorf("components are not aligned with %s (run `make pin`, or `imagebuild components pin --components %s`):\n  %s",
+			filepath.Join(dir, VersionsFile), dir, strings.Join(problems, "\n  "))
 	}
 	return nil
 }
