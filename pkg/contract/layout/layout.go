@@ -9,6 +9,8 @@ package layout
 import (
 	"crypto/sha256"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -330,3 +332,14 @@ func StableGUID(imageID, name string) string {
 
 // AlignUp rounds n up to a multiple of Alignment.
 func AlignUp(n int64) int64 { return (n + Alignment - 1) / Alignment * Alignment }
+
+// SlotLayer is where a layer with diffID (sha256:<hex>) is unpacked under
+// root (SlotLayersDir, or the snapshotter's copies): root/sha256/<hex>.
+// ok is false for a diffID of another form, which names no directory.
+func SlotLayer(root, diffID string) (dir string, ok bool) {
+	alg, hex, found := strings.Cut(diffID, ":")
+	if !found || alg != "sha256" || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return filepath.Join(root, alg, hex), true
+}

@@ -24,6 +24,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/archive"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	layoutcontract "github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // Result is what Unpack did.
@@ -37,8 +39,12 @@ type Result struct {
 	Bytes    int64
 }
 
-// Dir is where a layer with diffID is unpacked under dst.
+// Dir is where a layer with diffID is unpacked under dst
+// (pkg/contract/layout.SlotLayer: the contract with the node's snapshotter).
 func Dir(dst string, diffID v1.Hash) string {
+	if dir, ok := layoutcontract.SlotLayer(dst, diffID.String()); ok {
+		return dir
+	}
 	return filepath.Join(dst, diffID.Algorithm, diffID.Hex)
 }
 

@@ -9,10 +9,9 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/continuity/fs"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-	"github.com/terrarium-os/terrarium/pkg/image/layers"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // OtherSlot opens the other slot's unpacked layers (its squashfs mounted
@@ -49,15 +48,15 @@ func (s *Snapshotter) Reconcile(ctx context.Context, other OtherSlot) (Reconcile
 	var res Reconciled
 	type fromSlot struct {
 		link   string
-		diffID v1.Hash
+		diffID string
 	}
 	var all []fromSlot
 	err := s.Snapshotter.Walk(ctx, func(_ context.Context, i snapshots.Info) error {
 		if i.Kind != snapshots.KindCommitted || i.Labels[LabelFromSlot] != "true" || i.Labels[labelUpper] == "" {
 			return nil
 		}
-		d, err := v1.NewHash(i.Labels[labelDiffID])
-		if err != nil {
+		d := i.Labels[labelDiffID]
+		if _, ok := layout.SlotLayer("", d); !ok {
 			return nil
 		}
 		all = append(all, fromSlot{link: i.Labels[labelUpper], diffID: d})
@@ -87,25 +86,25 @@ func (s *Snapshotter) Reconcile(ctx context.Context, other OtherSlot) (Reconcile
 	used := map[string]bool{}
 	var errs []error
 	for _, f := range all {
-		want := layers.Dir(s.layers, f.diffID)
+		want, _ := layout.SlotLayer(s.layers, f.diffID)
 		if !isDir(want) {
-			want = layers.Dir(s.keptRoot(), f.diffID)
+			want, _ = layout.SlotLayer(s.keptRoot(), f.diffID)
 			if !isDir(want) {
 				src := ""
 				if dir := openOther(); dir != "" {
-					src = layers.Dir(dir, f.diffID)
+					src, _ = layout.SlotLayer(dir, f.diffID)
 				}
 				if src == "" || !isDir(src) {
-					res.Missing = append(res.Missing, f.diffID.String())
+					res.Missing = append(res.Missing, f.diffID)
 					continue
 				}
 				if err := copyLayer(src, want); err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				res.Kept = append(res.Kept, f.diffID.String())
+				res.Kept = append(res.Kept, f.diffID)
 			}
-			used[f.diffID.Hex] = true
+			used[filepath.Base(want)] = true
 		}
 		if cur, err := os.Readlink(f.link); err == nil && cur == want {
 			continue
@@ -114,7 +113,7 @@ func (s *Snapshotter) Reconcile(ctx context.Context, other OtherSlot) (Reconcile
 			errs = append(errs, err)
 			continue
 		}
-		res.Relinked = append(res.Relinked, f.diffID.String())
+		res.Relinked = append(res.Relinked, f.diffID)
 	}
 	pruned, err := s.prune(used)
 	res.Pruned = pruned

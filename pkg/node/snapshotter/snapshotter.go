@@ -26,10 +26,9 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-	"github.com/terrarium-os/terrarium/pkg/image/layers"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // Labels of containerd's unpacker (core/unpack) and of the overlayfs
@@ -86,11 +85,10 @@ func (s *Snapshotter) slotLayer(labels map[string]string) (string, bool) {
 	if labels[labelTarget] == "" || labels[labelDiffID] == "" {
 		return "", false
 	}
-	d, err := v1.NewHash(labels[labelDiffID])
-	if err != nil {
+	dir, ok := layout.SlotLayer(s.layers, labels[labelDiffID])
+	if !ok {
 		return "", false
 	}
-	dir := layers.Dir(s.layers, d)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return "", false
 	}
