@@ -39,8 +39,10 @@ type clusterResult struct {
 	NodesReady      float64 `json:"nodesReadySeconds"`
 	PodNetworkReady float64 `json:"podNetworkReadySeconds"`
 	// FirstDeployment is when a Deployment of a bundled image, applied
-	// once the cluster is Ready, runs on the worker (its pod Ready).
-	FirstDeployment float64 `json:"firstDeploymentSeconds"`
+	// once the cluster is Ready, runs on the worker (its pod Ready), and
+	// FirstDeploymentAfterApply how long that took from its apply.
+	FirstDeployment           float64 `json:"firstDeploymentSeconds"`
+	FirstDeploymentAfterApply float64 `json:"firstDeploymentAfterApplySeconds"`
 	Healthy         float64 `json:"healthySeconds,omitempty"`
 	// Phases of the init node and of the worker: name and seconds from
 	// power-on at which each ended, in order.
@@ -243,7 +245,7 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	}
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	nodesReady, podNetwork := readyMarks(ctx, t, ssh, 2, start)
-	first := firstDeployment(ctx, t, ssh, start)
+	first, afterApply := firstDeployment(ctx, t, ssh, dialSSH(ctx, t, w.sshPort, key), start)
 	phases, err := nodePhases(ssh, start)
 	if err != nil {
 		t.Fatalf("init node: %v", err)
@@ -255,7 +257,7 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 		t.Logf("worker: no timeline: %v", err)
 	}
 	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
-		FirstDeployment: first, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases})
+		FirstDeployment: first, FirstDeploymentAfterApply: afterApply, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases})
 }
 
 // plainConfig is a node without a cluster section: the same image, the
@@ -341,7 +343,7 @@ mode: nftables
 	// (flannel's to the API, 10.96.0.1) is "Network is unreachable" before
 	// kube-proxy rewrites it. Without it the baseline's flannel never ran
 	// (2026-11-25, sixth session: both nodes Ready, no pod network in 20 min).
-	prep := "sudo ip route replace 10.96.0.0/12 dev $(ip -o -4 addr show to 10.77.0.0/24 | awk '{print $2; exit}') && " +
+	prep := "set -e; sudo ip route replace 10.96.0.0/12 dev $(ip -o -4 addr show to 10.77.0.0/24 | awk '{print $2; exit}') && " +
 		"sudo mkdir -p /etc/cni/net.d /etc/terrarium && printf 'nameserver 127.0.0.53\\n' | sudo tee /etc/terrarium/pod-resolv.conf >/dev/null && " +
 		"sudo tee /etc/cni/net.d/10-flannel.conflist >/dev/null <<'EOF'\n" + addons.FlannelConflist + "EOF\n"
 	// Images as a plain kubeadm node has them: pullable from the node's
@@ -382,9 +384,9 @@ mode: nftables
 		wSSH.run("sudo kubeadm reset -f >/dev/null 2>&1; sleep 15")
 	}
 	nodesReady, podNetwork := readyMarks(ctx, t, cpSSH, 2, start)
-	first := firstDeployment(ctx, t, cpSSH, start)
+	first, afterApply := firstDeployment(ctx, t, cpSSH, wSSH, start)
 	writeResult(t, clusterResult{Method: "kubeadm", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
-		FirstDeployment: first})
+		FirstDeployment: first, FirstDeploymentAfterApply: afterApply})
 }
 
 // readyMarks waits (up to 20 min) until the API lists nodes nodes, each
@@ -428,9 +430,10 @@ func readyMarks(ctx context.Context, t *testing.T, ssh *sshClient, nodes int, st
 // firstDeployment applies, as a user would once the cluster is Ready, a
 // Deployment of a bundled image the worker has not run yet (etcd's, a
 // long-running program) on the worker, and returns when its pod
-// became Ready, in seconds after start (by the API's condition, shifted
-// by the guest clock's offset as in readyMarks).
-func firstDeployment(ctx context.Context, t *testing.T, ssh *sshClient, start time.Time) float64 {
+// became Ready, in seconds after start and after its apply (by the API's
+// condition, which the worker's kubelet writes: shifted by the worker's
+// clock's offset, as readyMarks does).
+func firstDeployment(ctx context.Context, t *testing.T, ssh, worker *sshClient, start time.Time) (atSeconds, afterApply float64) {
 	t.Helper()
 	deploy := `apiVersion: apps/v1
 kind: Deployment
@@ -450,17 +453,19 @@ spec:
           volumeMounts: [{name: data, mountPath: /data}]
       volumes: [{name: data, emptyDir: {}}]
 `
+	applied := time.Now()
 	ssh.run("cat > /tmp/first.yaml <<'EOF'\n" + deploy + "EOF\nkubectl apply -f /tmp/first.yaml")
 	const list = `-o jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}'`
 	deadline := time.Now().Add(15 * time.Minute)
 	for {
 		out, err := ssh.try("kubectl get pods -l app=first " + list)
 		if n, at, ok := lastReady(out, "first-"); err == nil && n == 1 && ok {
-			g, err := readGuestTime(ctx, ssh, start)
+			g, err := readGuestTime(ctx, worker, start)
 			if err != nil {
-				t.Fatalf("guest clock: %v", err)
+				t.Fatalf("the worker's clock: %v", err)
 			}
-			return at.Add(-g.offset).Sub(start).Seconds()
+			ready := at.Add(-g.offset)
+			return ready.Sub(start).Seconds(), ready.Sub(applied).Seconds()
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("the first Deployment did not run on the worker in 15 min: %v\n%s", err, out)

@@ -74,17 +74,23 @@ func (a *availability) watch(ctx context.Context, urls []string, every time.Dura
 			return
 		case <-time.After(every):
 		}
+		// A replica that answers within a round counts: each is asked up
+		// to three times (an emulated node under load answers late, not
+		// never).
 		answered := make(chan bool, len(urls))
 		for _, u := range urls {
 			go func(u string) {
-				resp, err := client.Get(u)
-				if err != nil {
-					answered <- false
-					return
+				for try := 0; try < 3; try++ {
+					if resp, err := client.Get(u); err == nil {
+						b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+						resp.Body.Close()
+						if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "echo" {
+							answered <- true
+							return
+						}
+					}
 				}
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
-				resp.Body.Close()
-				answered <- resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "echo"
+				answered <- false
 			}(u)
 		}
 		up := false
@@ -118,7 +124,11 @@ func (a *availability) String() string {
 // journalOf reads a node's journal over SSH.
 func journalOf(t *testing.T, ssh *sshClient) nodestate.Journal {
 	t.Helper()
-	raw := ssh.output("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json && cat /tmp/journal.json", regexp.MustCompile(`\}\s*$`))
+	// Copied out by sudo, then read without sudo's pty (which now and then
+	// cuts a long output short).
+	ssh.run("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json")
+	raw, err := ssh.read("cat /tmp/journal.json")
+	require.NoError(t, err)
 	i := strings.Index(raw, "{")
 	require.GreaterOrEqual(t, i, 0, "journal: %q", raw)
 	var j nodestate.Journal
@@ -161,6 +171,10 @@ func TestClusterUpgrade(t *testing.T) {
 	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
 	require.NoError(t, err, "keygen: %s", out)
 	oldK, newK := previousKubernetes(t), kubernetesVersion(t)
+	require.FileExists(t, filepath.Join(repo, "bundles", "kubernetes-"+oldK+".yaml"), "the previous release's bundle: run make pin-previous")
+	gomod, err := os.ReadFile(filepath.Join(repo, "components", "previous", "kubernetes", "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(gomod), "k8s.io/kubernetes "+oldK, "components/previous is not pinned to %s: run make pin-previous", oldK)
 
 	// The cluster's image, the faulty upgrade, the good one.
 	oldImage, _ := buildClusterUpgrade(ctx, t, clusterUpgradeBuild{Repo: repo, Version: "0.1.0", Kubernetes: oldK,
@@ -255,13 +269,14 @@ spec:
 	expectWithin(ctx, t, cp.vm, step, `rollout: this node is rolled-back`)
 	require.NoError(t, cp.vm.UnplugDisk(ctx, "faulty"))
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	status := ssh.run("sudo firstboot upgrade status")
+	status := ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`(?m)^bad\s`))
 	t.Logf("after the faulty upgrade:\n%s", status)
 	assert.Contains(t, status, "0.1.1 (Kubernetes "+newK+"), started by cp-1")
 	assert.Regexp(t, `bad\s+0\.1\.1 rolled back on cp-1`, status)
 	nodes := ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready\s.*w-1\s+Ready\s`))
 	assert.Equal(t, 2, strings.Count(nodes, oldK), "both nodes on %s:\n%s", oldK, nodes)
-	proxy := ssh.run("kubectl -n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}'")
+	proxy := ssh.output("kubectl -n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}'",
+		regexp.MustCompile(`kube-proxy:v`))
 	assert.Equal(t, "registry.k8s.io/kube-proxy:"+oldK, strings.TrimSpace(proxy), "kube-proxy back on the old release")
 	assert.NotContains(t, w.vm.Console(), "rollout: upgrading this node", "the worker never installed the faulty upgrade")
 	t.Logf("availability so far: %s", &avail)
@@ -283,16 +298,22 @@ spec:
 	t.Logf("w-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
 
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	status = ssh.run("sudo firstboot upgrade status")
+	status = ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`nodes done`))
 	t.Logf("after the good upgrade:\n%s", status)
 	assert.Contains(t, status, "0.2.0 (Kubernetes "+newK+"), started by cp-1 at")
 	assert.Contains(t, status, "2 of 2 nodes done")
-	nodes = ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready\s.*w-1\s+Ready\s.*`+regexp.QuoteMeta(newK)+`.*`+regexp.QuoteMeta(newK)))
+	// Both Ready on the new release (the worker's kubelet reports it a
+	// little after its boot is blessed).
+	both := regexp.MustCompile(`cp-1\s+Ready\s[^\n]*` + regexp.QuoteMeta(newK) + `(?s:.*)w-1\s+Ready\s[^\n]*` + regexp.QuoteMeta(newK))
+	deadline := time.Now().Add(10 * time.Minute)
+	for nodes = ssh.run("kubectl get nodes"); !both.MatchString(nodes) && time.Now().Before(deadline); nodes = ssh.run("kubectl get nodes") {
+		time.Sleep(10 * time.Second)
+	}
 	t.Logf("nodes:\n%s", nodes)
 	assert.Equal(t, 2, strings.Count(nodes, newK), "both nodes Ready on %s", newK)
 	assert.NotContains(t, nodes, "SchedulingDisabled", "both uncordoned")
-	server := ssh.run("kubectl version -o json | grep -m1 -A3 serverVersion | grep gitVersion")
-	assert.Contains(t, server, newK)
+	server := ssh.output("kubectl get --raw /version", regexp.MustCompile(`"gitVersion"`))
+	assert.Contains(t, server, `"gitVersion": "`+newK+`"`)
 	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
 
 	// One at a time: the worker installed only after the control plane

@@ -78,11 +78,14 @@ func TestKubernetesFromSource(t *testing.T) {
 	// and megabytes; manifests and configs neither. The pulls above (the
 	// default snapshotter, in k8s.io) show both, so the check can fail.
 	unpacked := regexp.MustCompile(`containerd\.io/uncompressed=|\d\s?MB\b`)
-	assert.Regexp(t, unpacked, ssh.run("sudo ctr -n k8s.io content ls"), "the default snapshotter's pulls fetched layers")
-	content := ssh.run("sudo ctr -n " + ns + " content ls")
+	whole := regexp.MustCompile(`DIGEST\s+SIZE[^\n]*\n\s*sha256:`) // the listing came whole through sudo's pty
+	assert.Regexp(t, unpacked, ssh.output("sudo ctr -n k8s.io content ls", whole), "the default snapshotter's pulls fetched layers")
+	content := ssh.output("sudo ctr -n "+ns+" content ls", whole)
+	require.Regexp(t, whole, content)
 	assert.NotRegexp(t, unpacked, content, "no layer fetched:\n%s", content)
-	links := ssh.run("sudo find /var/lib/terrarium/snapshotter/snapshots -maxdepth 2 -name fs -type l -printf '%l\\n'")
-	assert.Regexp(t, `(?m)^/usr/lib/terrarium/layers/sha256/[0-9a-f]{64}$`, links, "snapshots link into the slot")
+	slotLink := regexp.MustCompile(`(?m)^/usr/lib/terrarium/layers/sha256/[0-9a-f]{64}\r?$`)
+	links := ssh.output("sudo find /var/lib/terrarium/snapshotter/snapshots -maxdepth 2 -name fs -type l -printf '%l\\n'", slotLink)
+	assert.Regexp(t, slotLink, links, "snapshots link into the slot")
 	r := runs[1]
 	out := ssh.output("sudo ctr -n "+ns+" run --snapshotter terrarium --rm "+r.image+" slot-{try} "+r.cmd, regexp.MustCompile(regexp.QuoteMeta(r.want)))
 	assert.Contains(t, out, r.want, "%s from the slot's layers", r.image)
