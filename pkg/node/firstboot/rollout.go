@@ -323,6 +323,7 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		if err := r.setPhase(ctx, api, me, ro.Digest, rollout.NodeDraining, ""); err != nil {
 			return err
 		}
+		r.step("rollout", rollout.NodeDraining, ro.Version)
 		d := r.o.Rollout.Drain
 		d.Report = func(line string) { r.say("rollout: %s", line) }
 		if err := rollout.Drain(ctx, api, me, d); err != nil {
