@@ -270,6 +270,11 @@ const (
 	// kubelet's configuration, CoreDNS, kube-proxy) a control plane is to
 	// put back: it ran `kubeadm upgrade apply` on a slot that rolled back.
 	KubernetesClusterRestoreFile = "/var/lib/terrarium/kubernetes-cluster-restore"
+	// EtcdRestoreDir holds, after a rollback on a control plane whose
+	// upgrade moved etcd's data to a newer minor version, the etcd
+	// manifest from before the upgrade and the path of its pre-upgrade
+	// snapshot, until the kubernetes-upgrade phase restores etcd from it.
+	EtcdRestoreDir = "/var/lib/terrarium/etcd-restore"
 	// UpgradesDir is an OCI image layout holding the upgrade files the
 	// node accepted or fetched, as OCI artifacts, which its registry
 	// serves to its peers for a cluster-wide rollout; firstboot writes it.

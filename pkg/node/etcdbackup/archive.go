@@ -112,29 +112,62 @@ func Restore(ctx context.Context, h *host.Host, c *machineconfig.Config, file st
 		return nil, fmt.Errorf("restore: %s: %w", file, err)
 	}
 
-	cl := c.Cluster
-	peer := "https://" + net.JoinHostPort(cl.NodeIP, strconv.Itoa(etcdPeerPort))
-	data := filepath.Join(work, "data")
-	if _, err := h.Output(ctx, "etcdutl", "snapshot", "restore", filepath.Join(unpacked, backup.SnapshotName),
+	if err := restoreSnapshot(ctx, h, c, filepath.Join(unpacked, backup.SnapshotName), filepath.Join(work, "data"), ""); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	return m, nil
+}
+
+// RestoreSnapshot replaces the local etcd's data with a one-member etcd
+// made from snapshot (a plain snapshot on STATE, etcdbackup.Take's), as
+// this node (its name and peer URL kubeadm's): a single control plane's
+// way back from an upgrade that moved etcd's data to a newer minor
+// version. etcd must not run. The data replaced is kept beside, as
+// layout.EtcdDataDir+".replaced".
+func RestoreSnapshot(ctx context.Context, h *host.Host, c *machineconfig.Config, snapshot string) error {
+	work := h.Path(restoreWork())
+	if err := os.RemoveAll(work); err != nil {
+		return fmt.Errorf("restore etcd: clearing %s: %w", work, err)
+	}
+	defer os.RemoveAll(work)
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	if err := restoreSnapshot(ctx, h, c, snapshot, filepath.Join(work, "data"), h.Path(layout.EtcdDataDir+".replaced")); err != nil {
+		return fmt.Errorf("restore etcd from %s: %w", snapshot, err)
+	}
+	return nil
+}
+
+// restoreSnapshot makes a one-member etcd of this node from snapshot in
+// data, then puts it in place of layout.EtcdDataDir: the data there is
+// removed, or moved to keep when keep is set.
+func restoreSnapshot(ctx context.Context, h *host.Host, c *machineconfig.Config, snapshot, data, keep string) error {
+	peer := "https://" + net.JoinHostPort(c.Cluster.NodeIP, strconv.Itoa(etcdPeerPort))
+	if _, err := h.Output(ctx, "etcdutl", "snapshot", "restore", snapshot,
 		"--name="+c.Hostname,
 		"--initial-cluster="+c.Hostname+"="+peer,
 		"--initial-advertise-peer-urls="+peer,
 		"--data-dir="+data,
 		"--bump-revision="+strconv.Itoa(bumpRevision),
 		"--mark-compacted"); err != nil {
-		return nil, fmt.Errorf("restore: etcdutl snapshot restore: %w", err)
+		return fmt.Errorf("etcdutl snapshot restore: %w", err)
 	}
 	dst := h.Path(layout.EtcdDataDir)
-	if err := os.RemoveAll(dst); err != nil {
-		return nil, fmt.Errorf("restore: removing the stale %s: %w", dst, err)
+	if keep != "" {
+		if err := os.RemoveAll(keep); err != nil {
+			return err
+		}
+		if err := os.Rename(dst, keep); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("keep the replaced %s: %w", dst, err)
+		}
+	} else if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("removing the stale %s: %w", dst, err)
 	}
 	if err := os.Rename(data, dst); err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+		return err
 	}
-	if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	return m, nil
+	return atomicfile.SyncDir(filepath.Dir(dst))
 }
 
 // matchesNode checks a backup against the node's config: the same

@@ -118,6 +118,9 @@ type runner struct {
 	snapshotFailed time.Time
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
+	// rebootAsked is when this boot last asked for a reboot into an
+	// upgrade (zero: never), which takes a while to come.
+	rebootAsked time.Time
 }
 
 func newRunner(o Options) (*runner, error) {

@@ -217,10 +217,12 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeCommitted && r.rel.Version == ro.Version:
 		r.endTurn(ctx, api, me, ro.Digest, rollout.NodeDone, fmt.Sprintf("runs %s, blessed", ro.Version))
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.FromSlot:
-		// Installed in this boot, but the reboot into it did not happen
-		// (a failed systemctl): again.
-		r.say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
-		r.rebootIntoUpgrade(ctx)
+		// Installed in this boot; the reboot into it is on its way, or
+		// did not happen (a failed systemctl): asked again after a grace.
+		if r.rebootAsked.IsZero() || now.Sub(r.rebootAsked) > rebootGrace {
+			r.say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
+			r.rebootIntoUpgrade(ctx)
+		}
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled:
 		// The trial boot, under way.
 	case r.rel.Version == ro.Version:

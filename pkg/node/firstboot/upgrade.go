@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -212,8 +213,14 @@ func (r *runner) upgradeFileOnMedium(ctx context.Context, m media.Medium) func(f
 func (r *runner) rebootIntoUpgrade(ctx context.Context) {
 	if err := r.o.Reboot(ctx); err != nil {
 		r.say("reboot: %v", err)
+		return
 	}
+	r.rebootAsked = r.o.Host.Now()
 }
+
+// rebootGrace is how long a node whose reboot was asked for may go on
+// running (systemd stopping its services) before it asks again.
+const rebootGrace = 5 * time.Minute
 
 // upgradeSource is where an upgrade file is read from.
 type upgradeSource struct {

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
@@ -119,6 +121,9 @@ func verifyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Conf
 	if v := clusterRestorePending(f); v == want && c.Cluster.IsControlPlane() {
 		return fmt.Errorf("%w (this slot's %s)", errClusterRestorePending, v)
 	}
+	if etcdRestorePending(f) && c.Cluster.IsControlPlane() {
+		return errEtcdRestorePending
+	}
 	return nil
 }
 
@@ -139,7 +144,16 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 		return err
 	}
 	if have == want {
-		if v := clusterRestorePending(f); v == want && cl.IsControlPlane() {
+		if !cl.IsControlPlane() {
+			return nil
+		}
+		// etcd first: the cluster's objects are written into it.
+		if etcdRestorePending(f) {
+			if err := restoreEtcdAfterRollback(ctx, f, c); err != nil {
+				return err
+			}
+		}
+		if v := clusterRestorePending(f); v == want {
 			return restoreCluster(ctx, f, c, v)
 		}
 		return nil
@@ -225,6 +239,11 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 		return nil, fmt.Errorf("the etcd snapshot before the upgrade: %w", err)
 	}
 	f.Report.Report("kubernetes upgrade", "snapshot", snap.Path)
+	// A rollback restores etcd from it if the upgrade moves etcd's data
+	// to a newer minor version.
+	if _, err := f.WriteIfChanged(filepath.Join(layout.KubernetesBeforeUpgradeDir, kept, snapshotMarker), []byte(snap.Path+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	// A rollback of this slot puts the cluster's kubeadm objects back
 	// (RestoreBeforeUpgrade, then restoreCluster): marked in the copy
 	// kept before the upgrade, before kubeadm changes them.
@@ -256,7 +275,11 @@ func clusterKubernetes(ctx context.Context, f *Flow) (string, error) {
 
 // appliedMarker, in a version's kept copy, says this node ran `kubeadm
 // upgrade apply` from that version: the cluster-wide objects moved too.
-const appliedMarker = "upgrade-apply"
+// snapshotMarker names the etcd snapshot taken before it.
+const (
+	appliedMarker  = "upgrade-apply"
+	snapshotMarker = "etcd-snapshot"
+)
 
 // keepBeforeUpgrade copies the static pod manifests and the kubelet's
 // configuration into layout.KubernetesBeforeUpgradeDir/<version>, once:
@@ -332,7 +355,7 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if rel == appliedMarker {
+		if rel == appliedMarker || rel == snapshotMarker {
 			return nil
 		}
 		name := "/" + filepath.ToSlash(rel)
@@ -343,9 +366,13 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		}
 		if name == ManifestsDir+"/etcd.yaml" && etcdMinorChanged(b, f.Path(name)) {
 			// etcd's data was upgraded to a newer minor, which the older
-			// etcd refuses: it stays; its pre-upgrade snapshot is on
-			// STATE (layout.EtcdSnapshotDir) for a restore by hand.
-			restored = append(restored, name+" (kept: etcd's data moved to a newer minor version)")
+			// etcd refuses: the newer etcd runs on until the
+			// kubernetes-upgrade phase restores etcd from its pre-upgrade
+			// snapshot (restoreEtcdAfterRollback) with this manifest.
+			if err := f.pendEtcdRestore(b, filepath.Join(kept, snapshotMarker)); err != nil {
+				return err
+			}
+			restored = append(restored, name+" (etcd's data moved to a newer minor version: restored from its pre-upgrade snapshot once the node's phases run)")
 			return nil
 		}
 		info, err := d.Info()
@@ -398,6 +425,97 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		restored = append(restored, "the cluster's kubeadm objects (once the API is up)")
 	}
 	return restored, os.RemoveAll(kept)
+}
+
+// pendEtcdRestore keeps the etcd manifest from before the upgrade and the
+// path of its pre-upgrade snapshot (in the file named snapshotFile) for
+// restoreEtcdAfterRollback.
+func (f *Flow) pendEtcdRestore(manifest []byte, snapshotFile string) error {
+	snap, err := os.ReadFile(snapshotFile)
+	if err != nil {
+		snap = nil // no snapshot recorded: restoreEtcdAfterRollback says so
+	}
+	dir := f.Path(layout.EtcdRestoreDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etcd.yaml"), manifest, 0o600); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, snapshotMarker), snap, 0o600)
+}
+
+// errEtcdRestorePending: etcd runs at the newer minor version of an
+// upgrade that rolled back.
+var errEtcdRestorePending = errors.New("etcd runs at the newer minor version of an upgrade that rolled back")
+
+// etcdRestorePending reports whether restoreEtcdAfterRollback has work.
+func etcdRestorePending(f *Flow) bool {
+	_, err := os.Stat(f.Path(filepath.Join(layout.EtcdRestoreDir, "etcd.yaml")))
+	return err == nil
+}
+
+// etcdStopWait bounds the wait for the kubelet to stop etcd's static pod.
+const etcdStopWait = 3 * time.Minute
+
+// restoreEtcdAfterRollback brings a control plane back to the etcd it ran before an
+// upgrade that moved etcd's data to a newer minor version and rolled back.
+// With one control plane, etcd is the node's alone: its static pod is
+// stopped, its data restored from the snapshot taken before the upgrade
+// (etcdbackup.RestoreSnapshot: what was written since is lost, the data
+// replaced is kept beside) and its manifest from before put back. With
+// several, each member holds the cluster's data and no one node can go
+// back alone: etcd stays at the newer version, and the console says so
+// and where the snapshot is.
+func restoreEtcdAfterRollback(ctx context.Context, f *Flow, c *machineconfig.Config) error {
+	dir := f.Path(layout.EtcdRestoreDir)
+	snapPath, _ := os.ReadFile(filepath.Join(dir, snapshotMarker))
+	snap := strings.TrimSpace(string(snapPath))
+	if len(c.Cluster.ControlPlanes) > 1 || snap == "" {
+		why := "the cluster has several control planes, each holding etcd's data"
+		if snap == "" {
+			why = "no snapshot was recorded before the upgrade"
+		}
+		f.Report.Report("kubernetes upgrade", "etcd kept", fmt.Sprintf("etcd stays at the newer minor version (%s); the snapshot before the upgrade is in %s for a restore by hand (docs/operations/backup.md)",
+			why, layout.EtcdSnapshotDir))
+		return os.RemoveAll(dir)
+	}
+	old, err := os.ReadFile(filepath.Join(dir, "etcd.yaml"))
+	if err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "restoring etcd", "from "+snap)
+	// The kubelet stops a static pod whose manifest goes.
+	if err := os.Rename(f.Path(layout.EtcdManifest), filepath.Join(dir, "etcd.newer.yaml")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	deadline := f.Now().Add(etcdStopWait)
+	for {
+		running, err := f.Runtime.Running(ctx, kubeadmconfig.CRISocket, "etcd")
+		if err == nil && !running {
+			break
+		}
+		if !f.Now().Before(deadline) {
+			return fmt.Errorf("etcd did not stop within %s after its manifest was removed (running %t, %v)", etcdStopWait, running, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(f.Timing.FilePoll):
+		}
+	}
+	if err := etcdbackup.RestoreSnapshot(ctx, f.Host, c, snap); err != nil {
+		return err
+	}
+	if _, err := f.WriteIfChanged(layout.EtcdManifest, old, 0o600); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	f.Report.Report("kubernetes upgrade", "restored etcd", fmt.Sprintf("from %s, with the etcd of before the upgrade (what the cluster wrote since is lost; the newer data is in %s.replaced)",
+		snap, layout.EtcdDataDir))
+	return nil
 }
 
 // ClusterRestoreConfigFile is the kubeadm configuration restoreCluster

@@ -75,6 +75,12 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 			return []byte("apiServer: {}\nkind: ClusterConfiguration\nkubernetesVersion: " + clusterVersion + "\n"), nil
 		case name == "etcdctl":
 			return nil, os.WriteFile(args[len(args)-1], []byte("snapshot"), 0o600)
+		case name == "etcdutl":
+			for _, a := range args {
+				if dir, ok := strings.CutPrefix(a, "--data-dir="); ok {
+					return nil, os.MkdirAll(filepath.Join(dir, "member"), 0o700)
+				}
+			}
 		}
 		return nil, nil
 	})}
@@ -299,9 +305,75 @@ func TestRestoreBeforeUpgradeKeepsANewerEtcdMinor(t *testing.T) {
 				assert.Equal(t, "image: registry.k8s.io/etcd:3.6.8-0\n", string(b))
 				assert.Contains(t, restored, ManifestsDir+"/etcd.yaml")
 			} else {
-				assert.Equal(t, now, string(b))
-				assert.Contains(t, restored, ManifestsDir+"/etcd.yaml (kept: etcd's data moved to a newer minor version)")
+				assert.Equal(t, now, string(b), "the newer etcd runs on until etcd is restored")
+				assert.Contains(t, restored, ManifestsDir+"/etcd.yaml (etcd's data moved to a newer minor version: restored from its pre-upgrade snapshot once the node's phases run)")
+				assert.True(t, etcdRestorePending(f))
 			}
+		})
+	}
+}
+
+// stoppedRuntime finds no container running.
+type stoppedRuntime struct{ noRuntime }
+
+func (stoppedRuntime) Running(context.Context, string, string) (bool, error) { return false, nil }
+
+// An upgrade that moved etcd to a newer minor version and rolled back: a
+// single control plane stops etcd, restores its data from the snapshot
+// taken before the upgrade and runs the etcd of before; with several
+// control planes etcd stays, and the console says where the snapshot is.
+func TestEtcdRestoredAfterARollback(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		planes   []string
+		restored bool
+	}{
+		{"one control plane", nil, true},
+		{"three control planes", []string{"10.0.0.11", "10.0.0.12", "10.0.0.13"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, cmds := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
+			c := clusterNode(machineconfig.RoleInit)
+			c.Cluster.ControlPlanes = tc.planes
+			const before = "image: registry.k8s.io/etcd:3.6.8-0\n"
+			require.NoError(t, os.WriteFile(f.Path(layout.EtcdManifest), []byte(before), 0o600))
+			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+			snaps, err := filepath.Glob(f.Path(layout.EtcdSnapshotDir + "/*.db"))
+			require.NoError(t, err)
+			require.Len(t, snaps, 1)
+			// The upgrade moved etcd to 3.7; then the old slot boots again.
+			const newer = "image: registry.k8s.io/etcd:3.7.0-0\n"
+			require.NoError(t, os.WriteFile(f.Path(layout.EtcdManifest), []byte(newer), 0o600))
+			require.NoError(t, os.WriteFile(f.Path(bundleIndex), []byte(`{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}}]}`), 0o644))
+			_, err = f.RestoreBeforeUpgrade(context.Background())
+			require.NoError(t, err)
+			require.Error(t, verifyKubernetesUpgrade(context.Background(), f, c), "the restores are pending")
+
+			f.Runtime = stoppedRuntime{}
+			f.Deps.Probe = func(string) (ProbeFunc, func()) {
+				return func(context.Context, string) (int, error) { return 200, nil }, func() {}
+			}
+			*cmds = nil
+			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
+			b, err := os.ReadFile(f.Path(layout.EtcdManifest))
+			require.NoError(t, err)
+			var etcdutl []string
+			for _, cmd := range *cmds {
+				if strings.HasPrefix(cmd, "etcdutl ") {
+					etcdutl = append(etcdutl, cmd)
+				}
+			}
+			if tc.restored {
+				assert.Equal(t, before, string(b), "the etcd of before the upgrade")
+				require.Len(t, etcdutl, 1)
+				assert.Contains(t, etcdutl[0], "etcdutl snapshot restore "+f.Path(strings.TrimPrefix(snaps[0], f.Root)))
+				assert.Contains(t, etcdutl[0], "--initial-cluster=node-1=https://10.0.0.11:2380")
+			} else {
+				assert.Equal(t, newer, string(b), "etcd stays at the newer version")
+				assert.Empty(t, etcdutl)
+			}
+			assert.NoDirExists(t, f.Path(layout.EtcdRestoreDir))
+			require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c))
 		})
 	}
 }
