@@ -43,7 +43,7 @@ type clusterResult struct {
 	// FirstDeploymentAfterApply how long that took from its apply.
 	FirstDeployment           float64 `json:"firstDeploymentSeconds"`
 	FirstDeploymentAfterApply float64 `json:"firstDeploymentAfterApplySeconds"`
-	Healthy         float64 `json:"healthySeconds,omitempty"`
+	Healthy                   float64 `json:"healthySeconds,omitempty"`
 	// Phases of the init node and of the worker: name and seconds from
 	// power-on at which each ended, in order.
 	Phases       []phaseMark `json:"phases"`
