@@ -121,6 +121,9 @@ type runner struct {
 	// rebootAsked is when this boot last asked for a reboot into an
 	// upgrade (zero: never), which takes a while to come.
 	rebootAsked time.Time
+	// rolloutAPI is the watch loop's client of the cluster's upgrade
+	// record, kept between looks (rolloutClient).
+	rolloutAPI RolloutAPI
 }
 
 func newRunner(o Options) (*runner, error) {

@@ -184,13 +184,14 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 		return
 	}
 	*next = now.Add(r.o.Rollout.Poll)
-	api, err := r.o.Rollout.API()
+	api, err := r.rolloutClient()
 	if err != nil {
 		r.o.Log.Debug("rollout: no API yet", "err", err)
 		return
 	}
 	rec, err := rollout.Load(ctx, api)
 	if err != nil {
+		r.rolloutAPI = nil // opened again at the next look (a renewed certificate)
 		r.o.Log.Warn("rollout: read the cluster's record", "err", err)
 		return
 	}
@@ -230,6 +231,19 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	default:
 		r.takeTurn(ctx, cfg, api, ro)
 	}
+}
+
+// rolloutClient is the API the watch loop reads the record with, opened
+// once and kept (one TLS connection for every look), not at each poll.
+func (r *runner) rolloutClient() (RolloutAPI, error) {
+	if r.rolloutAPI == nil {
+		api, err := r.o.Rollout.API()
+		if err != nil {
+			return nil, err
+		}
+		r.rolloutAPI = api
+	}
+	return r.rolloutAPI, nil
 }
 
 // markReported records that the cluster's record knows the node's last
