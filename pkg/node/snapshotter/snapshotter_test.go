@@ -42,6 +42,17 @@ func slotLayers(t *testing.T) string {
 	return dir
 }
 
+// newSnapshotter is a snapshotter on a new root with the slot's layers
+// under layersDir, closed when the test ends.
+func newSnapshotter(t *testing.T, layersDir string) (*Snapshotter, string) {
+	t.Helper()
+	root := t.TempDir()
+	sn, err := New(root, layersDir, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { sn.Close() })
+	return sn, root
+}
+
 func target(chain, diff string) snapshots.Opt {
 	return snapshots.WithLabels(map[string]string{labelTarget: chain, labelDiffID: diff})
 }
@@ -50,14 +61,11 @@ func TestSlotLayersAreSnapshotsAtOnce(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "overlayfs mounts need root")
 	ctx := context.Background()
 	slot := slotLayers(t)
-	root := t.TempDir()
-	sn, err := New(root, slot, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer sn.Close()
+	sn, _ := newSnapshotter(t, slot)
 
 	// containerd's unpacker asks for A then B with their targets: both
 	// exist at once, from the slot.
-	_, err = sn.Prepare(ctx, "ns/1/extract-a", "", target(chainA, diffA))
+	_, err := sn.Prepare(ctx, "ns/1/extract-a", "", target(chainA, diffA))
 	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
 	_, err = sn.Prepare(ctx, "ns/2/extract-b", "ns/1/extract-a", target(chainB, diffB))
 	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
@@ -233,11 +241,8 @@ func TestReconcileReportsWhatNoSlotHolds(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "overlayfs mounts need root")
 	ctx := context.Background()
 	old := slotLayers(t)
-	root := t.TempDir()
-	sn, err := New(root, old, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer sn.Close()
-	_, err = sn.Prepare(ctx, "ns/1/a", "", target(chainA, diffA))
+	sn, _ := newSnapshotter(t, old)
+	_, err := sn.Prepare(ctx, "ns/1/a", "", target(chainA, diffA))
 	require.ErrorIs(t, err, errdefs.ErrAlreadyExists)
 	require.NoError(t, os.RemoveAll(old))
 	res, err := sn.Reconcile(ctx, func(context.Context) (string, func(), error) { return t.TempDir(), func() {}, nil })
