@@ -75,7 +75,6 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 	}
 	e.write(layout.BundleDir+"/index.json", `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
 	e.write(kubeadmflow.AdminKubeconfig, "admin kubeconfig\n")
-	e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
 	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
 	}
@@ -92,10 +91,14 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			return []byte("v1.36.3\n"), nil
 		case name == "kubeadm":
 			kubeadm = append(kubeadm, strings.SplitN(line, " --", 2)[0])
+			if strings.HasPrefix(line, "init phase kubeconfig all ") || strings.HasPrefix(line, "join phase control-plane-prepare kubeconfig ") {
+				e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
+			}
 			if strings.HasPrefix(line, "join phase kubelet-start ") {
 				// The kubelet starts with the token credential and
 				// ends its TLS bootstrap with a client certificate.
 				e.write(kubeadmflow.BootstrapKubeconfig, "bootstrap token kubeconfig\n")
+				e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
 				e.write(kubeadmflow.KubeletClientCert, "client certificate\n")
 			}
 			if failOnce != "" && strings.HasPrefix(line, failOnce) && !failed {
@@ -204,7 +207,7 @@ func TestWorkerJoins(t *testing.T) {
 	assert.Less(t, strings.Index(e.console.String(), "time: synced"), strings.Index(e.console.String(), "kubernetes-pki"))
 	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
 	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}
 	if e.exists(kubeadmflow.KubernetesPKIDir + "/ca.key") {
@@ -345,7 +348,7 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	if !strings.Contains(e.console.String(), "--rotate-token") {
 		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase preflight,join phase kubelet-start" {
+	if got := strings.Join(kubeadm(), ","); got != "join phase kubelet-start" {
 		t.Errorf("worker ran %s", got)
 	}
 }

@@ -216,10 +216,8 @@ func TestAdminNameTakenIsInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.write(tc.file, tc.content)
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			err := Run(ctx, e.optionsWith(stick(fullConfig, nil)))
-			require.ErrorIs(t, err, context.DeadlineExceeded, "waits for a config it can apply")
+			err := e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(StateConfigInvalid))
+			require.ErrorIs(t, err, context.Canceled, "waits for a config it can apply")
 			s := e.status()
 			assert.Equal(t, StateConfigInvalid, s.State)
 			assert.Contains(t, s.Message, `admin.name: "ops" is already an account or group of this image (`+tc.file+`)`)
@@ -238,9 +236,7 @@ func TestKernelLinkNameIsInvalidOnPredictableSlot(t *testing.T) {
 	cfg := strings.Replace(fullConfig, "- name: enp0s2", "- name: eth0", 1)
 	require.NotEqual(t, fullConfig, cfg)
 	e := newEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, Run(ctx, e.optionsWith(stick(cfg, nil))), context.DeadlineExceeded, "waits for a config it can apply")
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(cfg, nil)), inState(StateConfigInvalid)), context.Canceled, "waits for a config it can apply")
 	s := e.status()
 	assert.Equal(t, StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, `$.network.interfaces[0].name: "eth0" is a kernel link name`)
@@ -258,9 +254,7 @@ func TestPasswdUnreadableIsInvalid(t *testing.T) {
 	e := newEnv(t)
 	os.Remove(e.path("/etc/passwd"))
 	e.mkdir("/etc/passwd")
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, Run(ctx, e.optionsWith(stick(fullConfig, nil))), context.DeadlineExceeded)
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(StateConfigInvalid)), context.Canceled)
 	assert.Contains(t, e.status().Message, "admin.name: cannot check")
 	assert.Empty(t, e.commands())
 }
@@ -406,9 +400,7 @@ func TestRunPhaseAlone(t *testing.T) {
 // (it used to fail in the kubernetes phase, after hostname and network).
 func TestClusterConfigOnImageWithoutKubernetes(t *testing.T) {
 	e := newEnv(t) // no bundle index in the slot
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, Run(ctx, e.optionsWith(stick(clusterConfig(t, "w-1"), nil))), context.DeadlineExceeded)
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(clusterConfig(t, "w-1"), nil)), inState(StateConfigInvalid)), context.Canceled)
 	s := e.status()
 	assert.Equal(t, StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, "cluster: ")

@@ -124,6 +124,7 @@ func newEnv(t *testing.T) *env {
 	e.write("/usr/sbin/chronyd", "") // the image carries chrony
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
 	e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
+	e.write("/proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
 	e.mkdir("/run")
 	return e
 }
@@ -137,6 +138,13 @@ func (e *env) write(p, content string) {
 	}
 	if err := os.WriteFile(e.path(p), []byte(content), 0o644); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// writeLocked writes p from the fake executor, which holds e.mu.
+func (e *env) writeLocked(p, content string) {
+	if err := os.MkdirAll(filepath.Dir(e.path(p)), 0o755); err == nil {
+		_ = os.WriteFile(e.path(p), []byte(content), 0o644)
 	}
 }
 
@@ -197,6 +205,14 @@ func (e *env) exec(ctx context.Context, name string, args ...string) ([]byte, er
 			return nil, err
 		}
 		e.clockNow = time.Unix(sec, 0).UTC()
+	}
+	if name == "sysctl" {
+		// sysctl -q -w key=value ...: the kernel's switches under /proc/sys.
+		for _, a := range args {
+			if k, v, ok := strings.Cut(a, "="); ok {
+				e.writeLocked("/proc/sys/"+strings.ReplaceAll(k, ".", "/"), v+"\n")
+			}
+		}
 	}
 	if name == "useradd" {
 		user := args[len(args)-1]
@@ -684,4 +700,39 @@ func (f *fakeMedia) Use(ctx context.Context, m media.Medium, writable bool, fn f
 	f.uses++
 	f.mu.Unlock()
 	return fn(dir)
+}
+
+// runUntil runs firstboot with o until its status file satisfies done,
+// then cancels it and returns Run's error (context.Canceled when it was
+// still waiting). It waits for the state, not for a deadline a loaded
+// machine can miss.
+func (e *env) runUntil(o Options, done func(s *Status) bool) error {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- Run(ctx, o) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(time.Minute)
+	for {
+		select {
+		case err := <-ran:
+			e.t.Fatalf("Run returned before its status said so: %v\n%s", err, e.console.String())
+		case <-limit:
+			cancel()
+			<-ran
+			e.t.Fatalf("Run's status never got there in a minute; last: %+v", e.statusIfAny())
+		case <-tick.C:
+			if s := e.statusIfAny(); s != nil && done(s) {
+				cancel()
+				return <-ran
+			}
+		}
+	}
+}
+
+// inState is a runUntil condition: the status says state.
+func inState(state string) func(*Status) bool {
+	return func(s *Status) bool { return s.State == state }
 }

@@ -443,10 +443,8 @@ func TestWaitsForConfigDisk(t *testing.T) {
 func TestWaitingIsCancelled(t *testing.T) {
 	e := newEnv(t)
 	src, _ := sequenceSource(sourceResult{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	err := Run(ctx, e.options(src))
-	if !errors.Is(err, context.DeadlineExceeded) {
+	err := e.runUntil(e.options(src), inState(StateWaiting))
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want the context's error", err)
 	}
 	if s := e.status(); s.State != StateWaiting {
@@ -522,9 +520,11 @@ func TestInvalidConfigThenDiskRemoved(t *testing.T) {
 		sourceResult{},
 		sourceResult{ok: true, err: errors.New("no machine.yaml on the config disk")},
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if err := Run(ctx, e.options(src)); !errors.Is(err, context.DeadlineExceeded) {
+	// Until the third problem is on the status.
+	third := func(s *Status) bool {
+		return s.State == StateConfigInvalid && strings.Contains(s.Message, "no machine.yaml")
+	}
+	if err := e.runUntil(e.options(src), third); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v", err)
 	}
 	var states []string

@@ -3,7 +3,6 @@ package firstboot
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,9 +39,7 @@ func TestIgnitionRefusedSection(t *testing.T) {
 	e := newEnv(t)
 	bad := `{"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": "/dev/vdb", "wipeTable": true}],
 	 "files": [{"path": "/etc/app/app.conf", "contents": {"source": "data:,x"}}]}}`
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, Run(ctx, e.options(staticSource(bad))), context.DeadlineExceeded)
+	require.ErrorIs(t, e.runUntil(e.options(staticSource(bad)), inState(StateConfigInvalid)), context.Canceled)
 	s := e.status()
 	assert.Equal(t, StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, "$.storage.disks")

@@ -126,7 +126,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
 			runtime,
-			preflight("join"),
+			// Not kubeadm's join preflight: its checks the node's state
+			// decides, in-process (workerPreflight).
+			{name: stepNodePreflight, own: workerPreflight},
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it
 			// wants admin.conf): our own step waits for the TLS
