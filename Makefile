@@ -34,6 +34,7 @@ test-image: deps bin
 # files, rebuild the Kubernetes bundle's images and pin their digests.
 pin: deps bin
 	$(BIN)/imagebuild components pin
+	$(BIN)/imagebuild os lock --spec os/terrarium.yaml
 
 # The Kubernetes release before the default, for make e2e-upgrade.
 pin-previous: deps bin
