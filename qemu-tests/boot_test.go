@@ -3,6 +3,7 @@ package qemutests
 import (
 	"context"
 	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -56,10 +57,17 @@ func TestProvisionThenReboot(t *testing.T) {
 		t.Fatalf("no stored config after the first boot: %q", stored)
 	}
 
-	// The stick is removed.
+	// The stick is removed, and the disk enlarged by 1 GiB (a VM's disk
+	// resized): TERRA-STATE and its filesystem grow into it.
+	stateBefore := st.size
+	if out, err := exec.Command("qemu-img", "resize", "-q", m.disk, "+1G").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img resize: %v: %s", err, out)
+	}
 	poweredOn := time.Now()
 	vm = m.boot(ctx)
 	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
+	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE /dev/vda4 from \d+ MiB to \d+ MiB`)
+	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE's filesystem from \d+ MiB to \d+ MiB`)
 	s2 := expectStatus(ctx, t, vm, "verified", "provisioned", "failed", "waiting-for-config")
 	t.Logf("enrolled node without its stick: power-on to verified in %s", time.Since(poweredOn).Round(time.Second))
 	if s2.State != "verified" || s2.Mode != "verify" || s2.Boot != 2 || s2.Hostname != "node-1" {
@@ -86,6 +94,12 @@ func TestProvisionThenReboot(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = m.inspectState()
+	if st.size-stateBefore != 1<<30 {
+		t.Errorf("TERRA-STATE grew from %d to %d bytes, want 1 GiB more", stateBefore, st.size)
+	}
+	if fs := st.fsBytes(); fs > st.size || st.size-fs > 4<<20 {
+		t.Errorf("STATE's filesystem is %d bytes on a %d-byte partition: not grown to it", fs, st.size)
+	}
 	if uuid2 := st.fsUUID(); uuid2 != uuid1 {
 		t.Fatalf("STATE filesystem changed across reboot: %s -> %s", uuid1, uuid2)
 	}

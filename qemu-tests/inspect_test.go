@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 
 	diskfs "github.com/diskfs/go-diskfs"
@@ -22,6 +23,7 @@ type stateDisk struct {
 	t      testing.TB
 	raw    string
 	offset int64
+	size   int64 // the partition's, from the GPT
 }
 
 func (m *machine) inspectState() *stateDisk {
@@ -43,7 +45,7 @@ func (m *machine) inspectState() *stateDisk {
 	}
 	for _, p := range pt.(*gpt.Table).Partitions {
 		if p.Name == layout.LabelState {
-			s := &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize}
+			s := &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize, size: int64(p.Size)}
 			s.replayJournal()
 			return s
 		}
@@ -88,6 +90,21 @@ func (s *stateDisk) debugfsOutput(req string) (stdout, stderr string) {
 }
 
 func (s *stateDisk) readFile(p string) string { return s.debugfs("cat " + p) }
+
+var blockCountRE, blockSizeRE = regexp.MustCompile(`(?m)^Block count:\s+(\d+)`), regexp.MustCompile(`(?m)^Block size:\s+(\d+)`)
+
+// fsBytes is the size of the filesystem on STATE (its superblock's).
+func (s *stateDisk) fsBytes() int64 {
+	s.t.Helper()
+	stats := s.debugfs("stats")
+	c, b := blockCountRE.FindStringSubmatch(stats), blockSizeRE.FindStringSubmatch(stats)
+	if c == nil || b == nil {
+		s.t.Fatalf("debugfs stats: no block count or size:\n%s", stats)
+	}
+	count, _ := strconv.ParseInt(c[1], 10, 64)
+	size, _ := strconv.ParseInt(b[1], 10, 64)
+	return count * size
+}
 
 var uuidRE = regexp.MustCompile(`Filesystem UUID:\s+(\S+)`)
 

@@ -32,6 +32,7 @@ var errNoRoom = errors.New("no room for TERRA-STATE")
 func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, error) {
 	if dev, ok := boot.partDev(layout.LabelState); ok {
 		in.say("TERRA-STATE found on %s", dev)
+		in.growStatePartition(ctx, boot)
 		return boot, nil
 	}
 	err := in.ensureStatePartition(ctx, boot)
@@ -39,6 +40,9 @@ func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, 
 		return boot, err
 	}
 	if d, serr := in.stateOnlyDisk(boot.name, "the boot disk is /dev/"+boot.name); serr != nil || d != nil {
+		if d != nil {
+			in.growStatePartition(ctx, d)
+		}
 		return d, serr
 	}
 	devs, derr := blockDevices("/sys/class/block")
@@ -220,6 +224,9 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 			}
 			reset = true
 		}
+	}
+	if !reset && kind == "ext4" {
+		in.growStateFS(dev, mnt)
 	}
 	return in.layoutState(ctx, mnt, kind != "ext4" || reset)
 }
