@@ -26,6 +26,33 @@ type stateDisk struct {
 	size   int64 // the partition's, from the GPT
 }
 
+// partitionOffset is where the partition labelled label starts on the
+// machine's disk, in bytes, read from its GPT.
+func (m *machine) partitionOffset(label string) int64 {
+	m.t.Helper()
+	raw := filepath.Join(m.dir, "gpt.raw")
+	defer os.Remove(raw)
+	if out, err := exec.Command("qemu-img", "convert", "-O", "raw", m.disk, raw).CombinedOutput(); err != nil {
+		m.t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	d, err := diskfs.Open(raw, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer d.Close()
+	pt, err := d.GetPartitionTable()
+	if err != nil {
+		m.t.Fatalf("read GPT: %v", err)
+	}
+	for _, p := range pt.(*gpt.Table).Partitions {
+		if p.Name == label {
+			return int64(p.Start) * layout.SectorSize
+		}
+	}
+	m.t.Fatalf("no %s partition on %s", label, m.disk)
+	return 0
+}
+
 func (m *machine) inspectState() *stateDisk {
 	m.t.Helper()
 	raw := filepath.Join(m.dir, "inspect.raw")

@@ -2,8 +2,9 @@
 // boot needs, mounts the active slot's squashfs by partition label, creates
 // TERRA-STATE on first boot (and only mounts it afterwards), sets up the
 // /etc overlay and /var on STATE, and switches root into systemd. When a
-// step fails it says which on the console and opens a rescue shell; it never
-// hangs silently.
+// step fails it says which on the console and opens a rescue shell (after a
+// failed trial boot it reboots instead, so that the boot loader falls back);
+// it never hangs silently.
 package bootinit
 
 import (
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 	"github.com/terrarium-os/terrarium/pkg/node/efiboot"
 	"golang.org/x/sys/unix"
 )
@@ -32,11 +34,26 @@ type Init struct {
 	// efivars is where efivarfs is mounted.
 	efivars string
 	cmdline map[string]string
+	// trial tells whether this boot of the slot is on trial and a reboot
+	// lets the boot loader count its failure and boot something that has
+	// tries left (bootloader.RebootHelps); nil until the boot disk is known.
+	trial func(ctx context.Context) (bool, error)
+	// reboot restarts the machine; it returns only on failure.
+	reboot func() error
+	// trialRebootDelay is how long a failed trial boot shows its failure
+	// before it reboots.
+	trialRebootDelay time.Duration
 }
 
 // New returns the /init of a real boot, writing to console.
 func New(console io.Writer) *Init {
-	return &Init{console: console, sysroot: "/sysroot", partitionTimeout: 60 * time.Second, efivars: efiboot.DefaultDir}
+	return &Init{console: console, sysroot: "/sysroot", partitionTimeout: 60 * time.Second, efivars: efiboot.DefaultDir,
+		reboot: func() error {
+			unix.Sync()
+			return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+		},
+		trialRebootDelay: 10 * time.Second,
+	}
 }
 
 func (in *Init) say(format string, args ...any) {
@@ -85,6 +102,7 @@ func (in *Init) runSteps(ctx context.Context, steps []step) error {
 		start := time.Now()
 		if err := s.run(ctx); err != nil {
 			in.say("FAILED: %s: %v", s.name, err)
+			in.rebootIfOnTrial(ctx)
 			return in.rescue(fmt.Errorf("%s: %w", s.name, err))
 		}
 		in.say("%s: ok (%s)", s.name, time.Since(start).Round(time.Millisecond))
@@ -92,11 +110,58 @@ func (in *Init) runSteps(ctx context.Context, steps []step) error {
 	return nil
 }
 
+// rebootIfOnTrial reboots a failed trial boot, so that the boot loader
+// counts the failed try and, once the tries are spent, boots the other
+// slot: a slot that cannot even reach its root (a damaged squashfs) falls
+// back as one whose health check fails does, instead of waiting in the
+// rescue shell for a person. It returns when the boot is not on trial (or
+// the reboot failed): the rescue shell follows.
+func (in *Init) rebootIfOnTrial(ctx context.Context) {
+	if in.trial == nil || in.reboot == nil {
+		return
+	}
+	trial, err := in.trial(ctx)
+	if err != nil {
+		in.say("cannot tell whether slot %s is on trial: %v", in.slot(), err)
+		return
+	}
+	if !trial {
+		return
+	}
+	in.say("slot %s failed on a trial boot: rebooting in %s so the boot loader counts the failed try (it falls back to the other slot when the tries are spent)", in.slot(), in.trialRebootDelay)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(in.trialRebootDelay):
+	}
+	if err := in.reboot(); err != nil {
+		in.say("reboot: %v", err)
+	}
+}
+
+// trialOf tells whether, after a failure, rebooting lets the boot loader
+// on disk's EFI partition count it and boot a slot with tries left.
+func (in *Init) trialOf(disk *diskInfo) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		esp, ok := disk.partDev(layout.LabelESP)
+		if !ok {
+			return false, fmt.Errorf("no %s partition on %s", layout.LabelESP, disk.dev())
+		}
+		l := &bootloader.ESPLoader{Device: esp, Mount: "/run/terrarium-init/esp"}
+		return l.RebootHelps(ctx, in.slot())
+	}
+}
+
 // diskSteps boot an installed disk: its slot partition and its TERRA-STATE.
 func (in *Init) diskSteps() []step {
 	var disk, state *diskInfo
 	return []step{
-		{"find the boot disk", func(ctx context.Context) (err error) { disk, err = in.findDisk(ctx); return err }},
+		{"find the boot disk", func(ctx context.Context) (err error) {
+			if disk, err = in.findDisk(ctx); err == nil {
+				in.trial = in.trialOf(disk)
+			}
+			return err
+		}},
 		{"prepare TERRA-STATE partition", func(ctx context.Context) (err error) { state, err = in.statePartition(ctx, disk); return err }},
 		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
 		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, state) }},

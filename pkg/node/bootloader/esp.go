@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -119,3 +120,70 @@ func (Live) OnTrial(context.Context, layout.Slot) (bool, error) { return false, 
 
 // Bless implements BootLoader: it changes nothing.
 func (Live) Bless(context.Context, layout.Slot) (BlessResult, error) { return LiveBoot, nil }
+
+// triesLeft reads a Boot Loader Spec entry file name of slot: blessed
+// (no counter), or the tries it has left ("<id>+LEFT[-DONE].conf"). ok is
+// false for a name that is not slot's entry.
+func triesLeft(name string, slot layout.Slot) (left int, blessed, ok bool) {
+	rest, found := strings.CutPrefix(name, slot.EntryID())
+	if !found {
+		return 0, false, false
+	}
+	rest, found = strings.CutSuffix(rest, ".conf")
+	if !found {
+		return 0, false, false
+	}
+	if rest == "" {
+		return 0, true, true
+	}
+	counter, found := strings.CutPrefix(rest, "+")
+	if !found {
+		return 0, false, false
+	}
+	counter, _, _ = strings.Cut(counter, "-")
+	n, err := strconv.Atoi(counter)
+	if err != nil || n < 0 {
+		return 0, false, false
+	}
+	return n, false, true
+}
+
+// RebootHelps reports whether rebooting after a failed boot of slot lets
+// the boot loader count the failure and boot something that has not spent
+// its tries: slot is on trial (its entry counts tries) and either still has
+// tries left or the other slot's entry is blessed or has tries left. A
+// blessed slot, or the last try of the only bootable one, would boot the
+// same failure again.
+func (l *ESPLoader) RebootHelps(ctx context.Context, slot layout.Slot) (bool, error) {
+	var own, other bool
+	err := l.WithESP(false, func(dir string) error {
+		entries, err := os.ReadDir(filepath.Join(dir, layout.ESPEntriesDir))
+		if err != nil {
+			return err
+		}
+		own, other = rebootHelps(entries, slot)
+		return nil
+	})
+	return own || other, err
+}
+
+// rebootHelps reads the entries for RebootHelps: whether slot's own entry
+// is on trial with tries left, and whether slot is on trial and the other
+// slot's entry can boot.
+func rebootHelps(entries []os.DirEntry, slot layout.Slot) (own, other bool) {
+	trial, otherBootable := false, false
+	for _, e := range entries {
+		for _, s := range []layout.Slot{layout.SlotA, layout.SlotB} {
+			left, blessed, ok := triesLeft(e.Name(), s)
+			switch {
+			case !ok:
+			case s == slot:
+				trial = !blessed
+				own = !blessed && left > 0
+			default:
+				otherBootable = otherBootable || blessed || left > 0
+			}
+		}
+	}
+	return own, trial && otherBootable
+}

@@ -5,17 +5,16 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 func touch(t *testing.T, path string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte("title Terrarium\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte("title Terrarium\n"), 0o644))
 }
 
 func TestCountedEntry(t *testing.T) {
@@ -26,37 +25,31 @@ func TestCountedEntry(t *testing.T) {
 	touch(t, filepath.Join(entries, "other+3.conf"))
 
 	got, err := countedEntry(esp, layout.SlotA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := filepath.Join(entries, "terrarium-a+2-1.conf"); got != want {
-		t.Errorf("countedEntry(a) = %q, want %q", got, want)
-	}
-	if entryName(got) != "terrarium-a+2-1" {
-		t.Errorf("entryName = %q", entryName(got))
-	}
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(entries, "terrarium-a+2-1.conf"), got)
+	assert.Equal(t, "terrarium-a+2-1", entryName(got))
 	// A blessed entry has no counter.
-	if got, err := countedEntry(esp, layout.SlotB); err != nil || got != "" {
-		t.Errorf("countedEntry(b) = %q, %v, want none", got, err)
-	}
+	got, err = countedEntry(esp, layout.SlotB)
+	require.NoError(t, err)
+	assert.Empty(t, got, "countedEntry(b)")
 	// A fresh entry as imagebuild writes it.
 	touch(t, filepath.Join(entries, layout.SlotB.EntryFile(3)))
-	if got, err := countedEntry(esp, layout.SlotB); err != nil || filepath.Base(got) != "terrarium-b+3.conf" {
-		t.Errorf("countedEntry(b) = %q, %v", got, err)
-	}
+	got, err = countedEntry(esp, layout.SlotB)
+	require.NoError(t, err)
+	assert.Equal(t, "terrarium-b+3.conf", filepath.Base(got))
 	// Exhausted tries are still counted (the entry is on trial, and bad).
 	touch(t, filepath.Join(entries, "terrarium-a+0-3.conf"))
-	os.Remove(filepath.Join(entries, "terrarium-a+2-1.conf"))
-	if got, err := countedEntry(esp, layout.SlotA); err != nil || filepath.Base(got) != "terrarium-a+0-3.conf" {
-		t.Errorf("countedEntry(a, exhausted) = %q, %v", got, err)
-	}
+	require.NoError(t, os.Remove(filepath.Join(entries, "terrarium-a+2-1.conf")))
+	got, err = countedEntry(esp, layout.SlotA)
+	require.NoError(t, err)
+	assert.Equal(t, "terrarium-a+0-3.conf", filepath.Base(got))
 }
 
 func TestCountedEntryNoEntries(t *testing.T) {
 	// No loader/entries directory at all.
-	if got, err := countedEntry(t.TempDir(), layout.SlotA); err != nil || got != "" {
-		t.Errorf("countedEntry(empty ESP) = %q, %v", got, err)
-	}
+	got, err := countedEntry(t.TempDir(), layout.SlotA)
+	require.NoError(t, err)
+	assert.Empty(t, got)
 }
 
 func TestCountedEntryIgnoresSimilarNames(t *testing.T) {
@@ -66,7 +59,39 @@ func TestCountedEntryIgnoresSimilarNames(t *testing.T) {
 	touch(t, filepath.Join(entries, "terrarium-ab+2.conf"))
 	touch(t, filepath.Join(entries, "terrarium-a+2.conf.bak"))
 	touch(t, filepath.Join(entries, "xterrarium-a+2.conf"))
-	if got, err := countedEntry(esp, layout.SlotA); err != nil || got != "" {
-		t.Errorf("countedEntry = %q, %v, want none", got, err)
+	got, err := countedEntry(esp, layout.SlotA)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+}
+
+// After a failed boot of a slot, a reboot helps only when the boot loader
+// then boots something that has not spent its tries.
+func TestRebootHelps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []string
+		slot    layout.Slot
+		want    bool
+	}{
+		{"trial with tries left", []string{"terrarium-b+1-1.conf", "terrarium-a.conf"}, layout.SlotB, true},
+		{"a fresh image's first boot", []string{"terrarium-a+2-1.conf"}, layout.SlotA, true},
+		{"last try, the other slot blessed", []string{"terrarium-b+0-2.conf", "terrarium-a.conf"}, layout.SlotB, true},
+		{"last try, the other slot on trial with tries left", []string{"terrarium-b+0-3.conf", "terrarium-a+1-2.conf"}, layout.SlotB, true},
+		{"last try of the only slot", []string{"terrarium-a+0-3.conf"}, layout.SlotA, false},
+		{"last try, the other slot spent too", []string{"terrarium-a+0-3.conf", "terrarium-b+0-3.conf"}, layout.SlotA, false},
+		{"a blessed slot", []string{"terrarium-a.conf", "terrarium-b.conf"}, layout.SlotA, false},
+		{"a blessed slot, the other on trial", []string{"terrarium-a.conf", "terrarium-b+3.conf"}, layout.SlotA, false},
+		{"foreign entries only", []string{"other+3.conf", "terrarium-a+x.conf", "terrarium-ab+2.conf", "xterrarium-a+2.conf"}, layout.SlotA, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, e := range tc.entries {
+				touch(t, filepath.Join(dir, e))
+			}
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			own, other := rebootHelps(entries, tc.slot)
+			assert.Equal(t, tc.want, own || other, "own %v, other %v", own, other)
+		})
 	}
 }
