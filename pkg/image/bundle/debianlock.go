@@ -49,7 +49,10 @@ func LockPackages(ctx context.Context, suite, mirror string, packages []string, 
 	root := filepath.Join(tmp, "root")
 	log.Info("resolving Debian packages", "suite", suite, "variant", variant, "packages", strings.Join(packages, ","), "mirror", mirror)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", "--variant="+variant, "--include="+strings.Join(packages, ","),
-		"--skip=cleanup/apt", "--format=directory", "--quiet", suite, root, mirror)
+		// essential/unlink: keep the essential packages' files too, which
+		// mmdebstrap otherwise deletes once installed (extract mode installs
+		// nothing, so it keeps every file anyway).
+		"--skip=cleanup/apt", "--skip=essential/unlink", "--format=directory", "--quiet", suite, root, mirror)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("resolve %s in %s %s: mmdebstrap: %w\n%s", strings.Join(packages, ","), mirror, suite, err, strings.TrimSpace(string(b)))
 	}
@@ -78,6 +81,13 @@ func LockPackages(ctx context.Context, suite, mirror string, packages []string, 
 		lock = append(lock, p)
 	}
 	sort.Slice(lock, func(i, j int) bool { return lock[i].Package < lock[j].Package })
+	// A lock must name every package the resolution installed (extract
+	// mode installs none): one it misses cannot be installed from the lock.
+	if missing, err := missingFromLock(filepath.Join(root, "var/lib/dpkg/status"), lock); err != nil {
+		return nil, err
+	} else if len(missing) > 0 {
+		return nil, fmt.Errorf("resolve %s: installed but without a .deb file to lock: %s", strings.Join(packages, ","), strings.Join(missing, ", "))
+	}
 	return lock, nil
 }
 
@@ -213,4 +223,37 @@ func debGoneHint(d DebianLayer) string {
 		"Either run `make pin` (or LockDebian) to lock what the archive holds now (the image's digest changes), "+
 		"or set debian.mirror to an archive that keeps old files (a local mirror, or a snapshot such as "+
 		"https://snapshot.debian.org/archive/debian/<YYYYMMDD>T000000Z/)", mirrorOf(d), d.Suite)
+}
+
+// missingFromLock lists the packages dpkg's status file records as
+// installed that lock has no file for. A missing status file (nothing was
+// installed) misses nothing.
+func missingFromLock(status string, lock []DebianPackage) ([]string, error) {
+	f, err := os.Open(status)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	locked := map[string]bool{}
+	for _, p := range lock {
+		locked[p.Package] = true
+	}
+	var missing []string
+	var name string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			name = ""
+		case strings.HasPrefix(line, "Package: "):
+			name = strings.TrimSpace(strings.TrimPrefix(line, "Package: "))
+		case strings.HasPrefix(line, "Status: ") && strings.HasSuffix(line, " installed") && name != "" && !locked[name]:
+			missing = append(missing, name)
+		}
+	}
+	return missing, sc.Err()
 }

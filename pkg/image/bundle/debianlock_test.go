@@ -3,7 +3,6 @@ package bundle
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 )
 
@@ -24,37 +26,23 @@ import (
 func makeDeb(t *testing.T, pkg, version string, files map[string]string) (string, string) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), pkg)
-	if err := os.MkdirAll(filepath.Join(root, "DEBIAN"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "DEBIAN"), 0o755))
 	control := "Package: " + pkg + "\nVersion: " + version + "\nArchitecture: amd64\nMaintainer: t <t@example.org>\nDescription: test\n"
-	if err := os.WriteFile(filepath.Join(root, "DEBIAN", "control"), []byte(control), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "DEBIAN", "control"), []byte(control), 0o644))
 	for p, content := range files {
 		full := filepath.Join(root, p)
 		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.MkdirAll(full, 0o755))
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(content), 0o755))
 	}
 	deb := filepath.Join(t.TempDir(), pkg+"_"+version+"_amd64.deb")
 	out, err := exec.Command("dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, deb).CombinedOutput()
-	if err != nil {
-		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "dpkg-deb --build: %s", out)
 	sum, err := fileSHA256(deb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return deb, sum
 }
 
@@ -87,13 +75,9 @@ func (a *fakeArchive) publish(pool, deb string) { a.files[pool] = deb }
 func layerEntries(t *testing.T, c *cache.Cache, d DebianLayer) map[string]*tar.Header {
 	t.Helper()
 	l, err := debianLayerFromCache(context.Background(), c, d, time.Unix(1767225600, 0), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rc, err := l.Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer rc.Close()
 	out := map[string]*tar.Header{}
 	tr := tar.NewReader(rc)
@@ -102,9 +86,7 @@ func layerEntries(t *testing.T, c *cache.Cache, d DebianLayer) map[string]*tar.H
 		if err == io.EOF {
 			return out
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out[h.Name] = h
 	}
 }
@@ -124,28 +106,18 @@ func TestLockedDebianLayer(t *testing.T) {
 			{Package: "tool", Version: "1:2.0-1", File: "pool/main/t/tool/tool_2.0-1_amd64.deb", SHA256: toolSum},
 		}}
 	c, err := cache.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	got := layerEntries(t, c, d)
 	for _, want := range []string{"usr/bin/tool", "usr/lib/x86_64-linux-gnu/libtool.so.1", "usr/lib/x86_64-linux-gnu/libdep.so.1", "bin", "usr/sbin/tool-alt"} {
-		if _, ok := got[want]; !ok {
-			t.Errorf("the layer lacks %s", want)
-		}
+		assert.Contains(t, got, want, "the layer lacks it")
 	}
-	if h := got["bin"]; h == nil || h.Linkname != "usr/bin" {
-		t.Errorf("bin is not the merged-/usr link: %+v", h)
+	if assert.Contains(t, got, "bin") {
+		assert.Equal(t, "usr/bin", got["bin"].Linkname, "bin is the merged-/usr link")
 	}
-	if _, ok := got["bin/tool"]; ok {
-		t.Error("a path under /bin was not moved to /usr/bin")
-	}
-	if _, ok := got["usr/share/doc/tool/copyright"]; ok {
-		t.Error("documentation was not dropped")
-	}
-	if n := a.hits.Load(); n != 2 {
-		t.Errorf("the archive was asked %d times, want 2", n)
-	}
+	assert.NotContains(t, got, "bin/tool", "a path under /bin is moved to /usr/bin")
+	assert.NotContains(t, got, "usr/share/doc/tool/copyright", "documentation is dropped")
+	assert.Equal(t, int32(2), a.hits.Load(), "requests to the archive")
 
 	// The archive drops both files (a point release): a layer made anew
 	// (another epoch, so another layer) still builds from the .deb files
@@ -153,32 +125,20 @@ func TestLockedDebianLayer(t *testing.T) {
 	delete(a.files, "pool/main/t/tool/tool_2.0-1_amd64.deb")
 	delete(a.files, "pool/main/libd/libdep/libdep_1.0-1_amd64.deb")
 	_, err = debianLayerFromCache(context.Background(), c, d, time.Unix(1, 0), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := a.hits.Load(); n != 2 {
-		t.Errorf("the archive was asked %d times, want 2: cached .deb files are fetched again", n)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), a.hits.Load(), "requests to the archive: cached .deb files are not fetched again")
 
 	// Another build host, with an empty cache: the error names the lock
 	// entry and says how to fix it.
 	fresh, err := cache.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = debianLayerFromCache(context.Background(), fresh, d, time.Unix(1767225600, 0), slog.New(slog.DiscardHandler))
-	if !errors.Is(err, ErrDebGone) {
-		t.Fatalf("err = %v, want ErrDebGone", err)
-	}
+	require.ErrorIs(t, err, ErrDebGone)
 	for _, want := range []string{"debian.lock[0]", "libdep 1.0-1 is no longer in the archive", "404", "make pin", "debian.mirror", "snapshot"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("the error lacks %q: %v", want, err)
-		}
+		assert.ErrorContains(t, err, want)
 	}
 	_, ok := fresh.Lookup(debianCacheKind, mustKey(t, d))
-	if ok {
-		t.Error("a layer was cached after a failure")
-	}
+	assert.False(t, ok, "a layer was cached after a failure")
 }
 
 func TestLockedDebianLayerIsReproducible(t *testing.T) {
@@ -190,22 +150,14 @@ func TestLockedDebianLayerIsReproducible(t *testing.T) {
 	var digests []string
 	for range 2 {
 		c, err := cache.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		l, err := debianLayerFromCache(context.Background(), c, d, time.Unix(1767225600, 0), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		dg, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		digests = append(digests, dg.String())
 	}
-	if digests[0] != digests[1] {
-		t.Errorf("two builds of the same lock: %s and %s", digests[0], digests[1])
-	}
+	assert.Equal(t, digests[0], digests[1], "two builds of the same lock")
 }
 
 func TestLockedDebWithOtherContent(t *testing.T) {
@@ -215,17 +167,12 @@ func TestLockedDebWithOtherContent(t *testing.T) {
 	d := DebianLayer{Suite: "trixie", Mirror: a.mirror(), Packages: []string{"tool"},
 		Lock: []DebianPackage{{Package: "tool", Version: "2.0-1", File: "pool/main/t/tool/tool_2.0-1_amd64.deb", SHA256: strings.Repeat("ab", 32)}}}
 	c, err := cache.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = debianLayerFromCache(context.Background(), c, d, time.Unix(0, 0), slog.New(slog.DiscardHandler))
-	if err == nil || errors.Is(err, ErrDebGone) || !strings.Contains(err.Error(), "but the lock says "+strings.Repeat("ab", 32)) {
-		t.Fatalf("err = %v, want a sha256 mismatch", err)
-	}
+	require.ErrorContains(t, err, "but the lock says "+strings.Repeat("ab", 32), "a sha256 mismatch")
+	require.NotErrorIs(t, err, ErrDebGone)
 	_, ok := c.Lookup(debCacheKind, strings.Repeat("ab", 32))
-	if ok {
-		t.Error("a file with the wrong content was kept")
-	}
+	assert.False(t, ok, "a file with the wrong content was kept")
 }
 
 func TestParsePackagesIndex(t *testing.T) {
@@ -245,24 +192,34 @@ Filename: pool/main/c/conntrack-tools/conntrack_1.4.8-2_amd64.deb
 SHA256: 2222222222222222222222222222222222222222222222222222222222222222
 `
 	out := map[string]DebianPackage{}
-	if err := parsePackagesIndex(strings.NewReader(index), out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, parsePackagesIndex(strings.NewReader(index), out))
 	want := DebianPackage{Package: "libc6", Version: "2.41-12+deb13u5",
 		File: "pool/main/g/glibc/libc6_2.41-12+deb13u5_amd64.deb", SHA256: strings.Repeat("1", 64)}
-	if got := out[strings.Repeat("1", 64)]; got != want {
-		t.Errorf("libc6 = %+v, want %+v", got, want)
-	}
-	if got := out[strings.Repeat("2", 64)].Version; got != "1:1.4.8-2" {
-		t.Errorf("conntrack version = %q", got)
-	}
+	assert.Equal(t, want, out[strings.Repeat("1", 64)], "libc6")
+	assert.Equal(t, "1:1.4.8-2", out[strings.Repeat("2", 64)].Version, "conntrack version")
 }
 
 func mustKey(t *testing.T, d DebianLayer) string {
 	t.Helper()
 	k, err := debianLayerKey(d, time.Unix(1767225600, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return k
+}
+
+// A lock that misses a package the resolution installed is refused by
+// name (mmdebstrap once deleted the essential packages' files, and the
+// lock missed libc6).
+func TestMissingFromLock(t *testing.T) {
+	status := filepath.Join(t.TempDir(), "status")
+	require.NoError(t, os.WriteFile(status, []byte("Package: libc6\nStatus: install ok installed\nVersion: 2.41-12\n\n"+
+		"Package: bash\nStatus: install ok installed\n\nPackage: gone\nStatus: deinstall ok config-files\n"), 0o644))
+	missing, err := missingFromLock(status, []DebianPackage{{Package: "bash"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"libc6"}, missing)
+	missing, err = missingFromLock(status, []DebianPackage{{Package: "bash"}, {Package: "libc6"}})
+	require.NoError(t, err)
+	assert.Empty(t, missing)
+	missing, err = missingFromLock(filepath.Join(t.TempDir(), "none"), nil)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "nothing installed (extract mode)")
 }
