@@ -33,7 +33,7 @@ func DefaultModules() []string {
 	return []string{
 		"virtio_blk", "virtio_scsi", "nvme", "ahci", "sd_mod", "sr_mod",
 		"xhci_pci", "ehci_pci", "usb_storage", "uas", "mmc_block", "sdhci_pci",
-		"squashfs", "loop", "overlay", "crc32c_generic", "crc32c_intel", "ext4", "vfat", "nls_cp437", "nls_iso8859_1", "isofs", "efivarfs",
+		"squashfs", "loop", "overlay", "crc32c_generic", "crc32c_intel", "ext4", "vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii", "isofs", "efivarfs",
 	}
 }
 

@@ -397,7 +397,10 @@ func TestDefaultModules(t *testing.T) {
 			t.Errorf("%s is not a normalized module name", m)
 		}
 	}
-	for _, need := range []string{"virtio_blk", "squashfs", "overlay", "ext4", "vfat"} {
+	// vfat mounts with Debian's default iocharset, ascii: without
+	// nls_ascii the initramfs cannot read the ESP's boot entries (EINVAL,
+	// "FAT-fs (vda1): IO charset ascii not found").
+	for _, need := range []string{"virtio_blk", "squashfs", "overlay", "ext4", "vfat", "nls_ascii"} {
 		if !seen[need] {
 			t.Errorf("DefaultModules lacks %s", need)
 		}
