@@ -26,36 +26,12 @@ type stateDisk struct {
 	size   int64 // the partition's, from the GPT
 }
 
-// partitionOffset is where the partition labelled label starts on the
-// machine's disk, in bytes, read from its GPT.
-func (m *machine) partitionOffset(label string) int64 {
+// flatten converts the stopped machine's disk to a raw file named name in
+// its directory (removed when the test ends) and finds the partition
+// labelled label in its GPT.
+func (m *machine) flatten(name, label string) (raw string, part *gpt.Partition) {
 	m.t.Helper()
-	raw := filepath.Join(m.dir, "gpt.raw")
-	defer os.Remove(raw)
-	if out, err := exec.Command("qemu-img", "convert", "-O", "raw", m.disk, raw).CombinedOutput(); err != nil {
-		m.t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
-	d, err := diskfs.Open(raw, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	defer d.Close()
-	pt, err := d.GetPartitionTable()
-	if err != nil {
-		m.t.Fatalf("read GPT: %v", err)
-	}
-	for _, p := range pt.(*gpt.Table).Partitions {
-		if p.Name == label {
-			return int64(p.Start) * layout.SectorSize
-		}
-	}
-	m.t.Fatalf("no %s partition on %s", label, m.disk)
-	return 0
-}
-
-func (m *machine) inspectState() *stateDisk {
-	m.t.Helper()
-	raw := filepath.Join(m.dir, "inspect.raw")
+	raw = filepath.Join(m.dir, name)
 	os.Remove(raw)
 	if out, err := exec.Command("qemu-img", "convert", "-O", "raw", m.disk, raw).CombinedOutput(); err != nil {
 		m.t.Fatalf("qemu-img convert: %v: %s", err, out)
@@ -71,14 +47,29 @@ func (m *machine) inspectState() *stateDisk {
 		m.t.Fatalf("read GPT: %v", err)
 	}
 	for _, p := range pt.(*gpt.Table).Partitions {
-		if p.Name == layout.LabelState {
-			s := &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize, size: int64(p.Size)}
-			s.replayJournal()
-			return s
+		if p.Name == label {
+			return raw, p
 		}
 	}
-	m.t.Fatalf("no %s partition on %s", layout.LabelState, m.disk)
-	return nil
+	m.t.Fatalf("no %s partition on %s", label, m.disk)
+	return "", nil
+}
+
+// partitionOffset is where the partition labelled label starts on the
+// stopped machine's disk, in bytes.
+func (m *machine) partitionOffset(label string) int64 {
+	m.t.Helper()
+	raw, p := m.flatten("gpt.raw", label)
+	os.Remove(raw)
+	return int64(p.Start) * layout.SectorSize
+}
+
+func (m *machine) inspectState() *stateDisk {
+	m.t.Helper()
+	raw, p := m.flatten("inspect.raw", layout.LabelState)
+	s := &stateDisk{t: m.t, raw: raw, offset: int64(p.Start) * layout.SectorSize, size: int64(p.Size)}
+	s.replayJournal()
+	return s
 }
 
 // replayJournal applies ext4's journal to the copy, as the kernel does
