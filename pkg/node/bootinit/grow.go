@@ -13,7 +13,6 @@ import (
 	"time"
 	"unsafe"
 
-	diskfs "github.com/diskfs/go-diskfs"
 	dfsdisk "github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"golang.org/x/sys/unix"
@@ -78,19 +77,11 @@ func (in *Init) growStatePartition(ctx context.Context, disk *diskInfo) {
 }
 
 func (in *Init) tryGrowStatePartition(ctx context.Context, disk *diskInfo) error {
-	d, err := diskfs.Open(disk.dev(), diskfs.WithOpenMode(diskfs.ReadWrite))
+	d, table, err := openGPT(disk)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", disk.dev(), err)
+		return err
 	}
 	defer d.Close()
-	pt, err := d.GetPartitionTable()
-	if err != nil {
-		return fmt.Errorf("read GPT of %s: %w", disk.dev(), err)
-	}
-	table, isGPT := pt.(*gpt.Table)
-	if !isGPT {
-		return nil
-	}
 	grown, from, to, ok := grownState(table, d.Size)
 	if !ok {
 		return nil

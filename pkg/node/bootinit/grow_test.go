@@ -1,10 +1,6 @@
 package bootinit
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,40 +139,4 @@ func TestExt4Size(t *testing.T) {
 	defer f.Close()
 	_, _, err = ext4Size(f)
 	assert.ErrorContains(t, err, "no ext4 superblock")
-}
-
-// A step that fails on a trial boot reboots (so the boot loader counts the
-// try) only when a reboot can boot something with tries left; otherwise,
-// or when that cannot be told, the rescue shell follows.
-func TestRebootIfOnTrial(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		helps    bool
-		err      error
-		rebooted bool
-		says     string
-	}{
-		{"on trial", true, nil, true, "slot b failed on a trial boot: rebooting in 0s"},
-		{"nothing to fall back to", false, nil, false, ""},
-		{"the ESP unreadable", false, errors.New("mount ESP: no such device"), false, "cannot tell whether slot b is on trial: mount ESP: no such device"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var console bytes.Buffer
-			rebooted := false
-			in := &Init{console: &console, cmdline: map[string]string{layout.CmdlineSlot: "b"},
-				trial:  func(context.Context) (bool, error) { return tc.helps, tc.err },
-				reboot: func() error { rebooted = true; return nil },
-			}
-			in.rebootIfOnTrial(context.Background())
-			assert.Equal(t, tc.rebooted, rebooted)
-			if tc.says != "" {
-				assert.Contains(t, console.String(), tc.says)
-			} else {
-				assert.Empty(t, console.String())
-			}
-		})
-	}
-	// Before the boot disk is known, nothing is asked.
-	in := &Init{console: io.Discard}
-	in.rebootIfOnTrial(context.Background())
 }

@@ -28,7 +28,7 @@ var errNoRoom = errors.New("no room for TERRA-STATE")
 // VM's state disk, which outlives a swap of the OS disk for a new
 // version's), else the first empty disk, which takes a new one. A machine
 // with room on its boot disk never adopts another disk's state. An
-// existing TERRA-STATE is never touched.
+// existing TERRA-STATE is only ever grown (growStatePartition).
 func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, error) {
 	if dev, ok := boot.partDev(layout.LabelState); ok {
 		in.say("TERRA-STATE found on %s", dev)
@@ -57,25 +57,17 @@ func (in *Init) statePartition(ctx context.Context, boot *diskInfo) (*diskInfo, 
 }
 
 // ensureStatePartition creates TERRA-STATE filling the rest of the boot
-// disk when the disk has none. An existing partition is never touched.
+// disk when the disk has none. An existing partition is left as it is.
 func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error {
 	if dev, ok := disk.partDev(layout.LabelState); ok {
 		in.say("TERRA-STATE found on %s", dev)
 		return nil
 	}
-	d, err := diskfs.Open(disk.dev(), diskfs.WithOpenMode(diskfs.ReadWrite))
+	d, table, err := openGPT(disk)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", disk.dev(), err)
+		return err
 	}
 	defer d.Close()
-	pt, err := d.GetPartitionTable()
-	if err != nil {
-		return fmt.Errorf("read GPT of %s: %w", disk.dev(), err)
-	}
-	table, ok := pt.(*gpt.Table)
-	if !ok {
-		return fmt.Errorf("%s has no GPT", disk.dev())
-	}
 	sector := uint64(table.LogicalSectorSize)
 	var lastEnd uint64
 	for _, p := range table.Partitions {
@@ -105,6 +97,25 @@ func (in *Init) ensureStatePartition(ctx context.Context, disk *diskInfo) error 
 		Type: gpt.Type(layout.TypeVar), Name: layout.LabelState,
 	})
 	return in.writeStatePartition(ctx, disk, d, table)
+}
+
+// openGPT opens disk for writing and reads its GPT.
+func openGPT(disk *diskInfo) (*dfsdisk.Disk, *gpt.Table, error) {
+	d, err := diskfs.Open(disk.dev(), diskfs.WithOpenMode(diskfs.ReadWrite))
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", disk.dev(), err)
+	}
+	pt, err := d.GetPartitionTable()
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("read GPT of %s: %w", disk.dev(), err)
+	}
+	table, ok := pt.(*gpt.Table)
+	if !ok {
+		d.Close()
+		return nil, nil, fmt.Errorf("%s has no GPT", disk.dev())
+	}
+	return d, table, nil
 }
 
 // writeStatePartition writes table, whose last partition is a new
