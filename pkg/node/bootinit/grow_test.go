@@ -60,14 +60,14 @@ func TestGrownStateOnEnlargedDisk(t *testing.T) {
 	before, _ := readTable(t, path)
 	require.NoError(t, os.Truncate(path, 256*layout.MiB))
 
-	table, size := readTable(t, path)
-	grown, from, to, ok := grownState(table, size)
+	// As the initramfs does it, through openGPT (the image file stands in
+	// for /dev/<disk>).
+	d, table, err := openGPT(&diskInfo{name: devRelative(t, path)})
+	require.NoError(t, err)
+	grown, from, to, ok := grownState(table, d.Size)
 	require.True(t, ok)
 	assert.Equal(t, uint64((64-25-1)*layout.MiB), from)
 	assert.Equal(t, uint64((256-25-1)*layout.MiB), to)
-
-	d, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadWrite))
-	require.NoError(t, err)
 	require.NoError(t, d.Partition(grown))
 	require.NoError(t, d.Close())
 
@@ -89,7 +89,7 @@ func TestGrownStateOnEnlargedDisk(t *testing.T) {
 	assert.Equal(t, to, after.Partitions[2].Size)
 
 	// Grown once, the same disk offers nothing more.
-	table, size = readTable(t, path)
+	table, size := readTable(t, path)
 	_, _, _, ok = grownState(table, size)
 	assert.False(t, ok, "a grown STATE grows again")
 }
@@ -139,4 +139,16 @@ func TestExt4Size(t *testing.T) {
 	defer f.Close()
 	_, _, err = ext4Size(f)
 	assert.ErrorContains(t, err, "no ext4 superblock")
+}
+
+// A disk without a GPT is refused by name, before anything is written.
+func TestOpenGPTWithoutOne(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blank.img")
+	require.NoError(t, os.WriteFile(path, make([]byte, 4*layout.MiB), 0o644))
+	_, _, err := openGPT(&diskInfo{name: devRelative(t, path)})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "blank.img")
+	blank, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, make([]byte, 4*layout.MiB), blank, "the disk is untouched")
 }
