@@ -160,7 +160,7 @@ func TestPeerPull(t *testing.T) {
 	// cluster CA but no client certificate, is refused in the handshake:
 	// a host of the network without a node's certificate gets nothing.
 	w.run(`mkdir -p /tmp/direct/quay.io && printf 'server = "https://10.77.0.11:5443"\nca = "/etc/terrarium/pki/registry-ca.pem"\n' > /tmp/direct/quay.io/hosts.toml`)
-	out, err := w.try("sudo ctr -n direct images pull --hosts-dir /tmp/direct quay.io/terrarium/sideloaded:1.0")
+	out, err := w.sudoTry("ctr -n direct images pull --hosts-dir /tmp/direct quay.io/terrarium/sideloaded:1.0")
 	require.Error(t, err, "a pull without a client certificate succeeded: %s", out)
 	assert.Regexp(t, `certificate required|bad certificate|handshake`, out)
 	t.Logf("a pull without a client certificate: %s", lastLine(out))

@@ -66,6 +66,8 @@ func (m *machine) forwardSSH() int {
 type sshClient struct {
 	t testing.TB
 	c *ssh.Client
+	// seq numbers sudoTry's files.
+	seq int
 }
 
 // dialSSH logs in as admin, retrying while sshd starts.
@@ -145,6 +147,30 @@ func (s *sshClient) read(cmd string) (string, error) {
 	defer sess.Close()
 	out, err := sess.CombinedOutput(cmd)
 	return string(out), err
+}
+
+// sudoTry runs cmd as root with its output and exit status written to
+// files on the guest, and reads them back through a pipe: an assertion on a command's failure
+// output cannot rely on the pty, through which sudo's relayed output is
+// now and then lost (TestPeerPull once read "" for a refused pull).
+func (s *sshClient) sudoTry(cmd string) (string, error) {
+	s.t.Helper()
+	s.seq++
+	out, rc := fmt.Sprintf("/tmp/ssh-out.%d", s.seq), fmt.Sprintf("/tmp/ssh-rc.%d", s.seq)
+	quoted := strings.ReplaceAll(cmd, "'", `'\''`)
+	s.run(fmt.Sprintf(`sudo sh -c '%s >%s 2>&1; echo $? >%s; chmod 644 %s %s'`, quoted, out, rc, out, rc))
+	b, err := s.read("cat " + out)
+	if err != nil {
+		return b, fmt.Errorf("read %s: %w", out, err)
+	}
+	status, err := s.read("cat " + rc)
+	if err != nil {
+		return b, fmt.Errorf("read %s: %w", rc, err)
+	}
+	if st := strings.TrimSpace(status); st != "0" {
+		return b, fmt.Errorf("%s exited with status %s", cmd, st)
+	}
+	return b, nil
 }
 
 // output runs cmd until its output matches complete (up to 5 times) and
