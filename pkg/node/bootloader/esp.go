@@ -155,23 +155,21 @@ func triesLeft(name string, slot layout.Slot) (left int, blessed, ok bool) {
 // blessed slot, or the last try of the only bootable one, would boot the
 // same failure again.
 func (l *ESPLoader) RebootHelps(ctx context.Context, slot layout.Slot) (bool, error) {
-	var own, other bool
+	var helps bool
 	err := l.WithESP(false, func(dir string) error {
 		entries, err := os.ReadDir(filepath.Join(dir, layout.ESPEntriesDir))
 		if err != nil {
 			return err
 		}
-		own, other = rebootHelps(entries, slot)
+		helps = rebootHelps(entries, slot)
 		return nil
 	})
-	return own || other, err
+	return helps, err
 }
 
-// rebootHelps reads the entries for RebootHelps: whether slot's own entry
-// is on trial with tries left, and whether slot is on trial and the other
-// slot's entry can boot.
-func rebootHelps(entries []os.DirEntry, slot layout.Slot) (own, other bool) {
-	trial, otherBootable := false, false
+// rebootHelps decides RebootHelps from the ESP's entries.
+func rebootHelps(entries []os.DirEntry, slot layout.Slot) bool {
+	trial, own, otherBootable := false, false, false
 	for _, e := range entries {
 		for _, s := range []layout.Slot{layout.SlotA, layout.SlotB} {
 			left, blessed, ok := triesLeft(e.Name(), s)
@@ -185,5 +183,5 @@ func rebootHelps(entries []os.DirEntry, slot layout.Slot) (own, other bool) {
 			}
 		}
 	}
-	return own, trial && otherBootable
+	return own || trial && otherBootable
 }

@@ -141,8 +141,9 @@ func (e *env) write(p, content string) {
 	}
 }
 
-// writeLocked writes p from the fake executor, which holds e.mu.
-func (e *env) writeLocked(p, content string) {
+// writeQuiet writes p without failing the test: for the fake executor,
+// which runs on firstboot's goroutines, where t.Fatal may not be called.
+func (e *env) writeQuiet(p, content string) {
 	if err := os.MkdirAll(filepath.Dir(e.path(p)), 0o755); err == nil {
 		_ = os.WriteFile(e.path(p), []byte(content), 0o644)
 	}
@@ -210,7 +211,7 @@ func (e *env) exec(ctx context.Context, name string, args ...string) ([]byte, er
 		// sysctl -q -w key=value ...: the kernel's switches under /proc/sys.
 		for _, a := range args {
 			if k, v, ok := strings.Cut(a, "="); ok {
-				e.writeLocked("/proc/sys/"+strings.ReplaceAll(k, ".", "/"), v+"\n")
+				e.writeQuiet("/proc/sys/"+strings.ReplaceAll(k, ".", "/"), v+"\n")
 			}
 		}
 	}

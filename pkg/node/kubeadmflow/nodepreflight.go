@@ -18,8 +18,8 @@ import (
 // docs/cluster.md.
 const stepNodePreflight = "node preflight"
 
-// KubeletPort is the port the kubelet serves on.
-const KubeletPort = 10250
+// defaultKubeletPort is the port the kubelet serves on.
+const defaultKubeletPort = 10250
 
 // preflightCheck is one of kubeadm's join checks, under kubeadm's name, so
 // that the config's ignorePreflightErrors names it as it would kubeadm's.
@@ -65,7 +65,7 @@ func workerChecks(kubeletPort int) []preflightCheck {
 		fileAvailable(KubeletKubeconfig),
 		fileAvailable(BootstrapKubeconfig),
 		fileAvailable(KubernetesPKIDir + "/ca.crt"),
-		{name: fmt.Sprintf("Port-%d", KubeletPort), check: func(*Flow) error {
+		{name: fmt.Sprintf("Port-%d", defaultKubeletPort), check: func(*Flow) error {
 			l, err := net.Listen("tcp", fmt.Sprintf(":%d", kubeletPort))
 			if err != nil {
 				return fmt.Errorf("port %d is in use (is a kubelet running? `systemctl status kubelet`)", kubeletPort)
@@ -95,7 +95,7 @@ func workerChecks(kubeletPort int) []preflightCheck {
 // ignorePreflightErrors names is reported, not fatal, as with
 // kubeadm.
 func workerPreflight(_ context.Context, h *Flow, c *machineconfig.Config) error {
-	return runChecks(h, c, workerChecks(KubeletPort))
+	return runChecks(h, c, workerChecks(defaultKubeletPort))
 }
 
 func runChecks(h *Flow, c *machineconfig.Config, checks []preflightCheck) error {
