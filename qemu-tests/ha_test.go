@@ -19,7 +19,9 @@ import (
 // TestClusterHA: three control planes and a worker, booted at once on one
 // private segment with no route out. etcd has three members, and the
 // cluster keeps serving (through every node's local API balancer) when one
-// control-plane VM is stopped.
+// control-plane VM is stopped. The stopped one is then replaced as the
+// runbook says: `firstboot remove-node` on a survivor, a new machine with
+// its config disk.
 //
 // Four VMs want about twice this host's two cores under TCG, so they run on
 // QEMU's instruction clock: each guest's time advances with the work it
@@ -157,6 +159,48 @@ func TestClusterHA(t *testing.T) {
 	// authorizer's selector rules).
 	w.output("sudo kubectl --kubeconfig /etc/kubernetes/kubelet.conf get node w-1", regexp.MustCompile(`w-1\s+Ready`))
 	t.Logf("with cp-2 stopped, a pod was scheduled and started, and the worker still reaches the API through its balancer")
+
+	// cp-2 is lost for good: the runbook's remedy (docs/operations/
+	// runbook.md, "A control plane is lost") forgets it on a survivor and
+	// boots a new machine, a blank disk, with cp-2's config disk.
+	removed, err := ssh.sudoTry("firstboot remove-node cp-2")
+	if err != nil || !strings.Contains(removed, "removed etcd member cp-2") {
+		t.Fatalf("firstboot remove-node cp-2: %v\n%s", err, removed)
+	}
+	t.Logf("firstboot remove-node cp-2: %s", strings.TrimSpace(removed))
+	members = ssh.output(etcdctl, regexp.MustCompile(`started`))
+	if n := strings.Count(members, ", started, "); n != 2 || strings.Contains(members, ", cp-2,") {
+		t.Fatalf("after remove-node, etcd members:\n%s", members)
+	}
+	lost := nodes[1]
+	repl := newMachine(t, image)
+	repl.mac, repl.memMiB, repl.cpus = lost.mgmtMAC, 3072, 2
+	repl.instructionClock = true
+	replPort := repl.forwardSSH()
+	repl.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: lost.linkMAC}
+	replaced := time.Now()
+	replVM := repl.boot(ctx, configAttached(lost.disk))
+	rs, err := trySSH(ctx, t, replPort, key)
+	if err == nil {
+		err = clockFromRTC(rs)
+	}
+	if err != nil {
+		t.Fatalf("the new cp-2: %v", err)
+	}
+	if _, err := replVM.Expect(ctx, regexp.MustCompile(`join phase etcd-join: done`)); err != nil {
+		t.Fatalf("the new cp-2: waiting for its etcd join: %v", err)
+	}
+	if _, err := replVM.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
+		t.Fatalf("the new cp-2: waiting for a healthy provisioned node: %v", err)
+	}
+	t.Logf("the new cp-2: healthy in the cluster %s after power-on", time.Since(replaced).Round(time.Second))
+	members = ssh.output(etcdctl, regexp.MustCompile(`started`))
+	if n := strings.Count(members, ", started, "); n != 3 || !strings.Contains(members, ", cp-2,") {
+		t.Fatalf("with the new cp-2, etcd members:\n%s", members)
+	}
+	ssh.output("kubectl get node cp-2", regexp.MustCompile(`cp-2\s+Ready`))
+	t.Logf("etcd members with the new cp-2:\n%s", members)
+	replVM.Quit(ctx)
 	for i, n := range nodes {
 		if i != 1 {
 			n.vm.Quit(ctx)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/etcdmember"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -33,8 +34,6 @@ const (
 	// removed by the next Take.
 	incomingPrefix = ".incoming-"
 
-	// etcdEndpoint is the local member's client URL (kubeadm's).
-	etcdEndpoint = "https://127.0.0.1:2379"
 	// commandTimeout bounds one etcdctl call.
 	commandTimeout = 5 * time.Minute
 )
@@ -71,13 +70,8 @@ func Take(ctx context.Context, h *host.Host, keep int) (Snapshot, error) {
 	incoming := filepath.Join(dir, fmt.Sprintf("%s%d-%s", incomingPrefix, os.Getpid(), name))
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	if _, err := h.Output(ctx, "etcdctl",
-		"--endpoints="+etcdEndpoint,
-		"--cacert="+h.Path(layout.KubernetesPKIDir+"/etcd/ca.crt"),
-		"--cert="+h.Path(layout.KubernetesPKIDir+"/apiserver-etcd-client.crt"),
-		"--key="+h.Path(layout.KubernetesPKIDir+"/apiserver-etcd-client.key"),
-		"--command-timeout=2m",
-		"snapshot", "save", incoming); err != nil {
+	args := append(etcdmember.ClientFlags(h, etcdmember.LocalEndpoint), "--command-timeout=2m", "snapshot", "save", incoming)
+	if _, err := h.Output(ctx, "etcdctl", args...); err != nil {
 		_ = os.Remove(incoming)
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}

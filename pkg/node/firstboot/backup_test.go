@@ -2,6 +2,7 @@ package firstboot
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,4 +97,34 @@ func TestBackupOnAWorker(t *testing.T) {
 	require.NoError(t, e.run(config), e.console.String())
 	_, err := Backup(context.Background(), e.options(staticSource(config)), "/backups")
 	assert.ErrorContains(t, err, "runs no etcd member")
+}
+
+// A control plane whose etcd no longer answers (its quorum lost) still
+// gives a backup: of its newest scheduled snapshot, and says so.
+func TestBackupOfScheduledSnapshotWhenEtcdIsDown(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	config := clusterConfig(t, "cp-1")
+	require.NoError(t, e.run(config), e.console.String())
+	e.write(layout.EtcdSnapshotDir+"/etcd-20261127T040000Z.db", "the scheduled snapshot")
+	inner := e.hostExec
+	if inner == nil {
+		inner = e.exec
+	}
+	e.hostExec = func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "etcdctl" {
+			return []byte("context deadline exceeded"), errors.New("exit status 1")
+		}
+		return inner(ctx, name, args...)
+	}
+	res, err := Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
+	require.NoError(t, err)
+	assert.False(t, res.Fresh)
+	assert.Equal(t, time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC), res.Snapshot.TakenAt.UTC())
+	assert.Contains(t, res.String(), "the newest scheduled snapshot (2026-11-27T04:00:00Z; etcd gave no fresh one")
+	assert.FileExists(t, res.Path)
+
+	e.write(layout.EtcdSnapshotDir+"/.keep", "")
+	require.NoError(t, os.Remove(e.path(layout.EtcdSnapshotDir+"/etcd-20261127T040000Z.db")))
+	_, err = Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
+	assert.ErrorContains(t, err, "no snapshot to back up")
 }

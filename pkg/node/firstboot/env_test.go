@@ -90,6 +90,8 @@ type env struct {
 	leases fakeLeases
 	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
 	nodes []string
+	// deletedNodes are the Nodes the admin deleted, in order (under mu).
+	deletedNodes []string
 	// apiVersions are the Kubernetes versions of the API servers by
 	// endpoint (host:port), "" for one that does not answer; an endpoint
 	// not listed runs v1.36.3.
@@ -491,7 +493,12 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 			if nodes == nil {
 				nodes = []string{"cp-1", "w-1"}
 			}
-			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes}, nil
+			deleted := func(name string) {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				e.deletedNodes = append(e.deletedNodes, name)
+			}
+			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes, deleted: deleted}, nil
 		},
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
 			return func(ctx context.Context, url string) (int, error) { return 200, nil }, func() {}
@@ -557,6 +564,7 @@ type fakeAPI struct {
 	kubeconfig string
 	leases     *fakeLeases
 	nodes      []string
+	deleted    func(name string)
 }
 
 // fakeLeases keeps Leases as the API does: a new resourceVersion at every
@@ -656,6 +664,17 @@ func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error)
 		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
 	}
 	return kubeclient.Node{Name: name, Ready: true}, nil
+}
+
+func (f fakeAPI) DeleteNode(ctx context.Context, name string) error {
+	if err := f.admin(); err != nil {
+		return err
+	}
+	if !slices.Contains(f.nodes, name) {
+		return fmt.Errorf("delete node %s: %w", name, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"})
+	}
+	f.deleted(name)
+	return nil
 }
 
 // fakeMedia are sticks as directories under the host root, by label.

@@ -276,6 +276,17 @@ func (c *Client) Cordon(ctx context.Context, name string, unschedulable bool) er
 	return nil
 }
 
+// DeleteNode deletes a node's object (kubectl delete node): the node is
+// gone for good and a replacement will register under its name. It needs
+// a user allowed to delete nodes; a node that does not exist is
+// ErrNotFound.
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	if err := c.send(ctx, request{method: http.MethodDelete, path: "/api/v1/nodes/" + url.PathEscape(name)}, nil); err != nil {
+		return fmt.Errorf("delete node %s: %w", name, err)
+	}
+	return nil
+}
+
 // At returns a client of the same user, trusting the same CA, for the API
 // server at hostport (host:port) instead of the kubeconfig's: one control
 // plane of several behind the node's balancer.

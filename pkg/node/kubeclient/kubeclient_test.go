@@ -80,6 +80,17 @@ func apiServer(t *testing.T, p pki, conns *atomic.Int32) *httptest.Server {
 		}
 		fmt.Fprint(w, node("w-1", "True"))
 	})
+	mux.HandleFunc("DELETE /api/v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS.PeerCertificates[0].Subject.CommonName != "kubernetes-admin" {
+			http.Error(w, `{"kind":"Status","message":"nodes is forbidden"}`, http.StatusForbidden)
+			return
+		}
+		if r.PathValue("name") != "w-1" {
+			http.Error(w, `{"kind":"Status","message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"Status","status":"Success"}`)
+	})
 	return tlsServer(t, p, mux, conns)
 }
 
@@ -186,6 +197,23 @@ users:
 	assert.ErrorContains(t, err, "forbidden")
 	_, err = c.Node(context.Background(), "nope")
 	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestDeleteNode(t *testing.T) {
+	p := newPKI(t, "kubernetes-admin")
+	srv := apiServer(t, p, nil)
+	c, err := New([]byte(adminConf(srv.URL, p)), os.ReadFile)
+	require.NoError(t, err)
+	assert.NoError(t, c.DeleteNode(context.Background(), "w-1"))
+	err = c.DeleteNode(context.Background(), "cp-9")
+	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorContains(t, err, "delete node cp-9")
+
+	kubelet := newPKI(t, "system:node:w-1")
+	srv = apiServer(t, kubelet, nil)
+	c, err = New([]byte(adminConf(srv.URL, kubelet)), os.ReadFile)
+	require.NoError(t, err)
+	assert.ErrorContains(t, c.DeleteNode(context.Background(), "w-1"), "forbidden", "a kubelet may not delete nodes")
 }
 
 func TestServerOfAnotherCAIsRefused(t *testing.T) {

@@ -1,0 +1,104 @@
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/node/etcdmember"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+)
+
+// nodeDeleter is the API client's part that deletes a Node (the admin's
+// client has it).
+type nodeDeleter interface {
+	DeleteNode(ctx context.Context, name string) error
+}
+
+var _ nodeDeleter = (*kubeclient.Client)(nil)
+
+// RemovedNode is what RemoveNode removed.
+type RemovedNode struct {
+	Name string
+	// Member is the etcd member removed (zero for a worker, which has
+	// none).
+	Member etcdmember.Member
+	// NodeDeleted says its Node object was deleted; NodeErr is why not,
+	// when it was not (the replacement's join waits the Node out).
+	NodeDeleted bool
+	NodeErr     error
+}
+
+func (r RemovedNode) String() string {
+	var done []string
+	if r.Member.ID != 0 {
+		done = append(done, fmt.Sprintf("etcd member %s (%s)", r.Name, r.Member.HexID()))
+	}
+	if r.NodeDeleted {
+		done = append(done, "Node "+r.Name)
+	}
+	s := "removed " + strings.Join(done, " and ")
+	if r.NodeErr != nil {
+		s += fmt.Sprintf("; its Node was not deleted (%v): a replacement waits until it is not Ready", r.NodeErr)
+	}
+	return s + fmt.Sprintf(". A new machine booted with %s's config disk joins in its place.", r.Name)
+}
+
+// RemoveNode forgets a node that is gone for good, on a control plane of
+// its cluster: `firstboot remove-node NAME`. A lost control plane's etcd
+// member is removed (only if it does not answer and the others keep a
+// quorum: etcdmember.Remove), then its Node object is deleted. Nothing is
+// changed when the member cannot be removed.
+func RemoveNode(ctx context.Context, o Options, name string) (RemovedNode, error) {
+	r, err := newRunner(o)
+	if err != nil {
+		return RemovedNode{}, err
+	}
+	e, _ := r.journal()
+	if e == nil {
+		return RemovedNode{}, errors.New("this node is not enrolled: it is in no cluster")
+	}
+	cfg, err := r.loadStored(e)
+	if err != nil {
+		return RemovedNode{}, err
+	}
+	if !r.isEtcdMember(cfg) {
+		return RemovedNode{}, errors.New("this node runs no etcd member: remove a node from a control plane of the cluster")
+	}
+	res := RemovedNode{Name: name}
+	members, err := etcdmember.List(ctx, o.Host)
+	if err != nil {
+		return RemovedNode{}, err
+	}
+	for _, m := range members {
+		if m.Name == name {
+			if res.Member, err = etcdmember.Remove(ctx, o.Host, name, cfg.Hostname); err != nil {
+				return RemovedNode{}, err
+			}
+			r.say("remove-node: removed etcd member %s (%s)", name, res.Member.HexID())
+		}
+	}
+	api, err := o.Cluster.API(kubeadmflow.AdminKubeconfig)
+	if err != nil {
+		res.NodeErr = err
+		return res, nil
+	}
+	d, ok := api.(nodeDeleter)
+	if !ok {
+		res.NodeErr = errors.New("this API client cannot delete nodes")
+		return res, nil
+	}
+	switch err := d.DeleteNode(ctx, name); {
+	case errors.Is(err, kubeclient.ErrNotFound) && res.Member.ID == 0:
+		return RemovedNode{}, fmt.Errorf("%s is neither an etcd member nor a Node of this cluster", name)
+	case errors.Is(err, kubeclient.ErrNotFound):
+	case err != nil:
+		res.NodeErr = err
+	default:
+		res.NodeDeleted = true
+		r.say("remove-node: deleted Node %s", name)
+	}
+	return res, nil
+}
