@@ -153,10 +153,16 @@ func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *cl
 // nodePhases reads a node's journal: when each provisioning step ended,
 // relative to power-on (the guest's clock is the host's).
 func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
-	// Copied out by sudo, then read without it: sudo relays output
-	// through a pty of its own that now and then loses it (the bench of
-	// 2026-11-25 got nothing five times over).
-	raw := ssh.output("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json && cat /tmp/journal.json", regexp.MustCompile(`\}\s*$`))
+	// Copied out by sudo, then read without it and without a pty: sudo
+	// relays output through a pty of its own that now and then loses it
+	// (the bench of 2026-11-25 got nothing five times over), and the
+	// session's pty cut the worker's long journal short (2026-11-27:
+	// "invalid character ']'").
+	ssh.run("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json")
+	raw, err := ssh.read("cat /tmp/journal.json")
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
 	i := strings.Index(raw, "{")
 	if i < 0 {
 		return nil, fmt.Errorf("journal: no JSON in %q", raw)
@@ -250,8 +256,8 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("init node: %v", err)
 	}
-	// The worker's timeline is best-effort: its journal, long with the
-	// diagnostics of its waits, has come through sudo's pty cut short.
+	// The worker's timeline is best-effort: a figure, not what the
+	// benchmark measures.
 	workerPhases, err := nodePhases(dialSSH(ctx, t, w.sshPort, key), start)
 	if err != nil {
 		t.Logf("worker: no timeline: %v", err)
@@ -468,7 +474,9 @@ spec:
 			return ready.Sub(start).Seconds(), ready.Sub(applied).Seconds()
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("the first Deployment did not run on the worker in 15 min: %v\n%s", err, out)
+			// What the pod waited on, for the next run to fix.
+			why, _ := ssh.read("kubectl describe pods -l app=first 2>&1 | tail -n 40; kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 30")
+			t.Fatalf("the first Deployment did not run on the worker in 15 min: %v\n%s\n%s", err, out, why)
 		}
 		time.Sleep(2 * time.Second)
 	}
