@@ -1,9 +1,12 @@
 package bootinit
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	diskfs "github.com/diskfs/go-diskfs"
@@ -151,4 +154,28 @@ func TestOpenGPTWithoutOne(t *testing.T) {
 	blank, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, make([]byte, 4*layout.MiB), blank, "the disk is untouched")
+}
+
+// FuzzExt4Size reads superblocks of a disk the node did not write: what
+// it accepts has a block size ext4 can have.
+func FuzzExt4Size(f *testing.F) {
+	sb := make([]byte, 2048)
+	binary.LittleEndian.PutUint16(sb[1024+0x38:], 0xEF53)
+	binary.LittleEndian.PutUint32(sb[1024+0x18:], 2)
+	binary.LittleEndian.PutUint32(sb[1024+0x4:], 24576)
+	f.Add(sb)
+	sb64 := slices.Clone(sb)
+	binary.LittleEndian.PutUint32(sb64[1024+0x60:], 0x80)
+	binary.LittleEndian.PutUint32(sb64[1024+0x150:], 1)
+	f.Add(sb64)
+	f.Add(make([]byte, 1500))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		bs, _, err := ext4Size(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if bs < 1024 || bs > 64<<10 || bs&(bs-1) != 0 {
+			t.Fatalf("block size %d accepted", bs)
+		}
+	})
 }

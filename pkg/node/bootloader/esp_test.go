@@ -3,6 +3,7 @@ package bootloader
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -93,4 +94,25 @@ func TestRebootHelps(t *testing.T) {
 			assert.Equal(t, tc.want, rebootHelps(entries, tc.slot))
 		})
 	}
+}
+
+// FuzzTriesLeft reads entry file names found on the ESP: a name it takes
+// as the slot's entry is the slot's, and never has negative tries.
+func FuzzTriesLeft(f *testing.F) {
+	for _, s := range []string{"", "+3.conf", "+0-3.conf", "+x.conf", "+-1.conf", ".conf.conf", "+99999999999999999999.conf"} {
+		f.Add(layout.SlotB.EntryID() + s)
+	}
+	f.Add("other.conf")
+	f.Fuzz(func(t *testing.T, name string) {
+		left, blessed, ok := triesLeft(name, layout.SlotB)
+		if !ok {
+			return
+		}
+		if !strings.HasPrefix(name, layout.SlotB.EntryID()) || !strings.HasSuffix(name, ".conf") {
+			t.Fatalf("%q taken as slot b's entry", name)
+		}
+		if left < 0 || (blessed && left != 0) {
+			t.Fatalf("%q: %d tries left, blessed %t", name, left, blessed)
+		}
+	})
 }
