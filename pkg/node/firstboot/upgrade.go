@@ -102,7 +102,7 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 	case string(r.slot) != u.FromSlot:
 		return
 	}
-	reason := r.failedBootReason(u.ToSlot)
+	reason := r.failedBootReason(u)
 	now := r.o.Host.Now().UTC()
 	err := r.state.Update(func(j *nodestate.Journal) {
 		j.Upgrade.State, j.Upgrade.Reason, j.Upgrade.DoneAt = nodestate.UpgradeRolledBack, reason, now
@@ -134,17 +134,24 @@ func (r *runner) restoreKubernetes(ctx context.Context) {
 	}
 }
 
-// failedBootReason is what the last boot of slot recorded as failing.
-func (r *runner) failedBootReason(slot string) string {
+// failedBootReason is what the last boot of u's new slot recorded as
+// failing since u was installed: a failure recorded before (a slot that
+// failed in an earlier upgrade, or before it was ever upgraded) is not
+// this upgrade's.
+func (r *runner) failedBootReason(u *nodestate.Upgrade) string {
 	reason := "the new slot never reached its health check"
 	r.state.Read(func(j *nodestate.Journal) {
 		for i := len(j.Boots) - 1; i >= 0; i-- {
 			b := j.Boots[i]
-			if b.Slot != slot {
+			if b.Slot != u.ToSlot {
 				continue
 			}
 			for k := len(b.Steps) - 1; k >= 0; k-- {
-				if s := b.Steps[k]; s.Result == "failed" {
+				s := b.Steps[k]
+				if s.At.Before(u.InstalledAt) {
+					return
+				}
+				if s.Result == "failed" {
 					reason = s.Name + " failed"
 					if s.Detail != "" {
 						reason += ": " + s.Detail

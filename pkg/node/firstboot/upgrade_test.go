@@ -320,3 +320,30 @@ func TestUpgradeKubernetesSkew(t *testing.T) {
 	}
 	assert.Equal(t, []string{"1.3.0"}, inst.calls())
 }
+
+// A slot that failed before this upgrade was installed into it (an older
+// upgrade's trial) does not give this one's rollback its reason.
+func TestRollbackReasonIsThisUpgrades(t *testing.T) {
+	e, o, _, key := upgradeEnv(t)
+	store, err := nodestate.Open(e.path(journalPath()))
+	require.NoError(t, err)
+	require.NoError(t, store.Update(func(j *nodestate.Journal) {
+		rec := j.Current("bbbbbbbb-0000-0000-0000-0000000000aa", "b")
+		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: "health", Result: "failed", Detail: "an older build's fault", At: e.now()})
+	}))
+	e.upgradeStick(key, "/stick", "1.3.0")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	e.runWatching(t, o, stepsSay(e, "upgrade=installed"))
+	e.media.remove(layout.LabelUpgradeFAT)
+
+	// Slot b's tries are spent in the initramfs, before firstboot
+	// records anything; the node is back in slot a.
+	e.setBootID("55555555-5555-5555-5555-555555555555")
+	e.console.Reset()
+	require.NoError(t, e.run(fullConfig))
+	j := e.journal()
+	require.NotNil(t, j.Upgrade)
+	assert.Equal(t, nodestate.UpgradeRolledBack, j.Upgrade.State)
+	assert.Equal(t, "the new slot never reached its health check", j.Upgrade.Reason)
+	assert.NotContains(t, e.console.String(), "an older build's fault")
+}
