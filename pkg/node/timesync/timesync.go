@@ -92,7 +92,15 @@ func Conf(c *machineconfig.Config) string {
 		servers = others(cl.ControlPlanes, cl.NodeIP)
 	}
 	for _, s := range servers {
-		fmt.Fprintf(&b, "server %s iburst minpoll 4 maxpoll 6\n", s)
+		// The init node's clock is the reference: trusted, a source
+		// that disagrees with it is the falseticker. Without it two
+		// control planes that disagree leave a follower with no
+		// source it can select.
+		opts := ""
+		if s == cl.ControlPlanes[0] {
+			opts = " trust prefer"
+		}
+		fmt.Fprintf(&b, "server %s iburst minpoll 4 maxpoll 6%s\n", s, opts)
 	}
 	if len(servers) > 0 {
 		// A clock far off (a flat RTC battery) is stepped, but only in

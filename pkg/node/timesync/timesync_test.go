@@ -125,10 +125,13 @@ func TestConf(t *testing.T) {
 	assert.Contains(t, cp, "local stratum 10 orphan\n")
 	assert.Contains(t, cp, "makestep 1 3\n")
 	assert.Contains(t, cp, "allow 10.77.0.0/24\n")
+	assert.Contains(t, cp, "server 10.77.0.10 iburst minpoll 4 maxpoll 6 trust prefer\n", "the init node is the reference")
+	assert.Contains(t, cp, "server 10.77.0.12 iburst minpoll 4 maxpoll 6\n")
 
 	w := Conf(clusterNode(t, machineconfig.RoleWorker, "10.77.0.20"))
 	assert.Equal(t, []string{"10.77.0.10", "10.77.0.11", "10.77.0.12"}, sortedServers(w))
 	assert.Contains(t, w, "port 0\n", "a worker serves nothing")
+	assert.Equal(t, 1, strings.Count(w, " trust prefer\n"), "only the init node is trusted")
 	assert.NotContains(t, w, "allow")
 
 	alone := Conf(&machineconfig.Config{Hostname: "n"})
