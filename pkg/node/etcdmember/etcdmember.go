@@ -41,6 +41,9 @@ const (
 // membership. Only a restore from a backup brings such a cluster back.
 var ErrQuorumLost = errors.New("etcd has lost its quorum")
 
+// ErrNoMember: no member has the name asked for (a worker has none).
+var ErrNoMember = errors.New("no etcd member is named")
+
 // Member is one member of the cluster's etcd.
 type Member struct {
 	ID         uint64
@@ -166,7 +169,7 @@ func Remove(ctx context.Context, h *host.Host, name, self string) (Member, error
 	}
 	i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name })
 	if i < 0 {
-		return Member{}, fmt.Errorf("no etcd member is named %s (members: %s)", name, names(members))
+		return Member{}, fmt.Errorf("%w %s (members: %s)", ErrNoMember, name, names(members))
 	}
 	lost := members[i]
 	if Healthy(ctx, h, lost) {

@@ -68,17 +68,12 @@ func RemoveNode(ctx context.Context, o Options, name string) (RemovedNode, error
 		return RemovedNode{}, errors.New("this node runs no etcd member: remove a node from a control plane of the cluster")
 	}
 	res := RemovedNode{Name: name}
-	members, err := etcdmember.List(ctx, o.Host)
-	if err != nil {
+	switch res.Member, err = etcdmember.Remove(ctx, o.Host, name, cfg.Hostname); {
+	case errors.Is(err, etcdmember.ErrNoMember): // a worker: only its Node
+	case err != nil:
 		return RemovedNode{}, err
-	}
-	for _, m := range members {
-		if m.Name == name {
-			if res.Member, err = etcdmember.Remove(ctx, o.Host, name, cfg.Hostname); err != nil {
-				return RemovedNode{}, err
-			}
-			r.say("remove-node: removed etcd member %s (%s)", name, res.Member.HexID())
-		}
+	default:
+		r.say("remove-node: removed etcd member %s (%s)", name, res.Member.HexID())
 	}
 	api, err := o.Cluster.API(kubeadmflow.AdminKubeconfig)
 	if err != nil {
