@@ -41,15 +41,7 @@ func (b BackupResult) String() string {
 // Backup writes an encrypted backup of the cluster into dir (created if
 // missing) on an enrolled control plane: `firstboot backup`.
 func Backup(ctx context.Context, o Options, dir string) (BackupResult, error) {
-	r, err := newRunner(o)
-	if err != nil {
-		return BackupResult{}, err
-	}
-	e, _ := r.journal()
-	if e == nil {
-		return BackupResult{}, errors.New("this node is not enrolled: there is no cluster to back up")
-	}
-	cfg, err := r.loadStored(e)
+	r, cfg, err := openEnrolled(o, "there is no cluster to back up")
 	if err != nil {
 		return BackupResult{}, err
 	}

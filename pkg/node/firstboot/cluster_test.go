@@ -75,9 +75,6 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 	}
 	e.write(layout.BundleDir+"/index.json", `{"manifests":[`+strings.Join(manifests, ",")+`]}`)
 	e.write(kubeadmflow.AdminKubeconfig, "admin kubeconfig\n")
-	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
-	}
 	var kubeadm []string
 	failed := false
 	inner := e.exec
@@ -91,6 +88,19 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			return []byte("v1.36.3\n"), nil
 		case name == "kubeadm":
 			kubeadm = append(kubeadm, strings.SplitN(line, " --", 2)[0])
+			// The static pods, as kubeadm's etcd and control-plane
+			// phases write them.
+			staticPods := func(names ...string) {
+				for _, m := range names {
+					e.write("/etc/kubernetes/manifests/"+m+".yaml", "static pod\n")
+				}
+			}
+			switch {
+			case strings.HasPrefix(line, "init phase etcd local "), strings.HasPrefix(line, "join phase etcd-join "):
+				staticPods("etcd")
+			case strings.HasPrefix(line, "init phase control-plane all "), strings.HasPrefix(line, "join phase control-plane-prepare control-plane "):
+				staticPods("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+			}
 			if strings.HasPrefix(line, "init phase kubeconfig all ") || strings.HasPrefix(line, "join phase control-plane-prepare kubeconfig ") {
 				e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
 			}
@@ -118,7 +128,7 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
 	got := strings.Join(kubeadm(), "\n")
-	for _, want := range []string{"init phase preflight", "init phase certs all", "init phase etcd local", "init phase kubelet-start",
+	for _, want := range []string{"init phase certs all", "init phase etcd local", "init phase kubelet-start",
 		"init phase bootstrap-token", "init phase addon kube-proxy"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
@@ -126,6 +136,13 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	}
 	if !strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "name: coredns") || strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "forward") {
 		t.Errorf("CoreDNS configuration:\n%s", e.read(kubeadmflow.CoreDNSManifest))
+	}
+	// The init node's preflight is its own (step "node preflight").
+	if strings.Contains(got, "phase preflight") {
+		t.Errorf("the init node ran kubeadm's preflight:\n%s", got)
+	}
+	if !strings.Contains(e.console.String(), "node preflight: done") {
+		t.Errorf("no node preflight:\n%s", e.console.String())
 	}
 	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
 		t.Errorf("phases out of order:\n%s", got)
@@ -189,7 +206,7 @@ func TestInitNodeResumesAfterFailure(t *testing.T) {
 		t.Fatalf("second run started with %v, want the failed etcd phase", resumed)
 	}
 	for _, r := range resumed {
-		if r == "init phase certs all" || r == "init phase preflight" {
+		if r == "init phase certs all" {
 			t.Errorf("second run redid %q", r)
 		}
 	}

@@ -48,6 +48,25 @@ func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, err
 	return cfg, nil
 }
 
+// openEnrolled opens a runner for a command that needs the node enrolled and
+// loads its stored config; notEnrolled completes the error for a node that
+// is not ("this node is not enrolled: " + notEnrolled).
+func openEnrolled(o Options, notEnrolled string) (*runner, *machineconfig.Config, error) {
+	r, err := newRunner(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, _ := r.journal()
+	if e == nil {
+		return nil, nil, errors.New("this node is not enrolled: " + notEnrolled)
+	}
+	cfg, err := r.loadStored(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, cfg, nil
+}
+
 // store makes cfg the node's desired state: written 0600 and synced before
 // the journal names it.
 func (r *runner) store(cfg *machineconfig.Config) error {
@@ -300,15 +319,7 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 // debugging (`firstboot run --phase network`): it checks, and applies only
 // when the check finds a difference. The node must be enrolled.
 func RunPhase(ctx context.Context, o Options, name string) error {
-	r, err := newRunner(o)
-	if err != nil {
-		return err
-	}
-	e, _ := r.journal()
-	if e == nil {
-		return fmt.Errorf("this node is not enrolled: `firstboot run` enrolls it from a config source first")
-	}
-	cfg, err := r.loadStored(e)
+	r, cfg, err := openEnrolled(o, "`firstboot run` enrolls it from a config source first")
 	if err != nil {
 		return err
 	}

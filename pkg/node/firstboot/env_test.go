@@ -127,6 +127,8 @@ func newEnv(t *testing.T) *env {
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
 	e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")
 	e.write("/proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
+	e.write("/sys/devices/system/cpu/online", "0-1\n")
+	e.write("/proc/meminfo", "MemTotal:        3006704 kB\nMemFree:          120000 kB\n")
 	e.mkdir("/run")
 	return e
 }

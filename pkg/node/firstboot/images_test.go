@@ -37,7 +37,7 @@ func TestControlPlanesPullTheirImages(t *testing.T) {
 		want          []string
 		after, before string
 	}{
-		{"cp-1", controlPlane, "container runtime: done", "init phase preflight: started"},
+		{"cp-1", controlPlane, "container runtime: done", "node preflight: started"},
 		{"cp-2", controlPlane, "wait for the API: done", "join phase preflight: started"},
 		{"w-1", nil, "", ""},
 	} {

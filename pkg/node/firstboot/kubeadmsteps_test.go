@@ -11,8 +11,10 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
 )
 
-// Every control plane asks the container runtime, right before kubeadm's
-// preflight (whose own CRI checks it lets pass as warnings).
+// Every control plane asks the container runtime right before its
+// preflight: a joining one before kubeadm's (whose own CRI checks it lets
+// pass as warnings), the init node before its own (no kubeadm preflight,
+// and no kubeadm command in between).
 func TestRuntimeCheckedBeforePreflight(t *testing.T) {
 	for _, node := range []string{"cp-1", "cp-2"} {
 		t.Run(node, func(t *testing.T) {
@@ -24,6 +26,17 @@ func TestRuntimeCheckedBeforePreflight(t *testing.T) {
 			cmds := e.commands()
 			check := slices.Index(cmds, "cri-check "+kubeadmconfig.CRISocket)
 			preflight := slices.IndexFunc(cmds, func(c string) bool { return strings.Contains(c, " phase preflight ") })
+			if node == "cp-1" {
+				if preflight >= 0 {
+					t.Fatalf("the init node ran kubeadm's preflight: %s", cmds[preflight])
+				}
+				con := e.console.String()
+				if i, j := strings.Index(con, "container runtime: done"), strings.Index(con, "node preflight: started"); i < 0 || j < i {
+					t.Fatalf("node preflight not after the runtime check:\n%s", con)
+				}
+				// Its own preflight comes before any kubeadm phase.
+				preflight = slices.IndexFunc(cmds, func(c string) bool { return strings.HasPrefix(c, "kubeadm init ") })
+			}
 			if check < 0 || preflight < 0 || check > preflight {
 				t.Fatalf("CRI check at %d, preflight at %d, want the check first:\n%s", check, preflight, strings.Join(cmds, "\n"))
 			}

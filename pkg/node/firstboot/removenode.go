@@ -52,15 +52,7 @@ func (r RemovedNode) String() string {
 // quorum: etcdmember.Remove), then its Node object is deleted. Nothing is
 // changed when the member cannot be removed.
 func RemoveNode(ctx context.Context, o Options, name string) (RemovedNode, error) {
-	r, err := newRunner(o)
-	if err != nil {
-		return RemovedNode{}, err
-	}
-	e, _ := r.journal()
-	if e == nil {
-		return RemovedNode{}, errors.New("this node is not enrolled: it is in no cluster")
-	}
-	cfg, err := r.loadStored(e)
+	r, cfg, err := openEnrolled(o, "it is in no cluster")
 	if err != nil {
 		return RemovedNode{}, err
 	}

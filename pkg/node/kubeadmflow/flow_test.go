@@ -141,11 +141,12 @@ func TestWaitForReadyzKeepsItsConnection(t *testing.T) {
 	assert.ErrorIs(t, err, errNoCA)
 }
 
-// A control plane's kubeadm preflight ignores SystemVerification, the two
-// CRI checks the container runtime step makes with a longer deadline, and
-// the checks the config names, and nothing else.
+// A joining control plane's kubeadm preflight ignores SystemVerification,
+// the two CRI checks the container runtime step makes with a longer
+// deadline, and the checks the config names, and nothing else. (The init
+// node and workers run no kubeadm preflight: TestNodeStepsSkipKubeadmPreflight.)
 func TestPreflightIgnoresWhatTheConfigNames(t *testing.T) {
-	for _, role := range []string{machineconfig.RoleInit, machineconfig.RoleControlPlane} {
+	for _, role := range []string{machineconfig.RoleControlPlane} {
 		for _, tt := range []struct {
 			ignore []string
 			want   string

@@ -28,6 +28,15 @@ type kubeadmStep struct {
 	// oneAtATime: run while holding the cluster's join lock (see
 	// withJoinLock), never alongside the same step on another node.
 	oneAtATime bool
+	// replaces names the step an earlier release ran in this one's place:
+	// a node that did that one (formed by that release, then upgraded)
+	// has done this one, which may not be run on a formed node.
+	replaces string
+}
+
+// doneIn reports whether p records st done, or the step it replaces.
+func (st kubeadmStep) doneIn(p *nodestate.KubeadmProgress) bool {
+	return p.IsDone(st.name) || (st.replaces != "" && p.IsDone(st.replaces))
 }
 
 // ignorePreflight is kubeadm's flag for the preflight checks reported as
@@ -65,7 +74,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		return []kubeadmStep{
 			runtime,
 			images,
-			preflight("init"),
+			// Not kubeadm's init preflight: its checks the node's
+			// state decides, in-process (nodePreflight).
+			{name: stepNodePreflight, own: nodePreflight, replaces: "init phase preflight"},
 			k("init", "phase", "certs", "all"),
 			k("init", "phase", "kubeconfig", "all"),
 			// A TERRA-BACKUP stick makes this init node restore the
@@ -128,7 +139,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			runtime,
 			// Not kubeadm's join preflight: its checks the node's state
 			// decides, in-process (workerPreflight).
-			{name: stepNodePreflight, own: workerPreflight},
+			{name: stepNodePreflight, own: nodePreflight, replaces: "join phase preflight"},
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it
 			// wants admin.conf): our own step waits for the TLS
@@ -277,7 +288,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
 		for _, st := range run {
-			if !prog.IsDone(st.name) {
+			if !st.doneIn(prog) {
 				todo = append(todo, st)
 			}
 		}
