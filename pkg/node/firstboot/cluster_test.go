@@ -154,6 +154,11 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
 		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
 	}
+	// The cluster is joinable (bootstrap-token) right after upload-config,
+	// before the pod network and the rest.
+	if token := strings.Index(cmds, "init phase bootstrap-token"); token < strings.Index(cmds, "init phase upload-config") || token > flannel {
+		t.Errorf("bootstrap-token not between upload-config and the pod network:\n%s", cmds)
+	}
 	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
 	if m := mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.key")); m != 0o600 {
 		t.Errorf("ca.key mode %o", m)

@@ -26,6 +26,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/configsource"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
@@ -109,6 +110,25 @@ type env struct {
 }
 
 func (e *env) retryAttempts(n int) { e.attempts = n }
+
+// probeBody is the fake API's answer to a GET of url: for cluster-info, a
+// ConfigMap signed for the token of the node's stored config (the one
+// it joins with); otherwise "ok".
+func (e *env) probeBody(url string) []byte {
+	if !strings.HasSuffix(url, "/configmaps/cluster-info") {
+		return []byte("ok")
+	}
+	b, err := os.ReadFile(e.path(filepath.Join(layout.StateMount, layout.StateNodeConfig)))
+	if err != nil {
+		return []byte("{}")
+	}
+	cfg, err := machineconfig.Parse("stored", b)
+	if err != nil || cfg.Cluster == nil {
+		return []byte("{}")
+	}
+	id, _, _ := strings.Cut(cfg.Cluster.Token, ".")
+	return []byte(`{"data":{"kubeconfig":"...","jws-kubeconfig-` + id + `":"eyJhbGciOiJIUzI1NiJ9..sig"}}`)
+}
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -503,7 +523,7 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes, deleted: deleted}, nil
 		},
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
-			return func(ctx context.Context, url string) (int, error) { return 200, nil }, func() {}
+			return func(ctx context.Context, url string) (int, []byte, error) { return 200, e.probeBody(url), nil }, func() {}
 		},
 		// Every API server runs the bundle's Kubernetes, unless the test
 		// says otherwise (env.apiVersions, by endpoint; "" does not answer).

@@ -2,6 +2,7 @@ package kubeadmflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,8 +19,67 @@ import (
 
 // waitForAPI waits until the API answers through the node's balancer:
 // nodes may boot in any order, and joiners wait for the init node.
+//
+// Then, until the cluster can be joined: its cluster-info ConfigMap is
+// signed for this node's token (the init node's bootstrap-token step
+// creates both, the controller manager's bootstrap signer signs). kubeadm's
+// discovery, which asks for the same, waits five seconds after each miss;
+// this asks every APIPoll.
 func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-	return waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout)
+	deadline := time.Now().Add(apiWaitTimeout)
+	if err := waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout); err != nil {
+		return err
+	}
+	return waitForClusterInfo(ctx, h, c, time.Until(deadline))
+}
+
+// clusterInfoPath is kubeadm's cluster-info ConfigMap, which anonymous
+// clients may read.
+const clusterInfoPath = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
+
+// waitForClusterInfo waits until the cluster-info ConfigMap at the API
+// endpoint carries a JWS signature for the config's bootstrap token.
+func waitForClusterInfo(ctx context.Context, h *Flow, c *machineconfig.Config, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tokenID, _, _ := strings.Cut(c.Cluster.Token, ".")
+	url := "https://" + c.Cluster.APIEndpoint() + clusterInfoPath
+	probe, closeProbe := h.Probe(c.Cluster.CACert)
+	defer closeProbe()
+	for {
+		code, body, err := probe(ctx, url)
+		if err == nil {
+			err = clusterInfoSigned(code, body, tokenID)
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, and a controller manager running?)", err, stepBootstrapToken)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.Timing.APIPoll):
+		}
+	}
+}
+
+// clusterInfoSigned says why an answer to GET cluster-info is not yet one
+// signed for tokenID (nil when it is).
+func clusterInfoSigned(code int, body []byte, tokenID string) error {
+	if code != http.StatusOK {
+		return fmt.Errorf("cluster-info: the API answered %d", code)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(body, &cm); err != nil {
+		return fmt.Errorf("cluster-info: %w", err)
+	}
+	if cm.Data["jws-kubeconfig-"+tokenID] == "" {
+		return fmt.Errorf("cluster-info is not signed for token %s yet", tokenID)
+	}
+	return nil
 }
 
 // waitForLocalAPI waits until this control plane's own API server is
@@ -151,7 +211,7 @@ func waitForReadyz(ctx context.Context, h *Flow, c *machineconfig.Config, endpoi
 		// just (re)started answers 403 until its RBAC bootstrap hook has
 		// run: proceeding then makes kubeadm's next phase fail with
 		// "forbidden". The local balancer (pkg/node/apilb) judges the same way.
-		code, err := probe(ctx, url)
+		code, _, err := probe(ctx, url)
 		if err == nil && code == http.StatusOK {
 			h.Cluster(func(s *ClusterStatus) { s.APIUp = true })
 			return nil

@@ -48,7 +48,8 @@ type Deps struct {
 	// kubeconfig file.
 	API func(kubeconfig string) (APIClient, error)
 	// Probe returns a function that GETs a URL over HTTPS, trusting only
-	// the PEM CA, and returns the status code; done drops its connections.
+	// the PEM CA, and returns the status code and body; done drops its
+	// connections.
 	Probe func(caPEM string) (probe ProbeFunc, done func())
 	// Backups offers a new init node the backup it restores the cluster
 	// from (a TERRA-BACKUP stick: etcdbackup.FromStick).
@@ -59,8 +60,13 @@ type Deps struct {
 	Timing     Timing
 }
 
-// ProbeFunc asks an HTTPS endpoint for its status code.
-type ProbeFunc func(ctx context.Context, url string) (int, error)
+// ProbeFunc asks an HTTPS endpoint for its status code and body (up to
+// probeBodyLimit).
+type ProbeFunc func(ctx context.Context, url string) (code int, body []byte, err error)
+
+// probeBodyLimit is as much of an answer as a probe reads: a readyz
+// verdict, or the cluster-info ConfigMap.
+const probeBodyLimit = 64 << 10
 
 // Timing is how often the flow asks and retries.
 type Timing struct {
@@ -230,8 +236,8 @@ var errNoCA = errors.New("no CA certificate to verify the endpoint with")
 func HTTPSProbe(caPEM string) (probe ProbeFunc, done func()) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-		return func(_ context.Context, url string) (int, error) {
-			return 0, fmt.Errorf("%s: %w", url, errNoCA)
+		return func(_ context.Context, url string) (int, []byte, error) {
+			return 0, nil, fmt.Errorf("%s: %w", url, errNoCA)
 		}, func() {}
 	}
 	// Generous: under emulation (TCG) a loaded API server takes seconds
@@ -239,19 +245,23 @@ func HTTPSProbe(caPEM string) (probe ProbeFunc, done func()) {
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}
-	return func(ctx context.Context, url string) (int, error) {
+	return func(ctx context.Context, url string) (int, []byte, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		resp, err := c.Do(req)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, probeBodyLimit))
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s: %w", url, err)
 		}
 		// Drained, so that the connection is reused.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		return resp.StatusCode, nil
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, body, nil
 	}, c.CloseIdleConnections
 }
 

@@ -89,10 +89,10 @@ func TestWaitForReadyzWantsOK(t *testing.T) {
 	codes := []int{403, 500, 401, 200}
 	calls := 0
 	f := testFlow(t, func(caPEM string) (ProbeFunc, func()) {
-		return func(ctx context.Context, url string) (int, error) {
+		return func(ctx context.Context, url string) (int, []byte, error) {
 			code := codes[min(calls, len(codes)-1)]
 			calls++
-			return code, nil
+			return code, nil, nil
 		}, func() {}
 	})
 	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{CACert: "unused", ControlPlanes: []string{"10.77.0.10"}}}
@@ -228,4 +228,46 @@ func TestTokenStepsExist(t *testing.T) {
 		}
 		assert.Contains(t, names, want, "role %s", role)
 	}
+}
+
+// A joiner waits past a ready API until cluster-info is signed for its
+// own token: not readable yet (403), unsigned, signed for another token.
+func TestWaitForAPIWaitsForClusterInfo(t *testing.T) {
+	signed := func(id string) []byte {
+		return []byte(`{"data":{"kubeconfig":"x","jws-kubeconfig-` + id + `":"sig"}}`)
+	}
+	answers := []struct {
+		code int
+		body []byte
+	}{
+		{403, []byte(`{"kind":"Status"}`)},
+		{200, []byte(`{"data":{"kubeconfig":"x"}}`)},
+		{200, signed("zzzzzz")},
+		{200, []byte(`not json`)},
+		{200, signed("abcdef")},
+	}
+	var asked []string
+	f := testFlow(t, func(caPEM string) (ProbeFunc, func()) {
+		return func(ctx context.Context, url string) (int, []byte, error) {
+			asked = append(asked, url)
+			if strings.HasSuffix(url, "/readyz") {
+				return 200, []byte("ok"), nil
+			}
+			a := answers[min(len(asked)-2, len(answers)-1)]
+			return a.code, a.body, nil
+		}, func() {}
+	})
+	f.Timing.APIPoll = time.Millisecond
+	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker, CACert: "unused",
+		ControlPlanes: []string{"10.77.0.10"}, Token: "abcdef.0123456789abcdef"}}
+	require.NoError(t, waitForAPI(context.Background(), f, c))
+	require.Len(t, asked, 1+len(answers), "readyz once, then cluster-info until signed for abcdef: %v", asked)
+	assert.True(t, strings.HasSuffix(asked[1], clusterInfoPath), asked[1])
+
+	// Never signed: the wait ends with a reason that names the step.
+	err := waitForClusterInfo(context.Background(), f, &machineconfig.Config{Cluster: &machineconfig.Cluster{
+		CACert: "unused", ControlPlanes: []string{"10.77.0.10"}, Token: "qqqqqq.0123456789abcdef"}}, 5*time.Millisecond)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not signed for token qqqqqq")
+	assert.Contains(t, err.Error(), stepBootstrapToken)
 }

@@ -87,12 +87,16 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
 			k("init", "phase", "upload-config", "all"),
+			// The cluster joinable as soon as it can be (the token,
+			// cluster-info, the bootstrap RBAC): joiners wait for
+			// cluster-info's signature (waitForAPI), which needs the
+			// kubeadm and kubelet configs upload-config just wrote.
+			k("init", "phase", "bootstrap-token"),
 			// The pod network as early as the admin may write (kubeadm
 			// binds the admin's group to cluster-admin when upload-config
 			// first uses admin.conf): no node is Ready before it runs.
 			{name: "pod network (flannel)", own: applyManifest(FlannelManifest)},
 			k("init", "phase", "mark-control-plane"),
-			k("init", "phase", "bootstrap-token"),
 			k("init", "phase", "kubelet-finalize", "all"),
 			// CoreDNS's air-gapped Corefile before kubeadm's add-on
 			// phase, which keeps it (see addons.CoreDNSConfig).

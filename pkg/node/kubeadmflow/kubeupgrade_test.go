@@ -257,7 +257,7 @@ func TestRestoreBeforeUpgrade(t *testing.T) {
 	// kubeadm objects go back to v1.36.3 with this slot's kubeadm.
 	require.ErrorIs(t, verifyKubernetesUpgrade(context.Background(), f, c), errClusterRestorePending)
 	f.Deps.Probe = func(string) (ProbeFunc, func()) {
-		return func(context.Context, string) (int, error) { return 200, nil }, func() {}
+		return func(context.Context, string) (int, []byte, error) { return 200, nil, nil }, func() {}
 	}
 	*cmds = nil
 	require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
@@ -351,7 +351,7 @@ func TestEtcdRestoredAfterARollback(t *testing.T) {
 
 			f.Runtime = stoppedRuntime{}
 			f.Deps.Probe = func(string) (ProbeFunc, func()) {
-				return func(context.Context, string) (int, error) { return 200, nil }, func() {}
+				return func(context.Context, string) (int, []byte, error) { return 200, nil, nil }, func() {}
 			}
 			*cmds = nil
 			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
