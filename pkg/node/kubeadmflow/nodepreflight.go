@@ -28,12 +28,20 @@ const (
 	kubeControllerManagerPort = 10257
 	etcdClientPort            = 2379
 	etcdPeerPort              = 2380
-	controlPlaneMinCPUs       = 2
-	controlPlaneMinMemoryMiB  = 1700
-	staticPodManifestsDir     = "/etc/kubernetes/manifests"
-	onlineCPUsFile            = "/sys/devices/system/cpu/online"
-	memInfoFile               = "/proc/meminfo"
 )
+
+// What kubeadm's NumCPU and Mem checks want of a control plane, and where
+// the node's figures are read.
+const (
+	controlPlaneMinCPUs      = 2
+	controlPlaneMinMemoryMiB = 1700
+	onlineCPUsFile           = "/sys/devices/system/cpu/online"
+	memInfoFile              = "/proc/meminfo"
+)
+
+// staticPodManifestsDir is where kubeadm writes the control plane's static
+// pods.
+const staticPodManifestsDir = "/etc/kubernetes/manifests"
 
 // preflightCheck is one of kubeadm's checks, under kubeadm's name, so
 // that the config's ignorePreflightErrors names it as it would kubeadm's.
@@ -99,7 +107,7 @@ func fileContent(path, want string) preflightCheck {
 }
 
 // portOpen is kubeadm's Port-N check: nothing listens on port. what says
-// who would (for the message).
+// who would: "is what running?".
 func portOpen(port int, at listenOn, what string) preflightCheck {
 	return preflightCheck{name: fmt.Sprintf("Port-%d", port), check: func(*Flow) error {
 		l, err := net.Listen("tcp", fmt.Sprintf(":%d", at(port)))
@@ -139,7 +147,7 @@ func workerChecks(at listenOn) []preflightCheck {
 		fileAvailable(KubeletKubeconfig),
 		fileAvailable(BootstrapKubeconfig),
 		fileAvailable(KubernetesPKIDir + "/ca.crt"),
-		portOpen(defaultKubeletPort, at, "a kubelet; `systemctl status kubelet`"),
+		portOpen(defaultKubeletPort, at, "a kubelet (`systemctl status kubelet`)"),
 	}, hostChecks()...)
 }
 
@@ -174,7 +182,7 @@ func initChecks(at listenOn) []preflightCheck {
 		portOpen(machineconfig.APIServerPort, at, "a kube-apiserver"),
 		portOpen(kubeSchedulerPort, at, "a kube-scheduler"),
 		portOpen(kubeControllerManagerPort, at, "a kube-controller-manager"),
-		portOpen(defaultKubeletPort, at, "a kubelet; `systemctl status kubelet`"),
+		portOpen(defaultKubeletPort, at, "a kubelet (`systemctl status kubelet`)"),
 		portOpen(etcdClientPort, at, "an etcd"),
 		portOpen(etcdPeerPort, at, "an etcd"),
 	}
