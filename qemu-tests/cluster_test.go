@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -134,6 +138,10 @@ func TestClusterFormation(t *testing.T) {
 	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: linkCap}
 	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
 	apiPort := cp.m.forwardAPI()
+	// The worker's RTC runs three hours behind (a machine off the shelf
+	// in another time zone's local time): it must step, then follow the
+	// init node. Its restart after the site power cut keeps the host's.
+	w.m.rtcBase = time.Now().UTC().Add(-3 * time.Hour).Format("2006-01-02T15:04:05")
 
 	start := time.Now()
 	bootCP := func() *qemu.VM {
@@ -206,6 +214,8 @@ func TestClusterFormation(t *testing.T) {
 	}
 	t.Logf("kubectl get nodes:\n%s", nodes)
 	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
+	checkWorkerClock(ctx, t, w, key, cp.ip)
+	w.m.rtcBase = ""
 
 	manifest := `apiVersion: v1
 kind: Pod
@@ -294,4 +304,30 @@ spec:
 		pkts := checkCapture(t, n.m.capture, testSubnet)
 		t.Logf("%s management capture: %d packets, all inside %s", n.name, pkts, testSubnet)
 	}
+}
+
+// checkWorkerClock: the worker, whose RTC started three hours behind,
+// stepped its clock forward before anything else (the console says from
+// when) and ends within a second of the init node, its time source, by
+// chrony's own measure.
+func checkWorkerClock(ctx context.Context, t *testing.T, w *clusterNode, key sshKey, source string) {
+	t.Helper()
+	m := regexp.MustCompile(`time: stepped: the clock read (\S+), before`).FindStringSubmatch(w.vm.Console())
+	if m == nil {
+		t.Errorf("%s: the console does not say its clock was stepped", w.name)
+	} else if read, err := time.Parse(time.RFC3339, m[1]); err != nil {
+		t.Errorf("%s: stepped from %q: %v", w.name, m[1], err)
+	} else {
+		behind := time.Since(read)
+		t.Logf("%s: clock read %s at its step, %s behind the host's now", w.name, m[1], behind.Round(time.Second))
+		assert.Greater(t, behind, 2*time.Hour+50*time.Minute, "the worker's clock started three hours behind")
+	}
+	c := dialSSH(ctx, t, w.sshPort, key)
+	out, err := c.read("chronyc -c tracking")
+	require.NoError(t, err, "chronyc tracking on %s", w.name)
+	tr, err := timesync.ParseTracking(out)
+	require.NoError(t, err, "chronyc tracking on %s: %s", w.name, out)
+	t.Logf("%s: %s", w.name, tr)
+	assert.Equal(t, source, tr.Source, "the worker follows the init node")
+	assert.Less(t, tr.Offset.Abs(), time.Second, "the worker's clock is within a second of the init node's")
 }

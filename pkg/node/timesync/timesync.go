@@ -227,11 +227,36 @@ func StepForward(ctx context.Context, h *host.Host, known Known, report host.Rep
 	if err := h.Run(ctx, "date", "--utc", "--set", at); err != nil {
 		return fmt.Errorf("step the clock to %s: %w", floor.UTC().Format(time.RFC3339), err)
 	}
+	// What the hardware clock read, when it is further behind than the
+	// system clock (systemd advances a clock before its own build time,
+	// so a flat battery's 1970 shows only there). Read before the RTC is
+	// set.
+	rtc := ""
+	if t, ok := hardwareClock(h); ok && t.Before(now.Add(-time.Minute)) {
+		rtc = fmt.Sprintf(" (the hardware clock read %s)", t.UTC().Format(time.RFC3339))
+	}
 	// Best effort: a VM may have no writable RTC.
 	_ = h.Run(ctx, "hwclock", "--systohc", "--utc")
-	report.Report("time", "stepped", fmt.Sprintf("the clock read %s, before %s; stepped forward to %s, the latest time this node knows to have passed",
-		now.UTC().Format(time.RFC3339), known.What, floor.UTC().Format(time.RFC3339)))
+	report.Report("time", "stepped", fmt.Sprintf("the clock read %s%s, before %s; stepped forward to %s, the latest time this node knows to have passed",
+		now.UTC().Format(time.RFC3339), rtc, known.What, floor.UTC().Format(time.RFC3339)))
 	return nil
+}
+
+// rtcSinceEpoch is the first hardware clock's reading, in seconds since
+// the epoch (UTC).
+const rtcSinceEpoch = "/sys/class/rtc/rtc0/since_epoch"
+
+// hardwareClock reads the RTC; false when there is none to read.
+func hardwareClock(h *host.Host) (time.Time, bool) {
+	b, err := os.ReadFile(h.Path(rtcSinceEpoch))
+	if err != nil {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || sec < 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(sec, 0), true
 }
 
 // waitForSync waits until chrony has a source, so that the node's clock

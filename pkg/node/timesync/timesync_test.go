@@ -179,6 +179,33 @@ func TestClockBehindIsSteppedForward(t *testing.T) {
 	assert.Empty(t, f.cmds)
 }
 
+// A flat battery's RTC reads 1970, which systemd has already advanced to
+// its own build time: the step says what the hardware clock read too.
+// A hardware clock in step with the system clock is not mentioned.
+func TestSteppedClockNamesTheHardwareClock(t *testing.T) {
+	systemdEpoch := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, rtc, want string
+	}{
+		{"RTC in 1970", "0\n", "the clock read 2025-05-01T00:00:00Z (the hardware clock read 1970-01-01T00:00:00Z), before the cluster CA's issue time"},
+		{"RTC as the system clock", strconv.FormatInt(systemdEpoch.Unix(), 10) + "\n", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
+		{"no RTC", "", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
+		{"an unreadable RTC", "soon\n", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, f := newNode(t, systemdEpoch)
+			if tc.rtc != "" {
+				require.NoError(t, os.MkdirAll(filepath.Dir(h.Path(rtcSinceEpoch)), 0o755))
+				require.NoError(t, os.WriteFile(h.Path(rtcSinceEpoch), []byte(tc.rtc), 0o444))
+			}
+			c := clusterNode(t, machineconfig.RoleInit, "10.77.0.10")
+			require.NoError(t, Phase(h, Sync{Wait: time.Second, Every: time.Millisecond}, f).Apply(context.Background(), c))
+			require.NotEmpty(t, f.reports)
+			assert.Contains(t, f.reports[0], "time: stepped: "+tc.want)
+		})
+	}
+}
+
 // A clock ahead of the floor is never stepped by firstboot (the init
 // node's clock is the reference).
 func TestClockAheadIsKept(t *testing.T) {
