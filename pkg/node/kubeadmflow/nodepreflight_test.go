@@ -21,20 +21,9 @@ import (
 // as a warning instead.
 func TestWorkerPreflight(t *testing.T) {
 	// A port this test holds stands for a running kubelet's.
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
-	busyPort := busy.Addr().(*net.TCPAddr).Port
-
-	write := func(f *Flow, p, content string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(p)), 0o755))
-		require.NoError(t, os.WriteFile(f.Path(p), []byte(content), 0o644))
-	}
-	healthy := func(f *Flow) {
-		write(f, "/proc/sys/net/ipv4/ip_forward", "1\n")
-		write(f, "/proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
-		write(f, "/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n")
-	}
+	busyPort := heldPort(t)
+	write := writeFileIn(t)
+	healthy := healthyHost(t)
 	for _, tc := range []struct {
 		name   string
 		broken func(f *Flow)
@@ -55,13 +44,7 @@ func TestWorkerPreflight(t *testing.T) {
 		{name: "ignored by name", broken: func(f *Flow) { write(f, "/proc/sys/net/ipv4/ip_forward", "0\n") }, ignore: []string{"filecontent--proc-sys-net-ipv4-ip_forward"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := testFlow(t, nil)
-			var warnings []string
-			f.Report = host.ReporterFunc(func(step, result, detail string) {
-				if step == stepNodePreflight && result == "warning" {
-					warnings = append(warnings, detail)
-				}
-			})
+			f, warnings := preflightFlow(t)
 			healthy(f)
 			tc.broken(f)
 			c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker, IgnorePreflightErrors: tc.ignore}}
@@ -69,14 +52,14 @@ func TestWorkerPreflight(t *testing.T) {
 			if tc.want == "" {
 				require.NoError(t, err)
 				if tc.ignore != nil {
-					assert.Len(t, warnings, 1, "the ignored check is reported")
+					assert.Len(t, *warnings, 1, "the ignored check is reported")
 				}
 				return
 			}
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Contains(t, err.Error(), "cluster.ignorePreflightErrors", "the message says how to let it pass")
-			assert.Empty(t, warnings)
+			assert.Empty(t, *warnings)
 		})
 	}
 }
@@ -85,19 +68,11 @@ func TestWorkerPreflight(t *testing.T) {
 // preflight fails on that the image does not rule out, naming kubeadm's
 // check.
 func TestInitPreflight(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
-	busyPort := busy.Addr().(*net.TCPAddr).Port
-
-	write := func(f *Flow, p, content string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(p)), 0o755))
-		require.NoError(t, os.WriteFile(f.Path(p), []byte(content), 0o644))
-	}
+	busyPort := heldPort(t)
+	write := writeFileIn(t)
+	kernel := healthyHost(t)
 	healthy := func(f *Flow) {
-		write(f, "/proc/sys/net/ipv4/ip_forward", "1\n")
-		write(f, "/proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
-		write(f, "/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n")
+		kernel(f)
 		write(f, onlineCPUsFile, "0-1\n")
 		write(f, memInfoFile, "MemTotal:        3006704 kB\nMemFree:          120000 kB\n")
 		// The CA step kubernetes-pki wrote, and an empty etcd directory
@@ -129,13 +104,7 @@ func TestInitPreflight(t *testing.T) {
 		}, want: "[ERROR Swap]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := testFlow(t, nil)
-			var warnings []string
-			f.Report = host.ReporterFunc(func(step, result, detail string) {
-				if step == stepNodePreflight && result == "warning" {
-					warnings = append(warnings, detail)
-				}
-			})
+			f, warnings := preflightFlow(t)
 			healthy(f)
 			if tc.broken != nil {
 				tc.broken(f)
@@ -144,7 +113,7 @@ func TestInitPreflight(t *testing.T) {
 			err := runChecks(f, c, initChecks(testPorts(t, tc.port != 0, tc.port, busyPort)))
 			if tc.want == "" {
 				require.NoError(t, err)
-				assert.Len(t, warnings, len(tc.ignore), "an ignored check is reported")
+				assert.Len(t, *warnings, len(tc.ignore), "an ignored check is reported")
 				return
 			}
 			require.Error(t, err)
@@ -194,6 +163,46 @@ func TestReplacedStepCountsAsDone(t *testing.T) {
 			assert.True(t, s.doneIn(&nodestate.KubeadmProgress{Done: []string{stepNodePreflight}}), role)
 			assert.False(t, s.doneIn(&nodestate.KubeadmProgress{}), role)
 		}
+	}
+}
+
+// preflightFlow is a flow whose preflight warnings are collected.
+func preflightFlow(t *testing.T) (*Flow, *[]string) {
+	f := testFlow(t, nil)
+	var warnings []string
+	f.Report = host.ReporterFunc(func(step, result, detail string) {
+		if step == stepNodePreflight && result == "warning" {
+			warnings = append(warnings, detail)
+		}
+	})
+	return f, &warnings
+}
+
+// heldPort is a port the test listens on until it ends: a port in use.
+func heldPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// writeFileIn writes a file under a flow's root.
+func writeFileIn(t *testing.T) func(f *Flow, p, content string) {
+	return func(f *Flow, p, content string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(p)), 0o755))
+		require.NoError(t, os.WriteFile(f.Path(p), []byte(content), 0o644))
+	}
+}
+
+// healthyHost sets the kernel as step kubernetes-host leaves it: forwarding
+// and bridge netfilter on, no swap.
+func healthyHost(t *testing.T) func(f *Flow) {
+	write := writeFileIn(t)
+	return func(f *Flow) {
+		write(f, "/proc/sys/net/ipv4/ip_forward", "1\n")
+		write(f, "/proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
+		write(f, "/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n")
 	}
 }
 
