@@ -142,7 +142,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			{name: stepWaitForAPI, own: waitForAPI},
 			runtime,
 			// Not kubeadm's join preflight: its checks the node's state
-			// decides, in-process (workerPreflight).
+			// decides, in-process (nodePreflight).
 			{name: stepNodePreflight, own: nodePreflight, replaces: "join phase preflight"},
 			// kubelet-start only starts the kubelet, and kubeadm's
 			// kubelet-wait-bootstrap cannot run alone on a worker (it
