@@ -312,7 +312,7 @@ spec:
 // chrony's own measure.
 func checkWorkerClock(ctx context.Context, t *testing.T, w *clusterNode, key sshKey, source string) {
 	t.Helper()
-	m := regexp.MustCompile(`time: stepped: the clock read (\S+), before`).FindStringSubmatch(w.vm.Console())
+	m := regexp.MustCompile(`time: stepped: the clock read (\S+)(?: \(the hardware clock read \S+\))?, before`).FindStringSubmatch(w.vm.Console())
 	if m == nil {
 		t.Errorf("%s: the console does not say its clock was stepped", w.name)
 	} else if read, err := time.Parse(time.RFC3339, m[1]); err != nil {

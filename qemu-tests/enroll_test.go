@@ -122,7 +122,7 @@ func TestFwCfgEnrollment(t *testing.T) {
 
 	m.rtcBase = "1990-01-01T00:00:00"
 	vm = m.boot(ctx)
-	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+), before the last step this node recorded; stepped forward to (\S+),`)
+	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+)(?: \(the hardware clock read \S+\))?, before the last step this node recorded; stepped forward to (\S+),`)
 	t.Logf("clock read %s, stepped to %s", stepped[1], stepped[2])
 	s = expectStatus(ctx, t, vm, "verified", "failed")
 	require.Equal(t, "verified", s.State, "%+v", s)
