@@ -27,7 +27,7 @@ func TestWorkerPreflight(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		broken func(f *Flow)
-		port   bool // the kubelet's port taken
+		port   int // a port of kubeadm's taken (the kubelet's); 0 none
 		ignore []string
 		want   string // the failed check; "" passes
 	}{
@@ -40,7 +40,7 @@ func TestWorkerPreflight(t *testing.T) {
 		{name: "swap on", broken: func(f *Flow) {
 			write(f, "/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n/dev/vda3\tpartition\t1048572\t0\t-2\n")
 		}, want: "[ERROR Swap]: swap is on: /dev/vda3"},
-		{name: "kubelet port taken", broken: func(*Flow) {}, port: true, want: "[ERROR Port-10250]: port"},
+		{name: "kubelet port taken", broken: func(*Flow) {}, port: defaultKubeletPort, want: "[ERROR Port-10250]: port"},
 		{name: "ignored by name", broken: func(f *Flow) { write(f, "/proc/sys/net/ipv4/ip_forward", "0\n") }, ignore: []string{"filecontent--proc-sys-net-ipv4-ip_forward"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +48,7 @@ func TestWorkerPreflight(t *testing.T) {
 			healthy(f)
 			tc.broken(f)
 			c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker, IgnorePreflightErrors: tc.ignore}}
-			err := runChecks(f, c, workerChecks(testPorts(t, tc.port, defaultKubeletPort, busyPort)))
+			err := runChecks(f, c, workerChecks(testPorts(t, tc.port, busyPort)))
 			if tc.want == "" {
 				require.NoError(t, err)
 				if tc.ignore != nil {
@@ -110,7 +110,7 @@ func TestInitPreflight(t *testing.T) {
 				tc.broken(f)
 			}
 			c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleInit, IgnorePreflightErrors: tc.ignore}}
-			err := runChecks(f, c, initChecks(testPorts(t, tc.port != 0, tc.port, busyPort)))
+			err := runChecks(f, c, initChecks(testPorts(t, tc.port, busyPort)))
 			if tc.want == "" {
 				require.NoError(t, err)
 				assert.Len(t, *warnings, len(tc.ignore), "an ignored check is reported")
@@ -206,13 +206,13 @@ func healthyHost(t *testing.T) func(f *Flow) {
 	}
 }
 
-// testPorts maps kubeadm's ports to free ones, and taken (when set) to
+// testPorts maps kubeadm's ports to a free one, and taken (unless 0) to
 // busy, a port the test holds.
-func testPorts(t *testing.T, set bool, taken, busy int) listenOn {
+func testPorts(t *testing.T, taken, busy int) listenOn {
 	t.Helper()
 	free := freePort(t)
 	return func(port int) int {
-		if set && port == taken {
+		if taken != 0 && port == taken {
 			return busy
 		}
 		return free
