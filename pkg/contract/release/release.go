@@ -18,6 +18,10 @@ type Release struct {
 	BuiltAt string `json:"builtAt"`
 	// Faults are deliberate defects of a test build ("health").
 	Faults []string `json:"faults,omitempty"`
+	// BootTries is the build spec's boot.tries: how many boots a slot an
+	// upgrade writes may fail before the boot loader falls back. 0 in
+	// releases built before it was recorded.
+	BootTries int `json:"bootTries,omitempty"`
 }
 
 // HasFault reports whether the release carries fault f.

@@ -290,7 +290,7 @@ func releaseOf(s *spec.Spec, kernelVersion string, faults []string) release.Rele
 	return release.Release{
 		Name: s.Name, Version: s.Version, Suite: s.OS.Suite,
 		KernelVersion: kernelVersion, BuiltAt: s.Epoch().Format("2006-01-02T15:04:05Z"),
-		Faults: faults,
+		Faults: faults, BootTries: s.Boot.Tries,
 	}
 }
 

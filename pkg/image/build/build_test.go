@@ -85,6 +85,27 @@ func TestESPContents(t *testing.T) {
 	}
 }
 
+// TestReleaseRecordsBootTries: a slot's release.json carries the spec's
+// boot.tries, which the node gives the slots its upgrades write.
+func TestReleaseRecordsBootTries(t *testing.T) {
+	tests := []struct {
+		name  string
+		extra string
+		want  int
+	}{
+		{"default", "", 3},
+		{"one try", "boot: {tries: 1}\n", 1},
+		{"nine tries", "boot: {tries: 9}\n", 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := releaseOf(testSpec(t, tt.extra), testBoot.kernelVersion, nil)
+			assert.Equal(t, tt.want, r.BootTries)
+			assert.Equal(t, "1.2.3", r.Version)
+		})
+	}
+}
+
 func TestISOContents(t *testing.T) {
 	for _, tc := range []struct {
 		timeout, want int

@@ -31,11 +31,12 @@ import (
 type Installer func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error)
 
 // DiskInstaller installs into the slot partitions and the ESP of this
-// machine.
+// machine. The new slot's entry gets the boot tries the running build was
+// made with (its release's BootTries).
 func DiskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) Installer {
 	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
 		return slotinstall.Install(ctx, slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
-			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock})
+			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries})
 	}
 }
 
@@ -344,9 +345,13 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		r.say("recording the upgrade: %v", err)
 	}
 	r.step("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
-	next := fmt.Sprintf("rebooting into it (on trial: %d tries, then back to %s)", res.Tries, r.rel.Version)
+	tries := fmt.Sprintf("%d tries", res.Tries)
+	if res.Tries == 1 {
+		tries = "1 try"
+	}
+	next := fmt.Sprintf("rebooting into it (on trial: %s, then back to %s)", tries, r.rel.Version)
 	if !rebooting {
-		next = fmt.Sprintf("the next boot tries it (%d tries, then back to %s)", res.Tries, r.rel.Version)
+		next = fmt.Sprintf("the next boot tries it (%s, then back to %s)", tries, r.rel.Version)
 	}
 	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
 	r.publish()

@@ -76,7 +76,8 @@
 //
 // The new entry's kernel command line is the running entry's, with
 // terrarium.slot set to the target and terrarium.reset-state and
-// terrarium.rescue left out; its boot counter is Options.Tries, or the
+// terrarium.rescue left out; its boot counter is Options.Tries (firstboot
+// passes the running build's boot.tries, from its release.json), or the
 // initial count of a counted entry on the ESP, or DefaultTries. A comment
 // line records the rootfs's SHA-256, so that the same upgrade is known
 // when it comes again.
