@@ -34,7 +34,7 @@ func TestArgsDefaults(t *testing.T) {
 	want := [][2]string{
 		{"-machine", "q35"},
 		{"-accel", "tcg"},
-		{"-cpu", "qemu64"},
+		{"-cpu", "qemu64,+rdrand"},
 		{"-m", "2048"},
 		{"-smp", "2"},
 		{"-display", "none"},
