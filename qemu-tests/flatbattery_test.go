@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -22,11 +21,13 @@ import (
 )
 
 // TestFlatBatteryInitNode: the first control plane of a new cluster
-// powered on with its RTC at the epoch (a flat CMOS battery reads
-// 1970-01-01). systemd advances the clock only to its own build time, so
-// the node must say what its hardware clock read and step forward to the
-// cluster CA's issue time before kubeadm makes or checks a certificate;
-// then it forms its one-node cluster.
+// powered on with its RTC at the epoch (-rtc base=1970-01-01, a flat CMOS
+// battery). The CMOS keeps a two-digit year, and OVMF, whose valid years
+// are 1998 to 2097, reads 70 as 2070, as does the guest kernel after it;
+// systemd sets a clock that far ahead back to its own build time. Either
+// way the node's clock is wrong by months at least: it must say what its
+// hardware clock read and step to the cluster CA's issue time before
+// kubeadm makes or checks a certificate, then form its one-node cluster.
 func TestFlatBatteryInitNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -44,14 +45,24 @@ func TestFlatBatteryInitNode(t *testing.T) {
 	start := time.Now()
 	vm := m.boot(ctx, configAttached(m.configDisk("config.img", config)))
 
-	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+) \(the hardware clock read (\S+)\), before the cluster CA's issue time; stepped forward to (\S+),`)
-	t.Logf("clock read %s, hardware clock %s, stepped to %s", stepped[1], stepped[2], stepped[3])
-	rtc, err := time.Parse(time.RFC3339, stepped[2])
+	// The first step says what the hardware clock read. It may be to the
+	// image's build time (firstboot's first act, before it reads its
+	// config), then a second one to the cluster CA's issue time.
+	first := expect(ctx, t, vm, `time: stepped: the clock read (\S+) \(the hardware clock read (\S+)\), before ([^;]+); stepped forward to (\S+),`)
+	t.Logf("clock read %s, hardware clock %s; before %s: stepped to %s", first[1], first[2], first[3], first[4])
+	rtc, err := time.Parse(time.RFC3339, first[2])
 	require.NoError(t, err)
-	assert.Equal(t, 1970, rtc.Year(), "the hardware clock's reading, as the console gives it")
-	to, err := time.Parse(time.RFC3339, stepped[3])
+	assert.True(t, rtc.Year() == 1970 || rtc.Year() == 2070, "the hardware clock read %s: 1970, or 2070 through the firmware", rtc)
+	caStep := first[0]
+	to := first[4]
+	if first[3] != "the cluster CA's issue time" {
+		second := expect(ctx, t, vm, `time: stepped: the clock read (\S+)(?: \(the hardware clock read \S+\))?, before the cluster CA's issue time; stepped forward to (\S+),`)
+		t.Logf("clock read %s; stepped to %s, the cluster CA's issue time", second[1], second[2])
+		caStep, to = second[0], second[2]
+	}
+	stepped, err := time.Parse(time.RFC3339, to)
 	require.NoError(t, err)
-	assert.WithinDuration(t, caIssued, to, time.Second, "stepped to the cluster CA's issue time")
+	assert.WithinDuration(t, caIssued, stepped, time.Second, "stepped to the cluster CA's issue time")
 
 	_, err = vm.Expect(ctx, healthyRE)
 	require.NoError(t, err, "the node did not form its cluster")
@@ -60,23 +71,22 @@ func TestFlatBatteryInitNode(t *testing.T) {
 	// The step came before the first step that runs kubeadm or checks for
 	// it (the node's own preflight).
 	console := vm.Console()
-	stepAt := strings.Index(console, stepped[0])
-	first := regexp.MustCompile(`(?m)^terrarium: (?:node preflight|init phase \S+)[^\n]*: started`).FindStringIndex(console)
-	require.NotNil(t, first, "no kubeadm step on the console")
-	assert.Less(t, stepAt, first[0], "the clock was stepped after a kubeadm step began")
+	stepAt := strings.Index(console, caStep)
+	kubeadm := regexp.MustCompile(`(?m)^terrarium: (?:node preflight|init phase \S+)[^\n]*: started`).FindStringIndex(console)
+	require.NotNil(t, kubeadm, "no kubeadm step on the console")
+	require.GreaterOrEqual(t, stepAt, 0, "the step line is not on the console")
+	assert.Less(t, stepAt, kubeadm[0], "the clock was stepped after a kubeadm step began")
 	require.NoError(t, vm.Quit(ctx))
 }
 
 // clusterCAIssued is the NotBefore of the cluster CA in a machine config.
-func clusterCAIssued(t *testing.T, path string) time.Time {
+func clusterCAIssued(t *testing.T, config string) time.Time {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	c, err := machineconfig.Parse("cp-1.yaml", []byte(config))
 	require.NoError(t, err)
-	c, err := machineconfig.Parse(path, data)
-	require.NoError(t, err)
-	require.NotNil(t, c.Cluster, "%s has no cluster", path)
+	require.NotNil(t, c.Cluster, "the machine config has no cluster")
 	b, _ := pem.Decode([]byte(c.Cluster.CACert))
-	require.NotNil(t, b, "%s: the cluster's caCert is no PEM", path)
+	require.NotNil(t, b, "the cluster's caCert is no PEM")
 	ca, err := x509.ParseCertificate(b.Bytes)
 	require.NoError(t, err)
 	return ca.NotBefore

@@ -227,12 +227,13 @@ func StepForward(ctx context.Context, h *host.Host, known Known, report host.Rep
 	if err := h.Run(ctx, "date", "--utc", "--set", at); err != nil {
 		return fmt.Errorf("step the clock to %s: %w", floor.UTC().Format(time.RFC3339), err)
 	}
-	// What the hardware clock read, when it is further behind than the
-	// system clock (systemd advances a clock before its own build time,
-	// so a flat battery's 1970 shows only there). Read before the RTC is
-	// set.
+	// What the hardware clock read, when it is more than a minute from the
+	// system clock: systemd moves a clock before its own build time
+	// forward to that time and one decades ahead back to it, so a flat
+	// battery's 1970 (which UEFI firmware with a two-digit CMOS year may
+	// read as 2070) shows only there. Read before the RTC is set.
 	rtc := ""
-	if t, ok := hardwareClock(h); ok && t.Before(now.Add(-time.Minute)) {
+	if t, ok := hardwareClock(h); ok && (t.Before(now.Add(-time.Minute)) || t.After(now.Add(time.Minute))) {
 		rtc = fmt.Sprintf(" (the hardware clock read %s)", t.UTC().Format(time.RFC3339))
 	}
 	// Best effort: a VM may have no writable RTC.

@@ -179,16 +179,22 @@ func TestClockBehindIsSteppedForward(t *testing.T) {
 	assert.Empty(t, f.cmds)
 }
 
-// A flat battery's RTC reads 1970, which systemd has already advanced to
-// its own build time: the step says what the hardware clock read too.
-// A hardware clock in step with the system clock is not mentioned.
+// A flat battery's RTC reads 1970 (systemd has already moved the system
+// clock forward to its own build time) or, through UEFI firmware, 2070
+// (systemd has moved it back to that time): the step says what the
+// hardware clock read too. One within a minute of the system clock is not
+// mentioned.
 func TestSteppedClockNamesTheHardwareClock(t *testing.T) {
 	systemdEpoch := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name, rtc, want string
 	}{
 		{"RTC in 1970", "0\n", "the clock read 2025-05-01T00:00:00Z (the hardware clock read 1970-01-01T00:00:00Z), before the cluster CA's issue time"},
+		// UEFI firmware with a two-digit CMOS year reads 1970 as 2070;
+		// systemd sets a clock that far ahead back to its build time.
+		{"RTC decades ahead", strconv.FormatInt(time.Date(2070, 1, 1, 0, 0, 7, 0, time.UTC).Unix(), 10) + "\n", "the clock read 2025-05-01T00:00:00Z (the hardware clock read 2070-01-01T00:00:07Z), before the cluster CA's issue time"},
 		{"RTC as the system clock", strconv.FormatInt(systemdEpoch.Unix(), 10) + "\n", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
+		{"RTC within a minute", strconv.FormatInt(systemdEpoch.Add(50*time.Second).Unix(), 10) + "\n", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
 		{"no RTC", "", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
 		{"an unreadable RTC", "soon\n", "the clock read 2025-05-01T00:00:00Z, before the cluster CA's issue time"},
 	} {
