@@ -102,7 +102,8 @@ var enrolledBanner = regexp.MustCompile(`│ enrolled\s+from /dev/disk/by-label/
 // again with its RTC far off (a flat CMOS battery: 1990, which the guest
 // reads as 2090 and systemd resets to its own build time), its clock is
 // stepped to the last time its node state recorded before anything else,
-// and the banner names the time source.
+// the step says what the hardware clock read, and the banner names the
+// time source.
 func TestFwCfgEnrollment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
@@ -122,11 +123,14 @@ func TestFwCfgEnrollment(t *testing.T) {
 
 	m.rtcBase = "1990-01-01T00:00:00"
 	vm = m.boot(ctx)
-	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+)(?: \(the hardware clock read \S+\))?, before the last step this node recorded; stepped forward to (\S+),`)
-	t.Logf("clock read %s, stepped to %s", stepped[1], stepped[2])
+	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+) \(the hardware clock read (\S+)\), before the last step this node recorded; stepped forward to (\S+),`)
+	t.Logf("clock read %s (hardware clock %s), stepped to %s", stepped[1], stepped[2], stepped[3])
+	rtc, err := time.Parse(time.RFC3339, stepped[2])
+	require.NoError(t, err)
+	assert.True(t, rtc.Year() == 1990 || rtc.Year() == 2090, "the hardware clock read %s: 1990, or 2090 through the firmware", rtc)
 	s = expectStatus(ctx, t, vm, "verified", "failed")
 	require.Equal(t, "verified", s.State, "%+v", s)
-	to, err := time.Parse(time.RFC3339, stepped[2])
+	to, err := time.Parse(time.RFC3339, stepped[3])
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), to, time.Hour, "stepped to the first boot's last step, minutes ago")
 }

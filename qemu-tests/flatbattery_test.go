@@ -27,7 +27,9 @@ import (
 // systemd sets a clock that far ahead back to its own build time. Either
 // way the node's clock is wrong by months at least: it must say what its
 // hardware clock read and step to the cluster CA's issue time before
-// kubeadm makes or checks a certificate, then form its one-node cluster.
+// kubeadm makes or checks a certificate, then form its one-node cluster,
+// which the operator's kubeconfig reaches although the node's clock is now
+// behind the operator's.
 func TestFlatBatteryInitNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -42,6 +44,7 @@ func TestFlatBatteryInitNode(t *testing.T) {
 	// The cluster link, with nobody on the other end.
 	m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: linkMAC}
 	m.rtcBase = "1970-01-01T00:00:00"
+	apiPort := m.forwardAPI()
 	start := time.Now()
 	vm := m.boot(ctx, configAttached(m.configDisk("config.img", config)))
 
@@ -76,6 +79,11 @@ func TestFlatBatteryInitNode(t *testing.T) {
 	require.NotNil(t, kubeadm, "no kubeadm step on the console")
 	require.GreaterOrEqual(t, stepAt, 0, "the step line is not on the console")
 	assert.Less(t, stepAt, kubeadm[0], "the clock was stepped after a kubeadm step began")
+
+	// The operator's kubeconfig, minted by `imagebuild config cluster` an
+	// hour and more after the time this node now runs at, works from the
+	// host at once.
+	checkOperatorKubeconfig(ctx, t, filepath.Join(configs, "admin.kubeconfig"), apiPort, ip, "cp-1")
 	require.NoError(t, vm.Quit(ctx))
 }
 

@@ -19,15 +19,16 @@ type ClientCert struct {
 	NotAfter  time.Time
 }
 
-// clientBackdate is how long before now a client certificate becomes
-// valid: a little, for the API server's clock being behind the
-// operator's.
-const clientBackdate = 5 * time.Minute
-
 // SignClient makes an ECDSA P-256 key and a client certificate for it,
 // signed by the cluster CA: Kubernetes reads the common name as the user
-// and the organizations as its groups. It is valid from shortly before now
-// for ttl, and never past the CA. random nil means crypto/rand.Reader.
+// and the organizations as its groups. It is valid until ttl from now,
+// never past the CA, and from the CA's own NotBefore: the API servers'
+// clocks may be behind the operator's by much more than a few minutes. A
+// control plane with a flat battery steps its clock to the CA's issue
+// time, the latest it knows to have passed, and is the cluster's time
+// from then on, behind by as long as its config waited before the first
+// boot; a certificate valid from "a little before now" would not work
+// there until its clock caught up. random nil means crypto/rand.Reader.
 func (s *Secrets) SignClient(user string, groups []string, now time.Time, ttl time.Duration, random io.Reader) (ClientCert, error) {
 	if user == "" {
 		return ClientCert{}, errors.New("sign client certificate: no user name")
@@ -64,7 +65,7 @@ func (s *Secrets) SignClient(user string, groups []string, now time.Time, ttl ti
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    now.Add(-clientBackdate),
+		NotBefore:    caCert.NotBefore,
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},

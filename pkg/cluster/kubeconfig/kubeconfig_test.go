@@ -47,6 +47,13 @@ func mustPEM(t *testing.T, s string) []byte {
 // certificate from the cluster CA and says who it is.
 func apiServer(t *testing.T, s *clustersecrets.Secrets) (*httptest.Server, chan *x509.Certificate) {
 	t.Helper()
+	return apiServerAt(t, s, nil)
+}
+
+// apiServerAt is apiServer with its clock (nil: the host's): the time
+// against which it checks client certificates.
+func apiServerAt(t *testing.T, s *clustersecrets.Secrets, clock func() time.Time) (*httptest.Server, chan *x509.Certificate) {
+	t.Helper()
 	ca, err := x509.ParseCertificate(mustPEM(t, s.CA.Cert))
 	require.NoError(t, err)
 	caKey, err := x509.ParseECPrivateKey(mustPEM(t, s.CA.Key))
@@ -64,6 +71,7 @@ func apiServer(t *testing.T, s *clustersecrets.Secrets) (*httptest.Server, chan 
 	srv.TLS = &tls.Config{
 		Certificates: []tls.Certificate{serving},
 		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: pool,
+		Time: clock,
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -98,6 +106,25 @@ func TestAdmin(t *testing.T) {
 	assert.Equal(t, "terrarium-operator@lab", doc.CurrentContext)
 	assert.Equal(t, "lab", doc.Clusters[0].Name)
 	assert.Contains(t, string(m.Data), "# Cluster admin \"terrarium-operator\" of cluster \"lab\", valid until ")
+}
+
+// An API server whose clock is at the cluster CA's issue time (its
+// control plane had a flat battery and stepped to the latest time it knew
+// to have passed) accepts a kubeconfig minted now: the certificate is
+// valid from the CA's NotBefore, not from a little before now.
+func TestAdminWorksOnAClusterBehindTheOperator(t *testing.T) {
+	s := secrets(t)
+	ca, err := x509.ParseCertificate(mustPEM(t, s.CA.Cert))
+	require.NoError(t, err)
+	srv, seen := apiServerAt(t, s, func() time.Time { return ca.NotBefore.Add(time.Minute) })
+	m, err := Admin(s, Options{Server: srv.URL, User: DefaultUser, TTL: DefaultTTL, Now: time.Now()})
+	require.NoError(t, err)
+	c, err := kubeclient.New(m.Data, nil)
+	require.NoError(t, err)
+	_, err = c.Nodes(context.Background())
+	require.NoError(t, err, "a server an hour or more behind the operator refused the certificate")
+	cert := <-seen
+	assert.Equal(t, ca.NotBefore, cert.NotBefore)
 }
 
 // A kubeconfig from other secrets is refused by the server: the client
