@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
 // TestFlatBatteryInitNode: the first control plane of a new cluster
@@ -33,16 +31,11 @@ import (
 func TestFlatBatteryInitNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	image := fixture(t, "TERRARIUM_IMAGE")
-	const ip, linkMAC, mgmtMAC = "10.77.0.10", "52:54:00:77:00:10", "52:54:00:00:00:10"
-	_, configs := clusterConfigs(ctx, t, "e2e-1970", "--control-plane", "cp-1="+ip+"@"+linkMAC)
-	config := withManagementNIC(t, filepath.Join(configs, "cp-1.yaml"), mgmtMAC)
+	config, configs := soloInitConfig(ctx, t, "e2e-1970")
 	caIssued := clusterCAIssued(t, config)
 
-	m := newMachine(t, image)
-	m.mac, m.memMiB = mgmtMAC, 3072
-	// The cluster link, with nobody on the other end.
-	m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: linkMAC}
+	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	m.asSoloInit()
 	m.rtcBase = "1970-01-01T00:00:00"
 	apiPort := m.forwardAPI()
 	start := time.Now()
@@ -83,7 +76,7 @@ func TestFlatBatteryInitNode(t *testing.T) {
 	// The operator's kubeconfig, minted by `imagebuild config cluster` an
 	// hour and more after the time this node now runs at, works from the
 	// host at once.
-	checkOperatorKubeconfig(ctx, t, filepath.Join(configs, "admin.kubeconfig"), apiPort, ip, "cp-1")
+	checkOperatorKubeconfig(ctx, t, filepath.Join(configs, "admin.kubeconfig"), apiPort, soloIP, "cp-1")
 	require.NoError(t, vm.Quit(ctx))
 }
 

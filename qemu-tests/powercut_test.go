@@ -25,6 +25,27 @@ var healthyRE = regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"(?:provis
 // stepRE is a step line of the console: what the node was doing.
 var stepRE = regexp.MustCompile(`(?m)^terrarium: ([^\n]*?): (?:started|retry|waiting)\b`)
 
+// The one control plane of a one-node cluster: its cluster address and
+// link MAC, and the MAC of its management NIC (SSH and the API from the
+// host).
+const soloIP, soloLinkMAC, soloMgmtMAC = "10.77.0.10", "52:54:00:77:00:10", "52:54:00:00:00:10"
+
+// soloInitConfig writes a one-node cluster's configs with `imagebuild
+// config cluster` and returns its control plane's machine config, with
+// the management NIC, and the directory of the configs.
+func soloInitConfig(ctx context.Context, t *testing.T, name string) (config, configs string) {
+	t.Helper()
+	_, configs = clusterConfigs(ctx, t, name, "--control-plane", "cp-1="+soloIP+"@"+soloLinkMAC)
+	return withManagementNIC(t, filepath.Join(configs, "cp-1.yaml"), soloMgmtMAC), configs
+}
+
+// asSoloInit makes m the control plane of soloInitConfig: its NICs and
+// 3 GiB, its cluster link with nobody on the other end.
+func (m *machine) asSoloInit() {
+	m.mac, m.memMiB = soloMgmtMAC, 3072
+	m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(m.t)), MAC: soloLinkMAC}
+}
+
 // TestPowerCuts cuts the power of an init node at random moments of its
 // formation (QMP quit, no flush: what a pulled plug does), powers it on
 // again, and requires the cluster to form every time. Each trial is a new
@@ -54,9 +75,7 @@ func TestPowerCuts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cuts+1)*15*time.Minute)
 	defer cancel()
 	image := fixture(t, "TERRARIUM_IMAGE")
-	const ip, linkMAC, mgmtMAC = "10.77.0.10", "52:54:00:77:00:10", "52:54:00:00:00:10"
-	_, configs := clusterConfigs(ctx, t, "e2e-cut", "--control-plane", "cp-1="+ip+"@"+linkMAC)
-	config := withManagementNIC(t, filepath.Join(configs, "cp-1.yaml"), mgmtMAC)
+	config, _ := soloInitConfig(ctx, t, "e2e-cut")
 
 	// trial boots a fresh machine; with cutAt > 0 it cuts the power that
 	// long after power-on, unless the node is healthy first, and powers
@@ -72,9 +91,7 @@ func TestPowerCuts(t *testing.T) {
 		// A trial's disk (~1 GB once formed) goes when the trial ends:
 		// twenty of them would fill a small disk.
 		defer os.Remove(m.disk)
-		m.mac, m.memMiB = mgmtMAC, 3072
-		// The cluster link, with nobody on the other end.
-		m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MAC: linkMAC}
+		m.asSoloInit()
 		disk := configAttached(m.configDisk("config.img", config))
 		start := time.Now()
 		vm := m.boot(ctx, disk)
