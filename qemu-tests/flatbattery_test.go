@@ -4,8 +4,6 @@ package qemutests
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 )
 
 // TestFlatBatteryInitNode: the first control plane of a new cluster
@@ -85,10 +84,7 @@ func clusterCAIssued(t *testing.T, config string) time.Time {
 	t.Helper()
 	c, err := machineconfig.Parse("cp-1.yaml", []byte(config))
 	require.NoError(t, err)
-	require.NotNil(t, c.Cluster, "the machine config has no cluster")
-	b, _ := pem.Decode([]byte(c.Cluster.CACert))
-	require.NotNil(t, b, "the cluster's caCert is no PEM")
-	ca, err := x509.ParseCertificate(b.Bytes)
-	require.NoError(t, err)
-	return ca.NotBefore
+	at, ok := timesync.CAIssued(c)
+	require.True(t, ok, "the machine config carries no cluster CA that parses")
+	return at
 }

@@ -167,14 +167,27 @@ func Floor(h *host.Host, c *machineconfig.Config) Known {
 			k = k.Later(Known{At: t, What: "this image's build time"})
 		}
 	}
-	if c != nil && c.Cluster != nil {
-		if b, _ := pem.Decode([]byte(c.Cluster.CACert)); b != nil {
-			if ca, err := x509.ParseCertificate(b.Bytes); err == nil {
-				k = k.Later(Known{At: ca.NotBefore, What: "the cluster CA's issue time"})
-			}
-		}
+	if at, ok := CAIssued(c); ok {
+		k = k.Later(Known{At: at, What: "the cluster CA's issue time"})
 	}
 	return k
+}
+
+// CAIssued is the NotBefore of the cluster CA a config carries; false
+// when c (which may be nil) has no cluster or its CA does not parse.
+func CAIssued(c *machineconfig.Config) (time.Time, bool) {
+	if c == nil || c.Cluster == nil {
+		return time.Time{}, false
+	}
+	b, _ := pem.Decode([]byte(c.Cluster.CACert))
+	if b == nil {
+		return time.Time{}, false
+	}
+	ca, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return ca.NotBefore, true
 }
 
 // errBehind: the clock is behind the floor.
@@ -233,7 +246,7 @@ func StepForward(ctx context.Context, h *host.Host, known Known, report host.Rep
 	// battery's 1970 (which UEFI firmware with a two-digit CMOS year may
 	// read as 2070) shows only there. Read before the RTC is set.
 	rtc := ""
-	if t, ok := hardwareClock(h); ok && (t.Before(now.Add(-time.Minute)) || t.After(now.Add(time.Minute))) {
+	if t, ok := hardwareClock(h); ok && (t.Sub(now) > time.Minute || now.Sub(t) > time.Minute) {
 		rtc = fmt.Sprintf(" (the hardware clock read %s)", t.UTC().Format(time.RFC3339))
 	}
 	// Best effort: a VM may have no writable RTC.
