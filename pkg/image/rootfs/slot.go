@@ -72,7 +72,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	}
 	// v2: the tree is written through an os.Root, replacing links (customize).
 	// v3: the bundle's layers unpacked into the slot (layout.SlotLayersDir).
-	k := cache.NewKey("slot/v3").String("base", in.Base.Key).
+	// v4: 128 KiB squashfs blocks; /etc and /var marked updated.
+	k := cache.NewKey("slot/v4").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)
@@ -92,7 +93,7 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 		if err := extractTar(ctx, filepath.Join(in.Base.Dir, BaseTar), root); err != nil {
 			return err
 		}
-		if err := customize(ctx, root, in, rel); err != nil {
+		if err := customize(ctx, root, in, rel, epoch); err != nil {
 			return fmt.Errorf("customize slot root: %w", err)
 		}
 		log.Info("mksquashfs", "root", root)
@@ -120,7 +121,7 @@ func extractTar(ctx context.Context, tarPath, root string) error {
 // (a file, or a link, never followed): the base's absolute links (such as
 // /etc/localtime) point at the build host's files, and a write through
 // them would change the host and leave the image unchanged.
-func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte) error {
+func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte, epoch time.Time) error {
 	root, err := os.OpenRoot(rootDir)
 	if err != nil {
 		return err
@@ -172,6 +173,18 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte) e
 	for _, p := range in.Programs {
 		if err := installFile(root, p.Src, p.Dest, 0o755); err != nil {
 			return fmt.Errorf("install %s: %w", p.Dest, err)
+		}
+	}
+	// The base's caches (ld.so.cache, the journal's catalog, udev's hwdb)
+	// were made when its packages were installed: /etc and /var are as
+	// current as /usr, whose time is the epoch's. Said in systemd's own
+	// stamp, its ConditionNeedsUpdate= units (ldconfig,
+	// systemd-update-done, ...) skip a node's first boot instead of
+	// redoing that work on it.
+	stamp := []byte(fmt.Sprintf("# Written by imagebuild: the image's caches are current (systemd-update-done(8)).\nTIMESTAMP_NSEC=%d\n", epoch.UnixNano()))
+	for _, dir := range []string{"etc", "var"} {
+		if err := writeFile(root, dir+"/.updated", stamp, 0o644); err != nil {
+			return err
 		}
 	}
 	if len(in.Enable) > 0 {

@@ -472,7 +472,8 @@ func TestCustomizeOptionalInputs(t *testing.T) {
 	firstboot := filepath.Join(writeFiles(t, t.TempDir(), map[string]string{"firstboot": "fb"}), "firstboot")
 	rel := []byte(`{"name":"x"}` + "\n")
 
-	require.NoError(t, customize(context.Background(), root, SlotInputs{Firstboot: firstboot}, rel))
+	epoch := time.Unix(1767225600, 0)
+	require.NoError(t, customize(context.Background(), root, SlotInputs{Firstboot: firstboot}, rel, epoch))
 
 	fi, err := os.Lstat(filepath.Join(root, "etc/machine-id"))
 	require.NoError(t, err)
@@ -480,6 +481,11 @@ func TestCustomizeOptionalInputs(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o444), fi.Mode().Perm(), "a new etc/machine-id is read-only")
 	assert.Equal(t, string(rel), readFile(t, inRoot(root, layout.ReleaseFile)))
 	assert.Equal(t, "fb", readFile(t, filepath.Join(root, "usr/bin/firstboot")))
+	// systemd's update stamps, for /usr's time (the epoch's): its
+	// ConditionNeedsUpdate= units skip the first boot.
+	for _, dir := range []string{"etc", "var"} {
+		assert.Contains(t, readFile(t, filepath.Join(root, dir, ".updated")), "\nTIMESTAMP_NSEC=1767225600000000000\n", dir)
+	}
 	for _, p := range []string{layout.UpgradeKeysFile, BundlePath} {
 		_, err := os.Lstat(inRoot(root, p))
 		assert.ErrorIs(t, err, fs.ErrNotExist, "%s written without its input", p)

@@ -3,22 +3,50 @@ package squashfs
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // requireTool fails (never skips) when a tool the tests need is missing.
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s not found (%v): run make deps", name, err)
-	}
+	require.NoError(t, err, "%s not found: run make deps", name)
 	return p
+}
+
+// assertNotExist checks that p does not exist.
+func assertNotExist(t *testing.T, p, msg string) {
+	t.Helper()
+	_, err := os.Stat(p)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "%s %s", p, msg)
+}
+
+// blockSizeBytes turns a mksquashfs -b argument ("128K", "1M", "4096")
+// into bytes, as unsquashfs -s reports it.
+func blockSizeBytes(t *testing.T, s string) int64 {
+	t.Helper()
+	num, mult := s, int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		num, mult = strings.TrimSuffix(s, "K"), 1<<10
+	case strings.HasSuffix(s, "M"):
+		num, mult = strings.TrimSuffix(s, "M"), 1<<20
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	require.NoError(t, err, "cannot parse BlockSize %q", s)
+	require.Positive(t, n, "BlockSize %q", s)
+	return n * mult
 }
 
 // makeTree writes a small root filesystem.
@@ -37,22 +65,12 @@ func makeTree(t *testing.T) string {
 	}
 	for _, f := range files {
 		p := filepath.Join(root, f.name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(f.content), f.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(f.content), f.mode))
+		require.NoError(t, os.Chmod(p, f.mode))
 	}
-	if err := os.MkdirAll(filepath.Join(root, "var", "empty"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "var", "empty"), 0o755))
+	require.NoError(t, os.Symlink("usr/bin", filepath.Join(root, "bin")))
 	return root
 }
 
@@ -60,16 +78,10 @@ var epoch = time.Unix(1767225600, 0)
 
 func make1(t *testing.T, dir, out string, epoch time.Time) []byte {
 	t.Helper()
-	if err := Make(context.Background(), dir, out, epoch); err != nil {
-		t.Fatalf("Make: %v", err)
-	}
-	if _, err := os.Stat(out + ".partial"); !os.IsNotExist(err) {
-		t.Errorf("%s.partial left behind: %v", out, err)
-	}
+	require.NoError(t, Make(context.Background(), dir, out, epoch), "Make")
+	assertNotExist(t, out+".partial", "left behind")
 	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 
@@ -83,28 +95,23 @@ func TestMakeReproducible(t *testing.T) {
 	// SOURCE_DATE_EPOCH in the environment must not break mksquashfs,
 	// which refuses it together with -mkfs-time/-all-time.
 	later := time.Now().Add(time.Hour)
-	if err := filepath.Walk(tree, func(p string, _ os.FileInfo, err error) error {
+	require.NoError(t, filepath.Walk(tree, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
 		return os.Chtimes(p, later, later)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	t.Setenv("SOURCE_DATE_EPOCH", "1000")
 	second := make1(t, tree, filepath.Join(dir, "two.squashfs"), epoch)
-	if !bytes.Equal(first, second) {
-		t.Errorf("two Makes of the same tree differ (%d vs %d bytes)", len(first), len(second))
-	}
-	if string(first[:4]) != "hsqs" {
-		t.Errorf("output does not start with the squashfs magic: %q", first[:4])
-	}
+	// bytes.Equal rather than assert.Equal: a diff of two images is noise.
+	assert.True(t, bytes.Equal(first, second),
+		"two Makes of the same tree differ (%d vs %d bytes)", len(first), len(second))
+	require.GreaterOrEqual(t, len(first), 4, "output too short for a squashfs")
+	assert.Equal(t, "hsqs", string(first[:4]), "output does not start with the squashfs magic")
 
 	// Another epoch must change the image, or the comparison proves nothing.
 	third := make1(t, tree, filepath.Join(dir, "three.squashfs"), epoch.Add(time.Hour))
-	if bytes.Equal(first, third) {
-		t.Error("another epoch gave the same image")
-	}
+	assert.False(t, bytes.Equal(first, third), "another epoch gave the same image")
 }
 
 func TestMakeContents(t *testing.T) {
@@ -113,15 +120,11 @@ func TestMakeContents(t *testing.T) {
 	tree := makeTree(t)
 	out := filepath.Join(t.TempDir(), "slot.squashfs")
 	// An old file at out is replaced, not appended to.
-	if err := os.WriteFile(out, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(out, []byte("old"), 0o644))
 	make1(t, tree, out, epoch)
 
 	list, err := exec.Command(unsquashfs, "-l", out).CombinedOutput()
-	if err != nil {
-		t.Fatalf("unsquashfs -l: %v\n%s", err, list)
-	}
+	require.NoError(t, err, "unsquashfs -l\n%s", list)
 	for _, want := range []string{
 		"squashfs-root/etc/hostname",
 		"squashfs-root/etc/os-release",
@@ -131,48 +134,46 @@ func TestMakeContents(t *testing.T) {
 		"squashfs-root/var/empty",
 		"squashfs-root/bin",
 	} {
-		if !bytes.Contains(list, []byte(want+"\n")) {
-			t.Errorf("unsquashfs -l does not list %s:\n%s", want, list)
-		}
+		assert.Contains(t, string(list), want+"\n", "unsquashfs -l does not list %s", want)
 	}
 
 	// Modes, the symlink and the fixed time survive.
 	long, err := exec.Command(unsquashfs, "-lln", out).CombinedOutput()
-	if err != nil {
-		t.Fatalf("unsquashfs -lln: %v\n%s", err, long)
-	}
+	require.NoError(t, err, "unsquashfs -lln\n%s", long)
 	stamp := epoch.UTC().Format("2006-01-02 15:04")
+	local := epoch.Local().Format("2006-01-02 15:04")
 	for _, want := range []string{"-rwxr-xr-x", "-rw-r--r--", "lrwxrwxrwx", "squashfs-root/bin -> usr/bin"} {
-		if !bytes.Contains(long, []byte(want)) {
-			t.Errorf("unsquashfs -lln lacks %q:\n%s", want, long)
-		}
+		assert.Contains(t, string(long), want, "unsquashfs -lln lacks %q", want)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(long)), "\n") {
 		if !strings.Contains(line, "squashfs-root") {
 			continue
 		}
-		if !strings.Contains(line, stamp) && !strings.Contains(line, epoch.Local().Format("2006-01-02 15:04")) {
-			t.Errorf("entry not stamped %s: %s", stamp, line)
-		}
+		assert.True(t, strings.Contains(line, stamp) || strings.Contains(line, local),
+			"entry not stamped %s: %s", stamp, line)
 	}
 
 	// Content round trip.
 	dest := filepath.Join(t.TempDir(), "x")
-	if b, err := exec.Command(unsquashfs, "-d", dest, "-no-progress", out).CombinedOutput(); err != nil {
-		t.Fatalf("unsquashfs: %v\n%s", err, b)
-	}
+	b, err := exec.Command(unsquashfs, "-d", dest, "-no-progress", out).CombinedOutput()
+	require.NoError(t, err, "unsquashfs\n%s", b)
 	for _, f := range []string{"etc/hostname", "usr/share/big"} {
-		want, _ := os.ReadFile(filepath.Join(tree, f))
+		want, err := os.ReadFile(filepath.Join(tree, f))
+		require.NoError(t, err)
 		got, err := os.ReadFile(filepath.Join(dest, f))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s after unsquashfs: %d bytes, %v; want %d bytes", f, len(got), err, len(want))
+		if assert.NoError(t, err, "%s after unsquashfs", f) {
+			assert.True(t, bytes.Equal(got, want),
+				"%s after unsquashfs: %d bytes; want %d bytes", f, len(got), len(want))
 		}
 	}
-	// zstd-compressed as documented.
+
+	// zstd-compressed as documented, in blocks of BlockSize.
 	sb, err := exec.Command(unsquashfs, "-s", out).CombinedOutput()
-	if err != nil || !bytes.Contains(sb, []byte("Compression zstd")) {
-		t.Errorf("unsquashfs -s: %v; want zstd compression:\n%s", err, sb)
-	}
+	require.NoError(t, err, "unsquashfs -s\n%s", sb)
+	assert.Contains(t, string(sb), "Compression zstd", "want zstd compression")
+	assert.Contains(t, strings.Split(string(sb), "\n"),
+		fmt.Sprintf("Block size %d", blockSizeBytes(t, BlockSize)),
+		"want the block size of BlockSize %q", BlockSize)
 }
 
 func TestMakeError(t *testing.T) {
@@ -181,16 +182,12 @@ func TestMakeError(t *testing.T) {
 	out := filepath.Join(dir, "out.squashfs")
 	missing := filepath.Join(dir, "no-such-tree")
 	err := Make(context.Background(), missing, out, epoch)
-	if err == nil {
-		t.Fatal("Make of a missing tree succeeded")
-	}
-	if !strings.Contains(err.Error(), "mksquashfs") || !strings.Contains(err.Error(), missing) {
-		t.Errorf("error %q should name mksquashfs and the tree", err)
+	require.Error(t, err, "Make of a missing tree succeeded")
+	for _, want := range []string{"mksquashfs", missing} {
+		assert.ErrorContains(t, err, want, "error should name mksquashfs and the tree")
 	}
 	for _, p := range []string{out, out + ".partial"} {
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
-			t.Errorf("%s exists after a failed Make (%v)", p, err)
-		}
+		assertNotExist(t, p, "exists after a failed Make")
 	}
 }
 
@@ -199,10 +196,6 @@ func TestMakeCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := filepath.Join(t.TempDir(), "out.squashfs")
-	if err := Make(ctx, makeTree(t), out, epoch); err == nil {
-		t.Error("Make with a canceled context succeeded")
-	}
-	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Errorf("%s exists after a canceled Make (%v)", out, err)
-	}
+	assert.Error(t, Make(ctx, makeTree(t), out, epoch), "Make with a canceled context succeeded")
+	assertNotExist(t, out, "exists after a canceled Make")
 }

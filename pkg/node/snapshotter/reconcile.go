@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/continuity/fs"
+	"github.com/containerd/errdefs"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -62,7 +63,9 @@ func (s *Snapshotter) Reconcile(ctx context.Context, other OtherSlot) (Reconcile
 		all = append(all, fromSlot{link: i.Labels[labelUpper], diffID: d})
 		return nil
 	})
-	if err != nil {
+	// A store no snapshot was ever taken in (a node's first boot) has no
+	// bucket to walk: nothing to reconcile.
+	if err != nil && !errdefs.IsNotFound(err) {
 		return res, err
 	}
 	var (

@@ -249,3 +249,17 @@ func TestReconcileReportsWhatNoSlotHolds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{diffA}, res.Missing)
 }
+
+// A node's first boot: the store has never held a snapshot, so there is
+// nothing to reconcile, and that is no error (it was logged as one).
+func TestReconcileAFreshStore(t *testing.T) {
+	sn, _ := newSnapshotter(t, slotLayers(t))
+	opened := false
+	res, err := sn.Reconcile(context.Background(), func(context.Context) (string, func(), error) {
+		opened = true
+		return t.TempDir(), func() {}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Reconciled{}, res)
+	assert.False(t, opened, "the other slot is mounted only when a layer is needed from it")
+}
