@@ -3,7 +3,9 @@ package qemutests
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -21,36 +23,85 @@ var milestones = []struct{ name, pattern string }{
 // BenchmarkBootToProvisioned measures seconds from QEMU start to firstboot
 // reporting "provisioned" under TCG, split by phase, and draws the
 // timeline of the median run. Run with -benchtime=3x for a median of 3.
+// It also reports the CPU time QEMU used for the boot (both vCPU threads
+// and QEMU's own): what a boot costs the host.
+//
+// TERRARIUM_BASELINE_IMAGE (another build, such as the previous commit's)
+// boots in turn with TERRARIUM_IMAGE, one of each per iteration: the
+// host's speed drifts by tens of percent within an hour, and alternating
+// spreads the drift over both. Both medians and their ratios are reported.
 func BenchmarkBootToProvisioned(b *testing.B) {
 	image := fixture(b, "TERRARIUM_IMAGE")
-	var runs [][]time.Duration
+	baseline := os.Getenv("TERRARIUM_BASELINE_IMAGE")
+	var runs, base []boot
 	for i := 0; i < b.N; i++ {
+		if baseline != "" {
+			base = append(base, bootOnce(b, baseline))
+		}
 		runs = append(runs, bootOnce(b, image))
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i][len(runs[i])-1] < runs[j][len(runs[j])-1] })
-	med := runs[len(runs)/2]
-	b.ReportMetric(med[len(med)-1].Seconds(), "s-to-provisioned")
-	b.ReportMetric(med[1].Seconds(), "s-to-switch-root")
+	med := medianBoot(b, "image", runs)
+	b.ReportMetric(med.total().Seconds(), "s-to-provisioned")
+	b.ReportMetric(med.at[1].Seconds(), "s-to-switch-root")
+	b.ReportMetric(med.cpu.Seconds(), "cpu-s-to-provisioned")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("median of %d boots:\n%s", len(runs), drawTimeline(med))
+	b.Logf("median of %d boots:\n%s", len(runs), drawTimeline(med.at))
+	if baseline != "" {
+		bmed := medianBoot(b, "baseline", base)
+		b.ReportMetric(bmed.total().Seconds(), "baseline-s-to-provisioned")
+		b.ReportMetric(bmed.cpu.Seconds(), "baseline-cpu-s-to-provisioned")
+		b.ReportMetric(med.total().Seconds()/bmed.total().Seconds(), "wall-ratio")
+		b.ReportMetric(med.cpu.Seconds()/bmed.cpu.Seconds(), "cpu-ratio")
+		b.Logf("baseline %s, median of %d boots:\n%s", baseline, len(base), drawTimeline(bmed.at))
+	}
 }
 
-func bootOnce(b *testing.B, image string) []time.Duration {
+// medianBoot logs every boot of runs and returns their median: the
+// median boot's milestones, and the median CPU time.
+func medianBoot(b *testing.B, what string, runs []boot) boot {
+	cpus := make([]time.Duration, len(runs))
+	for i, r := range runs {
+		b.Logf("%s boot %d: provisioned at %.1f s, QEMU's CPU %.1f s", what, i+1, r.total().Seconds(), r.cpu.Seconds())
+		cpus[i] = r.cpu
+	}
+	slices.Sort(cpus)
+	sorted := slices.Clone(runs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].total() < sorted[j].total() })
+	med := sorted[len(sorted)/2]
+	med.cpu = cpus[len(cpus)/2]
+	return med
+}
+
+// boot is one boot's milestones (time since QEMU started) and the CPU
+// time QEMU used up to the last.
+type boot struct {
+	at  []time.Duration
+	cpu time.Duration
+}
+
+func (r boot) total() time.Duration { return r.at[len(r.at)-1] }
+
+func bootOnce(b *testing.B, image string) boot {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(b, image)
 	cfg := m.configDisk("config.img", goodConfig)
 	start := time.Now()
 	vm := m.boot(ctx, configAttached(cfg))
-	var at []time.Duration
+	var r boot
 	for _, ms := range milestones {
 		if _, err := vm.Expect(ctx, regexp.MustCompile(ms.pattern)); err != nil {
 			b.Fatalf("waiting for %s: %v", ms.name, err)
 		}
-		at = append(at, time.Since(start))
+		r.at = append(r.at, time.Since(start))
 	}
 	vm.Close()
-	return at
+	ps := vm.ProcessState()
+	if ps == nil {
+		b.Fatal("QEMU's process state is unknown after Close")
+	}
+	r.cpu = ps.UserTime() + ps.SystemTime()
+	return r
 }
 
 func drawTimeline(at []time.Duration) string {

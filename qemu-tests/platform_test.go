@@ -288,10 +288,16 @@ func sortedKeys(m map[string]string) []string {
 // config), with the hostname, users, files, units and addresses it says;
 // a bad input on each is refused by name with nothing applied. No packet
 // leaves the test network.
+//
+// The cases run two at a time (go test's -parallel, GOMAXPROCS by
+// default): a boot keeps one host core busy through the firmware and the
+// initramfs and both only from systemd on, so a second boot fills the
+// idle core (docs/operations/qemu-ci.md has the figures).
 func TestConfigChannels(t *testing.T) {
 	image := fixture(t, "TERRARIUM_IMAGE")
 	for i, c := range channels {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			timeout := bootTimeout
 			if c.install {
 				timeout = 3 * bootTimeout // three boots: live and install, installed, handed over
