@@ -1,12 +1,12 @@
 package qemutests
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +65,7 @@ func medianBoot(b *testing.B, what string, runs []boot) boot {
 		cpus[i] = r.cpu
 	}
 	slices.Sort(cpus)
-	sorted := slices.Clone(runs)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].total() < sorted[j].total() })
+	sorted := slices.SortedFunc(slices.Values(runs), func(x, y boot) int { return cmp.Compare(x.total(), y.total()) })
 	med := sorted[len(sorted)/2]
 	med.cpu = cpus[len(cpus)/2]
 	return med

@@ -17,9 +17,9 @@ import (
 
 // BlockSize is the squashfs block: mksquashfs's default. A read of any
 // page decompresses its whole block, and a booting node reads many small
-// files and scattered pages of its programs: with 1 MiB blocks a first
-// boot under TCG cost 12 % more CPU to "provisioned" (seeding /var alone
-// 5.9 s against 1.7 s), for an image no smaller (docs/benchmarks.md).
+// files and scattered pages of its programs: 1 MiB blocks made seeding
+// /var at a first boot under TCG take 4.4 to 5.9 s against 1.7 to 2.9 s,
+// for an image no smaller (docs/benchmarks.md).
 const BlockSize = "128K"
 
 // Make writes a zstd-compressed squashfs of dir to out.
