@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -89,4 +90,35 @@ func readGuestTime(ctx context.Context, s *sshClient, started time.Time) (guestT
 func (g guestTime) String() string {
 	return fmt.Sprintf("%s of guest time in %s (%.0f %%), wall clock %+.1f s from the host's",
 		g.guest.Round(time.Second), g.host.Round(time.Second), 100*g.guest.Seconds()/g.host.Seconds(), g.offset.Seconds())
+}
+
+// keepClockFromRTC runs clockFromRTC on n after each of its boots, for a
+// scenario whose nodes reboot (clockFromRTC's unit lasts one boot), until
+// ctx ends. A boot is counted by the kernel's banner on the console; a
+// failed start is logged and tried again on the next round, since a
+// guest that is shutting down or still booting refuses it.
+func keepClockFromRTC(ctx context.Context, t *testing.T, n *clusterNode, key sshKey) {
+	kept := 0
+	for {
+		if boots := strings.Count(n.vm.Console(), "Linux version "); boots > kept {
+			s, err := trySSH(ctx, t, n.sshPort, key)
+			if err == nil {
+				err = clockFromRTC(s)
+			}
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				t.Logf("%s: boot %d: %v (trying again)", n.name, boots, err)
+			default:
+				kept = boots
+				t.Logf("%s: boot %d: wall clock follows the RTC", n.name, boots)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
