@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,7 +34,10 @@ const rtcClockUnit = "test-clock-from-rtc"
 // to 40 s of its own time to start each of the timer's units, and its
 // clock ended 3 min 10 s behind the host's.
 func clockFromRTC(s *sshClient) error {
-	cmd := "sudo systemd-run --quiet --unit=" + rtcClockUnit + " -p CPUSchedulingPolicy=rr -p CPUSchedulingPriority=10 " +
+	// Stopping a loop already running first makes it safe to call twice
+	// in one boot (firstboot's banner, which keepClockFromRTC counts,
+	// comes again when the service restarts).
+	cmd := "sudo systemctl stop " + rtcClockUnit + " 2>/dev/null; sudo systemd-run --quiet --unit=" + rtcClockUnit + " -p CPUSchedulingPolicy=rr -p CPUSchedulingPriority=10 " +
 		`/bin/sh -c 'while :; do date -u -s @$(cat /sys/class/rtc/rtc0/since_epoch) >/dev/null; sleep 2; done'`
 	if out, err := s.try(cmd); err != nil {
 		return fmt.Errorf("start %s: %w: %s", rtcClockUnit, err, out)
@@ -94,13 +98,15 @@ func (g guestTime) String() string {
 
 // keepClockFromRTC runs clockFromRTC on n after each of its boots, for a
 // scenario whose nodes reboot (clockFromRTC's unit lasts one boot), until
-// ctx ends. A boot is counted by the kernel's banner on the console; a
+// ctx ends. A boot is counted by the initramfs's banner on the console
+// ("Terrarium 0.1.0, slot a, boot 1"; the kernel itself is quiet); a
 // failed start is logged and tried again on the next round, since a
 // guest that is shutting down or still booting refuses it.
 func keepClockFromRTC(ctx context.Context, t *testing.T, n *clusterNode, key sshKey) {
+	banner := regexp.MustCompile(`Terrarium \S+, slot \S+, boot \d+`)
 	kept := 0
 	for {
-		if boots := strings.Count(n.vm.Console(), "Linux version "); boots > kept {
+		if boots := len(banner.FindAllStringIndex(n.vm.Console(), -1)); boots > kept {
 			s, err := trySSH(ctx, t, n.sshPort, key)
 			if err == nil {
 				err = clockFromRTC(s)
