@@ -34,10 +34,11 @@ const rtcClockUnit = "test-clock-from-rtc"
 // to 40 s of its own time to start each of the timer's units, and its
 // clock ended 3 min 10 s behind the host's.
 func clockFromRTC(s *sshClient) error {
-	// Stopping a loop already running first makes it safe to call twice
-	// in one boot (firstboot's banner, which keepClockFromRTC counts,
+	// Stopping a loop already running first (and forgetting it, since a
+	// stopped loop is a failed unit) makes it safe to call twice in one
+	// boot (firstboot's banner, which keepClockFromRTC counts,
 	// comes again when the service restarts).
-	cmd := "sudo systemctl stop " + rtcClockUnit + " 2>/dev/null; sudo systemd-run --quiet --unit=" + rtcClockUnit + " -p CPUSchedulingPolicy=rr -p CPUSchedulingPriority=10 " +
+	cmd := "sudo systemctl stop " + rtcClockUnit + " 2>/dev/null; sudo systemctl reset-failed " + rtcClockUnit + " 2>/dev/null; sudo systemd-run --quiet --unit=" + rtcClockUnit + " -p CPUSchedulingPolicy=rr -p CPUSchedulingPriority=10 " +
 		`/bin/sh -c 'while :; do date -u -s @$(cat /sys/class/rtc/rtc0/since_epoch) >/dev/null; sleep 2; done'`
 	if out, err := s.try(cmd); err != nil {
 		return fmt.Errorf("start %s: %w: %s", rtcClockUnit, err, out)

@@ -31,10 +31,12 @@ type object struct {
 }
 
 // The manifest names the very objects pkg/node/rollout uses, and grants
-// no node more than reading and updating those two objects by name.
+// no node more than reading and updating those two ConfigMaps by name.
+// No Lease: the NodeRestriction admission plugin would refuse a node's
+// write to it whatever the Role said.
 func TestUpgradesManifest(t *testing.T) {
 	dec := yaml.NewDecoder(bytes.NewReader(Upgrades))
-	byKind := map[string]object{}
+	byKind := map[string][]object{}
 	for {
 		var o object
 		err := dec.Decode(&o)
@@ -42,21 +44,23 @@ func TestUpgradesManifest(t *testing.T) {
 			break
 		}
 		require.NoError(t, err)
-		byKind[o.Kind] = o
+		byKind[o.Kind] = append(byKind[o.Kind], o)
 	}
-	require.Len(t, byKind, 4)
-	assert.Equal(t, rollout.ConfigMapName, byKind["ConfigMap"].Metadata.Name)
-	assert.Equal(t, rollout.Namespace, byKind["ConfigMap"].Metadata.Namespace)
-	assert.Equal(t, rollout.LeaseName, byKind["Lease"].Metadata.Name)
-	assert.Equal(t, rollout.Namespace, byKind["Lease"].Metadata.Namespace)
+	require.Len(t, byKind, 3, "ConfigMaps, a Role and its RoleBinding")
+	require.Len(t, byKind["ConfigMap"], 2)
+	for i, name := range []string{rollout.ConfigMapName, rollout.LockName} {
+		assert.Equal(t, name, byKind["ConfigMap"][i].Metadata.Name)
+		assert.Equal(t, rollout.Namespace, byKind["ConfigMap"][i].Metadata.Namespace)
+	}
 
-	role := byKind["Role"]
-	require.Len(t, role.Rules, 2)
-	assert.Equal(t, []string{rollout.ConfigMapName}, role.Rules[0].ResourceNames)
-	assert.Equal(t, []string{rollout.LeaseName}, role.Rules[1].ResourceNames)
-	for _, r := range role.Rules {
-		assert.Equal(t, []string{"get", "update"}, r.Verbs, "no create, no delete, no list")
-	}
-	require.Len(t, byKind["RoleBinding"].Subjects, 1)
-	assert.Equal(t, "system:nodes", byKind["RoleBinding"].Subjects[0].Name)
+	require.Len(t, byKind["Role"], 1)
+	role := byKind["Role"][0]
+	require.Len(t, role.Rules, 1)
+	assert.Equal(t, []string{""}, role.Rules[0].APIGroups)
+	assert.Equal(t, []string{"configmaps"}, role.Rules[0].Resources)
+	assert.Equal(t, []string{rollout.ConfigMapName, rollout.LockName}, role.Rules[0].ResourceNames)
+	assert.Equal(t, []string{"get", "update"}, role.Rules[0].Verbs, "no create, no delete, no list")
+	require.Len(t, byKind["RoleBinding"], 1)
+	require.Len(t, byKind["RoleBinding"][0].Subjects, 1)
+	assert.Equal(t, "system:nodes", byKind["RoleBinding"][0].Subjects[0].Name)
 }

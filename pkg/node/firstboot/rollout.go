@@ -24,9 +24,8 @@ import (
 // cluster-wide upgrade, with its kubelet's credentials
 // (pkg/node/kubeclient.Client; the rights come from addons.Upgrades).
 type RolloutAPI interface {
-	rollout.API
+	rollout.API // the record, and the lock (leaselock.InConfigMap)
 	rollout.DrainAPI
-	leaselock.Store
 }
 
 // Rollout wires a cluster node to its cluster's upgrades
@@ -259,9 +258,11 @@ func (r *runner) markReported(digest string) {
 	}
 }
 
-// lock is the rollout's Lease, taken as this node.
+// rolloutLock is the rollout's lock, taken as this node with its
+// kubelet's credentials: kept in a ConfigMap, since the NodeRestriction
+// admission plugin refuses a node any Lease but its own heartbeat.
 func (r *runner) rolloutLock(api RolloutAPI, me string) (*leaselock.Lock, error) {
-	return leaselock.New(api, rollout.Namespace, rollout.LeaseName, me,
+	return leaselock.New(leaselock.InConfigMap(api), rollout.Namespace, rollout.LockName, me,
 		leaselock.WithDuration(r.o.Rollout.Lease), leaselock.WithPoll(r.o.Rollout.Poll),
 		leaselock.WithClock(r.o.Host.Now), leaselock.KeepAfterFailure(),
 		leaselock.WithReport(func(event, detail string) { r.o.Log.Info("rollout lease", "event", event, "detail", detail) }))

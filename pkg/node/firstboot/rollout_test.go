@@ -24,14 +24,15 @@ import (
 
 // fakeCluster is the API of a cluster of cp-1 (control plane) and w-1
 // (worker) as each node sees it with its kubelet's credentials: the
-// rollout's ConfigMap and Lease, nodes, pods and evictions, with the
-// NodeRestriction plugin's limits (a node cordons itself only, evicts
-// only its own pods).
+// rollout's ConfigMaps (the record and the lock), nodes, pods and
+// evictions, with the NodeRestriction plugin's limits (a node cordons
+// itself only, evicts only its own pods). It has no Leases: RolloutAPI
+// has none, since the plugin lets a node write no Lease but its own
+// heartbeat in kube-node-lease, whatever RBAC grants.
 type fakeCluster struct {
 	mu       sync.Mutex
-	cm       *kubeclient.ConfigMap
+	cms      map[string]kubeclient.ConfigMap // kube-system's, by name
 	version  int
-	leases   fakeLeases
 	pods     map[string][]kubeclient.Pod
 	guarded  map[string]int // pod -> evictions its budget refuses yet
 	cordoned map[string]bool
@@ -49,7 +50,26 @@ func newFakeCluster() *fakeCluster {
 		},
 		guarded:  map[string]int{"web-1": 2},
 		cordoned: map[string]bool{},
+		cms:      map[string]kubeclient.ConfigMap{},
 	}
+}
+
+// lockHolder is who holds the rollout's lock.
+func (c *fakeCluster) lockHolder(t *testing.T) string {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.cms[rollout.LockName]
+	require.True(t, ok, "the rollout's lock exists")
+	return m.Data["holderIdentity"]
+}
+
+// applyUpgradesManifest creates what the init node's addons.Upgrades
+// creates: the record's ConfigMap and the lock's, both empty.
+func (c *fakeCluster) applyUpgradesManifest() {
+	a := &nodeAPI{c: c}
+	a.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
+	a.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.LockName})
 }
 
 // as is the API as node.
@@ -83,12 +103,13 @@ var forbidden = &kubeclient.StatusError{Code: 403, Status: "403 Forbidden"}
 func (a *nodeAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.ConfigMap, error) {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
-	if a.c.cm == nil || ns != rollout.Namespace || name != rollout.ConfigMapName {
+	cur, ok := a.c.cms[name]
+	if !ok || ns != rollout.Namespace {
 		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
 	}
-	m := *a.c.cm
+	m := cur
 	m.Data = map[string]string{}
-	for k, v := range a.c.cm.Data {
+	for k, v := range cur.Data {
 		m.Data[k] = v
 	}
 	return m, nil
@@ -97,7 +118,7 @@ func (a *nodeAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.Conf
 func (a *nodeAPI) save(m kubeclient.ConfigMap) kubeclient.ConfigMap {
 	a.c.version++
 	m.ResourceVersion = fmt.Sprint(a.c.version)
-	a.c.cm = &m
+	a.c.cms[m.Name] = m
 	return m
 }
 
@@ -110,26 +131,10 @@ func (a *nodeAPI) CreateConfigMap(context.Context, kubeclient.ConfigMap) (kubecl
 func (a *nodeAPI) UpdateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
-	if a.c.cm == nil || a.c.cm.ResourceVersion != m.ResourceVersion {
+	if cur, ok := a.c.cms[m.Name]; !ok || cur.ResourceVersion != m.ResourceVersion {
 		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
 	}
 	return a.save(m), nil
-}
-
-func (a *nodeAPI) Lease(_ context.Context, ns, name string) (kubeclient.Lease, error) {
-	l, ok := a.c.leases.get(name)
-	if !ok {
-		return kubeclient.Lease{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
-	}
-	return l, nil
-}
-
-func (a *nodeAPI) CreateLease(context.Context, kubeclient.Lease) (kubeclient.Lease, error) {
-	return kubeclient.Lease{}, forbidden
-}
-
-func (a *nodeAPI) UpdateLease(_ context.Context, l kubeclient.Lease) (kubeclient.Lease, error) {
-	return a.c.leases.swap(l)
 }
 
 func (a *nodeAPI) Cordon(_ context.Context, name string, u bool) error {
@@ -227,9 +232,7 @@ func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode) {
 	w = newRolloutNode(t, c, "w-1", pub)
 	cp.peers(w)
 	w.peers(cp)
-	// The init node applied addons.Upgrades: the ConfigMap and the Lease.
-	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
-	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
+	c.applyUpgradesManifest()
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
 	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
@@ -248,8 +251,7 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "cp-1"))
 	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
 	assert.True(t, c.cordoned["cp-1"])
-	l, _ := c.leases.get(rollout.LeaseName)
-	assert.Equal(t, "cp-1", l.Holder, "kept across the reboot")
+	assert.Equal(t, "cp-1", c.lockHolder(t), "kept across the reboot")
 
 	// The worker waits while the control plane is on trial.
 	w.e.runWatching(t, w.o, func() bool { s := w.e.statusIfAny(); return s != nil && s.Upgrade != "" })
@@ -262,8 +264,7 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
 	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
 	assert.False(t, c.cordoned["cp-1"])
-	l, _ = c.leases.get(rollout.LeaseName)
-	assert.Empty(t, l.Holder, "released")
+	assert.Empty(t, c.lockHolder(t), "released")
 
 	// The worker's turn: drained (its budget refuses twice), the upgrade
 	// fetched from cp-1's registry, installed, rebooted into.
@@ -306,8 +307,7 @@ func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
 	assert.Equal(t, "cp-1", bad.Node)
 	assert.Contains(t, bad.Reason, "injected fault")
 	assert.False(t, c.cordoned["cp-1"], "back in service")
-	l, _ := c.leases.get(rollout.LeaseName)
-	assert.Empty(t, l.Holder)
+	assert.Empty(t, c.lockHolder(t))
 
 	// The worker does nothing; a stick of the same file in it is refused
 	// by the cluster's mark before anything is written.
@@ -379,7 +379,7 @@ func TestWorkerStickPointsToAControlPlane(t *testing.T) {
 	w.e.runWatching(t, w.o, stepsSay(w.e, "upgrade=refused"))
 	assert.Contains(t, w.e.console.String(), "insert the stick into a control plane")
 	assert.Empty(t, w.inst.calls())
-	assert.Nil(t, c.cm)
+	assert.Empty(t, c.cms)
 }
 
 func TestUpgradeStatusDrawsTheRollout(t *testing.T) {
@@ -422,8 +422,7 @@ func TestOtherSlotHoldsItAlready(t *testing.T) {
 	c := newFakeCluster()
 	cp := newRolloutNode(t, c, "cp-1", pub)
 	cp.peers()
-	(&nodeAPI{c: c}).save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
-	c.leases.put(kubeclient.Lease{Namespace: rollout.Namespace, Name: rollout.LeaseName, DurationSeconds: 900})
+	c.applyUpgradesManifest()
 	cp.inst.other = "1.3.0"
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")

@@ -25,9 +25,10 @@ const (
 	Namespace = "kube-system"
 	// ConfigMapName is the ConfigMap holding the record.
 	ConfigMapName = "terrarium-upgrades"
-	// LeaseName is the Lease a node holds from its drain to its blessed
-	// trial boot.
-	LeaseName = "terrarium-upgrade"
+	// LockName is the ConfigMap holding the lock a node holds from its
+	// drain to its blessed trial boot (pkg/node/leaselock.InConfigMap: a
+	// node's credentials may write no shared Lease).
+	LockName = "terrarium-upgrade-lock"
 	// dataKey is the ConfigMap key of the JSON record.
 	dataKey = "record.json"
 )
