@@ -190,6 +190,7 @@ func TestClusterUpgrade(t *testing.T) {
 
 	key, configs := clusterConfigs(ctx, t, "e2e-upgrade",
 		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
+	keyFile := key.save(t, work) // an hour-long run is worth watching from inside
 	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
 	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
 	linkPort := freePort(t)
@@ -206,6 +207,7 @@ func TestClusterUpgrade(t *testing.T) {
 			n.m.yieldCPU()
 		}
 		n.sshPort = n.m.forwardSSH()
+		t.Logf("%s: ssh -i %s -p %d -o StrictHostKeyChecking=no admin@127.0.0.1", n.name, keyFile, n.sshPort)
 		echo := freePort(t)
 		n.m.forward = append(n.m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-:8080", echo))
 		echoURLs = append(echoURLs, fmt.Sprintf("http://127.0.0.1:%d/", echo))

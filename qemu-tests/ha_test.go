@@ -5,7 +5,6 @@ package qemutests
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -49,10 +48,7 @@ func TestClusterHA(t *testing.T) {
 	}
 	key, configs := clusterConfigs(ctx, t, "ha", args...)
 	// An hour-long run is worth watching from inside: the key to do it.
-	keyFile := filepath.Join(work, "admin.key")
-	if err := os.WriteFile(keyFile, key.private, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := key.save(t, work)
 	group := fmt.Sprintf("230.0.77.1:%d", freePort(t))
 	linkCap := filepath.Join(work, "link.pcap")
 	start := time.Now()

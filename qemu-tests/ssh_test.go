@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,6 +46,17 @@ func newSSHKey(t testing.TB) sshKey {
 		t.Fatal(err)
 	}
 	return sshKey{signer: signer, authorized: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " qemu-test", private: pem.EncodeToMemory(block)}
+}
+
+// save writes the private key into dir for a person watching a long run
+// from inside, and returns its path.
+func (k sshKey) save(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "admin.key")
+	if err := os.WriteFile(path, k.private, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func freePort(t testing.TB) int {
