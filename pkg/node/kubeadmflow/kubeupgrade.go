@@ -214,7 +214,7 @@ const UpgradeConfigFile = "/etc/terrarium/kubeadm-upgrade.yaml"
 // workers.
 func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want, kept string) ([]string, error) {
 	cfg, err := kubeadmconfig.RenderUpgrade(kubeadmconfig.UpgradeInput{
-		KubernetesVersion: want, ControlPlane: c.Cluster.IsControlPlane(), IgnorePreflightErrors: ignoredChecks(c.Cluster),
+		KubernetesVersion: want, ControlPlane: c.Cluster.IsControlPlane(), IgnorePreflightErrors: upgradeIgnoredChecks(c.Cluster),
 	})
 	if err != nil {
 		return nil, err

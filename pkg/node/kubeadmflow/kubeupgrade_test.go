@@ -151,6 +151,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 			cfg, err := os.ReadFile(f.Path(UpgradeConfigFile))
 			require.NoError(t, err)
 			assert.Contains(t, string(cfg), `kubernetesVersion: "v1.36.4"`)
+			assert.Contains(t, string(cfg), `"CreateJob"]`, "kubeadm's one-minute Job check is a warning")
 			require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "verified after the upgrade")
 
 			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
