@@ -265,7 +265,7 @@ func (r *runner) rolloutLock(api RolloutAPI, me string) (*leaselock.Lock, error)
 	return leaselock.New(leaselock.InConfigMap(api), rollout.Namespace, rollout.LockName, me,
 		leaselock.WithDuration(r.o.Rollout.Lease), leaselock.WithPoll(r.o.Rollout.Poll),
 		leaselock.WithClock(r.o.Host.Now), leaselock.KeepAfterFailure(),
-		leaselock.WithReport(func(event, detail string) { r.o.Log.Info("rollout lease", "event", event, "detail", detail) }))
+		leaselock.WithReport(func(event, detail string) { r.o.Log.Info("rollout lock", "event", event, "detail", detail) }))
 }
 
 // setPhase records this node's phase in the rollout of digest.
