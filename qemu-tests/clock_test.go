@@ -99,15 +99,20 @@ func (g guestTime) String() string {
 
 // keepClockFromRTC runs clockFromRTC on n after each of its boots, for a
 // scenario whose nodes reboot (clockFromRTC's unit lasts one boot), until
-// ctx ends. A boot is counted by the initramfs's banner on the console
-// ("Terrarium 0.1.0, slot a, boot 1"; the kernel itself is quiet); a
-// failed start is logged and tried again on the next round, since a
-// guest that is shutting down or still booting refuses it.
+// ctx ends. A boot is counted by firstboot's banner on the console
+// ("Terrarium 0.1.0, slot a, boot 1"; the kernel itself is quiet), each
+// look reading on from the last banner seen; a failed start is logged and
+// tried again on the next round, since a guest that is shutting down or
+// still booting refuses it.
 func keepClockFromRTC(ctx context.Context, t *testing.T, n *clusterNode, key sshKey) {
 	banner := regexp.MustCompile(`Terrarium \S+, slot \S+, boot \d+`)
-	kept := 0
+	read, boots, kept := 0, 0, 0
 	for {
-		if boots := len(banner.FindAllStringIndex(n.vm.Console(), -1)); boots > kept {
+		if found := banner.FindAllStringIndex(n.vm.Console()[read:], -1); len(found) > 0 {
+			boots += len(found)
+			read += found[len(found)-1][1]
+		}
+		if boots > kept {
 			s, err := trySSH(ctx, t, n.sshPort, key)
 			if err == nil {
 				err = clockFromRTC(s)

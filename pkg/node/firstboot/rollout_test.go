@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 	"github.com/terrarium-os/terrarium/pkg/node/rollout"
@@ -57,11 +58,9 @@ func newFakeCluster() *fakeCluster {
 // lockHolder is who holds the rollout's lock.
 func (c *fakeCluster) lockHolder(t *testing.T) string {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, ok := c.cms[rollout.LockName]
-	require.True(t, ok, "the rollout's lock exists")
-	return m.Data["holderIdentity"]
+	l, err := leaselock.InConfigMap(&nodeAPI{c: c}).Lease(context.Background(), rollout.Namespace, rollout.LockName)
+	require.NoError(t, err, "the rollout's lock exists")
+	return l.Holder
 }
 
 // applyUpgradesManifest creates what the init node's addons.Upgrades
