@@ -37,3 +37,14 @@ func repairImagesCmd() *cobra.Command {
 		},
 	}
 }
+
+func closeUnpackWindowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "close-unpack-window",
+		Short: "At shutdown, once containerd has stopped: sync what it unpacked and close the image unpack window (terrarium-unpack-window.service)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := unpackwindow.CloseAtShutdown(cmd.Context(), host.Real(), firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
+			return err
+		},
+	}
+}

@@ -233,6 +233,16 @@ const (
 	// sandbox leaves only them writable.
 	RegistryCacheDir = "/var/lib/terrarium/registry"
 	RegistryMountDir = "/run/terrarium/bundle-disk"
+	// RegistryPreviousSlotDir is where the registry mounts the slot an
+	// upgrade's trial boot falls back to, read-only, to serve that slot's
+	// bundle too until the boot is blessed (its unit's other
+	// RuntimeDirectory=).
+	RegistryPreviousSlotDir = "/run/terrarium/previous-slot"
+	// RunTrialBoot is present while this boot is an upgrade's trial (its
+	// slot on trial, the other slot blessed) and holds the other slot's
+	// name. The initramfs writes it; firstboot removes it once it blesses
+	// the boot.
+	RunTrialBoot = "/run/terrarium/trial-boot"
 	// KubeletClientCert is the kubelet's client certificate and key (one
 	// PEM file, kept current by the kubelet): a cluster node's identity,
 	// which its registry also shows its peers.

@@ -197,6 +197,7 @@ func TestContractDocumented(t *testing.T) {
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
 		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature, RegistryCacheDir, RegistryMountDir,
+		RegistryPreviousSlotDir, RunTrialBoot,
 		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
@@ -215,6 +216,14 @@ func TestRegistryUnitNamesItsDirectories(t *testing.T) {
 		}
 	}
 	assert.Equal(t, RegistryCacheDir, "/var/lib/"+settings["StateDirectory"])
-	assert.Equal(t, RegistryMountDir, "/run/"+settings["RuntimeDirectory"])
+	assert.Equal(t, []string{RegistryMountDir, RegistryPreviousSlotDir}, prefixed("/run/", strings.Fields(settings["RuntimeDirectory"])))
 	assert.Equal(t, "strict", settings["ProtectSystem"], "the rest is read-only")
+}
+
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
 }

@@ -38,6 +38,12 @@ type Init struct {
 	// lets the boot loader count its failure and boot something that has
 	// tries left (bootloader.RebootHelps); nil until the boot disk is known.
 	trial func(ctx context.Context) (bool, error)
+	// upgradeTrial tells whether this boot is an upgrade's trial (its slot
+	// on trial, the other slot blessed); nil until the boot disk is known.
+	upgradeTrial func(ctx context.Context) (bool, error)
+	// trialMarker is the file that says so to the booted system
+	// (layout.RunTrialBoot).
+	trialMarker string
 	// reboot restarts the machine; it returns only on failure.
 	reboot func() error
 	// trialRebootDelay is how long a failed trial boot shows its failure
@@ -53,6 +59,7 @@ func New(console io.Writer) *Init {
 			return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 		},
 		trialRebootDelay: 10 * time.Second,
+		trialMarker:      layout.RunTrialBoot,
 	}
 }
 
@@ -152,6 +159,46 @@ func (in *Init) trialOf(disk *diskInfo) func(ctx context.Context) (bool, error) 
 	}
 }
 
+// upgradeTrialOf tells whether this boot of the slot is an upgrade's trial,
+// from disk's EFI partition.
+func (in *Init) upgradeTrialOf(disk *diskInfo) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		esp, ok := disk.partDev(layout.LabelESP)
+		if !ok {
+			return false, fmt.Errorf("no %s partition on %s", layout.LabelESP, disk.dev())
+		}
+		l := &bootloader.ESPLoader{Device: esp, Mount: "/run/terrarium-init/esp"}
+		return l.TrialOverBlessed(ctx, in.slot())
+	}
+}
+
+// markUpgradeTrial writes trialMarker, naming the slot the boot falls back
+// to, when this boot is an upgrade's trial: the registry then serves that
+// slot's bundle too, so the old control plane can run until the node's
+// Kubernetes is upgraded, whatever became of containerd's store. A boot
+// that cannot tell goes on without it.
+func (in *Init) markUpgradeTrial(ctx context.Context) error {
+	if in.upgradeTrial == nil {
+		return nil
+	}
+	trial, err := in.upgradeTrial(ctx)
+	if err != nil {
+		in.say("cannot tell whether slot %s is an upgrade's trial (%v): going on as if not", in.slot(), err)
+		return nil
+	}
+	if !trial {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(in.trialMarker), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(in.trialMarker, []byte(string(in.slot().Other())+"\n"), 0o644); err != nil {
+		return err
+	}
+	in.say("slot %s is on trial over slot %s: the registry serves slot %s's images too until this boot is blessed", in.slot(), in.slot().Other(), in.slot().Other())
+	return nil
+}
+
 // diskSteps boot an installed disk: its slot partition and its TERRA-STATE.
 func (in *Init) diskSteps() []step {
 	var disk, state *diskInfo
@@ -159,9 +206,11 @@ func (in *Init) diskSteps() []step {
 		{"find the boot disk", func(ctx context.Context) (err error) {
 			if disk, err = in.findDisk(ctx); err == nil {
 				in.trial = in.trialOf(disk)
+				in.upgradeTrial = in.upgradeTrialOf(disk)
 			}
 			return err
 		}},
+		{"tell whether this is an upgrade's trial boot", in.markUpgradeTrial},
 		{"prepare TERRA-STATE partition", func(ctx context.Context) (err error) { state, err = in.statePartition(ctx, disk); return err }},
 		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
 		{"prepare TERRA-STATE filesystem", func(ctx context.Context) error { return in.ensureStateFS(ctx, state) }},

@@ -432,3 +432,42 @@ func TestRebootIfOnTrial(t *testing.T) {
 	in := &Init{console: io.Discard}
 	in.rebootIfOnTrial(context.Background())
 }
+
+// An upgrade's trial boot tells the booted system which slot it falls back
+// to; any other boot, or one whose ESP cannot be read, writes nothing.
+func TestMarkUpgradeTrial(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		trial  bool
+		err    error
+		marker string
+		says   string
+	}{
+		{"an upgrade's trial", true, nil, "a\n", "slot b is on trial over slot a"},
+		{"not on trial", false, nil, "", ""},
+		{"the ESP unreadable", false, errors.New("mount ESP: no such device"), "", "cannot tell whether slot b is an upgrade's trial (mount ESP: no such device)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var console bytes.Buffer
+			marker := filepath.Join(t.TempDir(), "run", "terrarium", "trial-boot")
+			in := &Init{console: &console, cmdline: map[string]string{layout.CmdlineSlot: "b"}, trialMarker: marker,
+				upgradeTrial: func(context.Context) (bool, error) { return tc.trial, tc.err },
+			}
+			require.NoError(t, in.markUpgradeTrial(context.Background()), "the boot goes on")
+			if tc.marker == "" {
+				assert.NoFileExists(t, marker)
+			} else {
+				b, err := os.ReadFile(marker)
+				require.NoError(t, err)
+				assert.Equal(t, tc.marker, string(b))
+			}
+			if tc.says == "" {
+				assert.Empty(t, console.String())
+			} else {
+				assert.Contains(t, console.String(), tc.says)
+			}
+		})
+	}
+	// A live boot (no disk) asks nothing.
+	require.NoError(t, (&Init{console: io.Discard}).markUpgradeTrial(context.Background()))
+}

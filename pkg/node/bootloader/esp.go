@@ -167,6 +167,36 @@ func (l *ESPLoader) RebootHelps(ctx context.Context, slot layout.Slot) (bool, er
 	return helps, err
 }
 
+// TrialOverBlessed reports whether slot is on trial while the other slot's
+// entry is blessed: an upgrade's trial boot, whose fallback is a slot that
+// has run well. (A fresh image's first boot is on trial over nothing.)
+func (l *ESPLoader) TrialOverBlessed(ctx context.Context, slot layout.Slot) (bool, error) {
+	var yes bool
+	err := l.WithESP(false, func(dir string) error {
+		entries, err := os.ReadDir(filepath.Join(dir, layout.ESPEntriesDir))
+		if err != nil {
+			return err
+		}
+		yes = trialOverBlessed(entries, slot)
+		return nil
+	})
+	return yes, err
+}
+
+// trialOverBlessed decides TrialOverBlessed from the ESP's entries.
+func trialOverBlessed(entries []os.DirEntry, slot layout.Slot) bool {
+	trial, otherBlessed := false, false
+	for _, e := range entries {
+		if _, blessed, ok := triesLeft(e.Name(), slot); ok {
+			trial = !blessed
+		}
+		if _, blessed, ok := triesLeft(e.Name(), slot.Other()); ok {
+			otherBlessed = blessed
+		}
+	}
+	return trial && otherBlessed
+}
+
 // rebootHelps decides RebootHelps from the ESP's entries.
 func rebootHelps(entries []os.DirEntry, slot layout.Slot) bool {
 	trial, own, otherBootable := false, false, false

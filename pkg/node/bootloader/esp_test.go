@@ -96,6 +96,34 @@ func TestRebootHelps(t *testing.T) {
 	}
 }
 
+// An upgrade's trial boot is one on trial whose fallback is blessed.
+func TestTrialOverBlessed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []string
+		slot    layout.Slot
+		want    bool
+	}{
+		{"an upgrade's trial", []string{"terrarium-b+0-1.conf", "terrarium-a.conf"}, layout.SlotB, true},
+		{"an upgrade's trial, back to a", []string{"terrarium-a+2.conf", "terrarium-b.conf"}, layout.SlotA, true},
+		{"a fresh image's first boot", []string{"terrarium-a+2-1.conf"}, layout.SlotA, false},
+		{"both on trial", []string{"terrarium-b+1-1.conf", "terrarium-a+1.conf"}, layout.SlotB, false},
+		{"blessed", []string{"terrarium-b.conf", "terrarium-a.conf"}, layout.SlotB, false},
+		{"the fallback boots, the trial slot counted", []string{"terrarium-b+0-1.conf", "terrarium-a.conf"}, layout.SlotA, false},
+		{"foreign entries only", []string{"terrarium-ab+2.conf", "xterrarium-a.conf"}, layout.SlotB, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, e := range tc.entries {
+				touch(t, filepath.Join(dir, e))
+			}
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, trialOverBlessed(entries, tc.slot))
+		})
+	}
+}
+
 // FuzzTriesLeft reads entry file names found on the ESP: a name it takes
 // as the slot's entry is the slot's, and never has negative tries.
 func FuzzTriesLeft(f *testing.F) {

@@ -67,6 +67,11 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	}
 	r.status.Blessed = string(res)
 	r.step("bless", string(res), "")
+	// No longer a trial: the registry lets go of the slot it fell back to,
+	// which the next upgrade may write.
+	if err := os.Remove(r.o.Host.Path(layout.RunTrialBoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.say("blessed, but %s stays: %v", layout.RunTrialBoot, err)
+	}
 	r.commitUpgrade()
 	r.publish()
 	return nil

@@ -24,6 +24,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
+	"github.com/terrarium-os/terrarium/pkg/node/slotmount"
 )
 
 // Config is /etc/terrarium/registry.json, written by firstboot's registry
@@ -59,6 +60,9 @@ type Options struct {
 	Log         *slog.Logger
 	// Notify tells systemd the registry is ready (sd_notify READY=1).
 	Notify func() error
+	// PreviousSlot serves, on an upgrade's trial boot, the bundle of the
+	// slot it falls back to; nil disables it.
+	PreviousSlot *PreviousSlot
 	// SideLoad watches for bundle disks; nil disables it.
 	SideLoad *SideLoader
 }
@@ -88,6 +92,15 @@ func Run(ctx context.Context, o Options) error {
 		// The slot's tags can never be shadowed by a side-load; the server
 		// consults the bundle before the cache as well.
 		cacheOpts = append(cacheOpts, registry.WithBundle(l))
+	}
+	if o.PreviousSlot != nil {
+		// Behind the slot's own: its tags are never shadowed.
+		stores = append(stores, o.PreviousSlot)
+		go func() {
+			if err := o.PreviousSlot.Serve(ctx); err != nil {
+				o.Log.Warn("registry: the previous slot's bundle is not served", "err", err)
+			}
+		}()
 	}
 	if o.UpgradesDir != "" {
 		stores = append(stores, registry.OpenLiveLayout(o.UpgradesDir, registry.WithLogger(o.Log)))
@@ -294,6 +307,10 @@ func Defaults(log *slog.Logger, console io.Writer) Options {
 		Loopback:    mirrors.Loopback,
 		Log:         log,
 		Notify:      Notify(),
+		PreviousSlot: &PreviousSlot{
+			Marker: layout.RunTrialBoot, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.RegistryPreviousSlotDir,
+			Interval: 5 * time.Second, Log: log, Mount: slotmount.Mount,
+		},
 		SideLoad: &SideLoader{
 			LabelDir: "/dev/disk/by-label", MountDir: layout.RegistryMountDir,
 			Console: console, Log: log, Interval: 2 * time.Second,

@@ -6,15 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/slotmount"
 )
-
-// partLabelWait bounds the wait for udev's link to the other slot.
-const partLabelWait = time.Minute
 
 // MountOtherSlot opens the slot this boot does not run (per the kernel
 // command line in cmdline, /proc/cmdline): its partition, found by its
@@ -35,27 +30,10 @@ func MountOtherSlot(cmdline, byPartLabel, mnt string) OtherSlot {
 		if !running.Valid() {
 			return "", nil, fmt.Errorf("%s names no slot this boot runs", cmdline)
 		}
-		dev := filepath.Join(byPartLabel, running.Other().Label())
-		// udev makes the link on its own schedule after boot.
-		deadline := time.Now().Add(partLabelWait)
-		for {
-			if _, err := os.Stat(dev); err == nil {
-				break
-			} else if !time.Now().Before(deadline) {
-				return "", nil, fmt.Errorf("the other slot's partition: %w", err)
-			}
-			select {
-			case <-ctx.Done():
-				return "", nil, ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		if err := os.MkdirAll(mnt, 0o700); err != nil {
+		unmount, err := slotmount.Mount(ctx, byPartLabel, running.Other(), mnt)
+		if err != nil {
 			return "", nil, err
 		}
-		if err := unix.Mount(dev, mnt, "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return "", nil, &os.PathError{Op: "mount the other slot", Path: dev, Err: err}
-		}
-		return filepath.Join(mnt, layout.SlotLayersDir), func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }, nil
+		return filepath.Join(mnt, layout.SlotLayersDir), unmount, nil
 	}
 }

@@ -18,6 +18,7 @@
 package unpackwindow
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -168,4 +169,41 @@ func syncFS(dir string) error {
 		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
 	}
 	return nil
+}
+
+// Writers are the units whose processes write containerd's images: while
+// either runs, an image may be half unpacked.
+func writers() []string { return []string{"containerd.service", "terrarium-snapshotter.service"} }
+
+// CloseAtShutdown closes the window on an orderly shutdown or reboot
+// (terrarium-unpack-window.service's ExecStop, `firstboot
+// close-unpack-window`), once containerd and the snapshotter have stopped:
+// nothing can unpack any more, and what they unpacked is made durable
+// before the power goes. Without it, a boot that reboots before it is
+// healthy (a failed upgrade trial) would start the next one from an empty
+// store, though nothing was cut; a boot that loses its power still keeps
+// the window open. While either unit still runs it closes nothing and
+// says why. It reports whether it closed an open window.
+func CloseAtShutdown(ctx context.Context, h *host.Host, console io.Writer) (bool, error) {
+	units := writers()
+	args := append([]string{"show", "--property=ActiveState", "--value"}, units...)
+	out, err := h.Output(ctx, "systemctl", args...)
+	if err != nil {
+		return false, fmt.Errorf("ask systemd whether containerd has stopped: %w", err)
+	}
+	states := strings.Fields(out)
+	if len(states) != len(units) {
+		return false, fmt.Errorf("systemctl %s: want one state per unit, got %q", strings.Join(args, " "), out)
+	}
+	for i, s := range states {
+		if s != "inactive" && s != "failed" {
+			fmt.Fprintf(console, "terrarium: %s is %s, so it may still unpack images: the image unpack window stays open\n", units[i], s)
+			return false, nil
+		}
+	}
+	closed, err := Close(h)
+	if closed && err == nil {
+		fmt.Fprintf(console, "terrarium: containerd has stopped; what it unpacked this boot is synced to TERRA-STATE and the image unpack window is closed\n")
+	}
+	return closed, err
 }

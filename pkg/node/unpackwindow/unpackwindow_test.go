@@ -2,6 +2,8 @@ package unpackwindow
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -110,4 +112,64 @@ func setBootID(t *testing.T, root, id string) {
 
 func testHost(root string, now time.Time) *host.Host {
 	return &host.Host{Root: root, Clock: host.ClockFunc(func() time.Time { return now })}
+}
+
+func TestCloseAtShutdown(t *testing.T) {
+	tests := []struct {
+		name       string
+		states     string
+		open       bool
+		wantClosed bool
+		wantSay    string
+	}{
+		{"both stopped: closed", "inactive\ninactive\n", true, true, "image unpack window is closed"},
+		{"one failed, one stopped: closed", "failed\ninactive\n", true, true, "image unpack window is closed"},
+		{"containerd still runs: kept open", "active\ninactive\n", true, false, "containerd.service is active"},
+		{"the snapshotter still stops: kept open", "inactive\ndeactivating\n", true, false, "terrarium-snapshotter.service is deactivating"},
+		{"no window: nothing to close", "inactive\ninactive\n", false, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			var asked []string
+			h := testHost(root, time.Now())
+			h.Executor = host.ExecFunc(func(_ context.Context, name string, args ...string) ([]byte, error) {
+				asked = append([]string{name}, args...)
+				return []byte(tt.states), nil
+			})
+			require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
+			setBootID(t, root, "boot-1")
+			if tt.open {
+				require.NoError(t, Open(h))
+			}
+			var console bytes.Buffer
+			closed, err := CloseAtShutdown(context.Background(), h, &console)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantClosed, closed)
+			assert.Equal(t, []string{"systemctl", "show", "--property=ActiveState", "--value", "containerd.service", "terrarium-snapshotter.service"}, asked)
+			if tt.open && !tt.wantClosed {
+				assert.FileExists(t, path(h), "the window stays open while containerd may unpack")
+			} else {
+				assert.NoFileExists(t, path(h))
+			}
+			if tt.wantSay == "" {
+				assert.Empty(t, console.String())
+			} else {
+				assert.Contains(t, console.String(), tt.wantSay)
+			}
+		})
+	}
+	t.Run("systemd does not answer: an error, the window kept", func(t *testing.T) {
+		root := t.TempDir()
+		h := testHost(root, time.Now())
+		h.Executor = host.ExecFunc(func(context.Context, string, ...string) ([]byte, error) {
+			return []byte("Failed to connect to bus"), errors.New("exit status 1")
+		})
+		require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
+		setBootID(t, root, "boot-1")
+		require.NoError(t, Open(h))
+		_, err := CloseAtShutdown(context.Background(), h, &bytes.Buffer{})
+		require.ErrorContains(t, err, "whether containerd has stopped")
+		assert.FileExists(t, path(h))
+	})
 }

@@ -1,0 +1,141 @@
+package registryd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+)
+
+// previousSlotEnv is a registry whose slot carries the new Kubernetes and
+// whose other slot (a directory standing in for its squashfs: mounting a
+// partition needs a real one) the old.
+type previousSlotEnv struct {
+	addr             string
+	marker, mountDir string
+	old, newPause    v1.Image
+	mounted          atomic.Value // the slot asked for
+	unmounted        atomic.Bool
+}
+
+func startWithPreviousSlot(t *testing.T, marker string) *previousSlotEnv {
+	t.Helper()
+	dir := t.TempDir()
+	e := &previousSlotEnv{addr: freeAddr(t), marker: filepath.Join(dir, "run", "trial-boot"), mountDir: filepath.Join(dir, "previous-slot")}
+	e.old, e.newPause = randomImage(t), randomImage(t)
+	writeLayout(t, filepath.Join(dir, "bundle"), map[string]v1.Image{
+		"registry.k8s.io/kube-apiserver:v1.36.3": randomImage(t),
+		"registry.k8s.io/pause:3.10":             e.newPause,
+	})
+	writeLayout(t, filepath.Join(e.mountDir, layout.BundleDir), map[string]v1.Image{
+		"registry.k8s.io/kube-apiserver:v1.36.2": e.old,
+		"registry.k8s.io/pause:3.10":             randomImage(t), // never served: the slot's own wins
+	})
+	if marker != "" {
+		require.NoError(t, os.MkdirAll(filepath.Dir(e.marker), 0o755))
+		require.NoError(t, os.WriteFile(e.marker, []byte(marker), 0o644))
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			BundleDir: filepath.Join(dir, "bundle"), CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
+			Loopback: e.addr, Log: log, Notify: func() error { close(ready); return nil },
+			PreviousSlot: &PreviousSlot{
+				Marker: e.marker, ByPartLabel: "/dev/disk/by-partlabel", MountDir: e.mountDir, Interval: 20 * time.Millisecond, Log: log,
+				Mount: func(_ context.Context, byPartLabel string, slot layout.Slot, mnt string) (func(), error) {
+					if mnt != e.mountDir || byPartLabel != "/dev/disk/by-partlabel" {
+						return nil, fmt.Errorf("mounted %s at %s", byPartLabel, mnt)
+					}
+					e.mounted.Store(slot)
+					return func() { e.unmounted.Store(true) }, nil
+				},
+			},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready after 10s")
+	}
+	return e
+}
+
+// manifest asks the registry for repo:tag as containerd does through its
+// mirror, and returns the status and digest.
+func (e *previousSlotEnv) manifest(t *testing.T, repo, tag string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/manifests/%s?ns=registry.k8s.io", e.addr, repo, tag))
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Docker-Content-Digest")
+}
+
+func digestOf(t *testing.T, img v1.Image) string {
+	t.Helper()
+	d, err := img.Digest()
+	require.NoError(t, err)
+	return d.String()
+}
+
+func TestPreviousSlotServedDuringAnUpgradeTrial(t *testing.T) {
+	e := startWithPreviousSlot(t, "a\n")
+	require.Eventually(t, func() bool {
+		code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "the old control plane's image, from the slot the trial falls back to")
+	assert.Equal(t, layout.SlotA, e.mounted.Load())
+	code, digest := e.manifest(t, "kube-apiserver", "v1.36.2")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, digestOf(t, e.old), digest)
+	code, digest = e.manifest(t, "pause", "3.10")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, digestOf(t, e.newPause), digest, "the booted slot's tags are never shadowed")
+	code, _ = e.manifest(t, "kube-apiserver", "v1.36.3")
+	assert.Equal(t, http.StatusOK, code)
+
+	// Blessed: firstboot removes the marker, the registry lets go.
+	require.NoError(t, os.Remove(e.marker))
+	require.Eventually(t, e.unmounted.Load, 10*time.Second, 20*time.Millisecond, "the old slot unmounted, so the next upgrade may write it")
+	code, _ = e.manifest(t, "kube-apiserver", "v1.36.2")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, _ = e.manifest(t, "kube-apiserver", "v1.36.3")
+	assert.Equal(t, http.StatusOK, code)
+}
+
+func TestPreviousSlotNotServedOtherwise(t *testing.T) {
+	for _, tc := range []struct{ name, marker string }{
+		{"no upgrade's trial", ""},
+		{"a marker naming no slot", "c\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startWithPreviousSlot(t, tc.marker)
+			time.Sleep(100 * time.Millisecond) // time for Serve to decide
+			code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
+			assert.Equal(t, http.StatusNotFound, code)
+			assert.Nil(t, e.mounted.Load(), "the other slot is never mounted")
+			code, _ = e.manifest(t, "kube-apiserver", "v1.36.3")
+			assert.Equal(t, http.StatusOK, code)
+		})
+	}
+}
