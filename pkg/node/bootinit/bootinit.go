@@ -150,24 +150,31 @@ func (in *Init) rebootIfOnTrial(ctx context.Context) {
 // on disk's EFI partition count it and boot a slot with tries left.
 func (in *Init) trialOf(disk *diskInfo) func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		esp, ok := disk.partDev(layout.LabelESP)
-		if !ok {
-			return false, fmt.Errorf("no %s partition on %s", layout.LabelESP, disk.dev())
+		l, err := espLoader(disk)
+		if err != nil {
+			return false, err
 		}
-		l := &bootloader.ESPLoader{Device: esp, Mount: "/run/terrarium-init/esp"}
 		return l.RebootHelps(ctx, in.slot())
 	}
+}
+
+// espLoader reads boot counting from disk's EFI partition.
+func espLoader(disk *diskInfo) (*bootloader.ESPLoader, error) {
+	esp, ok := disk.partDev(layout.LabelESP)
+	if !ok {
+		return nil, fmt.Errorf("no %s partition on %s", layout.LabelESP, disk.dev())
+	}
+	return &bootloader.ESPLoader{Device: esp, Mount: "/run/terrarium-init/esp"}, nil
 }
 
 // upgradeTrialOf tells whether this boot of the slot is an upgrade's trial,
 // from disk's EFI partition.
 func (in *Init) upgradeTrialOf(disk *diskInfo) func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		esp, ok := disk.partDev(layout.LabelESP)
-		if !ok {
-			return false, fmt.Errorf("no %s partition on %s", layout.LabelESP, disk.dev())
+		l, err := espLoader(disk)
+		if err != nil {
+			return false, err
 		}
-		l := &bootloader.ESPLoader{Device: esp, Mount: "/run/terrarium-init/esp"}
 		return l.TrialOverBlessed(ctx, in.slot())
 	}
 }

@@ -155,32 +155,28 @@ func triesLeft(name string, slot layout.Slot) (left int, blessed, ok bool) {
 // blessed slot, or the last try of the only bootable one, would boot the
 // same failure again.
 func (l *ESPLoader) RebootHelps(ctx context.Context, slot layout.Slot) (bool, error) {
-	var helps bool
-	err := l.WithESP(false, func(dir string) error {
-		entries, err := os.ReadDir(filepath.Join(dir, layout.ESPEntriesDir))
-		if err != nil {
-			return err
-		}
-		helps = rebootHelps(entries, slot)
-		return nil
-	})
-	return helps, err
+	return l.decide(slot, rebootHelps)
 }
 
-// TrialOverBlessed reports whether slot is on trial while the other slot's
-// entry is blessed: an upgrade's trial boot, whose fallback is a slot that
-// has run well. (A fresh image's first boot is on trial over nothing.)
-func (l *ESPLoader) TrialOverBlessed(ctx context.Context, slot layout.Slot) (bool, error) {
+// decide mounts the ESP read-only and decides from its entries.
+func (l *ESPLoader) decide(slot layout.Slot, fn func([]os.DirEntry, layout.Slot) bool) (bool, error) {
 	var yes bool
 	err := l.WithESP(false, func(dir string) error {
 		entries, err := os.ReadDir(filepath.Join(dir, layout.ESPEntriesDir))
 		if err != nil {
 			return err
 		}
-		yes = trialOverBlessed(entries, slot)
+		yes = fn(entries, slot)
 		return nil
 	})
 	return yes, err
+}
+
+// TrialOverBlessed reports whether slot is on trial while the other slot's
+// entry is blessed: an upgrade's trial boot, whose fallback is a slot that
+// has run well. (A fresh image's first boot is on trial over nothing.)
+func (l *ESPLoader) TrialOverBlessed(ctx context.Context, slot layout.Slot) (bool, error) {
+	return l.decide(slot, trialOverBlessed)
 }
 
 // trialOverBlessed decides TrialOverBlessed from the ESP's entries.

@@ -85,13 +85,7 @@ func TestRebootHelps(t *testing.T) {
 		{"foreign entries only", []string{"other+3.conf", "terrarium-a+x.conf", "terrarium-ab+2.conf", "xterrarium-a+2.conf"}, layout.SlotA, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for _, e := range tc.entries {
-				touch(t, filepath.Join(dir, e))
-			}
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, rebootHelps(entries, tc.slot))
+			assert.Equal(t, tc.want, rebootHelps(entriesNamed(t, tc.entries), tc.slot))
 		})
 	}
 }
@@ -113,15 +107,21 @@ func TestTrialOverBlessed(t *testing.T) {
 		{"foreign entries only", []string{"terrarium-ab+2.conf", "xterrarium-a.conf"}, layout.SlotB, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for _, e := range tc.entries {
-				touch(t, filepath.Join(dir, e))
-			}
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, trialOverBlessed(entries, tc.slot))
+			assert.Equal(t, tc.want, trialOverBlessed(entriesNamed(t, tc.entries), tc.slot))
 		})
 	}
+}
+
+// entriesNamed is an entries directory holding files of these names.
+func entriesNamed(t *testing.T, names []string) []os.DirEntry {
+	t.Helper()
+	dir := t.TempDir()
+	for _, e := range names {
+		touch(t, filepath.Join(dir, e))
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	return entries
 }
 
 // FuzzTriesLeft reads entry file names found on the ESP: a name it takes
