@@ -37,21 +37,8 @@ func start(t *testing.T, dir string, bundle string, cfg Config) string {
 	b, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	addr := freeAddr(t)
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{BundleDir: bundle, CacheDir: filepath.Join(dir, "cache"), ConfigFile: write(t, filepath.Join(dir, "registry.json"), b),
-			Loopback: addr, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Notify: func() error { close(ready); return nil }})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready after 10s")
-	}
+	runUntilCleanup(t, Options{BundleDir: bundle, CacheDir: filepath.Join(dir, "cache"), ConfigFile: write(t, filepath.Join(dir, "registry.json"), b),
+		Loopback: addr, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return addr
 }
 
@@ -116,4 +103,26 @@ func TestPeersNeedAClientCertificate(t *testing.T) {
 	_, err = c.Get("https://" + listen + "/v2/")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "certificate required")
+}
+
+// runUntilCleanup runs the daemon with o until the test ends, once it has
+// told systemd it is ready; its error at the end fails the test.
+func runUntilCleanup(t *testing.T, o Options) {
+	t.Helper()
+	ready := make(chan struct{})
+	o.Notify = func() error { close(ready); return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready after 10s")
+	}
 }

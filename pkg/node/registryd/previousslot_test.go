@@ -48,36 +48,20 @@ func startWithPreviousSlot(t *testing.T, marker string) *previousSlotEnv {
 		require.NoError(t, os.WriteFile(e.marker, []byte(marker), 0o644))
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{
-			BundleDir: filepath.Join(dir, "bundle"), CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
-			Loopback: e.addr, Log: log, Notify: func() error { close(ready); return nil },
-			PreviousSlot: &PreviousSlot{
-				Marker: e.marker, ByPartLabel: "/dev/disk/by-partlabel", MountDir: e.mountDir, Interval: 20 * time.Millisecond, Log: log,
-				Mount: func(_ context.Context, byPartLabel string, slot layout.Slot, mnt string) (func(), error) {
-					if mnt != e.mountDir || byPartLabel != "/dev/disk/by-partlabel" {
-						return nil, fmt.Errorf("mounted %s at %s", byPartLabel, mnt)
-					}
-					e.mounted.Store(slot)
-					return func() { e.unmounted.Store(true) }, nil
-				},
+	runUntilCleanup(t, Options{
+		BundleDir: filepath.Join(dir, "bundle"), CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
+		Loopback: e.addr, Log: log,
+		PreviousSlot: &PreviousSlot{
+			Marker: e.marker, ByPartLabel: "/dev/disk/by-partlabel", MountDir: e.mountDir, Interval: 20 * time.Millisecond, Log: log,
+			Mount: func(_ context.Context, byPartLabel string, slot layout.Slot, mnt string) (func(), error) {
+				if mnt != e.mountDir || byPartLabel != "/dev/disk/by-partlabel" {
+					return nil, fmt.Errorf("mounted %s at %s", byPartLabel, mnt)
+				}
+				e.mounted.Store(slot)
+				return func() { e.unmounted.Store(true) }, nil
 			},
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
+		},
 	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready after 10s")
-	}
 	return e
 }
 
