@@ -190,7 +190,7 @@ func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) 
 		if err == nil {
 			return c, nil
 		}
-		c.Close()
+		// verify has closed c (or will, once hashing it handed on ends).
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

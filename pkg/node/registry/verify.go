@@ -89,6 +89,9 @@ type verifier struct {
 type flight struct {
 	done chan struct{}
 	err  error
+	// abandoned is set, under verifier.mu, when the request that started
+	// the hashing gave up before it ended.
+	abandoned bool
 }
 
 func newVerifier(limit int, stats *counters) *verifier {
@@ -103,8 +106,15 @@ func newVerifier(limit int, stats *counters) *verifier {
 // verify checks c against want unless the outcome for key is remembered,
 // and reports whether it hashed c. rememberBad controls whether a mismatch
 // is remembered too (it should not be for content about to be deleted).
-// c's offset is left at the start.
+// On success c's offset is left at the start and the caller keeps c; on
+// error verify has closed c, or will once the hashing it handed on ends.
+//
+// The hashing outlives the request that started it: a client that gives
+// up waiting (a peer waits 30 s for the response headers; hashing an
+// upgrade file of several hundred MiB under emulation takes longer) does
+// not cancel it, and its outcome is remembered for the client's retry.
 func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.Hash, rememberBad bool) (bool, error) {
+	var f *flight
 	for {
 		v.mu.Lock()
 		if ok, known := v.results[key]; known {
@@ -112,9 +122,11 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 			if ok {
 				return false, nil
 			}
+			c.Close()
 			return false, fmt.Errorf("%s: %w", want, ErrDigestMismatch)
 		}
-		f, busy := v.inflight[key]
+		var busy bool
+		f, busy = v.inflight[key]
 		if !busy {
 			f = &flight{done: make(chan struct{})}
 			v.inflight[key] = f
@@ -125,17 +137,47 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 		select {
 		case <-f.done:
 			if f.err == nil || errors.Is(f.err, ErrDigestMismatch) {
+				if f.err != nil {
+					c.Close()
+				}
 				return false, f.err
 			}
 			// The other request failed for its own reasons: try ourselves.
 		case <-ctx.Done():
+			c.Close()
 			return false, ctx.Err()
 		}
 	}
 
+	go v.hashDetached(context.WithoutCancel(ctx), key, f, c, want, rememberBad)
+	select {
+	case <-f.done:
+		if f.err != nil {
+			c.Close()
+		}
+		return true, f.err
+	case <-ctx.Done():
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-f.done: // finished as we gave up: the outcome is ours after all
+		if f.err != nil {
+			c.Close()
+		}
+		return true, f.err
+	default:
+		f.abandoned = true // hashDetached closes c when it is done
+		return true, ctx.Err()
+	}
+}
+
+// hashDetached hashes c for f and records the outcome; it closes c if the
+// request that started it gave up meanwhile.
+func (v *verifier) hashDetached(ctx context.Context, key string, f *flight, c *Content, want v1.Hash, rememberBad bool) {
 	err := v.hash(ctx, c, want)
 	v.mu.Lock()
-	f := v.inflight[key]
+	defer v.mu.Unlock()
 	delete(v.inflight, key)
 	switch {
 	case err == nil:
@@ -145,8 +187,9 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 	}
 	f.err = err
 	close(f.done)
-	v.mu.Unlock()
-	return true, err
+	if f.abandoned {
+		c.Close()
+	}
 }
 
 func (v *verifier) hash(ctx context.Context, c *Content, want v1.Hash) error {
