@@ -124,7 +124,11 @@ func Banner(s Status) string {
 		if c.APIUp {
 			api = "up"
 		}
-		rows = append(rows, [2]string{"cluster", fmt.Sprintf("%s, API %s, %s", c.Role, api, orDash(c.Nodes))})
+		nodes := orDash(c.Nodes)
+		if c.Nodes != "" && !c.NodesAt.IsZero() {
+			nodes += c.NodesAt.UTC().Format(" (seen 15:04 UTC)")
+		}
+		rows = append(rows, [2]string{"cluster", fmt.Sprintf("%s, API %s, %s", c.Role, api, nodes)})
 		if c.Step != "" {
 			rows = append(rows, [2]string{"step", c.Step})
 		}

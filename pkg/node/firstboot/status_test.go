@@ -1,46 +1,48 @@
 package firstboot
 
 import (
-	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 )
 
 // boxLines checks that banner is a closed box of equal-width lines and
 // returns the inner text of its rows.
 func boxLines(t *testing.T, banner string) []string {
 	t.Helper()
-	if !strings.HasSuffix(banner, "\n") {
-		t.Errorf("banner does not end with a newline: %q", banner)
-	}
+	assert.True(t, strings.HasSuffix(banner, "\n"), "banner does not end with a newline: %q", banner)
 	lines := strings.Split(strings.TrimSuffix(banner, "\n"), "\n")
-	if len(lines) < 3 {
-		t.Fatalf("banner has %d lines:\n%s", len(lines), banner)
-	}
+	require.GreaterOrEqual(t, len(lines), 3, "banner:\n%s", banner)
 	width := utf8.RuneCountInString(lines[0])
 	var rows []string
 	for i, l := range lines {
-		if n := utf8.RuneCountInString(l); n != width {
-			t.Errorf("line %d is %d runes wide, line 0 is %d:\n%s", i, n, width, banner)
-		}
+		assert.Equal(t, width, utf8.RuneCountInString(l), "line %d is not as wide as line 0:\n%s", i, banner)
 		switch {
 		case i == 0:
-			if !strings.HasPrefix(l, "╭") || !strings.HasSuffix(l, "╮") || !strings.Contains(l, " Terrarium ") {
-				t.Errorf("top line %q", l)
-			}
+			assert.True(t, strings.HasPrefix(l, "╭") && strings.HasSuffix(l, "╮") && strings.Contains(l, " Terrarium "), "top line %q", l)
 		case i == len(lines)-1:
-			if l != "╰"+strings.Repeat("─", width-2)+"╯" {
-				t.Errorf("bottom line %q", l)
-			}
+			assert.Equal(t, "╰"+strings.Repeat("─", width-2)+"╯", l, "bottom line")
 		default:
-			if !strings.HasPrefix(l, "│") || !strings.HasSuffix(l, "│") {
-				t.Errorf("row %d %q is not boxed", i, l)
-			}
+			assert.True(t, strings.HasPrefix(l, "│") && strings.HasSuffix(l, "│"), "row %d %q is not boxed", i, l)
 			rows = append(rows, strings.TrimSuffix(strings.TrimPrefix(l, "│"), "│"))
 		}
 	}
 	return rows
+}
+
+// trimmed drops the rows' trailing padding.
+func trimmed(rows []string) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = strings.TrimRight(r, " ")
+	}
+	return out
 }
 
 func TestBanner(t *testing.T) {
@@ -52,48 +54,38 @@ func TestBanner(t *testing.T) {
 		Healthy:   &healthy, Blessed: "good",
 	}
 	b := Banner(s)
-	rows := boxLines(t, b)
-	want := []string{
+	assert.Equal(t, []string{
 		" version    terrarium 1.2.3 (slot b, boot 7)",
 		" hostname   node-1",
 		" addresses  10.0.0.10/24 (enp0s2), fd00::10/64 (enp0s2)",
 		" state      verified (healthy, boot good)",
-	}
-	if len(rows) != len(want) {
-		t.Fatalf("rows:\n%s", b)
-	}
-	for i := range want {
-		if got := strings.TrimRight(rows[i], " "); got != want[i] {
-			t.Errorf("row %d = %q, want %q", i, got, want[i])
-		}
-	}
-	if w := utf8.RuneCountInString(strings.SplitN(b, "\n", 2)[0]); w != 68 {
-		t.Errorf("banner is %d wide, want 68", w)
-	}
+	}, trimmed(boxLines(t, b)))
+	assert.Equal(t, 68, utf8.RuneCountInString(strings.SplitN(b, "\n", 2)[0]), "banner width")
+}
+
+// The node count is what the API said when the node last asked: the
+// banner says when, so a count taken before a worker joined does not pass
+// for the cluster's present.
+func TestBannerSaysWhenNodesWereCounted(t *testing.T) {
+	seen := time.Date(2026, 11, 28, 4, 40, 12, 0, time.FixedZone("CET", 3600))
+	s := Status{State: StateProvisioned, Cluster: &kubeadmflow.ClusterStatus{
+		Role: "init", APIUp: true, Nodes: "1/1 nodes Ready", NodesAt: seen,
+	}}
+	assert.Contains(t, trimmed(boxLines(t, Banner(s))), " cluster    init, API up, 1/1 nodes Ready (seen 03:40 UTC)")
+
+	s.Cluster.NodesAt = time.Time{} // a status written before the field existed
+	assert.Contains(t, trimmed(boxLines(t, Banner(s))), " cluster    init, API up, 1/1 nodes Ready")
 }
 
 func TestBannerEmptyFields(t *testing.T) {
 	unhealthy := false
-	rows := boxLines(t, Banner(Status{State: StateWaiting}))
-	if got := strings.TrimRight(rows[1], " "); got != " hostname   -" {
-		t.Errorf("hostname row %q", got)
-	}
-	if got := strings.TrimRight(rows[2], " "); got != " addresses  -" {
-		t.Errorf("addresses row %q", got)
-	}
-	if got := strings.TrimRight(rows[3], " "); got != " state      waiting-for-config" {
-		t.Errorf("state row %q", got)
-	}
-	if len(rows) != 4 {
-		t.Errorf("a status without a message has a note: %q", rows)
-	}
-	rows = boxLines(t, Banner(Status{State: StateProvisioned, Healthy: &unhealthy, Blessed: "not blessed", Message: "bad"}))
-	if got := strings.TrimRight(rows[3], " "); got != " state      provisioned (UNHEALTHY, boot not blessed)" {
-		t.Errorf("state row %q", got)
-	}
-	if got := strings.TrimRight(rows[4], " "); got != " note       bad" {
-		t.Errorf("note row %q", got)
-	}
+	rows := trimmed(boxLines(t, Banner(Status{State: StateWaiting})))
+	assert.Equal(t, []string{" hostname   -", " addresses  -", " state      waiting-for-config"}, rows[1:],
+		"a status without a message has no note")
+	rows = trimmed(boxLines(t, Banner(Status{State: StateProvisioned, Healthy: &unhealthy, Blessed: "not blessed", Message: "bad"})))
+	require.Len(t, rows, 5)
+	assert.Equal(t, " state      provisioned (UNHEALTHY, boot not blessed)", rows[3])
+	assert.Equal(t, " note       bad", rows[4])
 }
 
 func TestBannerWrapsLongNote(t *testing.T) {
@@ -102,32 +94,26 @@ func TestBannerWrapsLongNote(t *testing.T) {
 	b := Banner(Status{Name: "terrarium", Version: "1", Slot: "a", Boot: 1, State: StateFailed, Message: note})
 	rows := boxLines(t, b)
 	noteRows := rows[4:]
-	if len(noteRows) < 3 {
-		t.Fatalf("a %d-rune note is on %d rows:\n%s", utf8.RuneCountInString(note), len(noteRows), b)
-	}
+	require.GreaterOrEqual(t, len(noteRows), 3, "a %d-rune note:\n%s", utf8.RuneCountInString(note), b)
 	// The first row carries the label; continuation rows are indented to
 	// the value column; the text is complete and in order.
-	if !strings.HasPrefix(noteRows[0], " note       ") {
-		t.Errorf("first note row %q", noteRows[0])
-	}
+	assert.True(t, strings.HasPrefix(noteRows[0], " note       "), "first note row %q", noteRows[0])
 	var text strings.Builder
 	for i, r := range noteRows {
-		if i > 0 && !strings.HasPrefix(r, strings.Repeat(" ", 12)) {
-			t.Errorf("continuation row %q is not indented", r)
+		if i > 0 {
+			assert.True(t, strings.HasPrefix(r, strings.Repeat(" ", 12)), "continuation row %q is not indented", r)
 		}
 		text.WriteString(strings.TrimRight(r[12:], " "))
 	}
 	// Wrapping is by runes, so words may break, but nothing is lost (only
 	// trailing spaces of a row, which TrimRight removed).
-	if got, want := strings.ReplaceAll(text.String(), " ", ""), strings.ReplaceAll(note, " ", ""); got != want {
-		t.Errorf("wrapped note text:\n%q\nwant\n%q", got, want)
-	}
+	assert.Equal(t, strings.ReplaceAll(note, " ", ""), strings.ReplaceAll(text.String(), " ", ""), "wrapped note text")
 }
 
 func TestBannerLongValues(t *testing.T) {
 	// Every row wraps, not only the note.
 	var addrs []string
-	for i := 0; i < 10; i++ {
+	for range 10 {
 		addrs = append(addrs, "fd00:1234:5678:9abc::10/64 (enp0s2)")
 	}
 	boxLines(t, Banner(Status{Name: strings.Repeat("n", 80), Version: "v", State: StateVerified, Addresses: addrs}))
@@ -138,39 +124,22 @@ func TestBannerMultiLineNote(t *testing.T) {
 	// stays inside the box.
 	msg := "machine.yaml: $.hostname: required (line 1)\nmachine.yaml: $.bogus: unknown field (line 4)"
 	rows := boxLines(t, Banner(Status{State: StateConfigInvalid, Message: msg}))
-	if len(rows) != 6 || !strings.HasPrefix(rows[4], " note       machine.yaml: $.hostname") ||
-		!strings.HasPrefix(rows[5], strings.Repeat(" ", 12)+"machine.yaml: $.bogus") {
-		t.Errorf("note rows: %q", rows)
-	}
-	joined := strings.Join(rows, "\n")
-	for _, want := range []string{"$.hostname: required", "$.bogus: unknown field"} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("banner lacks %q:\n%s", want, joined)
-		}
-	}
+	require.Len(t, rows, 6)
+	assert.True(t, strings.HasPrefix(rows[4], " note       machine.yaml: $.hostname"), "note row %q", rows[4])
+	assert.True(t, strings.HasPrefix(rows[5], strings.Repeat(" ", 12)+"machine.yaml: $.bogus"), "note row %q", rows[5])
 }
 
 func TestWrap(t *testing.T) {
-	if got := wrap("short", 10); len(got) != 1 || got[0] != "short" {
-		t.Errorf("wrap(short) = %q", got)
-	}
-	if got := wrap("", 10); len(got) != 1 || got[0] != "" {
-		t.Errorf("wrap(\"\") = %q", got)
-	}
+	assert.Equal(t, []string{"short"}, wrap("short", 10))
+	assert.Equal(t, []string{""}, wrap("", 10))
 	// Continuation parts are indented to the value column (12 runes).
-	got := wrap(strings.Repeat("x", 30), 20)
-	want := []string{
+	assert.Equal(t, []string{
 		strings.Repeat("x", 20),
 		strings.Repeat(" ", 12) + strings.Repeat("x", 8),
 		strings.Repeat(" ", 12) + strings.Repeat("x", 2),
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("wrap = %q, want %q", got, want)
-	}
+	}, wrap(strings.Repeat("x", 30), 20))
 	for _, part := range wrap(strings.Repeat("é", 200), 65) {
-		if n := utf8.RuneCountInString(part); n > 65 {
-			t.Errorf("part of %d runes", n)
-		}
+		assert.LessOrEqual(t, utf8.RuneCountInString(part), 65)
 	}
 }
 

@@ -276,7 +276,7 @@ func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) err
 		}
 		if err == nil {
 			h.Cluster(func(s *ClusterStatus) {
-				s.APIUp, s.Nodes = true, poller.summary(ready, total, mine)
+				s.APIUp, s.Nodes, s.NodesAt = true, poller.summary(ready, total, mine), h.Now()
 			})
 			if mine {
 				return waitForPodNetwork(ctx, h)

@@ -158,6 +158,9 @@ type ClusterStatus struct {
 	// control plane, "this node Ready" on a worker, which may read only
 	// its own Node.
 	Nodes string `json:"nodes,omitempty"`
+	// NodesAt is when the API said it: the count is not refreshed once
+	// the node is provisioned.
+	NodesAt time.Time `json:"nodesAt,omitzero"`
 	// AdminKubeconfig is where the admin kubeconfig is (init node).
 	AdminKubeconfig string `json:"adminKubeconfig,omitempty"`
 }
