@@ -149,33 +149,39 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 		}
 	}
 
-	go v.hashDetached(context.WithoutCancel(ctx), key, f, c, want, rememberBad)
+	go v.hashDetached(key, f, c, want, rememberBad)
 	select {
 	case <-f.done:
-		if f.err != nil {
-			c.Close()
-		}
-		return true, f.err
 	case <-ctx.Done():
+		if v.abandon(f) {
+			return true, ctx.Err()
+		}
 	}
+	if f.err != nil {
+		c.Close()
+	}
+	return true, f.err
+}
+
+// abandon hands f's content to its hashing, which closes it when done,
+// and reports true; it reports false if the hashing has already ended (the
+// outcome is then the caller's after all).
+func (v *verifier) abandon(f *flight) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	select {
-	case <-f.done: // finished as we gave up: the outcome is ours after all
-		if f.err != nil {
-			c.Close()
-		}
-		return true, f.err
+	case <-f.done:
+		return false
 	default:
-		f.abandoned = true // hashDetached closes c when it is done
-		return true, ctx.Err()
+		f.abandoned = true
+		return true
 	}
 }
 
 // hashDetached hashes c for f and records the outcome; it closes c if the
 // request that started it gave up meanwhile.
-func (v *verifier) hashDetached(ctx context.Context, key string, f *flight, c *Content, want v1.Hash, rememberBad bool) {
-	err := v.hash(ctx, c, want)
+func (v *verifier) hashDetached(key string, f *flight, c *Content, want v1.Hash, rememberBad bool) {
+	err := v.hash(c, want)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.inflight, key)
@@ -192,13 +198,15 @@ func (v *verifier) hashDetached(ctx context.Context, key string, f *flight, c *C
 	}
 }
 
-func (v *verifier) hash(ctx context.Context, c *Content, want v1.Hash) error {
+// hash reads c to its end whatever becomes of the request that wanted it
+// (see verify).
+func (v *verifier) hash(c *Content, want v1.Hash) error {
 	v.stats.verifications.Add(1)
 	v.stats.verifiedBytes.Add(c.Size)
 	if _, err := c.Body.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("seek %s: %w", want, err)
 	}
-	err := matchDigest(ctxReader{ctx: ctx, r: c.Body}, want)
+	err := matchDigest(c.Body, want)
 	if errors.Is(err, ErrDigestMismatch) {
 		v.stats.mismatches.Add(1)
 	}
