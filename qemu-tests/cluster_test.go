@@ -323,7 +323,7 @@ func checkWorkerClock(ctx context.Context, t *testing.T, w *clusterNode, key ssh
 		assert.Greater(t, behind, 2*time.Hour+50*time.Minute, "the worker's clock started three hours behind")
 	}
 	c := dialSSH(ctx, t, w.sshPort, key)
-	out, err := c.read("chronyc -c tracking")
+	out, err := c.read("sudo chronyc -c tracking") // chronyd listens on its root-only socket (cmdport 0)
 	require.NoError(t, err, "chronyc tracking on %s", w.name)
 	tr, err := timesync.ParseTracking(out)
 	require.NoError(t, err, "chronyc tracking on %s: %s", w.name, out)

@@ -37,10 +37,8 @@ type slotNode struct {
 
 func newSlotNode(t *testing.T) *slotNode {
 	t.Helper()
-	n := &slotNode{f: newFixture(t), apiserver: ociImage(t, "amd64", 1, 1000)}
-	p, err := layout.FromPath(n.f.dir)
-	require.NoError(t, err)
-	require.NoError(t, p.AppendImage(n.apiserver, layout.WithAnnotations(refAnnotations(apiserverRef))))
+	n := &slotNode{}
+	n.f, n.apiserver = slotBundle(t)
 	slot, err := OpenLayout(n.f.dir)
 	require.NoError(t, err)
 	log, _ := testLogger(t)
@@ -49,6 +47,17 @@ func newSlotNode(t *testing.T) *slotNode {
 	srv, _, _ := startServer(t, WithStores(slot), WithCache(n.cache))
 	n.url = srv.URL
 	return n
+}
+
+// slotBundle is the slot's bundle of these tests: the fixture, plus
+// kube-apiserver under apiserverRef.
+func slotBundle(t testing.TB) (*fixture, v1.Image) {
+	t.Helper()
+	f, apiserver := newFixture(t), ociImage(t, "amd64", 1, 1000)
+	p, err := layout.FromPath(f.dir)
+	require.NoError(t, err)
+	require.NoError(t, p.AppendImage(apiserver, layout.WithAnnotations(refAnnotations(apiserverRef))))
+	return f, apiserver
 }
 
 // manifestDigest GETs a manifest and returns its Docker-Content-Digest.
