@@ -352,10 +352,11 @@ spec:
 	for _, n := range []struct {
 		name string
 		j    nodestate.Journal
-	}{{"cp-1", cpJournal}, {"w-1", wJournal}} {
-		cordon, done := stepAt(n.j, "rollout", "draining"), stepAt(n.j, "rollout", "done")
-		if assert.False(t, cordon.IsZero() || done.IsZero(), "%s recorded its drain and its turn done", n.name) {
-			t.Logf("figure: %s cordoned → healthy on %s: %s", n.name, newK, done.Sub(cordon).Round(time.Second))
+		done time.Time
+	}{{"cp-1", cpJournal, cpDone}, {"w-1", wJournal, wDone}} {
+		cordon := stepAt(n.j, "rollout", "draining")
+		if assert.False(t, cordon.IsZero() || n.done.IsZero(), "%s recorded its drain and its turn done", n.name) {
+			t.Logf("figure: %s cordoned → healthy on %s: %s", n.name, newK, n.done.Sub(cordon).Round(time.Second))
 		}
 	}
 	t.Logf("figure: stick in cp-1 → last node done: %s", wDone.Add(-g.offset).Sub(began).Round(time.Second))
