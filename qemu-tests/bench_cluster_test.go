@@ -48,6 +48,9 @@ type clusterResult struct {
 	// power-on at which each ended, in order.
 	Phases       []phaseMark `json:"phases"`
 	WorkerPhases []phaseMark `json:"workerPhases,omitempty"`
+	// Containers of the init node and of the worker (containerMarks).
+	Containers       []containerMark `json:"containers,omitempty"`
+	WorkerContainers []containerMark `json:"workerContainers,omitempty"`
 }
 
 type phaseMark struct {
@@ -75,6 +78,12 @@ func writeResult(t *testing.T, r clusterResult) {
 		tl := timeline(r, "init node", r.Phases)
 		if len(r.WorkerPhases) > 0 {
 			tl += "\n" + timeline(r, "worker", r.WorkerPhases)
+		}
+		if len(r.Containers) > 0 {
+			tl += "\n" + containerTimeline(r, "init node", r.Containers)
+		}
+		if len(r.WorkerContainers) > 0 {
+			tl += "\n" + containerTimeline(r, "worker", r.WorkerContainers)
 		}
 		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
 		t.Logf("timelines:\n%s", tl)
@@ -258,12 +267,20 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	}
 	// The worker's timeline is best-effort: a figure, not what the
 	// benchmark measures.
-	workerPhases, err := nodePhases(dialSSH(ctx, t, w.sshPort, key), start)
+	wssh := dialSSH(ctx, t, w.sshPort, key)
+	workerPhases, err := nodePhases(wssh, start)
 	if err != nil {
 		t.Logf("worker: no timeline: %v", err)
 	}
+	// The containers' times, like the worker's timeline, are figures
+	// to read, not what the benchmark measures.
+	containers, err := containerMarks(ctx, ssh, start)
+	if err != nil {
+		t.Logf("no container times: %v", err)
+	}
 	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
-		FirstDeployment: first, FirstDeploymentAfterApply: afterApply, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases})
+		FirstDeployment: first, FirstDeploymentAfterApply: afterApply, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases,
+		Containers: containers[cp.name], WorkerContainers: containers[w.name]})
 }
 
 // plainConfig is a node without a cluster section: the same image, the
@@ -534,4 +551,99 @@ func kubernetesVersion(t *testing.T) string {
 		t.Fatal("components/versions.yaml names no kubernetes version")
 	}
 	return string(m[1])
+}
+
+// containerMark is one container of a pod: when its pod was created
+// and when the container started, in seconds after power-on.
+type containerMark struct {
+	Name    string  `json:"name"`
+	Created float64 `json:"createdSeconds"`
+	Started float64 `json:"startedSeconds"`
+}
+
+// containerMarks asks the API when each pod was created and each of its
+// containers (init containers too) last started, by node, in seconds
+// after start (the times shifted by cp-1's clock's offset from the
+// host's; containers' start times come from their own node's clock, within
+// a second of cp-1's once chrony has run): what the init node's "wait for
+// the control plane" and the worker's last steps are made of. crictl is
+// not in the image.
+func containerMarks(ctx context.Context, ssh *sshClient, start time.Time) (map[string][]containerMark, error) {
+	raw, err := ssh.read("kubectl get pods -A -o json")
+	if err != nil {
+		return nil, fmt.Errorf("pods: %w", err)
+	}
+	g, err := readGuestTime(ctx, ssh, start)
+	if err != nil {
+		return nil, fmt.Errorf("guest clock: %w", err)
+	}
+	since := func(at time.Time) float64 { return at.Add(-g.offset).Sub(start).Seconds() }
+	type status struct {
+		Name  string
+		State struct {
+			Running    *struct{ StartedAt time.Time }
+			Terminated *struct{ StartedAt time.Time }
+		}
+	}
+	var pods struct {
+		Items []struct {
+			Metadata struct {
+				Name              string
+				CreationTimestamp time.Time
+			}
+			Spec   struct{ NodeName string }
+			Status struct {
+				InitContainerStatuses []status
+				ContainerStatuses     []status
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(raw[max(strings.Index(raw, "{"), 0):]), &pods); err != nil {
+		return nil, fmt.Errorf("pods: %w", err)
+	}
+	out := map[string][]containerMark{}
+	for _, p := range pods.Items {
+		for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			var started time.Time
+			switch {
+			case c.State.Running != nil:
+				started = c.State.Running.StartedAt
+			case c.State.Terminated != nil:
+				started = c.State.Terminated.StartedAt
+			default:
+				continue
+			}
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], containerMark{
+				Name:    p.Metadata.Name + "/" + c.Name,
+				Created: since(p.Metadata.CreationTimestamp),
+				Started: since(started),
+			})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("pods: no started container in %q", trim(raw, 300))
+	}
+	for _, cs := range out {
+		sort.SliceStable(cs, func(i, k int) bool { return cs[i].Started < cs[k].Started })
+	}
+	return out, nil
+}
+
+// containerTimeline draws each container as a bar from its creation to
+// its start, on the same axis as timeline.
+func containerTimeline(r clusterResult, node string, cs []containerMark) string {
+	const width = 60
+	end := max(r.PodNetworkReady, r.Healthy)
+	scale := float64(width) / end
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s %s\n", "container ("+node+")", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", end))
+	for _, c := range cs {
+		from, to := min(int(c.Created*scale), width), min(int(c.Started*scale), width)
+		bar := strings.Repeat(" ", max(from, 0)) + strings.Repeat("█", max(to-from, 0))
+		if to <= from {
+			bar += "▏"
+		}
+		fmt.Fprintf(&b, "%-34s %-*s %5.1f s → %5.1f s\n", trim(c.Name, 34), width, bar, c.Created, c.Started)
+	}
+	return b.String()
 }

@@ -84,6 +84,12 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 		}
 		line := strings.Join(args, " ")
 		switch {
+		case name == "systemctl" && line == "restart kubelet.service" && e.exists(kubeadmflow.BootstrapKubeconfig):
+			// A worker's kubelet, started with the token credential
+			// (kubeletStart), ends its TLS bootstrap with a client
+			// certificate.
+			e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
+			e.write(kubeadmflow.KubeletClientCert, "client certificate\n")
 		case name == "kubeadm" && line == "version -o short":
 			return []byte("v1.36.3\n"), nil
 		case name == "kubeadm":
@@ -104,7 +110,7 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			if strings.HasPrefix(line, "init phase kubeconfig all ") || strings.HasPrefix(line, "join phase control-plane-prepare kubeconfig ") {
 				e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
 			}
-			if strings.HasPrefix(line, "join phase kubelet-start ") {
+			if strings.HasPrefix(line, "join phase kubelet-start ") { // a joining control plane's
 				// The kubelet starts with the token credential and
 				// ends its TLS bootstrap with a client certificate.
 				e.write(kubeadmflow.BootstrapKubeconfig, "bootstrap token kubeconfig\n")
@@ -150,7 +156,7 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	// The pod network goes in once the admin may write (after
 	// upload-config), before the add-ons: no node is Ready without it.
 	cmds := strings.Join(e.commands(), "\n")
-	flannel := strings.Index(cmds, "apply --server-side --force-conflicts -f "+kubeadmflow.FlannelManifest)
+	flannel := strings.Index(cmds, "api-apply as terrarium Namespace kube-flannel")
 	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
 		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
 	}
@@ -229,9 +235,18 @@ func TestWorkerJoins(t *testing.T) {
 	assert.Less(t, strings.Index(e.console.String(), "time: synced"), strings.Index(e.console.String(), "kubernetes-pki"))
 	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
 	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
-	if got := strings.Join(kubeadm(), ","); got != "join phase kubelet-start" {
-		t.Errorf("worker ran %s", got)
-	}
+	// kubeadm's kubelet-start, in process: no kubeadm at all on a worker.
+	assert.Empty(t, kubeadm(), "a worker runs no kubeadm")
+	assert.Contains(t, e.console.String(), "kubelet start: done")
+	cfg := e.read(kubeadmflow.KubeletConfigFile)
+	assert.Contains(t, cfg, "kind: KubeletConfiguration", "the cluster's kubelet configuration")
+	assert.Contains(t, cfg, "- 10.96.0.10")
+	assert.Contains(t, cfg, "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock", "with the node's CRI endpoint")
+	assert.Equal(t, "containerRuntimeEndpoint: \"unix:///run/containerd/containerd.sock\"\n", e.read("/var/lib/kubelet/instance-config.yaml"))
+	assert.Equal(t, "KUBELET_KUBEADM_ARGS=\"--node-ip=10.77.0.20\"\n", e.read(kubeadmflow.KubeletFlagsFile))
+	assert.Contains(t, e.read(kubeadmflow.KubernetesPKIDir+"/ca.crt"), "BEGIN CERTIFICATE")
+	assert.False(t, e.exists(kubeadmflow.BootstrapKubeconfig), "the token credential is gone after the TLS bootstrap")
+	assert.False(t, e.exists(kubeadmflow.JoinKubeconfig), "the join kubeconfig is gone")
 	if e.exists(kubeadmflow.KubernetesPKIDir + "/ca.key") {
 		t.Error("a worker got the CA key")
 	}
@@ -370,9 +385,8 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	if !strings.Contains(e.console.String(), "--rotate-token") {
 		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase kubelet-start" {
-		t.Errorf("worker ran %s", got)
-	}
+	assert.Empty(t, kubeadm(), "a worker runs no kubeadm")
+	assert.Contains(t, e.console.String(), "kubelet start: done")
 }
 
 // Once the token has been used, its expiry does not matter: a joined

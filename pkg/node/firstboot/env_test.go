@@ -520,7 +520,12 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 				defer e.mu.Unlock()
 				e.deletedNodes = append(e.deletedNodes, name)
 			}
-			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes, deleted: deleted}, nil
+			applied := func(objs []string) {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				e.cmds = append(e.cmds, append([]string{"api-apply"}, objs...))
+			}
+			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes, deleted: deleted, applied: applied}, nil
 		},
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
 			return func(ctx context.Context, url string) (int, []byte, error) { return 200, e.probeBody(url), nil }, func() {}
@@ -587,6 +592,9 @@ type fakeAPI struct {
 	leases     *fakeLeases
 	nodes      []string
 	deleted    func(name string)
+	// applied records a manifest's objects applied as a command
+	// ("api-apply Kind ns/name ...").
+	applied func(objs []string)
 }
 
 // fakeLeases keeps Leases as the API does: a new resourceVersion at every
@@ -686,6 +694,37 @@ func (f fakeAPI) Node(ctx context.Context, name string) (kubeclient.Node, error)
 		return kubeclient.Node{}, fmt.Errorf("GET /api/v1/nodes/%s: 404 Not Found", name)
 	}
 	return kubeclient.Node{Name: name, Ready: true}, nil
+}
+
+// ConfigMap answers the cluster's kubelet configuration (kubeadm's
+// kubelet-config), to the join token and the admin.
+func (f fakeAPI) ConfigMap(ctx context.Context, ns, name string) (kubeclient.ConfigMap, error) {
+	if f.kubeconfig != kubeadmflow.JoinKubeconfig && f.kubeconfig != kubeadmflow.AdminKubeconfig {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 403, Status: "403 Forbidden", Body: "as " + f.kubeconfig}
+	}
+	if ns+"/"+name != "kube-system/kubelet-config" {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+	}
+	return kubeclient.ConfigMap{Namespace: ns, Name: name, Data: map[string]string{"kubelet": "apiVersion: kubelet.config.k8s.io/v1beta1\n" +
+		"kind: KubeletConfiguration\ncgroupDriver: systemd\nclusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\nrotateCertificates: true\n"}}, nil
+}
+
+// ApplyManifest parses the manifest as the real client does and records
+// its objects, in order.
+func (f fakeAPI) ApplyManifest(ctx context.Context, manifest []byte, fieldManager string) error {
+	if err := f.admin(); err != nil {
+		return err
+	}
+	objs, err := kubeclient.ParseManifest(manifest)
+	if err != nil {
+		return err
+	}
+	names := []string{"as " + fieldManager}
+	for _, o := range objs {
+		names = append(names, o.String())
+	}
+	f.applied(names)
+	return nil
 }
 
 func (f fakeAPI) DeleteNode(ctx context.Context, name string) error {

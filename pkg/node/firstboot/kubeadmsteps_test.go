@@ -66,8 +66,8 @@ func TestRuntimeWaitedFor(t *testing.T) {
 	if asked != 4 {
 		t.Errorf("runtime asked %d times, want 4", asked)
 	}
-	if got := strings.Join(kubeadm(), ","); got != "join phase kubelet-start" {
-		t.Errorf("worker ran %s", got)
+	if got := strings.Join(kubeadm(), ","); got != "" {
+		t.Errorf("worker ran kubeadm: %s", got)
 	}
 	if strings.Contains(e.console.String(), "retry") {
 		t.Errorf("waiting for the runtime retried a step:\n%s", e.console.String())

@@ -95,7 +95,7 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if _, err := r.o.Host.WriteIfChanged(kubeadmflow.UpgradesManifest, addons.Upgrades, 0o644); err != nil {
 		return "", err
 	}
-	if err := r.o.Host.Run(ctx, "kubectl", "--kubeconfig="+kubeadmflow.AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", kubeadmflow.UpgradesManifest); err != nil {
+	if err := admin.ApplyManifest(ctx, addons.Upgrades, kubeadmflow.AddonFieldManager); err != nil {
 		return "", fmt.Errorf("%w: the rollout's record: %w", errClusterUnreachable, err)
 	}
 	api, err := r.o.Rollout.API()

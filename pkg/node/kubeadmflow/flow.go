@@ -221,11 +221,25 @@ type NodeReader interface {
 	Node(ctx context.Context, name string) (kubeclient.Node, error)
 }
 
-// APIClient is what the flow asks of the API: node readiness, and the
-// Lease of the control planes' join lock.
+// ManifestApplier applies a manifest's objects with server-side apply
+// (pkg/node/kubeclient.Client).
+type ManifestApplier interface {
+	ApplyManifest(ctx context.Context, manifest []byte, fieldManager string) error
+}
+
+// ConfigMapReader reads a ConfigMap (pkg/node/kubeclient.Client).
+type ConfigMapReader interface {
+	ConfigMap(ctx context.Context, namespace, name string) (kubeclient.ConfigMap, error)
+}
+
+// APIClient is what the flow asks of the API: node readiness, the Lease
+// of the control planes' join lock, the add-ons' manifests applied, and
+// the cluster's kubelet configuration.
 type APIClient interface {
 	NodeReader
 	leaselock.Store
+	ManifestApplier
+	ConfigMapReader
 }
 
 var _ APIClient = (*kubeclient.Client)(nil)

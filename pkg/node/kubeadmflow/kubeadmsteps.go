@@ -159,13 +159,12 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// Not kubeadm's join preflight: its checks the node's state
 			// decides, in-process (nodePreflight).
 			{name: stepNodePreflight, own: nodePreflight, replaces: "join phase preflight"},
-			// kubelet-start only starts the kubelet, and kubeadm's
-			// kubelet-wait-bootstrap cannot run alone on a worker (it
-			// wants admin.conf): our own step waits for the TLS
+			// kubeadm's kubelet-start, in process (kubeletStart), only
+			// starts the kubelet; our own step waits for the TLS
 			// bootstrap and deletes the token credential as kubeadm's
-			// would.
+			// kubelet-wait-bootstrap would.
 			{name: stepStaleNode, own: waitForStaleNode},
-			k("join", "phase", "kubelet-start"),
+			{name: stepKubeletStart, own: kubeletStart, replaces: "join phase kubelet-start"},
 			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
 		}
 	}
@@ -352,11 +351,30 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	return nil
 }
 
-// applyManifest is a step that applies a manifest as the admin.
+// AddonFieldManager is the field manager of the add-ons' objects: the
+// fields a node's manifests set are Terrarium's. Clusters formed before
+// it applied them with kubectl (manager "kubectl"); applying with
+// force-conflicts moves those fields to this manager.
+const AddonFieldManager = "terrarium"
+
+// applyManifest is a step that applies a manifest as the admin, in
+// process (kubeclient's server-side apply): a kubectl process took
+// seconds of an emulated node's CPU to start and ask the API's discovery
+// before its first object, on the way to every node's pod network.
 func applyManifest(file string) func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	return func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-		_, err := h.Output(ctx, "kubectl", "--kubeconfig="+AdminKubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file)
-		return err
+		b, err := os.ReadFile(h.Path(file))
+		if err != nil {
+			return err
+		}
+		api, err := h.API(AdminKubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := api.ApplyManifest(ctx, b, AddonFieldManager); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		return nil
 	}
 }
 

@@ -128,7 +128,7 @@ func TestInitPreflight(t *testing.T) {
 // preflight; a joining control plane keeps kubeadm's.
 func TestNodeStepsSkipKubeadmPreflight(t *testing.T) {
 	for role, kubeletStart := range map[string]string{
-		machineconfig.RoleWorker: "join phase kubelet-start",
+		machineconfig.RoleWorker: stepKubeletStart,
 		machineconfig.RoleInit:   "init phase kubelet-start",
 	} {
 		var names []string

@@ -73,9 +73,9 @@ func waitForStaleNode(ctx context.Context, h *Flow, c *machineconfig.Config) err
 			}
 			return nil
 		case err != nil:
-			// The check is kubeadm's own in kubelet-start; this wait
-			// only spares a joiner its failures. Unanswered, kubeadm
-			// decides.
+			// kubelet-start checks again (kubeadm's on a control
+			// plane, kubeletStart on a worker); this wait only spares
+			// a joiner its failures. Unanswered, kubelet-start decides.
 			h.Report.Report(stepStaleNode, "skipped", err.Error())
 			return nil
 		case polls == 0:

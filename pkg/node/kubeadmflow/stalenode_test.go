@@ -29,6 +29,14 @@ type oneNode struct {
 func (o *oneNode) Nodes(context.Context) ([]kubeclient.Node, error) {
 	return nil, errors.New("not asked")
 }
+
+func (o *oneNode) ApplyManifest(context.Context, []byte, string) error {
+	return errors.New("not asked")
+}
+
+func (o *oneNode) ConfigMap(context.Context, string, string) (kubeclient.ConfigMap, error) {
+	return kubeclient.ConfigMap{}, errors.New("not asked")
+}
 func (o *oneNode) Node(_ context.Context, name string) (kubeclient.Node, error) {
 	o.asked++
 	if o.err != nil {
@@ -62,7 +70,7 @@ func TestWaitForStaleNode(t *testing.T) {
 		{"no Node of this name", &oneNode{name: "w-2"}, "", ""},
 		{"the old Node goes not Ready", &oneNode{name: "w-1", readyPolls: 5}, "", "gone: the old Node w-1 is no longer Ready"},
 		{"another machine under this name", &oneNode{name: "w-1", readyPolls: 1 << 30}, "another machine runs under this name", "waiting: a Node named w-1 is Ready"},
-		{"the API does not answer: kubeadm decides", &oneNode{err: errors.New("connection refused")}, "", "skipped: connection refused"},
+		{"the API does not answer: kubelet-start decides", &oneNode{err: errors.New("connection refused")}, "", "skipped: connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
