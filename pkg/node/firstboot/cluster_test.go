@@ -104,8 +104,10 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 			switch {
 			case strings.HasPrefix(line, "init phase etcd local "), strings.HasPrefix(line, "join phase etcd-join "):
 				staticPods("etcd")
-			case strings.HasPrefix(line, "init phase control-plane all "), strings.HasPrefix(line, "join phase control-plane-prepare control-plane "):
+			case strings.HasPrefix(line, "join phase control-plane-prepare control-plane "):
 				staticPods("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+			case strings.HasPrefix(line, "init phase control-plane "):
+				staticPods("kube-" + strings.Fields(line)[3])
 			}
 			if strings.HasPrefix(line, "init phase kubeconfig all ") || strings.HasPrefix(line, "join phase control-plane-prepare kubeconfig ") {
 				e.write(kubeadmflow.KubeletKubeconfig, "kubelet kubeconfig\n")
@@ -153,9 +155,19 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
 		t.Errorf("phases out of order:\n%s", got)
 	}
+	// kube-apiserver's static pod before the kubelet starts, the
+	// controller manager's and the scheduler's once the API is ready.
+	assert.NotContains(t, got, "control-plane all")
+	cmds := strings.Join(e.commands(), "\n")
+	order := []string{"init phase etcd local", "init phase control-plane apiserver", "init phase kubelet-start",
+		"init phase control-plane controller-manager", "init phase control-plane scheduler", "init phase upload-config all"}
+	for i := 1; i < len(order); i++ {
+		assert.Less(t, strings.Index(cmds, order[i-1]), strings.Index(cmds, order[i]), "%s before %s", order[i-1], order[i])
+	}
+	assert.Less(t, strings.Index(e.console.String(), "wait for the control plane: done"),
+		strings.Index(e.console.String(), "init phase control-plane controller-manager: done"), "the controller manager after the API is ready")
 	// The pod network goes in once the admin may write (after
 	// upload-config), before the add-ons: no node is Ready without it.
-	cmds := strings.Join(e.commands(), "\n")
 	flannel := strings.Index(cmds, "api-apply as terrarium Namespace kube-flannel")
 	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
 		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)

@@ -98,9 +98,23 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// cluster's etcd before its etcd first starts.
 			{name: stepRestore, own: restoreEtcd},
 			k("init", "phase", "etcd", "local"),
-			k("init", "phase", "control-plane", "all"),
+			// kube-apiserver's static pod first; the controller
+			// manager's and the scheduler's once the API is ready.
+			// Started beside kube-apiserver, they take CPU from its
+			// start, and the controller manager exits when the API is
+			// not healthy within 10 s of its winning the leader lease
+			// ("failed to wait for apiserver being healthy"): its next
+			// start then waits out its own lease (60 s, see
+			// kubeadmconfig.LeaderElectionArgs) before signing
+			// cluster-info or any kubelet's CSR. The 2026-11-28 bench
+			// saw it start again 10 s after the API was ready, and the
+			// worker wait a minute for cluster-info's signature, and
+			// another for its CSR.
+			replacing(k("init", "phase", "control-plane", "apiserver"), "init phase control-plane all"),
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
+			replacing(k("init", "phase", "control-plane", "controller-manager"), "init phase control-plane all"),
+			replacing(k("init", "phase", "control-plane", "scheduler"), "init phase control-plane all"),
 			k("init", "phase", "upload-config", "all"),
 			// The cluster joinable as soon as it can be (the token,
 			// cluster-info, the bootstrap RBAC): joiners wait for
@@ -406,6 +420,13 @@ func stepRuns(steps []kubeadmStep) [][]kubeadmStep {
 		runs[len(runs)-1] = append(runs[len(runs)-1], st)
 	}
 	return runs
+}
+
+// replacing is st standing for an earlier release's step: a node formed
+// by that release has done it.
+func replacing(st kubeadmStep, earlier string) kubeadmStep {
+	st.replaces = earlier
+	return st
 }
 
 func oneAtATime(st kubeadmStep) kubeadmStep {
