@@ -553,12 +553,17 @@ func kubernetesVersion(t *testing.T) string {
 	return string(m[1])
 }
 
-// containerMark is one container of a pod: when its pod was created
-// and when the container started, in seconds after power-on.
+// containerMark is one container of a pod: when its pod was created (a
+// static pod's is its mirror pod's, made once the API answers, after the
+// container started) and when the container started, in seconds after
+// power-on.
 type containerMark struct {
 	Name    string  `json:"name"`
 	Created float64 `json:"createdSeconds"`
 	Started float64 `json:"startedSeconds"`
+	// Restarts is the container's restart count: Started is its last
+	// start.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // containerMarks asks the API when each pod was created and each of its
@@ -579,8 +584,9 @@ func containerMarks(ctx context.Context, ssh *sshClient, start time.Time) (map[s
 	}
 	since := func(at time.Time) float64 { return at.Add(-g.offset).Sub(start).Seconds() }
 	type status struct {
-		Name  string
-		State struct {
+		Name         string
+		RestartCount int
+		State        struct {
 			Running    *struct{ StartedAt time.Time }
 			Terminated *struct{ StartedAt time.Time }
 		}
@@ -614,9 +620,10 @@ func containerMarks(ctx context.Context, ssh *sshClient, start time.Time) (map[s
 				continue
 			}
 			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], containerMark{
-				Name:    p.Metadata.Name + "/" + c.Name,
-				Created: since(p.Metadata.CreationTimestamp),
-				Started: since(started),
+				Name:     p.Metadata.Name + "/" + c.Name,
+				Created:  since(p.Metadata.CreationTimestamp),
+				Started:  since(started),
+				Restarts: c.RestartCount,
 			})
 		}
 	}
@@ -643,7 +650,11 @@ func containerTimeline(r clusterResult, node string, cs []containerMark) string 
 		if to <= from {
 			bar += "▏"
 		}
-		fmt.Fprintf(&b, "%-34s %-*s %5.1f s → %5.1f s\n", trim(c.Name, 34), width, bar, c.Created, c.Started)
+		restarts := ""
+		if c.Restarts > 0 {
+			restarts = fmt.Sprintf(" (%d restarts)", c.Restarts)
+		}
+		fmt.Fprintf(&b, "%-34s %-*s %5.1f s → %5.1f s%s\n", trim(c.Name, 34), width, bar, c.Created, c.Started, restarts)
 	}
 	return b.String()
 }
