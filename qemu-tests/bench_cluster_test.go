@@ -90,35 +90,57 @@ func writeResult(t *testing.T, r clusterResult) {
 	}
 }
 
+// timeAxis is the time axis every drawing of a run shares: width
+// columns from power-on to the later of pod network Ready and healthy.
+type timeAxis struct {
+	width int
+	end   float64
+}
+
+func newTimeAxis(r clusterResult) timeAxis {
+	return timeAxis{width: 60, end: max(r.PodNetworkReady, r.Healthy)}
+}
+
+// col is the column of a time, within the axis.
+func (a timeAxis) col(at float64) int {
+	return min(max(int(at*float64(a.width)/a.end), 0), a.width)
+}
+
+// header is a drawing's first line: its title and the axis's ends.
+func (a timeAxis) header(title string) string {
+	return fmt.Sprintf("%-34s %s\n", title, "0 s"+strings.Repeat(" ", a.width-10)+fmt.Sprintf("%4.0f s", a.end))
+}
+
+// bar is a row's bar from one time to another, padded to the axis; a
+// thin mark where the two share a column.
+func (a timeAxis) bar(from, to float64) string {
+	f, t := a.col(from), a.col(to)
+	bar := strings.Repeat(" ", f) + strings.Repeat("█", max(t-f, 0))
+	if t <= f {
+		bar += "▏"
+	}
+	return fmt.Sprintf("%-*s", a.width, bar)
+}
+
 // timeline draws each phase of one node as a bar on a time axis, then
 // why each failed attempt failed.
 func timeline(r clusterResult, node string, phases []phaseMark) string {
-	const width = 60
-	end := max(r.PodNetworkReady, r.Healthy)
-	scale := float64(width) / end
+	a := newTimeAxis(r)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %s\n", "step ("+node+")", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", end))
+	b.WriteString(a.header("step (" + node + ")"))
 	prev := 0.0
 	for _, p := range phases {
 		if p.End < prev {
 			continue
 		}
-		from, to := int(prev*scale), int(p.End*scale)
-		if to > width {
-			to = width
-		}
-		bar := strings.Repeat(" ", from) + strings.Repeat("█", max(to-from, 0))
-		if to == from {
-			bar += "▏"
-		}
-		fmt.Fprintf(&b, "%-34s %-*s %5.1f s\n", trim(p.Name, 34), width, bar, p.End-prev)
+		fmt.Fprintf(&b, "%-34s %s %5.1f s\n", trim(p.Name, 34), a.bar(prev, p.End), p.End-prev)
 		prev = p.End
 	}
 	for _, m := range []struct {
 		name string
 		at   float64
 	}{{"API ready", r.APIReady}, {"nodes Ready", r.NodesReady}, {"pod network on every node", r.PodNetworkReady}} {
-		fmt.Fprintf(&b, "%-34s %*s\n", m.name, min(int(m.at*scale), width-1)+1, "▲")
+		fmt.Fprintf(&b, "%-34s %*s\n", m.name, min(a.col(m.at), a.width-1)+1, "▲")
 	}
 	for _, p := range phases {
 		if p.Detail != "" {
@@ -639,22 +661,15 @@ func containerMarks(ctx context.Context, ssh *sshClient, start time.Time) (map[s
 // containerTimeline draws each container as a bar from its creation to
 // its start, on the same axis as timeline.
 func containerTimeline(r clusterResult, node string, cs []containerMark) string {
-	const width = 60
-	end := max(r.PodNetworkReady, r.Healthy)
-	scale := float64(width) / end
+	a := newTimeAxis(r)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %s\n", "container ("+node+")", "0 s"+strings.Repeat(" ", width-10)+fmt.Sprintf("%4.0f s", end))
+	b.WriteString(a.header("container (" + node + ")"))
 	for _, c := range cs {
-		from, to := min(int(c.Created*scale), width), min(int(c.Started*scale), width)
-		bar := strings.Repeat(" ", max(from, 0)) + strings.Repeat("█", max(to-from, 0))
-		if to <= from {
-			bar += "▏"
-		}
 		restarts := ""
 		if c.Restarts > 0 {
 			restarts = fmt.Sprintf(" (%d restarts)", c.Restarts)
 		}
-		fmt.Fprintf(&b, "%-34s %-*s %5.1f s → %5.1f s%s\n", trim(c.Name, 34), width, bar, c.Created, c.Started, restarts)
+		fmt.Fprintf(&b, "%-34s %s %5.1f s → %5.1f s%s\n", trim(c.Name, 34), a.bar(c.Created, c.Started), c.Created, c.Started, restarts)
 	}
 	return b.String()
 }
