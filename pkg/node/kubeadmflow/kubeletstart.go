@@ -46,9 +46,8 @@ const (
 //
 // Like kubeadm, it refuses a name whose Node is Ready (waitForStaleNode,
 // the step before, has waited out a restored cluster's record). Then it
-// restarts the kubelet, which does its TLS
-// bootstrap; kubeadm upgrade node later reads and rewrites these files as
-// its own.
+// restarts the kubelet, which does its TLS bootstrap; kubeadm upgrade node
+// later reads and rewrites these files as its own.
 func kubeletStart(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	cl := c.Cluster
 	join := joinKubeconfig(cl)
