@@ -49,16 +49,12 @@ const (
 // restarts the kubelet, which does its TLS bootstrap; kubeadm upgrade node
 // later reads and rewrites these files as its own.
 func kubeletStart(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+	return withJoinClient(h, c.Cluster, func(api APIClient) error { return startKubelet(ctx, h, c, api) })
+}
+
+// startKubelet is kubeletStart's work, asking api as the bootstrap token.
+func startKubelet(ctx context.Context, h *Flow, c *machineconfig.Config, api APIClient) error {
 	cl := c.Cluster
-	join := joinKubeconfig(cl)
-	if _, err := h.WriteIfChanged(JoinKubeconfig, join, 0o600); err != nil {
-		return err
-	}
-	defer os.Remove(h.Path(JoinKubeconfig))
-	api, err := h.API(JoinKubeconfig)
-	if err != nil {
-		return err
-	}
 	// kubeadm's own check: no Node of this name may be Ready.
 	switch n, err := api.Node(ctx, c.Hostname); {
 	case err == nil && n.Ready:
@@ -82,7 +78,7 @@ func kubeletStart(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 		{KubeletConfigFile, config, 0o644},
 		{kubeletInstanceFile, []byte("containerRuntimeEndpoint: " + strconv.Quote(kubeadmconfig.CRISocket) + "\n"), 0o644},
 		{KubeletFlagsFile, kubeletFlags(cl), 0o644},
-		{BootstrapKubeconfig, join, 0o600},
+		{BootstrapKubeconfig, joinKubeconfig(cl), 0o600},
 	} {
 		if _, err := h.WriteIfChanged(f.path, f.data, f.mode); err != nil {
 			return err

@@ -53,14 +53,26 @@ users:
 // restored control plane notices its kubelet is gone. Another machine that
 // runs under this name stays Ready: the step then fails, naming the fix.
 func waitForStaleNode(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-	if _, err := h.WriteIfChanged(JoinKubeconfig, joinKubeconfig(c.Cluster), 0o600); err != nil {
+	return withJoinClient(h, c.Cluster, func(api APIClient) error { return staleNodeGone(ctx, h, c, api) })
+}
+
+// withJoinClient calls fn with a client of the API as the node's bootstrap
+// token, through JoinKubeconfig, which it removes after: the token has no
+// use beyond the step.
+func withJoinClient(h *Flow, cl *machineconfig.Cluster, fn func(api APIClient) error) error {
+	if _, err := h.WriteIfChanged(JoinKubeconfig, joinKubeconfig(cl), 0o600); err != nil {
 		return err
 	}
-	defer os.Remove(h.Path(JoinKubeconfig)) // the token has no use after this
+	defer os.Remove(h.Path(JoinKubeconfig))
 	api, err := h.API(JoinKubeconfig)
 	if err != nil {
 		return err
 	}
+	return fn(api)
+}
+
+// staleNodeGone is waitForStaleNode's wait, asking api.
+func staleNodeGone(ctx context.Context, h *Flow, c *machineconfig.Config, api APIClient) error {
 	deadline := h.Now().Add(staleNodeWait)
 	for polls := 0; ; polls++ {
 		n, err := api.Node(ctx, c.Hostname)
