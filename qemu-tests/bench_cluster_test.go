@@ -281,6 +281,29 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 		t.FailNow()
 	}
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	wssh := dialSSH(ctx, t, w.sshPort, key)
+	// Where each node's CPU went until both were healthy: a figure to
+	// read (the worker, starved next to the init node, is the critical
+	// path), not what the benchmark measures.
+	var cpu strings.Builder
+	for _, n := range []struct {
+		name string
+		ssh  *sshClient
+	}{{"init node", ssh}, {"worker", wssh}} {
+		r, err := cpuReport(n.ssh)
+		if err != nil {
+			t.Logf("%s: no CPU report: %v", n.name, err)
+		}
+		fmt.Fprintf(&cpu, "CPU of the %s from power-on until both were healthy\n%s\n", n.name, r)
+	}
+	writeFigure(t, "terrarium-cpu.txt", cpu.String())
+	// The worker's kubelet from its start to its Node's registration,
+	// to read where its start goes (not logged: long).
+	if log, err := wssh.sudoTry("journalctl -u kubelet.service -o short-precise --no-pager | head -400"); err != nil {
+		t.Logf("worker: no kubelet log: %v", err)
+	} else {
+		writeArtifact(t, "terrarium-worker-kubelet.log", log)
+	}
 	nodesReady, podNetwork := readyMarks(ctx, t, ssh, 2, start)
 	first, afterApply := firstDeployment(ctx, t, ssh, dialSSH(ctx, t, w.sshPort, key), start)
 	phases, err := nodePhases(ssh, start)
@@ -289,7 +312,6 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	}
 	// The worker's timeline is best-effort: a figure, not what the
 	// benchmark measures.
-	wssh := dialSSH(ctx, t, w.sshPort, key)
 	workerPhases, err := nodePhases(wssh, start)
 	if err != nil {
 		t.Logf("worker: no timeline: %v", err)
@@ -303,6 +325,35 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
 		FirstDeployment: first, FirstDeploymentAfterApply: afterApply, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases,
 		Containers: containers[cp.name], WorkerContainers: containers[w.name]})
+}
+
+// cpuReport is where a node's CPU went since power-on: the boot's stages
+// as systemd saw them, then the CPU time of each unit and slice (cgroup
+// v2's cpu.stat), most first, and the whole machine's.
+func cpuReport(ssh *sshClient) (string, error) {
+	return ssh.read(`systemd-analyze 2>&1 | head -2; ` +
+		`for f in /sys/fs/cgroup/*.slice/*/cpu.stat /sys/fs/cgroup/*.slice/cpu.stat /sys/fs/cgroup/init.scope/cpu.stat; do ` +
+		`awk -v n="${f#/sys/fs/cgroup/}" '/^usage_usec/{printf "%8.1f s  %s\n", $2/1e6, n}' "$f"; done | sort -rn | head -25; ` +
+		`awk '/^cpu /{printf "%8.1f s  the machine (user, nice, system, irq, softirq; /proc/stat)\n", ($2+$3+$4+$7+$8)/100}' /proc/stat`)
+}
+
+// writeFigure writes a figure next to the results and logs it.
+func writeFigure(t *testing.T, name, text string) {
+	t.Helper()
+	writeArtifact(t, name, text)
+	t.Logf("%s:\n%s", name, text)
+}
+
+// writeArtifact writes a file next to the results.
+func writeArtifact(t *testing.T, name, text string) {
+	t.Helper()
+	dir := os.Getenv("TERRARIUM_BENCH_OUT")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+		t.Errorf("%s: %v", name, err)
+	}
 }
 
 // plainConfig is a node without a cluster section: the same image, the
