@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
@@ -13,9 +15,17 @@ import (
 func repairKubeletCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "repair-kubelet",
-		Short: "Before the kubelet starts: remove or point back its certificates a power cut tore",
+		Short: "Before the kubelet starts: remove or point back its certificates a power cut tore, and make its serving pair if it has none",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := kubeletpki.Repair(host.Real(), firstboot.Consoles{SysActive: "/sys/class/tty/console/active"})
+			h := host.Real()
+			if _, err := kubeletpki.Repair(h, firstboot.Consoles{SysActive: "/sys/class/tty/console/active"}); err != nil {
+				return err
+			}
+			name, err := os.Hostname()
+			if err != nil {
+				return fmt.Errorf("the kubelet's serving certificate: %w", err)
+			}
+			_, err = kubeletpki.EnsureServing(h, strings.ToLower(name))
 			return err
 		},
 	}

@@ -31,10 +31,10 @@ const (
 	clientPrefix = "kubelet-client-"
 )
 
-// Repair removes a torn serving pair (the kubelet makes a new one when
-// none is there) and points a current client certificate that is torn
-// back to the newest intact, unexpired one the kubelet wrote before. It
-// says what it did on console and returns it, one line per repair.
+// Repair removes a torn serving pair (EnsureServing makes a new one) and
+// points a current client certificate that is torn back to the newest
+// intact, unexpired one the kubelet wrote before. It says what it did on
+// console and returns it, one line per repair.
 func Repair(h *host.Host, console io.Writer) ([]string, error) {
 	dir := h.Path(layout.KubeletPKIDir)
 	var done []string
@@ -54,7 +54,7 @@ func Repair(h *host.Host, console io.Writer) ([]string, error) {
 			if err := atomicfile.SyncDir(dir); err != nil {
 				return done, err
 			}
-			say("the kubelet's serving certificate (%s, %s) was unusable (%v), torn by a power cut while the kubelet wrote it: removed; the kubelet makes a new one", servingCert, servingKey, err)
+			say("the kubelet's serving certificate (%s, %s) was unusable (%v), torn by a power cut while the kubelet wrote it: removed; a new one is made", servingCert, servingKey, err)
 		}
 	}
 	current := h.Path(layout.KubeletClientCert)
