@@ -37,6 +37,10 @@ const (
 	DefaultDialTimeout    = 3 * time.Second
 )
 
+// probesPerConnection is how many probe rounds share one connection to a
+// backend before the next round dials afresh.
+const probesPerConnection = 15
+
 // Config of a Balancer.
 type Config struct {
 	// Listen is the address Serve listens on, e.g. "127.0.0.1:7445".
@@ -158,8 +162,13 @@ func New(cfg Config) (*Balancer, error) {
 			// The probe checks liveness only and sends no credentials, and
 			// the balancer holds no cluster CA: don't verify.
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec
-			// A new connection per probe also checks the server accepts.
-			DisableKeepAlives: true,
+			// One connection per backend, kept between probes: a TLS
+			// handshake every two seconds from every node to every
+			// API server was the balancer's main cost under TCG (34 s
+			// of a starved worker's CPU until its Node was Ready, bench
+			// of 2026-11-28). healthLoop drops it now and then, so
+			// that a probe also checks the server still accepts.
+			MaxIdleConnsPerHost: 1,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
@@ -271,7 +280,10 @@ func (b *Balancer) Status() []BackendStatus {
 func (b *Balancer) healthLoop(ctx context.Context) {
 	t := time.NewTicker(b.cfg.HealthInterval)
 	defer t.Stop()
-	for {
+	for round := 1; ; round++ {
+		if round%probesPerConnection == 0 {
+			b.probe.CloseIdleConnections()
+		}
 		b.probeRound(ctx)
 		select {
 		case <-ctx.Done():

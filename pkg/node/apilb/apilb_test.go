@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // Generous bounds: the tests must pass on a loaded 2-core machine under
@@ -33,6 +35,8 @@ type apiServer struct {
 	name   string
 	srv    *httptest.Server
 	status atomic.Int32
+	// probes counts /readyz requests, conns the connections accepted.
+	probes, conns atomic.Int32
 }
 
 func (a *apiServer) addr() string { return a.srv.Listener.Addr().String() }
@@ -52,6 +56,7 @@ func newAPIServerOn(t *testing.T, name string, ln net.Listener) *apiServer {
 	a.status.Store(http.StatusOK)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		a.probes.Add(1)
 		code := int(a.status.Load())
 		w.WriteHeader(code)
 		fmt.Fprintln(w, http.StatusText(code))
@@ -64,6 +69,11 @@ func newAPIServerOn(t *testing.T, name string, ln net.Listener) *apiServer {
 	a.srv.Listener = ln
 	// Probes cut off when a server or the balancer stops are expected.
 	a.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	a.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			a.conns.Add(1)
+		}
+	}
 	a.srv.StartTLS()
 	t.Cleanup(a.srv.Close)
 	return a
@@ -658,6 +668,19 @@ func TestHalfClose(t *testing.T) {
 	if string(got) != "got 100000 bytes" {
 		t.Errorf("answer %q, want %q", got, "got 100000 bytes")
 	}
+}
+
+// TestProbeKeepsConnection: probes share a connection (a TLS handshake
+// per probe cost a starved emulated worker seconds), and a round now and
+// then dials afresh, to check the backend still accepts.
+func TestProbeKeepsConnection(t *testing.T) {
+	a := newAPIServer(t, "a")
+	startBalancer(t, Config{Backends: []string{a.addr()}, HealthInterval: 5 * time.Millisecond})
+	rounds := int32(3*probesPerConnection + 1)
+	waitFor(t, fmt.Sprintf("%d probes", rounds), func() bool { return a.probes.Load() >= rounds })
+	probes, conns := a.probes.Load(), a.conns.Load()
+	assert.GreaterOrEqual(t, conns, int32(3), "a fresh connection every %d rounds (%d probes)", probesPerConnection, probes)
+	assert.LessOrEqual(t, conns, probes/probesPerConnection+1, "connections kept between probes (%d probes)", probes)
 }
 
 // TestProbeHandshakeBounded: a backend that accepts but never completes the
