@@ -240,11 +240,14 @@ func TestWorkerJoins(t *testing.T) {
 	if err := e.run(clusterConfig(t, "w-1")); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
-	// Its time follows the control plane, synced before its cluster
-	// phases; the banner says so.
+	// Its time follows the control plane, synced after the cluster's
+	// host files and before its first certificate check (the API's);
+	// the banner says so.
 	assert.Equal(t, "10.77.0.10 (stratum 9), offset -0.000012 s", e.status().Time)
-	assert.Contains(t, e.console.String(), "time: synced: 10.77.0.10")
-	assert.Less(t, strings.Index(e.console.String(), "time: synced"), strings.Index(e.console.String(), "kubernetes-pki"))
+	console := e.console.String()
+	assert.Contains(t, console, "time: synced: 10.77.0.10")
+	assert.Less(t, strings.Index(console, "kubernetes-host"), strings.Index(console, "time: synced"))
+	assert.Less(t, strings.Index(console, "time: synced"), strings.Index(console, "wait for the API"))
 	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
 	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
 	// kubeadm's kubelet-start, in process: no kubeadm at all on a worker.

@@ -150,6 +150,9 @@ func newEnv(t *testing.T) *env {
 	e.write("/sys/devices/system/cpu/online", "0-1\n")
 	e.write("/proc/meminfo", "MemTotal:        3006704 kB\nMemFree:          120000 kB\n")
 	e.mkdir("/run")
+	// A kernel's switch as it boots; br_netfilter's appear with the
+	// module (exec).
+	e.write("/proc/sys/net/ipv4/ip_forward", "0\n")
 	return e
 }
 
@@ -231,11 +234,13 @@ func (e *env) exec(ctx context.Context, name string, args ...string) ([]byte, er
 		}
 		e.clockNow = time.Unix(sec, 0).UTC()
 	}
-	if name == "sysctl" {
-		// sysctl -q -w key=value ...: the kernel's switches under /proc/sys.
-		for _, a := range args {
-			if k, v, ok := strings.Cut(a, "="); ok {
-				e.writeQuiet("/proc/sys/"+strings.ReplaceAll(k, ".", "/"), v+"\n")
+	if name == "modprobe" && len(args) == 1 {
+		// The module is loaded: it shows in /sys/module, and
+		// br_netfilter brings its switches under /proc/sys, off.
+		e.writeQuiet("/sys/module/"+args[0]+"/refcnt", "0\n")
+		if args[0] == "br_netfilter" {
+			for _, f := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+				e.writeQuiet("/proc/sys/net/bridge/"+f, "0\n")
 			}
 		}
 	}

@@ -521,7 +521,15 @@ func (r *runner) phases(c *machineconfig.Config) []phase.Phase {
 	if c.Cluster == nil {
 		return ps
 	}
-	return append(ps, r.flow.Phases()...)
+	// A worker's wait for its time goes just before the cluster's
+	// steps that check certificates (timesync.SyncedPhase).
+	for _, p := range r.flow.Phases() {
+		if p.Name == kubeadmflow.PhaseKubernetes {
+			ps = append(ps, timesync.SyncedPhase(r.o.Host, r.o.TimeSync, host.ReporterFunc(r.report)))
+		}
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 // lockedWriter serializes writes to w.

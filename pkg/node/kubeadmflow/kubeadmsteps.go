@@ -168,11 +168,13 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		}
 	default:
 		return []kubeadmStep{
-			{name: stepWaitForAPI, own: waitForAPI},
+			// What needs no API first: the worker, starved beside the
+			// init node, does it while the API comes up.
 			runtime,
 			// Not kubeadm's join preflight: its checks the node's state
 			// decides, in-process (nodePreflight).
 			{name: stepNodePreflight, own: nodePreflight, replaces: "join phase preflight"},
+			{name: stepWaitForAPI, own: waitForAPI},
 			// kubeadm's kubelet-start, in process (kubeletStart), only
 			// starts the kubelet; our own step waits for the TLS
 			// bootstrap and deletes the token credential as kubeadm's

@@ -62,6 +62,32 @@ func Phase(h *host.Host, sync Sync, report host.Reporter) phase.Phase {
 	return phase.Phase{Name: "time", Apply: t.apply, Verify: t.verify}
 }
 
+// SyncedPhase is where a worker waits for its first time from the control
+// planes ("time synced"): just before its cluster step that checks a
+// certificate (the API's), not in the time phase. What it does before
+// (its registry's files, the kernel's switches) needs no true time and, on
+// a worker starved beside the init node, costs as long as chrony takes to
+// follow (18.8 s of waiting in the time phase, bench of 2026-11-28).
+// Control planes wait in the time phase: a joiner issues its registry
+// certificate next.
+func SyncedPhase(h *host.Host, sync Sync, report host.Reporter) phase.Phase {
+	t := &timePhase{h: h, sync: sync, report: report}
+	return phase.Phase{Name: "time synced", Apply: t.applySynced, Verify: func(context.Context, *machineconfig.Config) error { return nil }}
+}
+
+// waitsLater reports whether c's node waits for its time in SyncedPhase:
+// a worker of a cluster.
+func (t *timePhase) waitsLater(c *machineconfig.Config) bool {
+	return c.Cluster != nil && c.Cluster.Role == machineconfig.RoleWorker
+}
+
+func (t *timePhase) applySynced(ctx context.Context, c *machineconfig.Config) error {
+	if !t.waitsLater(c) || !hasChrony(t.h) {
+		return nil
+	}
+	return t.waitForSync(ctx)
+}
+
 type timePhase struct {
 	h      *host.Host
 	sync   Sync
@@ -220,7 +246,7 @@ func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 			return err
 		}
 	}
-	if c.Cluster == nil || c.Cluster.Role == machineconfig.RoleInit {
+	if c.Cluster == nil || c.Cluster.Role == machineconfig.RoleInit || t.waitsLater(c) {
 		return nil
 	}
 	return t.waitForSync(ctx)

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/phase"
 )
 
 var (
@@ -225,25 +227,55 @@ func TestClockAheadIsKept(t *testing.T) {
 	}
 }
 
-// A worker waits for its first time from the control planes before its
-// cluster phases, reporting the wait and the source it got.
+// A worker waits for its first time from the control planes in "time
+// synced", before its cluster steps that check certificates, reporting the
+// wait and the source it got; its time phase only sets chrony up. A
+// joining control plane waits in its time phase: its registry certificate
+// is issued next.
 func TestFollowerWaitsForSync(t *testing.T) {
-	h, f := newNode(t, time.Now())
-	f.tracking = []string{
+	synced := []string{
 		"00000000,,0,0.000000000,0.000000000,0.000000000,0.000000000,0.000,0.000,0.000,1.000000000,1.000000000,0.0,Not synchronised\n",
 		"0A4D000A,10.77.0.10,9,1764144000.123456789,-0.000012000,0.000003000,0.000010000,-1.500,0.001,0.100,0.000500000,0.000100000,16.2,Normal\n",
 	}
-	p := Phase(h, Sync{Wait: time.Minute, Every: time.Millisecond}, f)
-	require.NoError(t, p.Apply(context.Background(), clusterNode(t, machineconfig.RoleWorker, "10.77.0.20")))
-	require.Len(t, f.reports, 2)
-	assert.Contains(t, f.reports[0], "time: waiting: for the control planes' time")
-	assert.Equal(t, "time: synced: 10.77.0.10 (stratum 9), offset -0.000012 s", f.reports[1])
+	sync := Sync{Wait: time.Minute, Every: time.Millisecond}
+	for _, tc := range []struct {
+		role     string
+		waitedIn string // the phase that waits
+	}{
+		{machineconfig.RoleWorker, "time synced"},
+		{machineconfig.RoleControlPlane, "time"},
+	} {
+		t.Run(tc.role, func(t *testing.T) {
+			h, f := newNode(t, time.Now())
+			f.tracking = slices.Clone(synced)
+			c := clusterNode(t, tc.role, "10.77.0.20")
+			for _, p := range []phase.Phase{Phase(h, sync, f), SyncedPhase(h, sync, f)} {
+				require.NoError(t, p.Apply(context.Background(), c))
+				if p.Name != tc.waitedIn {
+					assert.Empty(t, f.reports, "%s: no wait", p.Name)
+					continue
+				}
+				require.Len(t, f.reports, 2, p.Name)
+				assert.Contains(t, f.reports[0], "time: waiting: for the control planes' time")
+				assert.Equal(t, "time: synced: 10.77.0.10 (stratum 9), offset -0.000012 s", f.reports[1])
+				f.reports = nil
+			}
+			b, err := os.ReadFile(h.Path(ConfFile))
+			require.NoError(t, err)
+			assert.Contains(t, string(b), "server 10.77.0.10 iburst")
+		})
+	}
 
 	// No answer within the wait: a named error.
-	h, f = newNode(t, time.Now())
-	p = Phase(h, Sync{Wait: 5 * time.Millisecond, Every: time.Millisecond}, f)
+	h, f := newNode(t, time.Now())
+	p := SyncedPhase(h, Sync{Wait: 5 * time.Millisecond, Every: time.Millisecond}, f)
 	err := p.Apply(context.Background(), clusterNode(t, machineconfig.RoleWorker, "10.77.0.20"))
 	assert.ErrorContains(t, err, "no time from the control planes")
+
+	// The init node is the reference: it waits for nobody.
+	h, f = newNode(t, time.Now())
+	require.NoError(t, SyncedPhase(h, sync, f).Apply(context.Background(), clusterNode(t, machineconfig.RoleInit, "10.77.0.10")))
+	assert.Empty(t, f.reports)
 }
 
 func TestParseTracking(t *testing.T) {
