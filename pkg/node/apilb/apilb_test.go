@@ -13,13 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Generous bounds: the tests must pass on a loaded 2-core machine under
@@ -44,9 +44,7 @@ func (a *apiServer) addr() string { return a.srv.Listener.Addr().String() }
 func newAPIServer(t *testing.T, name string) *apiServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return newAPIServerOn(t, name, ln)
 }
 
@@ -84,9 +82,7 @@ func newAPIServerOn(t *testing.T, name string, ln net.Listener) *apiServer {
 func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -149,9 +145,7 @@ func echoUnlessTLS(c net.Conn) {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
 }
@@ -174,13 +168,9 @@ func startBalancer(t *testing.T, cfg Config) (*Balancer, string) {
 		cfg.HealthTimeout = prompt
 	}
 	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- b.ServeListener(ctx, ln) }()
@@ -188,11 +178,9 @@ func startBalancer(t *testing.T, cfg Config) (*Balancer, string) {
 		cancel()
 		select {
 		case err := <-errc:
-			if err != nil {
-				t.Errorf("ServeListener: %v", err)
-			}
+			assert.NoError(t, err, "ServeListener: %v", err)
 		case <-time.After(waitLong):
-			t.Errorf("ServeListener did not return after cancel")
+			assert.Fail(t, "ServeListener did not return after cancel")
 		}
 	})
 	return b, ln.Addr().String()
@@ -203,9 +191,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLong)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -236,7 +222,7 @@ func status(t *testing.T, b *Balancer, addr string) BackendStatus {
 			return s
 		}
 	}
-	t.Fatalf("no status for %s in %+v", addr, b.Status())
+	require.Fail(t, "backend not in Status()", "no status for %s in %+v", addr, b.Status())
 	return BackendStatus{}
 }
 
@@ -277,33 +263,20 @@ func getID(c *http.Client) (string, error) {
 func openID(t *testing.T, lbAddr string) (string, net.Conn) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", lbAddr, prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true})
-	if err := tc.SetDeadline(time.Now().Add(waitLong)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tc.SetDeadline(time.Now().Add(waitLong)))
 	req, err := http.NewRequest(http.MethodGet, "https://kubernetes/id", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := req.Write(tc); err != nil {
-		t.Fatalf("send request through balancer: %v", err)
-	}
+	require.NoError(t, err)
+	err = req.Write(tc)
+	require.NoError(t, err, "send request through balancer: %v", err)
 	resp, err := http.ReadResponse(bufio.NewReader(tc), req)
-	if err != nil {
-		t.Fatalf("read response through balancer: %v", err)
-	}
+	require.NoError(t, err, "read response through balancer: %v", err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tc.SetDeadline(time.Time{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, tc.SetDeadline(time.Time{}))
 	return string(body), tc
 }
 
@@ -311,17 +284,11 @@ func openID(t *testing.T, lbAddr string) (string, net.Conn) {
 func expectClosed(t *testing.T, c net.Conn) {
 	t.Helper()
 	start := time.Now()
-	if err := c.SetReadDeadline(time.Now().Add(prompt)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(prompt)))
 	n, err := c.Read(make([]byte, 64))
 	var ne net.Error
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		t.Fatalf("connection still open after %v", time.Since(start))
-	case err == nil:
-		t.Fatalf("read %d bytes, want the connection closed", n)
-	}
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection still open after %v", time.Since(start))
+	require.Error(t, err, "read %d bytes, want the connection closed", n)
 }
 
 func TestClientReachesBackends(t *testing.T) {
@@ -336,20 +303,18 @@ func TestClientReachesBackends(t *testing.T) {
 	seen := map[string]int{}
 	for range 6 {
 		id, err := getID(c)
-		if err != nil {
-			t.Fatalf("GET through balancer: %v", err)
-		}
+		require.NoError(t, err, "GET through balancer: %v", err)
 		seen[id]++
 	}
 	// Sequential short connections rotate between idle backends; whatever
 	// the timing of releases, no backend gets three in a row.
-	if seen["a"] == 0 || seen["b"] == 0 || len(seen) != 2 {
-		t.Errorf("backends used %v, want both a and b", seen)
-	}
+	assert.NotZero(t, seen["a"], "backends used %v, want both a and b", seen)
+	assert.NotZero(t, seen["b"], "backends used %v, want both a and b", seen)
+	assert.Len(t, seen, 2, "backends used %v, want both a and b", seen)
 	for _, s := range b.Status() {
-		if !s.Healthy || s.LastError != "" || s.LastChecked.IsZero() {
-			t.Errorf("status %+v, want healthy and checked", s)
-		}
+		assert.True(t, s.Healthy, "status %+v, want healthy and checked", s)
+		assert.Empty(t, s.LastError, "status %+v, want healthy and checked", s)
+		assert.False(t, s.LastChecked.IsZero(), "status %+v, want healthy and checked", s)
 	}
 }
 
@@ -372,13 +337,10 @@ func TestFewestConnections(t *testing.T) {
 		conns = append(conns, c)
 		ids = append(ids, id)
 	}
-	if seen["a"] != 3 || seen["b"] != 3 {
-		t.Errorf("long-lived connections per backend %v, want 3 each", seen)
-	}
+	assert.Equal(t, 3, seen["a"], "long-lived connections per backend %v, want 3 each", seen)
+	assert.Equal(t, 3, seen["b"], "long-lived connections per backend %v, want 3 each", seen)
 	for _, s := range b.Status() {
-		if s.ActiveConns != 3 {
-			t.Errorf("%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
-		}
+		assert.Equal(t, 3, s.ActiveConns, "%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
 	}
 
 	// Unbalance them: close two of a's. New connections go to a until it
@@ -399,14 +361,10 @@ func TestFewestConnections(t *testing.T) {
 	for range 2 {
 		id, c := openID(t, lb)
 		left = append(left, c)
-		if id != "a" {
-			t.Errorf("new connection went to %s, want a, which has fewer", id)
-		}
+		assert.Equal(t, "a", id, "new connection went to %s, want a, which has fewer", id)
 	}
 	for _, s := range b.Status() {
-		if s.ActiveConns != 3 {
-			t.Errorf("%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
-		}
+		assert.Equal(t, 3, s.ActiveConns, "%s: ActiveConns %d, want 3", s.Address, s.ActiveConns)
 	}
 
 	for _, c := range left {
@@ -442,30 +400,25 @@ func TestUnhealthyBackendAvoided(t *testing.T) {
 			tc.fail(a)
 			waitHealth(t, b, map[string]bool{a.addr(): false, bb.addr(): true})
 			s := status(t, b, a.addr())
-			if s.Healthy || !strings.Contains(s.LastError, tc.wantErr) || s.LastChecked.IsZero() {
-				t.Errorf("status of failed backend %+v, want unhealthy with an error containing %q", s, tc.wantErr)
-			}
+			assert.False(t, s.Healthy, "status of failed backend %+v, want unhealthy with an error containing %q", s, tc.wantErr)
+			assert.Contains(t, s.LastError, tc.wantErr, "status of failed backend %+v, want unhealthy with an error containing %q", s, tc.wantErr)
+			assert.False(t, s.LastChecked.IsZero(), "status of failed backend %+v, want unhealthy with an error containing %q", s, tc.wantErr)
 
 			c := apiClient(lb)
 			for range 4 {
 				id, err := getID(c)
-				if err != nil {
-					t.Fatalf("GET through balancer: %v", err)
-				}
-				if id != "b" {
-					t.Errorf("connection went to %s, want only the healthy b", id)
-				}
+				require.NoError(t, err, "GET through balancer: %v", err)
+				assert.Equal(t, "b", id, "connection went to %s, want only the healthy b", id)
 			}
 			// Long-lived ones too, though b then has more connections.
 			for range 3 {
-				if id, _ := openID(t, lb); id != "b" {
-					t.Errorf("long-lived connection went to %s, want only the healthy b", id)
-				}
+				id, _ := openID(t, lb)
+				assert.Equal(t, "b", id, "long-lived connection went to %s, want only the healthy b", id)
 			}
 
-			if s := status(t, b, bb.addr()); !s.Healthy || s.LastError != "" {
-				t.Errorf("status of the healthy backend %+v", s)
-			}
+			hs := status(t, b, bb.addr())
+			assert.True(t, hs.Healthy, "status of the healthy backend %+v", hs)
+			assert.Empty(t, hs.LastError, "status of the healthy backend %+v", hs)
 		})
 	}
 }
@@ -479,23 +432,18 @@ func TestAllBackendsDown(t *testing.T) {
 	})
 	waitHealth(t, b, map[string]bool{addrA: false, addrB: false})
 	for _, s := range b.Status() {
-		if s.LastError == "" {
-			t.Errorf("status %+v: unhealthy without an error", s)
-		}
+		assert.NotEmpty(t, s.LastError, "status %+v: unhealthy without an error", s)
 	}
 
 	// A client is accepted, then closed as soon as no backend takes it.
 	for range 3 {
 		c, err := net.DialTimeout("tcp", lb, prompt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		expectClosed(t, c)
 		c.Close()
 	}
-	if _, err := getID(apiClient(lb)); err == nil {
-		t.Fatal("GET through balancer succeeded with every backend down")
-	}
+	_, err := getID(apiClient(lb))
+	require.Error(t, err, "GET through balancer succeeded with every backend down")
 
 	// One comes back on its address: connections work again.
 	ln, err := net.Listen("tcp", addrB)
@@ -510,9 +458,9 @@ func TestAllBackendsDown(t *testing.T) {
 	})
 	waitHealth(t, b, map[string]bool{addrA: false, addrB: true})
 	for range 3 {
-		if id, err := getID(c); err != nil || id != "b" {
-			t.Errorf("GET through balancer = %q, %v; want b", id, err)
-		}
+		id, err := getID(c)
+		assert.NoError(t, err, "GET through balancer = %q, %v; want b", id, err)
+		assert.Equal(t, "b", id, "GET through balancer = %q, %v; want b", id, err)
 	}
 }
 
@@ -528,35 +476,25 @@ func TestBeforeFirstProbe(t *testing.T) {
 
 	for i := range 4 { // from each rotating start, dead one first or not
 		c, err := net.DialTimeout("tcp", lb, prompt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(waitLong)))
 		msg := fmt.Sprintf("hello %d", i)
-		if _, err := io.WriteString(c, msg); err != nil {
-			t.Fatal(err)
-		}
+		_, err = io.WriteString(c, msg)
+		require.NoError(t, err)
 		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(c, got); err != nil {
-			t.Fatalf("read echo through balancer: %v", err)
-		}
-		if string(got) != msg {
-			t.Errorf("echo %q, want %q", got, msg)
-		}
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err, "read echo through balancer: %v", err)
+		assert.Equal(t, msg, string(got), "echo %q, want %q", got, msg)
 		c.Close()
 	}
 
 	b.mu.Lock()
 	probed := b.probed
 	b.mu.Unlock()
-	if probed {
-		t.Error("a probe round finished, but the live backend never answers probes")
-	}
-	if s := status(t, b, live); !s.LastChecked.IsZero() || s.Healthy {
-		t.Errorf("live backend status %+v, want never checked", s)
-	}
+	assert.False(t, probed, "a probe round finished, but the live backend never answers probes")
+	s := status(t, b, live)
+	assert.True(t, s.LastChecked.IsZero(), "live backend status %+v, want never checked", s)
+	assert.False(t, s.Healthy, "live backend status %+v, want never checked", s)
 }
 
 func TestServeShutdown(t *testing.T) {
@@ -569,9 +507,7 @@ func TestServeShutdown(t *testing.T) {
 		HealthTimeout:  prompt,
 		Log:            testLogger(t),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -581,58 +517,47 @@ func TestServeShutdown(t *testing.T) {
 	waitFor(t, "the balancer to listen", func() bool {
 		select {
 		case err := <-errc:
-			t.Fatalf("Serve: %v", err)
+			require.Fail(t, "Serve returned before cancel", "Serve: %v", err)
 		default:
 		}
 		c, err = net.DialTimeout("tcp", listen, prompt)
 		return err == nil
 	})
 	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(c, "ping"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.SetDeadline(time.Now().Add(waitLong)))
+	_, err = io.WriteString(c, "ping")
+	require.NoError(t, err)
 	got := make([]byte, 4)
-	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping" {
-		t.Fatalf("echo through balancer: %q, %v", got, err)
-	}
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err, "echo through balancer: %q, %v", got, err)
+	require.Equal(t, "ping", string(got), "echo through balancer: %q, %v", got, err)
 	waitFor(t, "the connection to be counted", func() bool { return b.Status()[0].ActiveConns == 1 })
 
 	cancel()
 	select {
 	case err := <-errc:
-		if err != nil {
-			t.Errorf("Serve after cancel = %v, want nil", err)
-		}
+		assert.NoError(t, err, "Serve after cancel = %v, want nil", err)
 	case <-time.After(waitLong):
-		t.Fatal("Serve did not return after cancel")
+		require.Fail(t, "Serve did not return after cancel")
 	}
 	expectClosed(t, c)
-	if n := b.Status()[0].ActiveConns; n != 0 {
-		t.Errorf("ActiveConns after Serve returned = %d, want 0", n)
-	}
-	if c2, err := net.DialTimeout("tcp", listen, prompt); err == nil {
+	n := b.Status()[0].ActiveConns
+	assert.Zero(t, n, "ActiveConns after Serve returned = %d, want 0", n)
+	c2, err := net.DialTimeout("tcp", listen, prompt)
+	if err == nil {
 		c2.Close()
-		t.Error("the balancer's address still accepts connections after Serve returned")
 	}
+	assert.Error(t, err, "the balancer's address still accepts connections after Serve returned")
 }
 
 func TestServeListenError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	b, err := New(Config{Listen: ln.Addr().String(), Backends: []string{"127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	err = b.Serve(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "listen "+ln.Addr().String()) {
-		t.Errorf("Serve on a busy address = %v, want a listen error naming it", err)
-	}
+	assert.ErrorContains(t, err, "listen "+ln.Addr().String(), "Serve on a busy address = %v, want a listen error naming it", err)
 }
 
 func TestHalfClose(t *testing.T) {
@@ -648,26 +573,15 @@ func TestHalfClose(t *testing.T) {
 	_, lb := startBalancer(t, Config{Backends: []string{backend}, HealthInterval: time.Hour})
 
 	c, err := net.DialTimeout("tcp", lb, prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(waitLong)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Write(make([]byte, 100000)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.SetDeadline(time.Now().Add(waitLong)))
+	_, err = c.Write(make([]byte, 100000))
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).CloseWrite())
 	got, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatalf("read after half-close: %v", err)
-	}
-	if string(got) != "got 100000 bytes" {
-		t.Errorf("answer %q, want %q", got, "got 100000 bytes")
-	}
+	require.NoError(t, err, "read after half-close: %v", err)
+	assert.Equal(t, "got 100000 bytes", string(got), "answer %q, want %q", got, "got 100000 bytes")
 }
 
 // TestProbeKeepsConnection: probes share a connection (a TLS handshake
@@ -694,16 +608,12 @@ func TestProbeHandshakeBounded(t *testing.T) {
 	})
 	const timeout = 200 * time.Millisecond
 	b, err := New(Config{Listen: "127.0.0.1:0", Backends: []string{backend}, HealthTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.probeOne(context.Background(), backend); err == nil {
-		t.Fatal("probe of a backend that never answers succeeded")
-	}
+	require.NoError(t, err)
+	require.Error(t, b.probeOne(context.Background(), backend), "probe of a backend that never answers succeeded")
 	select {
 	case <-closed:
 	case <-time.After(waitLong):
-		t.Fatalf("the probe connection is still open %v after the probe gave up", waitLong)
+		require.Fail(t, "probe connection not closed", "the probe connection is still open %v after the probe gave up", waitLong)
 	}
 }
 
@@ -731,13 +641,9 @@ func TestNewRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := New(tc.cfg)
-			if err == nil {
-				t.Fatalf("New(%+v) = %v, want an error", tc.cfg, b)
-			}
+			require.Error(t, err, "New(%+v) = %v, want an error", tc.cfg, b)
 			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
+				assert.ErrorContains(t, err, w, "error %q does not mention %q", err, w)
 			}
 		})
 	}
@@ -748,24 +654,20 @@ func TestNewDefaults(t *testing.T) {
 		Listen:   "127.0.0.1:7445",
 		Backends: []string{"10.77.0.10:6443", "[fd00::a]:6443", "cp-1.local:6443"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.cfg.HealthInterval != DefaultHealthInterval || b.cfg.HealthTimeout != DefaultHealthTimeout || b.cfg.DialTimeout != DefaultDialTimeout {
-		t.Errorf("durations %v %v %v, want defaults", b.cfg.HealthInterval, b.cfg.HealthTimeout, b.cfg.DialTimeout)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, DefaultHealthInterval, b.cfg.HealthInterval, "durations %v %v %v, want defaults", b.cfg.HealthInterval, b.cfg.HealthTimeout, b.cfg.DialTimeout)
+	assert.Equal(t, DefaultHealthTimeout, b.cfg.HealthTimeout, "durations %v %v %v, want defaults", b.cfg.HealthInterval, b.cfg.HealthTimeout, b.cfg.DialTimeout)
+	assert.Equal(t, DefaultDialTimeout, b.cfg.DialTimeout, "durations %v %v %v, want defaults", b.cfg.HealthInterval, b.cfg.HealthTimeout, b.cfg.DialTimeout)
 	st := b.Status()
-	if len(st) != 3 || st[1].Address != "[fd00::a]:6443" {
-		t.Fatalf("Status() = %+v", st)
-	}
+	require.Len(t, st, 3, "Status() = %+v", st)
+	require.Equal(t, "[fd00::a]:6443", st[1].Address, "Status() = %+v", st)
 	for _, s := range st {
-		if s.Healthy || s.ActiveConns != 0 || !s.LastChecked.IsZero() {
-			t.Errorf("initial status %+v", s)
-		}
+		assert.False(t, s.Healthy, "initial status %+v", s)
+		assert.Zero(t, s.ActiveConns, "initial status %+v", s)
+		assert.True(t, s.LastChecked.IsZero(), "initial status %+v", s)
 	}
-	if _, err := New(Config{Listen: ":7445", Backends: []string{"10.0.0.1:6443"}}); err != nil {
-		t.Errorf("listen on all interfaces: %v", err)
-	}
+	_, err = New(Config{Listen: ":7445", Backends: []string{"10.0.0.1:6443"}})
+	assert.NoError(t, err, "listen on all interfaces: %v", err)
 }
 
 func TestMain(m *testing.M) {
