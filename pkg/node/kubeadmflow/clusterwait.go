@@ -25,12 +25,59 @@ import (
 // creates both, the controller manager's bootstrap signer signs). kubeadm's
 // discovery, which asks for the same, waits five seconds after each miss;
 // this asks every APIPoll.
+//
+// A worker runs no kubeadm discovery, which needs that signature: it
+// trusts the API by the CA its config carries, and waits only until it can
+// join (waitForJoinable), not for the controller manager's signer.
 func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	deadline := time.Now().Add(apiWaitTimeout)
 	if err := waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout); err != nil {
 		return err
 	}
+	if c.Cluster.Role == machineconfig.RoleWorker {
+		return waitForJoinable(ctx, h, c, time.Until(deadline))
+	}
 	return waitForClusterInfo(ctx, h, c, time.Until(deadline))
+}
+
+// waitForJoinable waits until a worker's kubelet can join: the init node's
+// bootstrap-token step is done (cluster-info is readable anonymously, the
+// step's last rule, after the token, its CSRs' rules and their automatic
+// approval), and the node's own token authenticates (it may read Nodes:
+// its Node, or that there is none). The signature on cluster-info, the
+// controller manager's, came 70 s after the step in the bench of
+// 2026-11-28, all of it on the worker's path.
+func waitForJoinable(ctx context.Context, h *Flow, c *machineconfig.Config, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	url := "https://" + c.Cluster.APIEndpoint() + clusterInfoPath
+	probe, closeProbe := h.Probe(c.Cluster.CACert)
+	defer closeProbe()
+	return withJoinClient(h, c.Cluster, func(api APIClient) error {
+		for {
+			code, body, err := probe(ctx, url)
+			if err == nil {
+				err = clusterInfoPublished(code, body)
+			}
+			if err == nil {
+				if _, err = api.Node(ctx, c.Hostname); errors.Is(err, kubeclient.ErrNotFound) {
+					err = nil
+				} else if err != nil {
+					err = fmt.Errorf("the node's bootstrap token cannot read its Node yet: %w", err)
+				}
+			}
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, with this node's token?)", err, stepBootstrapToken)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(h.Timing.APIPoll):
+			}
+		}
+	})
 }
 
 // clusterInfoPath is kubeadm's cluster-info ConfigMap, which anonymous
@@ -67,19 +114,41 @@ func waitForClusterInfo(ctx context.Context, h *Flow, c *machineconfig.Config, t
 // clusterInfoSigned says why an answer to GET cluster-info is not yet one
 // signed for tokenID (nil when it is).
 func clusterInfoSigned(code int, body []byte, tokenID string) error {
+	data, err := clusterInfoData(code, body)
+	if err != nil {
+		return err
+	}
+	if data["jws-kubeconfig-"+tokenID] == "" {
+		return fmt.Errorf("cluster-info is not signed for token %s yet", tokenID)
+	}
+	return nil
+}
+
+// clusterInfoPublished says why an answer to GET cluster-info is not yet
+// the published ConfigMap (nil when it is).
+func clusterInfoPublished(code int, body []byte) error {
+	data, err := clusterInfoData(code, body)
+	if err != nil {
+		return err
+	}
+	if data["kubeconfig"] == "" {
+		return errors.New("cluster-info holds no kubeconfig yet")
+	}
+	return nil
+}
+
+// clusterInfoData is the data of an answer to GET cluster-info.
+func clusterInfoData(code int, body []byte) (map[string]string, error) {
 	if code != http.StatusOK {
-		return fmt.Errorf("cluster-info: the API answered %d", code)
+		return nil, fmt.Errorf("cluster-info: the API answered %d", code)
 	}
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
 	if err := json.Unmarshal(body, &cm); err != nil {
-		return fmt.Errorf("cluster-info: %w", err)
+		return nil, fmt.Errorf("cluster-info: %w", err)
 	}
-	if cm.Data["jws-kubeconfig-"+tokenID] == "" {
-		return fmt.Errorf("cluster-info is not signed for token %s yet", tokenID)
-	}
-	return nil
+	return cm.Data, nil
 }
 
 // waitForLocalAPI waits until this control plane's own API server is

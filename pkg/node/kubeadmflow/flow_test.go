@@ -28,6 +28,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 )
 
@@ -230,8 +231,76 @@ func TestTokenStepsExist(t *testing.T) {
 	}
 }
 
-// A joiner waits past a ready API until cluster-info is signed for its
-// own token: not readable yet (403), unsigned, signed for another token.
+// A worker waits past a ready API until the init node's bootstrap-token
+// step is done (cluster-info readable, not its signature: no kubeadm
+// discovery runs on a worker) and its own token reads its Node.
+func TestWaitForAPIWorkerJoinable(t *testing.T) {
+	answers := []struct {
+		code int
+		body []byte
+	}{
+		{403, []byte(`{"kind":"Status"}`)},
+		{200, []byte(`{"data":{}}`)},
+		{200, []byte(`{"data":{"kubeconfig":"x"}}`)},
+	}
+	var asked []string
+	f := testFlow(t, func(caPEM string) (ProbeFunc, func()) {
+		return func(ctx context.Context, url string) (int, []byte, error) {
+			asked = append(asked, url)
+			if strings.HasSuffix(url, "/readyz") {
+				return 200, []byte("ok"), nil
+			}
+			a := answers[min(len(asked)-2, len(answers)-1)]
+			return a.code, a.body, nil
+		}, func() {}
+	})
+	f.Timing.APIPoll = time.Millisecond
+	token := &tokenNodes{errs: []error{&kubeclient.StatusError{Code: 401, Status: "401 Unauthorized"}, &kubeclient.StatusError{Code: 403, Status: "403 Forbidden"}}}
+	var kubeconfigs []string
+	f.API = func(kubeconfig string) (APIClient, error) {
+		kubeconfigs = append(kubeconfigs, kubeconfig)
+		return token, nil
+	}
+	c := &machineconfig.Config{Hostname: "w-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker, CACert: "unused",
+		ControlPlanes: []string{"10.77.0.10"}, Token: "abcdef.0123456789abcdef"}}
+	require.NoError(t, waitForAPI(context.Background(), f, c))
+	assert.Len(t, asked, 1+len(answers)+2, "readyz once, cluster-info until it holds a kubeconfig, then again while the token is refused: %v", asked)
+	assert.Equal(t, 3, token.asked, "the Node asked until the token reads it (not found)")
+	assert.Equal(t, []string{JoinKubeconfig}, kubeconfigs, "asked as the node's bootstrap token")
+	assert.NoFileExists(t, f.Path(JoinKubeconfig), "the token's kubeconfig is removed after")
+
+	// Never joinable: the reason names the init node's step.
+	token.errs = []error{&kubeclient.StatusError{Code: 401, Status: "401 Unauthorized"}}
+	token.sticky = true
+	err := waitForJoinable(context.Background(), f, c, 5*time.Millisecond)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bootstrap token cannot read its Node")
+	assert.Contains(t, err.Error(), stepBootstrapToken)
+}
+
+// tokenNodes answers Node with errs in turn, then not found (or the last
+// error for good when sticky).
+type tokenNodes struct {
+	oneNode
+	errs   []error
+	sticky bool
+}
+
+func (n *tokenNodes) Node(context.Context, string) (kubeclient.Node, error) {
+	n.asked++
+	if len(n.errs) > 0 {
+		err := n.errs[0]
+		if !n.sticky || len(n.errs) > 1 {
+			n.errs = n.errs[1:]
+		}
+		return kubeclient.Node{}, err
+	}
+	return kubeclient.Node{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+}
+
+// A joining control plane waits past a ready API until cluster-info is
+// signed for its own token (kubeadm's discovery needs the signature): not
+// readable yet (403), unsigned, signed for another token.
 func TestWaitForAPIWaitsForClusterInfo(t *testing.T) {
 	signed := func(id string) []byte {
 		return []byte(`{"data":{"kubeconfig":"x","jws-kubeconfig-` + id + `":"sig"}}`)
@@ -258,7 +327,7 @@ func TestWaitForAPIWaitsForClusterInfo(t *testing.T) {
 		}, func() {}
 	})
 	f.Timing.APIPoll = time.Millisecond
-	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker, CACert: "unused",
+	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleControlPlane, CACert: "unused",
 		ControlPlanes: []string{"10.77.0.10"}, Token: "abcdef.0123456789abcdef"}}
 	require.NoError(t, waitForAPI(context.Background(), f, c))
 	require.Len(t, asked, 1+len(answers), "readyz once, then cluster-info until signed for abcdef: %v", asked)
