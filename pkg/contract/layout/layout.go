@@ -251,6 +251,13 @@ const (
 	// (kubelet-client-<time>.pem, KubeletClientCert links the current)
 	// and its self-signed serving pair, kubelet.crt and kubelet.key.
 	KubeletPKIDir = "/var/lib/kubelet/pki"
+	// The node's agent and the programs containerd starts for each pod
+	// (os/terrarium.yaml's components): read ahead while a worker waits
+	// for the API, so that they start from the page cache.
+	KubeletProgram = "/usr/bin/kubelet"
+	ShimProgram    = "/usr/bin/containerd-shim-runc-v2"
+	RuncProgram    = "/usr/sbin/runc"
+	CNIPluginDir   = "/usr/lib/cni"
 	// EmbeddedConfig is a machine config the build spec bakes into the
 	// slot (optional), with its signature at EmbeddedConfig+".sig".
 	EmbeddedConfig = "/usr/lib/terrarium/machine.yaml"

@@ -29,15 +29,23 @@ import (
 // A worker runs no kubeadm discovery, which needs that signature: it
 // trusts the API by the CA its config carries, and waits only until it can
 // join (waitForJoinable), not for the controller manager's signer.
+//
+// Meanwhile a worker reads the programs it starts next into the page cache
+// (readAheadPrograms).
 func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	deadline := time.Now().Add(apiWaitTimeout)
-	if err := waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout); err != nil {
-		return err
+	if c.Cluster.Role != machineconfig.RoleWorker {
+		if err := waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout); err != nil {
+			return err
+		}
+		return waitForClusterInfo(ctx, h, c, time.Until(deadline))
 	}
-	if c.Cluster.Role == machineconfig.RoleWorker {
+	return whileReadingAhead(ctx, readAheadPrograms(h), func() error {
+		if err := waitForReadyz(ctx, h, c, c.Cluster.APIEndpoint(), apiWaitTimeout); err != nil {
+			return err
+		}
 		return waitForJoinable(ctx, h, c, time.Until(deadline))
-	}
-	return waitForClusterInfo(ctx, h, c, time.Until(deadline))
+	})
 }
 
 // waitForJoinable waits until a worker's kubelet can join: the init node's
