@@ -29,8 +29,8 @@ const (
 // (v1.36) does once discovery is done, in process: a kubeadm process
 // spent 13 s of a worker's CPU under emulation (49 s on a loaded host),
 // on the way to every Node Ready. Discovery is done: the worker pins the
-// cluster CA from its config, and waitForAPI waited for cluster-info
-// signed for its token. What it writes is kubeadm's:
+// cluster CA from its config, and waitForAPI waited until its token
+// reads its Node. What it writes is kubeadm's:
 //
 //   - /var/lib/kubelet/config.yaml: the cluster's kubelet configuration
 //     (ConfigMap kube-system/kubelet-config, which kubeadm init uploaded
@@ -42,7 +42,8 @@ const (
 //   - /etc/kubernetes/bootstrap-kubelet.conf: the bootstrap token's
 //     kubeconfig at the node's balanced API endpoint, as cluster-info
 //     names it (waitForKubeletBootstrap removes it);
-//   - /etc/kubernetes/pki/ca.crt, the cluster CA, when it is missing.
+//   - /etc/kubernetes/pki/ca.crt, the cluster CA, when it is missing;
+//   - /etc/kubernetes/manifests, the static pod path, empty.
 //
 // Like kubeadm, it refuses a name whose Node is Ready (waitForStaleNode,
 // the step before, has waited out a restored cluster's record). Then it
@@ -83,6 +84,12 @@ func startKubelet(ctx context.Context, h *Flow, c *machineconfig.Config, api API
 		if _, err := h.WriteIfChanged(f.path, f.data, f.mode); err != nil {
 			return err
 		}
+	}
+	// The kubelet's static pod path, empty on a worker: without it the
+	// kubelet logs an error every second or so ("Unable to read config
+	// path"), journald's work on a starved node.
+	if err := os.MkdirAll(h.Path(ManifestsDir), 0o700); err != nil {
+		return fmt.Errorf("the kubelet's static pod path: %w", err)
 	}
 	ca := filepath.Join(KubernetesPKIDir, "ca.crt")
 	if _, err := os.Stat(h.Path(ca)); errors.Is(err, os.ErrNotExist) {

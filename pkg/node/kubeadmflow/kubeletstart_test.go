@@ -100,6 +100,7 @@ staticPodPath: /etc/kubernetes/manifests
 			assert.Equal(t, "containerRuntimeEndpoint: \"unix:///run/containerd/containerd.sock\"\n", read(kubeletInstanceFile))
 			assert.Equal(t, "KUBELET_KUBEADM_ARGS=\"--node-ip=10.77.0.20\"\n", read(KubeletFlagsFile))
 			assert.Equal(t, cfg.Cluster.CACert, read(KubernetesPKIDir+"/ca.crt"))
+			assert.DirExists(t, f.Path(ManifestsDir), "the static pod path the configuration names")
 			boot := read(BootstrapKubeconfig)
 			assert.Contains(t, boot, "token: abcdef.0123456789abcdef")
 			assert.Contains(t, boot, "server: https://"+cfg.Cluster.APIEndpoint())
