@@ -41,8 +41,9 @@ type clusterResult struct {
 	// FirstDeployment is when a Deployment of a bundled image, applied
 	// once the cluster is Ready, runs on the worker (its pod Ready), and
 	// FirstDeploymentAfterApply how long that took from its apply.
-	FirstDeployment           float64 `json:"firstDeploymentSeconds"`
-	FirstDeploymentAfterApply float64 `json:"firstDeploymentAfterApplySeconds"`
+	// Both are absent when the Deployment did not run (the test fails).
+	FirstDeployment           float64 `json:"firstDeploymentSeconds,omitempty"`
+	FirstDeploymentAfterApply float64 `json:"firstDeploymentAfterApplySeconds,omitempty"`
 	Healthy                   float64 `json:"healthySeconds,omitempty"`
 	// Phases of the init node and of the worker: name and seconds from
 	// power-on at which each ended, in order.
@@ -283,7 +284,7 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	wssh := dialSSH(ctx, t, w.sshPort, key)
 	nodesReady, podNetwork := readyMarks(ctx, t, ssh, 2, start)
-	first, afterApply := firstDeployment(ctx, t, ssh, wssh, start)
+	first, afterApply, firstErr := firstDeployment(ctx, t, ssh, wssh, start)
 	// Where each node's CPU went until the first Deployment ran (read
 	// after it: the reading costs the starved worker seconds): a figure to
 	// read (the worker, starved next to the init node, is the critical
@@ -326,6 +327,9 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	writeResult(t, clusterResult{Method: "terrarium", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
 		FirstDeployment: first, FirstDeploymentAfterApply: afterApply, Healthy: ready.Sub(start).Seconds(), Phases: phases, WorkerPhases: workerPhases,
 		Containers: containers[cp.name], WorkerContainers: containers[w.name]})
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
 }
 
 // cpuReport is where a node's CPU went since power-on: the boot's stages
@@ -483,9 +487,12 @@ mode: nftables
 		wSSH.run("sudo kubeadm reset -f >/dev/null 2>&1; sleep 15")
 	}
 	nodesReady, podNetwork := readyMarks(ctx, t, cpSSH, 2, start)
-	first, afterApply := firstDeployment(ctx, t, cpSSH, wSSH, start)
+	first, afterApply, firstErr := firstDeployment(ctx, t, cpSSH, wSSH, start)
 	writeResult(t, clusterResult{Method: "kubeadm", APIReady: api.Sub(start).Seconds(), NodesReady: nodesReady, PodNetworkReady: podNetwork,
 		FirstDeployment: first, FirstDeploymentAfterApply: afterApply})
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
 }
 
 // readyMarks waits (up to 20 min) until the API lists nodes nodes, each
@@ -532,7 +539,7 @@ func readyMarks(ctx context.Context, t *testing.T, ssh *sshClient, nodes int, st
 // became Ready, in seconds after start and after its apply (by the API's
 // condition, which the worker's kubelet writes: shifted by the worker's
 // clock's offset, as readyMarks does).
-func firstDeployment(ctx context.Context, t *testing.T, ssh, worker *sshClient, start time.Time) (atSeconds, afterApply float64) {
+func firstDeployment(ctx context.Context, t *testing.T, ssh, worker *sshClient, start time.Time) (atSeconds, afterApply float64, err error) {
 	t.Helper()
 	deploy := `apiVersion: apps/v1
 kind: Deployment
@@ -561,10 +568,10 @@ spec:
 		if n, at, ok := lastReady(out, "first-"); err == nil && n == 1 && ok {
 			g, err := readGuestTime(ctx, worker, start)
 			if err != nil {
-				t.Fatalf("the worker's clock: %v", err)
+				return 0, 0, fmt.Errorf("the worker's clock: %w", err)
 			}
 			ready := at.Add(-g.offset)
-			return ready.Sub(start).Seconds(), ready.Sub(applied).Seconds()
+			return ready.Sub(start).Seconds(), ready.Sub(applied).Seconds(), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			// What the pod waited on, for the next run to fix.
@@ -573,7 +580,7 @@ spec:
 			// The worker's side: the 2026-11-27 and -28 baselines had no
 			// flannel lease file there though its flannel pod was Ready.
 			wwhy, wwerr := worker.sudoTry("ls -la /run/flannel /etc/cni/net.d; crictl ps -a 2>&1 | head -20; journalctl -u kubelet --no-pager 2>&1 | tail -n 40")
-			t.Fatalf("the first Deployment did not run on the worker in 15 min: %v\n%s\ncontrol plane (%v):\n%s\nworker (%v):\n%s", err, out, werr, why, wwerr, wwhy)
+			return 0, 0, fmt.Errorf("the first Deployment did not run on the worker in 15 min: %v\n%s\ncontrol plane (%v):\n%s\nworker (%v):\n%s", err, out, werr, why, wwerr, wwhy)
 		}
 		time.Sleep(2 * time.Second)
 	}

@@ -46,6 +46,9 @@ for i in $(seq 1 "$runs"); do
   done
 done
 field() { sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p" "$1"; }
+# A figure a half did not reach (its first Deployment never ran) is absent
+# from its JSON: shown as "-", never as 0.
+num() { if [ -n "$1" ]; then printf ' %17.0f' "$1"; else printf ' %17s' -; fi; }
 med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 median() { for r in "$out"/run-*/"$1".json; do field "$r" "$2"; done | med; }
 figures="apiReadySeconds:API-ready nodesReadySeconds:nodes-Ready podNetworkReadySeconds:pod-network firstDeploymentSeconds:first-Deployment firstDeploymentAfterApplySeconds:apply-to-running"
@@ -54,17 +57,17 @@ for f in $figures; do printf ' %17s' "${f#*:}"; done; echo
 for m in terrarium kubeadm; do
   for r in "$out"/run-*/"$m".json; do
     printf '%-22s' "$m $(basename "$(dirname "$r")")"
-    for f in $figures; do printf ' %17.0f' "$(field "$r" "${f%%:*}")"; done; echo
+    for f in $figures; do num "$(field "$r" "${f%%:*}")"; done; echo
   done
   printf '%-22s' "$m median"
-  for f in $figures; do printf ' %17.0f' "$(median $m "${f%%:*}")"; done; echo
+  for f in $figures; do num "$(median $m "${f%%:*}")"; done; echo
 done
 printf 'terrarium: every node healthy (firstboot blessed the boot), median %.0f s\n' "$(median terrarium healthySeconds)"
 # Rounded, not truncated as bc's scale would: terrarium / kubeadm, the
 # issue's ratio (≤ 0.5 is twice as fast).
 for f in $figures; do
   awk -v k="$(median kubeadm "${f%%:*}")" -v t="$(median terrarium "${f%%:*}")" -v n="${f#*:}" \
-    'BEGIN { printf "ratio terrarium / kubeadm, medians, %s: %.2f\n", n, t / k }'
+    'BEGIN { if (k == "" || t == "") printf "ratio terrarium / kubeadm, medians, %s: - (a half has no figure)\n", n; else printf "ratio terrarium / kubeadm, medians, %s: %.2f\n", n, t / k }'
 done
 echo
 last=$(ls -d "$out"/run-* | sort -V | tail -1)
