@@ -302,11 +302,18 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	}
 	writeFigure(t, "terrarium-cpu.txt", cpu.String())
 	// The worker's kubelet from its start to its Node's registration,
-	// to read where its start goes (not logged: long).
-	if log, err := wssh.sudoTry("journalctl -u kubelet.service -o short-precise --no-pager | head -400"); err != nil {
-		t.Logf("worker: no kubelet log: %v", err)
-	} else {
-		writeArtifact(t, "terrarium-worker-kubelet.log", log)
+	// to read where its start goes (not logged: long); likewise its boot's critical chain to firstboot and containerd's
+	// start (its CRI was ready a minute and more after its start).
+	for name, cmd := range map[string]string{
+		"terrarium-worker-kubelet.log":    "journalctl -u kubelet.service -o short-precise --no-pager | head -400",
+		"terrarium-worker-containerd.log": "journalctl -u containerd.service -o short-precise --no-pager | head -200",
+		"terrarium-worker-boot.txt":       "systemd-analyze critical-chain terrarium-firstboot.service containerd.service --no-pager 2>&1; systemd-analyze blame --no-pager 2>&1 | head -30",
+	} {
+		if log, err := wssh.sudoTry(cmd); err != nil {
+			t.Logf("worker: no %s: %v", name, err)
+		} else {
+			writeArtifact(t, name, log)
+		}
 	}
 	phases, err := nodePhases(ssh, start)
 	if err != nil {
