@@ -481,7 +481,23 @@ mode: nftables
 	// session's bench of 2026-11-25 saw the baseline's join fail once
 	// (the output lost to sudo's pty; kubeadm's 2-s CRI checks on a
 	// starved worker, which firstboot now makes with a minute).
-	join := "sudo kubeadm join 10.77.0.10:6443 --token " + token + " --discovery-token-ca-cert-hash " + hash + " --ignore-preflight-errors=SystemVerification"
+	// The worker's node IP, as the init node's: with no default route
+	// (air-gapped) the kubelet finds no address of its own otherwise, its
+	// Node has none, and flannel there crash-loops; the 2026-11-27 and -28
+	// baselines' first Deployment never got a sandbox for that ("can't get
+	// ip address of node w-1 ... no default routes found").
+	joinCfg := `apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken: {apiServerEndpoint: "10.77.0.10:6443", token: "` + token + `", caCertHashes: ["` + hash + `"]}
+nodeRegistration:
+  name: w-1
+  criSocket: unix:///run/containerd/containerd.sock
+  kubeletExtraArgs: [{name: node-ip, value: "10.77.0.20"}]
+  ignorePreflightErrors: [SystemVerification]
+`
+	wSSH.run("cat > /tmp/join.yaml <<'EOF'\n" + joinCfg + "EOF\n")
+	join := "sudo kubeadm join --config /tmp/join.yaml"
 	for attempt := 1; ; attempt++ {
 		out, err := wSSH.try(join + " > /tmp/join.log 2>&1; rc=$?; cat /tmp/join.log; exit $rc")
 		if err == nil {
