@@ -56,35 +56,27 @@ func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 // controller manager's, came 70 s after the step in the bench of
 // 2026-11-28, all of it on the worker's path.
 func waitForJoinable(ctx context.Context, h *Flow, c *machineconfig.Config, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	url := "https://" + c.Cluster.APIEndpoint() + clusterInfoPath
 	probe, closeProbe := h.Probe(c.Cluster.CACert)
 	defer closeProbe()
 	return withJoinClient(h, c.Cluster, func(api APIClient) error {
-		for {
+		err := pollAPI(ctx, h, timeout, func() error {
 			code, body, err := probe(ctx, url)
-			if err == nil {
-				err = clusterInfoPublished(code, body)
+			if err != nil {
+				return err
 			}
-			if err == nil {
-				if _, err = api.Node(ctx, c.Hostname); errors.Is(err, kubeclient.ErrNotFound) {
-					err = nil
-				} else if err != nil {
-					err = fmt.Errorf("the node's bootstrap token cannot read its Node yet: %w", err)
-				}
+			if err := clusterInfoPublished(code, body); err != nil {
+				return err
 			}
-			if err == nil {
-				return nil
+			if _, err := api.Node(ctx, c.Hostname); err != nil && !errors.Is(err, kubeclient.ErrNotFound) {
+				return fmt.Errorf("the node's bootstrap token cannot read its Node yet: %w", err)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, with this node's token?)", err, stepBootstrapToken)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(h.Timing.APIPoll):
-			}
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, with this node's token?)", err, stepBootstrapToken)
 		}
+		return err
 	})
 }
 
@@ -95,21 +87,34 @@ const clusterInfoPath = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 // waitForClusterInfo waits until the cluster-info ConfigMap at the API
 // endpoint carries a JWS signature for the config's bootstrap token.
 func waitForClusterInfo(ctx context.Context, h *Flow, c *machineconfig.Config, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	tokenID, _, _ := strings.Cut(c.Cluster.Token, ".")
 	url := "https://" + c.Cluster.APIEndpoint() + clusterInfoPath
 	probe, closeProbe := h.Probe(c.Cluster.CACert)
 	defer closeProbe()
-	for {
+	err := pollAPI(ctx, h, timeout, func() error {
 		code, body, err := probe(ctx, url)
-		if err == nil {
-			err = clusterInfoSigned(code, body, tokenID)
+		if err != nil {
+			return err
 		}
+		return clusterInfoSigned(code, body, tokenID)
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, and a controller manager running?)", err, stepBootstrapToken)
+	}
+	return err
+}
+
+// pollAPI asks check every APIPoll until it returns nil, and returns nil
+// then; after timeout, check's last error; when ctx ends, ctx's error.
+func pollAPI(ctx context.Context, h *Flow, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the cluster cannot be joined yet: %w (is the init node past its step %q, and a controller manager running?)", err, stepBootstrapToken)
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -235,25 +235,13 @@ func TestTokenStepsExist(t *testing.T) {
 // step is done (cluster-info readable, not its signature: no kubeadm
 // discovery runs on a worker) and its own token reads its Node.
 func TestWaitForAPIWorkerJoinable(t *testing.T) {
-	answers := []struct {
-		code int
-		body []byte
-	}{
+	answers := []answer{
 		{403, []byte(`{"kind":"Status"}`)},
 		{200, []byte(`{"data":{}}`)},
 		{200, []byte(`{"data":{"kubeconfig":"x"}}`)},
 	}
 	var asked []string
-	f := testFlow(t, func(caPEM string) (ProbeFunc, func()) {
-		return func(ctx context.Context, url string) (int, []byte, error) {
-			asked = append(asked, url)
-			if strings.HasSuffix(url, "/readyz") {
-				return 200, []byte("ok"), nil
-			}
-			a := answers[min(len(asked)-2, len(answers)-1)]
-			return a.code, a.body, nil
-		}, func() {}
-	})
+	f := testFlow(t, clusterInfoAnswers(&asked, answers))
 	f.Timing.APIPoll = time.Millisecond
 	token := &tokenNodes{errs: []error{&kubeclient.StatusError{Code: 401, Status: "401 Unauthorized"}, &kubeclient.StatusError{Code: 403, Status: "403 Forbidden"}}}
 	var kubeconfigs []string
@@ -276,6 +264,28 @@ func TestWaitForAPIWorkerJoinable(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bootstrap token cannot read its Node")
 	assert.Contains(t, err.Error(), stepBootstrapToken)
+}
+
+// answer is a fake API's answer to a GET.
+type answer struct {
+	code int
+	body []byte
+}
+
+// clusterInfoAnswers is a probe whose readyz is always ready and whose
+// cluster-info answers are answers in turn (the last one for good); asked
+// records every URL asked.
+func clusterInfoAnswers(asked *[]string, answers []answer) func(caPEM string) (ProbeFunc, func()) {
+	return func(string) (ProbeFunc, func()) {
+		return func(ctx context.Context, url string) (int, []byte, error) {
+			*asked = append(*asked, url)
+			if strings.HasSuffix(url, "/readyz") {
+				return 200, []byte("ok"), nil
+			}
+			a := answers[min(len(*asked)-2, len(answers)-1)]
+			return a.code, a.body, nil
+		}, func() {}
+	}
 }
 
 // tokenNodes answers Node with errs in turn, then not found (or the last
@@ -305,10 +315,7 @@ func TestWaitForAPIWaitsForClusterInfo(t *testing.T) {
 	signed := func(id string) []byte {
 		return []byte(`{"data":{"kubeconfig":"x","jws-kubeconfig-` + id + `":"sig"}}`)
 	}
-	answers := []struct {
-		code int
-		body []byte
-	}{
+	answers := []answer{
 		{403, []byte(`{"kind":"Status"}`)},
 		{200, []byte(`{"data":{"kubeconfig":"x"}}`)},
 		{200, signed("zzzzzz")},
@@ -316,16 +323,7 @@ func TestWaitForAPIWaitsForClusterInfo(t *testing.T) {
 		{200, signed("abcdef")},
 	}
 	var asked []string
-	f := testFlow(t, func(caPEM string) (ProbeFunc, func()) {
-		return func(ctx context.Context, url string) (int, []byte, error) {
-			asked = append(asked, url)
-			if strings.HasSuffix(url, "/readyz") {
-				return 200, []byte("ok"), nil
-			}
-			a := answers[min(len(asked)-2, len(answers)-1)]
-			return a.code, a.body, nil
-		}, func() {}
-	})
+	f := testFlow(t, clusterInfoAnswers(&asked, answers))
 	f.Timing.APIPoll = time.Millisecond
 	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleControlPlane, CACert: "unused",
 		ControlPlanes: []string{"10.77.0.10"}, Token: "abcdef.0123456789abcdef"}}
