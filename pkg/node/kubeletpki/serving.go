@@ -1,14 +1,9 @@
 package kubeletpki
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,6 +11,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/nodecert"
 )
 
 // servingValidity is how long the serving pair lasts: a year, as the
@@ -61,16 +57,7 @@ func EnsureServing(h *host.Host, name string) (bool, error) {
 // valid from an hour before now (a clock that a control plane's chrony
 // corrects backwards a little does not make it not yet valid).
 func selfSigned(name string, now time.Time) (certPEM, keyPEM []byte, err error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+	return nodecert.Issue(&x509.Certificate{
 		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", name, now.Unix())},
 		DNSNames:              []string{name},
 		NotBefore:             now.Add(-time.Hour),
@@ -78,15 +65,5 @@ func selfSigned(name string, now time.Time) (certPEM, keyPEM []byte, err error) 
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+	}, nil, nil)
 }

@@ -1,15 +1,12 @@
 package registryphase
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/nodecert"
 )
 
 // issuesRegistryCert: a control plane that serves its images and got no
@@ -45,36 +43,26 @@ func ensureRegistryCert(h *host.Host, c *machineconfig.Config, certFile, keyFile
 	if registryCertFits(h, certFile, keyFile, caCert, ap.Addr()) == nil {
 		return false, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return false, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return false, err
+	caKey, ok := ca.PrivateKey.(crypto.Signer)
+	if !ok {
+		return false, fmt.Errorf("cluster CA: its key (%T) cannot sign", ca.PrivateKey)
 	}
 	now := h.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "terrarium-registry " + c.Hostname},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     caCert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{ap.Addr().AsSlice()},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	certPEM, keyPEM, err := nodecert.Issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "terrarium-registry " + c.Hostname},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    caCert.NotAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{ap.Addr().AsSlice()},
+	}, caCert, caKey)
 	if err != nil {
 		return false, fmt.Errorf("issue registry certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	if _, err := h.WriteIfChanged(keyFile, keyPEM, 0o600); err != nil {
 		return false, err
 	}
-	if _, err := h.WriteIfChanged(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return false, err
-	}
-	if _, err := h.WriteIfChanged(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if _, err := h.WriteIfChanged(certFile, certPEM, 0o644); err != nil {
 		return false, err
 	}
 	return true, nil

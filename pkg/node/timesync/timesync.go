@@ -77,12 +77,12 @@ func SyncedPhase(h *host.Host, sync Sync, report host.Reporter) phase.Phase {
 
 // waitsLater reports whether c's node waits for its time in SyncedPhase:
 // a worker of a cluster.
-func (t *timePhase) waitsLater(c *machineconfig.Config) bool {
+func waitsLater(c *machineconfig.Config) bool {
 	return c.Cluster != nil && c.Cluster.Role == machineconfig.RoleWorker
 }
 
 func (t *timePhase) applySynced(ctx context.Context, c *machineconfig.Config) error {
-	if !t.waitsLater(c) || !hasChrony(t.h) {
+	if !waitsLater(c) || !hasChrony(t.h) {
 		return nil
 	}
 	return t.waitForSync(ctx)
@@ -246,7 +246,7 @@ func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 			return err
 		}
 	}
-	if c.Cluster == nil || c.Cluster.Role == machineconfig.RoleInit || t.waitsLater(c) {
+	if c.Cluster == nil || c.Cluster.Role == machineconfig.RoleInit || waitsLater(c) {
 		return nil
 	}
 	return t.waitForSync(ctx)
