@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
@@ -132,33 +133,26 @@ func clusterEnv(t *testing.T, failOnce string) (*env, func() []string) {
 
 func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
-	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
+	require.NoError(t, e.run(clusterConfig(t, "cp-1")), e.console.String())
 	got := strings.Join(kubeadm(), "\n")
 	for _, want := range []string{"init phase certs all", "init phase etcd local", "init phase kubelet-start",
 		"init phase bootstrap-token", "init phase addon kube-proxy"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("kubeadm never ran %q; ran:\n%s", want, got)
-		}
+		assert.Contains(t, got, want, "kubeadm never ran it")
 	}
-	if !strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "name: coredns") || strings.Contains(e.read(kubeadmflow.CoreDNSManifest), "forward") {
-		t.Errorf("CoreDNS configuration:\n%s", e.read(kubeadmflow.CoreDNSManifest))
-	}
+	cmds := strings.Join(e.commands(), "\n")
+	// A node that runs kubeadm checks it is the bundle's version first.
+	assert.Less(t, strings.Index(cmds, "kubeadm version -o short"), strings.Index(cmds, "init phase certs all"), "kubeadm's version checked before its first phase")
+	assert.NotEqual(t, -1, strings.Index(cmds, "kubeadm version -o short"), "kubeadm's version never checked")
+	dns := e.read(kubeadmflow.CoreDNSManifest)
+	assert.Contains(t, dns, "name: coredns", "CoreDNS configuration")
+	assert.NotContains(t, dns, "forward", "CoreDNS configuration")
 	// The init node's preflight is its own (step "node preflight").
-	if strings.Contains(got, "phase preflight") {
-		t.Errorf("the init node ran kubeadm's preflight:\n%s", got)
-	}
-	if !strings.Contains(e.console.String(), "node preflight: done") {
-		t.Errorf("no node preflight:\n%s", e.console.String())
-	}
-	if strings.Index(got, "certs all") > strings.Index(got, "etcd local") {
-		t.Errorf("phases out of order:\n%s", got)
-	}
+	assert.NotContains(t, got, "phase preflight", "the init node ran kubeadm's preflight")
+	assert.Contains(t, e.console.String(), "node preflight: done")
+	assert.Less(t, strings.Index(got, "certs all"), strings.Index(got, "etcd local"), "phases out of order")
 	// kube-apiserver's static pod before the kubelet starts, the
 	// controller manager's and the scheduler's once the API is ready.
 	assert.NotContains(t, got, "control-plane all")
-	cmds := strings.Join(e.commands(), "\n")
 	order := []string{"init phase etcd local", "init phase control-plane apiserver", "init phase kubelet-start",
 		"init phase control-plane controller-manager", "init phase control-plane scheduler", "init phase upload-config all"}
 	for i := 1; i < len(order); i++ {
@@ -169,46 +163,35 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	// The pod network goes in once the admin may write (after
 	// upload-config), before the add-ons: no node is Ready without it.
 	flannel := strings.Index(cmds, "api-apply as terrarium Namespace kube-flannel")
-	if flannel < 0 || flannel < strings.Index(cmds, "init phase upload-config") || flannel > strings.Index(cmds, "init phase addon coredns") {
-		t.Errorf("flannel not applied between upload-config and the add-ons:\n%s", cmds)
-	}
+	require.NotEqual(t, -1, flannel, "flannel never applied:\n%s", cmds)
+	assert.Less(t, strings.Index(cmds, "init phase upload-config"), flannel, "flannel after upload-config")
+	assert.Less(t, flannel, strings.Index(cmds, "init phase addon coredns"), "flannel before the add-ons")
 	// The cluster is joinable (bootstrap-token) right after upload-config,
 	// before the pod network and the rest.
-	if token := strings.Index(cmds, "init phase bootstrap-token"); token < strings.Index(cmds, "init phase upload-config") || token > flannel {
-		t.Errorf("bootstrap-token not between upload-config and the pod network:\n%s", cmds)
-	}
+	token := strings.Index(cmds, "init phase bootstrap-token")
+	assert.Less(t, strings.Index(cmds, "init phase upload-config"), token, "bootstrap-token after upload-config")
+	assert.Less(t, token, flannel, "bootstrap-token before the pod network")
 	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
-	if m := mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.key")); m != 0o600 {
-		t.Errorf("ca.key mode %o", m)
-	}
-	if m := mode(t, e.path(kubeadmflow.KubernetesPKIDir)); m != 0o700 {
-		t.Errorf("pki dir mode %o", m)
-	}
+	assert.Equal(t, os.FileMode(0o600), mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.key")), "ca.key mode")
+	assert.Equal(t, os.FileMode(0o700), mode(t, e.path(kubeadmflow.KubernetesPKIDir)), "pki dir mode")
 	cfg := e.read(kubeadmflow.KubeadmConfigFile)
 	for _, want := range []string{`kubernetesVersion: "v1.36.3"`, `controlPlaneEndpoint: "127.0.0.1:7445"`, `advertiseAddress: "10.77.0.10"`} {
-		if !strings.Contains(cfg, want) {
-			t.Errorf("kubeadm.yaml lacks %s:\n%s", want, cfg)
-		}
+		assert.Contains(t, cfg, want, "kubeadm.yaml")
 	}
 	// The control plane's probes are patched, and kubeadm is told where.
-	if !strings.Contains(cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`) {
-		t.Errorf("kubeadm.yaml does not point at the patches:\n%s", cfg)
-	}
+	assert.Contains(t, cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`, "kubeadm.yaml does not point at the patches")
 	for name, want := range kubeadmconfig.Patches() {
-		if got := e.read(filepath.Join(kubeadmconfig.PatchesDir, name)); got != string(want) {
-			t.Errorf("patch %s = %q, want %q", name, got, want)
-		}
+		assert.Equal(t, string(want), e.read(filepath.Join(kubeadmconfig.PatchesDir, name)), "patch %s", name)
 	}
-	if !strings.Contains(e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`) {
-		t.Errorf("apilb.json: %s", e.read("/etc/terrarium/apilb.json"))
-	}
-	if !strings.Contains(e.read(kubeadmflow.FlannelManifest), `"Network": "10.244.0.0/16"`) || !strings.Contains(e.read(kubeadmflow.FlannelManifest), "docker.io/flannel/flannel:v0.28.10") {
-		t.Errorf("flannel manifest:\n%s", e.read(kubeadmflow.FlannelManifest))
-	}
+	assert.Contains(t, e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`)
+	flannelManifest := e.read(kubeadmflow.FlannelManifest)
+	assert.Contains(t, flannelManifest, `"Network": "10.244.0.0/16"`)
+	assert.Contains(t, flannelManifest, "docker.io/flannel/flannel:v0.28.10")
 	st := e.status()
-	if st.Cluster == nil || st.Cluster.Role != "init" || st.Cluster.Nodes != "2/2 nodes Ready" || st.Cluster.AdminKubeconfig != kubeadmflow.AdminKubeconfig {
-		t.Errorf("status cluster = %+v", st.Cluster)
-	}
+	require.NotNil(t, st.Cluster)
+	assert.Equal(t, "init", st.Cluster.Role)
+	assert.Equal(t, "2/2 nodes Ready", st.Cluster.Nodes)
+	assert.Equal(t, kubeadmflow.AdminKubeconfig, st.Cluster.AdminKubeconfig)
 }
 
 // A power cut in the middle: the next run resumes at the step that did
@@ -237,9 +220,7 @@ func TestInitNodeResumesAfterFailure(t *testing.T) {
 
 func TestWorkerJoins(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
-	if err := e.run(clusterConfig(t, "w-1")); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
+	require.NoError(t, e.run(clusterConfig(t, "w-1")), e.console.String())
 	// Its time follows the control plane, synced after the cluster's
 	// host files and before its first certificate check (the API's);
 	// the banner says so.
@@ -250,9 +231,13 @@ func TestWorkerJoins(t *testing.T) {
 	assert.Less(t, strings.Index(console, "time: synced"), strings.Index(console, "wait for the API"))
 	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
 	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
-	// kubeadm's kubelet-start, in process: no kubeadm at all on a worker.
+	// kubeadm's kubelet-start, in process: no kubeadm at all on a worker,
+	// not even to ask its version.
 	assert.Empty(t, kubeadm(), "a worker runs no kubeadm")
-	assert.Contains(t, e.console.String(), "kubelet start: done")
+	for _, c := range e.commands() {
+		assert.False(t, strings.HasPrefix(c, "kubeadm "), "a worker ran %q", c)
+	}
+	assert.Contains(t, console, "kubelet start: done")
 	cfg := e.read(kubeadmflow.KubeletConfigFile)
 	assert.Contains(t, cfg, "kind: KubeletConfiguration", "the cluster's kubelet configuration")
 	assert.Contains(t, cfg, "- 10.96.0.10")
@@ -262,26 +247,16 @@ func TestWorkerJoins(t *testing.T) {
 	assert.Contains(t, e.read(kubeadmflow.KubernetesPKIDir+"/ca.crt"), "BEGIN CERTIFICATE")
 	assert.False(t, e.exists(kubeadmflow.BootstrapKubeconfig), "the token credential is gone after the TLS bootstrap")
 	assert.False(t, e.exists(kubeadmflow.JoinKubeconfig), "the join kubeconfig is gone")
-	if e.exists(kubeadmflow.KubernetesPKIDir + "/ca.key") {
-		t.Error("a worker got the CA key")
-	}
-	if e.exists(kubeadmconfig.PatchesDir) || strings.Contains(e.read(kubeadmflow.KubeadmConfigFile), "patches:") {
-		t.Error("a worker got the control plane's kubeadm patches")
-	}
-	if e.exists(kubeadmflow.BootstrapKubeconfig) {
-		t.Error("the bootstrap token credential is still on the worker after its TLS bootstrap")
-	}
-	if !strings.Contains(e.console.String(), "kubelet TLS bootstrap: done") {
-		t.Errorf("the console does not show the TLS bootstrap step:\n%s", e.console.String())
-	}
-	if !strings.Contains(e.read(kubeadmflow.KubeadmConfigFile), "caCertHashes: [\"sha256:") {
-		t.Errorf("join config does not pin the CA:\n%s", e.read(kubeadmflow.KubeadmConfigFile))
-	}
+	assert.False(t, e.exists(kubeadmflow.KubernetesPKIDir+"/ca.key"), "a worker got the CA key")
+	assert.False(t, e.exists(kubeadmconfig.PatchesDir), "a worker got the control plane's kubeadm patches")
+	assert.NotContains(t, e.read(kubeadmflow.KubeadmConfigFile), "patches:", "a worker got the control plane's kubeadm patches")
+	assert.Contains(t, console, "kubelet TLS bootstrap: done", "the console does not show the TLS bootstrap step")
+	assert.Contains(t, e.read(kubeadmflow.KubeadmConfigFile), "caCertHashes: [\"sha256:", "join config does not pin the CA")
 	// A worker reads only its own Node, so it does not claim to know the
 	// cluster's count.
-	if st := e.status(); st.Cluster == nil || st.Cluster.Nodes != "this node Ready" {
-		t.Errorf("worker status cluster = %+v, want nodes \"this node Ready\"", st.Cluster)
-	}
+	st := e.status()
+	require.NotNil(t, st.Cluster)
+	assert.Equal(t, "this node Ready", st.Cluster.Nodes)
 }
 
 // Control planes booted together take turns at etcd-join: while cp-3

@@ -3,6 +3,7 @@ package firstboot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,8 +103,7 @@ func TestFirstRunProvisions(t *testing.T) {
 	wantCmds := []string{
 		"hostname node-1",
 		"networkctl reload",
-		"useradd --create-home --shell /bin/bash --groups sudo --comment Terrarium admin ops",
-		"usermod --lock ops",
+		"useradd --create-home --shell /bin/bash --groups sudo --comment Terrarium admin --password ! ops",
 		"systemctl restart chrony.service",
 		"systemctl try-restart terrarium-registry.service",
 	}
@@ -833,7 +833,13 @@ func TestPhaseFailures(t *testing.T) {
 		{"hostname command", func(e *env) { e.failCmd["hostname"] = errFake }, "hostname: hostname node-1: fake error", "hostname=failed"},
 		{"hosts not writable", func(e *env) { e.mkdir("/etc/hosts/blocker") }, "hostname: write /etc/hosts", "hostname=failed"},
 		{"useradd", func(e *env) { e.failCmd["useradd"] = errFake }, "admin-user: useradd --create-home", "admin-user=failed"},
-		{"usermod", func(e *env) { e.failCmd["usermod"] = errFake }, "admin-user: usermod --lock ops: fake error", "admin-user=failed"},
+		{"usermod", func(e *env) {
+			e.failCmd["usermod"] = errFake
+			// An admin firstboot made before is locked with usermod (a
+			// new one is made locked).
+			e.write("/etc/passwd", e.read("/etc/passwd")+fmt.Sprintf("ops:x:%d:%d::/home/ops:/bin/bash\n", os.Getuid(), os.Getgid()))
+			e.write(nodephases.AdminSudoers, "ops ALL=(ALL) NOPASSWD:ALL\n")
+		}, "admin-user: usermod --lock ops: fake error", "admin-user=failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 )
 
@@ -65,11 +67,40 @@ type Host struct {
 	Clock Clock
 }
 
+// Syncer is an Executor that flushes every filesystem's writes to disk
+// itself, without starting sync(1): Real's does. Host.Sync runs sync(1)
+// through any other Executor (a test's records it).
+type Syncer interface {
+	Sync() error
+}
+
 // Real acts on this machine.
 func Real() *Host {
-	return &Host{Root: "/", Clock: ClockFunc(time.Now), Executor: ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
-		return exec.CommandContext(ctx, name, args...).CombinedOutput()
-	})}
+	return &Host{Root: "/", Clock: ClockFunc(time.Now), Executor: realExecutor{}}
+}
+
+// realExecutor runs programs on this machine and syncs with sync(2).
+type realExecutor struct{}
+
+func (realExecutor) Exec(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
+}
+
+// Sync is sync(2), which does not fail.
+func (realExecutor) Sync() error {
+	unix.Sync()
+	return nil
+}
+
+// Sync flushes every filesystem's writes to disk, as sync(1) does: with
+// the Executor's own Sync when it has one (Real's calls sync(2) in
+// process; starting a program costs a starved emulated node about as much
+// as the flush), else by running sync.
+func (h *Host) Sync(ctx context.Context) error {
+	if s, ok := h.Executor.(Syncer); ok {
+		return s.Sync()
+	}
+	return h.Run(ctx, "sync")
 }
 
 // Path maps an absolute path onto the host root.

@@ -56,6 +56,32 @@ func TestRealRun(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), h.Now(), time.Minute)
 }
 
+// Sync runs no program on the real machine (sync(2) in process), and
+// runs sync(1) through an Executor that cannot sync itself, failing as it
+// does.
+func TestSync(t *testing.T) {
+	var ran []string
+	h := Real()
+	h.Executor = struct {
+		ExecFunc
+		Syncer
+	}{ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		ran = append(ran, name)
+		return nil, nil
+	}), realExecutor{}}
+	require.NoError(t, h.Sync(context.Background()))
+	assert.Empty(t, ran, "a syncing executor starts no program")
+	require.NoError(t, Real().Sync(context.Background()))
+
+	h.Executor = ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		ran = append(ran, strings.Join(append([]string{name}, args...), " "))
+		return []byte("sync: error syncing\n"), errFake
+	})
+	err := h.Sync(context.Background())
+	require.ErrorIs(t, err, errFake)
+	assert.Equal(t, []string{"sync"}, ran)
+}
+
 func mode(t *testing.T, p string) os.FileMode {
 	t.Helper()
 	fi, err := os.Stat(p)

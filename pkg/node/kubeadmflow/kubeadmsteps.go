@@ -269,6 +269,26 @@ func saveProgress(h *Flow, p *nodestate.KubeadmProgress, step string) error {
 	return h.State.Update(func(j *nodestate.Journal) { j.Kubeadm = &c })
 }
 
+// checkKubeadmVersion makes sure, on a node whose steps run kubeadm (a
+// control plane), that kubeadm is want, the version of the slot's bundle. A
+// worker runs no kubeadm to join (its steps are in process) and skips
+// the check: starting kubeadm costs a couple of CPU seconds, and a worker
+// beside a busy init node gets a tenth of a core (2026-11-28 bench: its
+// step "container runtime", which ran the check, took 24 s).
+func checkKubeadmVersion(ctx context.Context, h *Flow, cl *machineconfig.Cluster, want string) error {
+	if !cl.IsControlPlane() {
+		return nil
+	}
+	out, err := h.Output(ctx, "kubeadm", "version", "-o", "short")
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(out); got != want {
+		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
+	}
+	return nil
+}
+
 func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	cl := c.Cluster
 	if cl == nil {
@@ -279,12 +299,8 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	if err != nil {
 		return err
 	}
-	out, err := h.Output(ctx, "kubeadm", "version", "-o", "short")
-	if err != nil {
+	if err := checkKubeadmVersion(ctx, h, cl, want); err != nil {
 		return err
-	}
-	if got := strings.TrimSpace(out); got != want {
-		return fmt.Errorf("kubeadm is %s but the slot's bundle carries Kubernetes %s: this image is inconsistent", got, want)
 	}
 	// From here containerd may unpack images (the pulls, the kubelet's
 	// static pods): see pkg/node/unpackwindow.
@@ -309,7 +325,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 		}
 		// kubeadm does not sync what it writes: without this, a power
 		// cut could keep the record of a step and lose its files.
-		if err := h.Run(ctx, "sync"); err != nil {
+		if err := h.Sync(ctx); err != nil {
 			return err
 		}
 		if err := saveProgress(h, prog, st.name); err != nil {

@@ -185,7 +185,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 		if err := f.Run(ctx, "kubeadm", args...); err != nil {
 			return err
 		}
-		if err := f.Run(ctx, "sync"); err != nil {
+		if err := f.Sync(ctx); err != nil {
 			return err
 		}
 		return f.Run(ctx, "systemctl", "restart", "kubelet.service")
@@ -323,7 +323,7 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
-	if err := f.Run(ctx, "sync"); err != nil { // the copies before their name
+	if err := f.Sync(ctx); err != nil { // the copies before their name
 		return err
 	}
 	return os.Rename(tmp, dst)
@@ -406,7 +406,7 @@ func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(restored) > 0 {
-		if err := f.Run(ctx, "sync"); err != nil {
+		if err := f.Sync(ctx); err != nil {
 			return restored, err
 		}
 		if err := f.Run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
