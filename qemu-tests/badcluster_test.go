@@ -22,6 +22,9 @@ type badClusterDisk struct {
 }
 
 var badClusterDisks = []badClusterDisk{
+	{"a misspelt field",
+		func(cfg, _ string) string { return strings.Replace(cfg, "      addresses:", "      adresses:", 1) },
+		`\$\.network\.interfaces\[0\]\.adresses: unknown field; did you mean "addresses"\?`},
 	{"wrong CA hash (a disk made for another cluster)",
 		func(cfg, other string) string { return setYAMLLine(cfg, "caCertHash:", "  caCertHash: "+other) },
 		`\$\.cluster\.caCertHash: sha256:[0-9a-f]{64} does not match caCert`},
@@ -40,10 +43,10 @@ var badClusterDisks = []badClusterDisk{
 		`\$\.cluster\.controlPlanes\[0\]: 10\.78\.0\.10 is outside this node's subnets \(10\.77\.0\.20/24\) and no gateway is set`},
 }
 
-// TestBadClusterConfigs: one machine is handed the bad cluster config
-// disks of the cluster issue one after another (each a USB stick,
-// hot-swapped). Each is named on the console, field and fix, and at the
-// end TERRA-STATE shows that nothing was applied from any of them.
+// TestBadClusterConfigs: one machine is handed bad config disks one after
+// another (each a USB stick, hot-swapped): a misspelt field, and those of
+// the cluster issue. Each is named on the console, field and fix, and at
+// the end TERRA-STATE shows that nothing was applied from any of them.
 func TestBadClusterConfigs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()

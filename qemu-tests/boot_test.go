@@ -146,31 +146,3 @@ func TestHotplugConfig(t *testing.T) {
 		t.Fatalf("after hot-plug: %+v", s)
 	}
 }
-
-// TestBadConfig: a config with a misspelt field and a bad address is
-// reported field by field on the console, and nothing is applied.
-func TestBadConfig(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
-	bad := strings.Replace(goodConfig, `      dhcp: true`, "      dhcp: false\n      adresses: [10.0.2.300/24]", 1)
-	cfg := m.configDisk("bad.img", bad)
-
-	vm := m.boot(ctx, configAttached(cfg))
-	expect(ctx, t, vm, `the config is invalid; nothing was applied`)
-	expect(ctx, t, vm, `\$\.network\.interfaces\[0\]\.adresses: unknown field; did you mean "addresses"\?`)
-	s := expectStatus(ctx, t, vm, "config-invalid")
-	if s.Hostname != "" || !strings.Contains(s.Message, "adresses") {
-		t.Fatalf("status = %+v, want config-invalid naming the field and no hostname", s)
-	}
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	journal := m.inspectState().readFile("/terrarium/journal.json")
-	if strings.Contains(journal, `"applied"`) || strings.Contains(journal, `"provisioned"`) {
-		t.Fatalf("a bad config applied something:\n%s", journal)
-	}
-	if hosts := m.inspectState().readFile("/etc/upper/hostname"); strings.Contains(hosts, "node-1") {
-		t.Fatal("hostname was written from a bad config")
-	}
-}

@@ -3,6 +3,7 @@ package qemutests
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,12 @@ import (
 
 // TestKubernetesFromSource boots the default image on a network with no
 // route out and checks that the node programs built from the pinned
-// sources report the pinned versions, that every image `kubeadm config
-// images list` names is pullable through the node's registry cache, and
-// that etcd and kube-apiserver run from those images.
+// sources report the pinned versions; that every image `kubeadm config
+// images list` names, and the bundle's others (flannel's, from docker.io),
+// is pullable by its upstream name through the hosts.toml mirrors, which
+// the node's own registry serves, while a name no bundle carries fails,
+// and fast; that etcd and kube-apiserver run from those images; and that
+// the capture shows no packet leaving the test network.
 func TestKubernetesFromSource(t *testing.T) {
 	v, err := pins.Load("../components")
 	require.NoError(t, err)
@@ -30,6 +34,7 @@ func TestKubernetesFromSource(t *testing.T) {
 	s := expectStatus(ctx, t, vm, "provisioned", "failed")
 	require.Equal(t, "provisioned", s.State, "%+v", s)
 	ssh := dialSSH(ctx, t, port, key)
+	ssh.run("systemctl is-active terrarium-registry.service containerd.service")
 
 	versions := []struct{ cmd, want string }{
 		{"kubelet --version", "Kubernetes " + v.Kubernetes},
@@ -51,10 +56,23 @@ func TestKubernetesFromSource(t *testing.T) {
 	require.NoError(t, err, "%s: %s", listCmd, listed)
 	images := regexp.MustCompile(`(?m)^registry\.k8s\.io/\S+`).FindAllString(listed, -1)
 	require.GreaterOrEqual(t, len(images), 7, "%s listed:\n%s", listCmd, listed)
+	for _, img := range slotImages(t) {
+		if !slices.Contains(images, img) {
+			images = append(images, img)
+		}
+	}
 	for _, img := range images {
 		start := time.Now()
 		ssh.run("sudo ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d " + img)
 		t.Logf("pulled %s through the registry cache in %s", img, time.Since(start).Round(100*time.Millisecond))
+	}
+	pulled := ssh.output("sudo ctr -n k8s.io images ls", regexp.MustCompile(`REF\s+TYPE`))
+	for _, img := range images {
+		assert.Contains(t, pulled, img, "containerd's images after the pull")
+	}
+	// Never the upstream: a name no bundle carries fails, and fast.
+	if out, err := ssh.try("sudo timeout 60 ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d registry.k8s.io/not-bundled:1.0"); err == nil {
+		t.Fatalf("pull of an unbundled image succeeded: %s", out)
 	}
 
 	runs := []struct{ image, cmd, want string }{

@@ -43,7 +43,13 @@ const (
 	// The steps after which the bootstrap token is no longer needed: a
 	// joiner's wait for the API, the init node's creation of the token.
 	stepWaitForAPI     = "wait for the API"
-	stepBootstrapToken = "init phase bootstrap-token"
+	stepBootstrapToken = "init phases control-plane … bootstrap-token"
+	// legacyBootstrapToken is the init node's token step of releases
+	// that ran kubeadm's init phases one process each.
+	legacyBootstrapToken = "init phase bootstrap-token"
+	// stepAddons is the init node's last kubeadm step: kubelet-finalize
+	// and the add-ons.
+	stepAddons = "init phases kubelet-finalize, addon"
 	// stepRuntime waits for containerd's CRI before kubeadm's preflight.
 	stepRuntime = "container runtime"
 	// stepImages pulls the images the node will run (pullImages).

@@ -113,25 +113,24 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			replacing(k("init", "phase", "control-plane", "apiserver"), "init phase control-plane all"),
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
-			replacing(k("init", "phase", "control-plane", "controller-manager"), "init phase control-plane all"),
-			replacing(k("init", "phase", "control-plane", "scheduler"), "init phase control-plane all"),
-			k("init", "phase", "upload-config", "all"),
-			// The cluster joinable as soon as it can be (the token,
-			// cluster-info, the bootstrap RBAC): joiners wait for
-			// cluster-info's signature (waitForAPI), which needs the
-			// kubeadm and kubelet configs upload-config just wrote.
-			k("init", "phase", "bootstrap-token"),
-			// The pod network as early as the admin may write (kubeadm
+			// Once the API is ready, the rest of kubeadm's init in two
+			// kubeadm processes, not eight: each one's start costs the
+			// node a couple of CPU seconds, and the worker joining beside
+			// it (on the same host cores) got that much less (a tenth
+			// of a core while both of the init node's were busy). The
+			// first makes the cluster joinable (the token, cluster-info,
+			// the bootstrap RBAC) after the controller manager's and
+			// the scheduler's static pods, the uploaded configs and the
+			// control-plane label; the second ends with the add-ons.
+			replacing(kubeadmInit(stepBootstrapToken, initJoinablePhases), "init phase mark-control-plane"),
+			// The pod network as soon as the admin may write (kubeadm
 			// binds the admin's group to cluster-admin when upload-config
 			// first uses admin.conf): no node is Ready before it runs.
 			{name: "pod network (flannel)", own: applyManifest(FlannelManifest)},
-			k("init", "phase", "mark-control-plane"),
-			k("init", "phase", "kubelet-finalize", "all"),
 			// CoreDNS's air-gapped Corefile before kubeadm's add-on
 			// phase, which keeps it (see addons.CoreDNSConfig).
 			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
-			k("init", "phase", "addon", "coredns"),
-			k("init", "phase", "addon", "kube-proxy"),
+			replacing(kubeadmInit(stepAddons, initAddonPhases), "init phase addon kube-proxy"),
 			{name: "upgrade coordination", own: applyManifest(UpgradesManifest)},
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		}
@@ -256,7 +255,7 @@ func tokenUsed(h *Flow, role string) bool {
 		return false
 	}
 	if role == machineconfig.RoleInit {
-		return saved.IsDone(stepBootstrapToken)
+		return saved.IsDone(stepBootstrapToken) || saved.IsDone(legacyBootstrapToken)
 	}
 	return saved.IsDone(stepWaitForAPI)
 }
@@ -426,6 +425,56 @@ func installAdminKubeconfig(ctx context.Context, h *Flow, c *machineconfig.Confi
 		return err
 	}
 	return h.Run(ctx, "chown", "-R", name+":"+name, filepath.Join("/home", name, ".kube"))
+}
+
+// initPhases are kubeadm init's phases, in the order its workflow runs
+// them (cmd/kubeadm/app/cmd/init.go), and the control-plane phase's
+// subphases.
+var (
+	initPhases = []string{"preflight", "certs", "kubeconfig", "etcd", "control-plane", "kubelet-start",
+		"wait-control-plane", "upload-config", "upload-certs", "mark-control-plane", "bootstrap-token",
+		"kubelet-finalize", "addon", "show-join-command"}
+	controlPlaneSubphases = []string{"apiserver", "controller-manager", "scheduler"}
+)
+
+// The init phases the two steps after the API's readiness run, in one
+// kubeadm process each (kubeadmInit). "control-plane/NAME" is one of its
+// subphases.
+var (
+	initJoinablePhases = []string{"control-plane/controller-manager", "control-plane/scheduler",
+		"upload-config", "mark-control-plane", "bootstrap-token"}
+	initAddonPhases = []string{"kubelet-finalize", "addon"}
+)
+
+// kubeadmInit is a step that runs the init phases run, and only those, as
+// one `kubeadm init` whose --skip-phases names every other phase: one
+// process where `kubeadm init phase` takes one per phase.
+func kubeadmInit(name string, run []string) kubeadmStep {
+	wanted := map[string]bool{}
+	for _, r := range run {
+		wanted[r] = true
+	}
+	var skip []string
+	for _, p := range initPhases {
+		if wanted[p] {
+			continue
+		}
+		if p != "control-plane" {
+			skip = append(skip, p)
+			continue
+		}
+		var subs []string
+		for _, sub := range controlPlaneSubphases {
+			if !wanted[p+"/"+sub] {
+				subs = append(subs, p+"/"+sub)
+			}
+		}
+		if len(subs) == len(controlPlaneSubphases) {
+			subs = []string{p}
+		}
+		skip = append(skip, subs...)
+	}
+	return kubeadmStep{name: name, args: []string{"init", "--skip-phases=" + strings.Join(skip, ","), "--config=" + KubeadmConfigFile}}
 }
 
 // stepRuns splits steps into runs of consecutive steps alike in oneAtATime.

@@ -109,7 +109,7 @@ func nodeKubeletConfig(cluster string) ([]byte, error) {
 		return nil, fmt.Errorf("key kubelet: %w", err)
 	}
 	if m["kind"] != "KubeletConfiguration" {
-		return nil, fmt.Errorf("key kubelet: kind %v, want KubeletConfiguration (is the init node past %q?)", m["kind"], "init phase upload-config all")
+		return nil, fmt.Errorf("key kubelet: kind %v, want KubeletConfiguration (is the init node past %q?)", m["kind"], stepBootstrapToken)
 	}
 	m["containerRuntimeEndpoint"] = kubeadmconfig.CRISocket
 	return yaml.Marshal(m)
