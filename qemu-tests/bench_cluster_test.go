@@ -577,8 +577,8 @@ func readyMarks(ctx context.Context, t *testing.T, ssh *sshClient, names []strin
 		"kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=20m"); err != nil {
 		t.Logf("waiting on the API's events: %v\n%s", err, out)
 	}
-	// When the waits returned: the 21:39 run read the pod network three
-	// minutes after the API said it was Ready.
+	// When the waits returned: the 21:39 run applied its Deployment 79 s
+	// after the API said the pod network was Ready.
 	t.Logf("the API's events waited for, %s after power-on", time.Since(start).Round(time.Second))
 	const list = `-o jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}'`
 	deadline := time.Now().Add(20 * time.Minute)
