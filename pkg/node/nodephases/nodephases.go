@@ -189,17 +189,7 @@ func applyAdmin(ctx context.Context, h *host.Host, c *machineconfig.Config) erro
 	if name == "" {
 		return nil
 	}
-	// No password logins: the password is locked, SSH keys only. A new
-	// admin is made locked ("!"); one that exists is locked with usermod.
-	// One program fewer on a first boot: each costs a starved worker
-	// seconds.
-	if _, err := h.LookupUser(name); errors.Is(err, host.ErrNoUser) {
-		if err := h.Run(ctx, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", "--comment", "Terrarium admin", "--password", "!", name); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	} else if err := h.Run(ctx, "usermod", "--lock", name); err != nil {
+	if err := lockedAccount(ctx, h, name); err != nil {
 		return err
 	}
 	u, err := h.LookupUser(name)
@@ -221,6 +211,20 @@ func applyAdmin(ctx context.Context, h *host.Host, c *machineconfig.Config) erro
 	}
 	_, err = h.WriteIfChanged(AdminSudoers, []byte(name+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440)
 	return err
+}
+
+// lockedAccount makes the admin's account with its password locked (no
+// password logins, SSH keys only): a new one is made locked ("!"), one
+// that exists is locked with usermod. One program fewer on a first boot:
+// each costs a starved worker seconds.
+func lockedAccount(ctx context.Context, h *host.Host, name string) error {
+	switch _, err := h.LookupUser(name); {
+	case errors.Is(err, host.ErrNoUser):
+		return h.Run(ctx, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", "--comment", "Terrarium admin", "--password", "!", name)
+	case err != nil:
+		return err
+	}
+	return h.Run(ctx, "usermod", "--lock", name)
 }
 
 func verifyAdmin(ctx context.Context, h *host.Host, c *machineconfig.Config) error {
