@@ -343,6 +343,14 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 			writeArtifact(t, name, log)
 		}
 	}
+	// The init node's controller manager, from its start: it signs the
+	// worker's CSR and creates its DaemonSet pods, a minute and more
+	// after its container starts.
+	if log, err := ssh.read("kubectl -n kube-system logs --timestamps kube-controller-manager-cp-1 2>&1 | head -300"); err != nil {
+		t.Logf("init node: no controller manager log: %v", err)
+	} else {
+		writeArtifact(t, "terrarium-cp-controller-manager.log", log)
+	}
 	phases, err := nodePhases(ssh, start)
 	if err != nil {
 		t.Fatalf("init node: %v", err)

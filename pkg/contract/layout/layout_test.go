@@ -218,6 +218,7 @@ func TestRegistryUnitNamesItsDirectories(t *testing.T) {
 	assert.Equal(t, RegistryCacheDir, "/var/lib/"+settings["StateDirectory"])
 	assert.Equal(t, []string{RegistryMountDir, RegistryPreviousSlotDir}, prefixed("/run/", strings.Fields(settings["RuntimeDirectory"])))
 	assert.Equal(t, "strict", settings["ProtectSystem"], "the rest is read-only")
+	assert.Equal(t, RegistryConfigFile, settings["ConditionPathExists"], "it starts at boot once firstboot configured it")
 }
 
 func prefixed(prefix string, names []string) []string {

@@ -105,7 +105,7 @@ func TestFirstRunProvisions(t *testing.T) {
 		"networkctl reload",
 		"useradd --create-home --shell /bin/bash --groups sudo --comment Terrarium admin --password ! ops",
 		"systemctl restart chrony.service",
-		"systemctl try-restart terrarium-registry.service",
+		"systemctl restart terrarium-registry.service",
 	}
 	if got := e.commands(); !reflect.DeepEqual(got, wantCmds) {
 		t.Errorf("commands:\n%q\nwant:\n%q", got, wantCmds)
@@ -392,7 +392,7 @@ func TestMinimalConfig(t *testing.T) {
 	if err := e.run(minimalConfig); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl restart chrony.service", "systemctl try-restart terrarium-registry.service"}) {
+	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl restart chrony.service", "systemctl restart terrarium-registry.service"}) {
 		t.Errorf("commands = %q", got)
 	}
 	if e.exists("/etc/systemd/network") || e.exists("/etc/sudoers.d") {

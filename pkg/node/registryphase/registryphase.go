@@ -1,8 +1,8 @@
 // Package registryphase configures the node's image registry: containerd's
 // hosts.toml per upstream (the peers as mirrors), the registry's PKI and its
 // registry.json. A control plane that serves its images and got no
-// certificate issues one from the cluster CA. Only the registry restarts,
-// and only when one of its files changed.
+// certificate issues one from the cluster CA. Only the registry restarts
+// (or, on a first boot, starts), and only when one of its files changed.
 package registryphase
 
 import (
@@ -110,8 +110,9 @@ func applyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) e
 		return nil
 	}
 	// The registry re-reads its config on restart; containerd reads
-	// hosts.toml on every pull.
-	return h.Run(ctx, "systemctl", "try-restart", "terrarium-registry.service")
+	// hosts.toml on every pull. On a first boot the registry has not
+	// started yet (its unit waits for its config): this starts it.
+	return h.Run(ctx, "systemctl", "restart", "terrarium-registry.service")
 }
 
 func verifyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) error {

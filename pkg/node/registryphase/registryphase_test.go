@@ -66,7 +66,7 @@ func TestControlPlaneIssuesItsCertificate(t *testing.T) {
 	require.Error(t, p.Verify(context.Background(), c), "nothing written yet")
 
 	require.NoError(t, p.Apply(context.Background(), c))
-	assert.Equal(t, []string{"systemctl try-restart terrarium-registry.service"}, rec.take())
+	assert.Equal(t, []string{"systemctl restart terrarium-registry.service"}, rec.take())
 	require.NoError(t, p.Verify(context.Background(), c))
 
 	ca, err := x509CA(c)
@@ -92,7 +92,7 @@ func TestControlPlaneIssuesItsCertificate(t *testing.T) {
 	require.NoError(t, os.WriteFile(h.Path(registryPKIDir+"/registry-key.pem"), []byte(otherKey), 0o600))
 	assert.ErrorContains(t, p.Verify(context.Background(), c), "does not fit")
 	require.NoError(t, p.Apply(context.Background(), c))
-	assert.Equal(t, []string{"systemctl try-restart terrarium-registry.service"}, rec.take())
+	assert.Equal(t, []string{"systemctl restart terrarium-registry.service"}, rec.take())
 	require.NoError(t, p.Verify(context.Background(), c))
 }
 
