@@ -244,6 +244,16 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	assert.Equal(t, "init", st.Cluster.Role)
 	assert.Equal(t, "2/2 nodes Ready", st.Cluster.Nodes)
 	assert.Equal(t, kubeadmflow.AdminKubeconfig, st.Cluster.AdminKubeconfig)
+	// Once the cluster is joinable, the init node signs kubelets' client
+	// certificates itself, as the admin with the cluster CA.
+	assert.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.csrSigners) == 1
+	}, 10*time.Second, time.Millisecond, "no kubelet CSR signer started")
+	e.mu.Lock()
+	assert.Equal(t, []string{kubeadmflow.AdminKubeconfig + " " + kubeadmflow.KubernetesPKIDir}, e.csrSigners)
+	e.mu.Unlock()
 }
 
 // A power cut in the middle: the next run resumes at the step that did
@@ -309,6 +319,9 @@ func TestWorkerJoins(t *testing.T) {
 	st := e.status()
 	require.NotNil(t, st.Cluster)
 	assert.Equal(t, "this node Ready", st.Cluster.Nodes)
+	e.mu.Lock()
+	assert.Empty(t, e.csrSigners, "a worker signs no certificates")
+	e.mu.Unlock()
 }
 
 // Control planes booted together take turns at etcd-join: while cp-3

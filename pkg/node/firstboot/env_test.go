@@ -93,6 +93,9 @@ type env struct {
 	nodes []string
 	// deletedNodes are the Nodes the admin deleted, in order (under mu).
 	deletedNodes []string
+	// csrSigners are the kubelet CSR signers started, as "kubeconfig
+	// pkiDir" (under mu).
+	csrSigners []string
 	// apiVersions are the Kubernetes versions of the API servers by
 	// endpoint (host:port), "" for one that does not answer; an endpoint
 	// not listed runs v1.36.3.
@@ -546,6 +549,12 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 				return "", errors.New("connection refused")
 			}
 			return v, nil
+		},
+		KubeletCSRs: func(ctx context.Context, kubeconfig, pkiDir string) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.csrSigners = append(e.csrSigners, kubeconfig+" "+pkiDir)
+			return nil
 		},
 		Backups: etcdbackup.FromStick(e.host(), &e.media),
 		Timing:  kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},

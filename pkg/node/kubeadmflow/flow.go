@@ -13,12 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/csrsigner"
 	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
@@ -57,7 +59,12 @@ type Deps struct {
 	// APIVersion asks the API server at endpoint (host:port) for its
 	// Kubernetes version, with the credentials of a kubeconfig file.
 	APIVersion func(ctx context.Context, kubeconfig, endpoint string) (string, error)
-	Timing     Timing
+	// KubeletCSRs, when set, approves and signs kubelets' client
+	// certificate requests as the admin of kubeconfig with the cluster CA
+	// in pkiDir until ctx ends (csrsigner): the init node runs it while the
+	// cluster forms, before its controller manager signs.
+	KubeletCSRs func(ctx context.Context, kubeconfig, pkiDir string) error
+	Timing      Timing
 }
 
 // ProbeFunc asks an HTTPS endpoint for its status code and body (up to
@@ -122,9 +129,40 @@ func Real(h *host.Host) Deps {
 			defer at.CloseIdleConnections()
 			return at.Version(ctx)
 		},
-		Probe:  HTTPSProbe,
+		Probe: HTTPSProbe,
+		KubeletCSRs: func(ctx context.Context, kubeconfig, pkiDir string) error {
+			err := signKubeletCSRs(ctx, h, client, kubeconfig, pkiDir)
+			if err != nil && ctx.Err() == nil {
+				slog.Warn("kubelet client certificates: not signed by this node; the controller manager signs them", "err", err)
+			}
+			return err
+		},
 		Timing: DefaultTiming(),
 	}
+}
+
+// signKubeletCSRs runs a csrsigner.Signer as the admin of kubeconfig with
+// the cluster CA in pkiDir until ctx ends.
+func signKubeletCSRs(ctx context.Context, h *host.Host, client func(string) (*kubeclient.Client, error), kubeconfig, pkiDir string) error {
+	c, err := client(kubeconfig)
+	if err != nil {
+		return err
+	}
+	defer c.CloseIdleConnections()
+	certPEM, err := os.ReadFile(h.Path(pkiDir + "/ca.crt"))
+	if err != nil {
+		return err
+	}
+	keyPEM, err := os.ReadFile(h.Path(pkiDir + "/ca.key"))
+	if err != nil {
+		return err
+	}
+	ca, key, err := csrsigner.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pkiDir, err)
+	}
+	s := &csrsigner.Signer{API: c, CA: ca, Key: key, Now: h.Now, Log: slog.Default(), Retry: defaultAPIPoll}
+	return s.Run(ctx)
 }
 
 // New builds a flow, refusing a missing dependency.

@@ -331,6 +331,9 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 			return err
 		}
 		h.Report.Report(st.name, "done", "")
+		if st.name == stepBootstrapToken {
+			h.signKubeletCSRs(ctx)
+		}
 		return nil
 	}
 	ran := false
@@ -533,4 +536,30 @@ func NodeIdentity(c *machineconfig.Config) string {
 	cl := c.Cluster
 	sum := sha256.Sum256([]byte(strings.Join([]string{"node-identity-v1", cl.Name, cl.Role, cl.NodeIP, c.Hostname, cl.CACertHash}, "\x00")))
 	return "identity:" + hex.EncodeToString(sum[:])
+}
+
+// kubeletCSRWindow is how long the init node signs kubelets' client
+// certificates after its bootstrap-token step: the formation's first
+// minutes, while its controller manager builds its controllers (it signs
+// them too, and every one after).
+const kubeletCSRWindow = 15 * time.Minute
+
+// signKubeletCSRs starts, on the init node that has just made the cluster
+// joinable, the signer of kubelets' client certificate requests
+// (csrsigner) for kubeletCSRWindow: a worker's kubelet waited 20 to 90 s
+// for the controller manager to sign its request (2026-11-29 bench). The
+// admin may make SubjectAccessReviews since upload-config. A node whose
+// firstboot restarts after the step leaves the signing to the controller
+// manager.
+func (h *Flow) signKubeletCSRs(ctx context.Context) {
+	if h.KubeletCSRs == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, kubeletCSRWindow)
+		defer cancel()
+		// Its errors are its own to log: the controller manager signs
+		// whatever it does not.
+		_ = h.KubeletCSRs(ctx, AdminKubeconfig, KubernetesPKIDir)
+	}()
 }

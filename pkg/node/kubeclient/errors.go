@@ -16,6 +16,8 @@ var (
 	// ErrTooManyRequests: the API refused for now (429); for an
 	// eviction, a PodDisruptionBudget does not allow it yet.
 	ErrTooManyRequests = errors.New("too many requests")
+	// ErrGone: a watch's resource version is too old (410): list again.
+	ErrGone = errors.New("resource version too old")
 )
 
 // StatusError is an API answer other than success.
@@ -41,6 +43,8 @@ func (e *StatusError) Unwrap() error {
 		return ErrConflict
 	case http.StatusTooManyRequests:
 		return ErrTooManyRequests
+	case http.StatusGone:
+		return ErrGone
 	}
 	return nil
 }
