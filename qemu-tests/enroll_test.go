@@ -90,8 +90,13 @@ func TestSignedConfigChange(t *testing.T) {
 	require.NoError(t, vm.Quit(ctx))
 
 	st := m.inspectState()
-	assert.Equal(t, "node-2\n", st.readFile("/etc/upper/hostname"))
-	assert.Contains(t, st.readFile("/terrarium/journal.json"), `"signedBy": "`+pub.ID()+`"`)
+	// What STATE holds, when a check below fails (make test of
+	// 2026-11-29 found both files missing once, in one run of two).
+	held := func() string {
+		return "/etc/upper:\n" + st.debugfs("ls -l /etc/upper") + "\n/terrarium:\n" + st.debugfs("ls -l /terrarium")
+	}
+	assert.Equal(t, "node-2\n", st.readFile("/etc/upper/hostname"), held())
+	assert.Contains(t, st.readFile("/terrarium/journal.json"), `"signedBy": "`+pub.ID()+`"`, held())
 }
 
 // enrolledBanner is the banner's enrollment line.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	diskfs "github.com/diskfs/go-diskfs"
@@ -107,7 +108,20 @@ func (s *stateDisk) debugfsOutput(req string) (stdout, stderr string) {
 	return string(out), errb.String()
 }
 
-func (s *stateDisk) readFile(p string) string { return s.debugfs("cat " + p) }
+// readFile is a file's content; "" for a file that does not exist. A
+// filesystem debugfs cannot read fails the test, with debugfs's words:
+// read as "", it would pass every check that a file is absent.
+func (s *stateDisk) readFile(p string) string {
+	s.t.Helper()
+	out, errs := s.debugfsOutput("cat " + p)
+	for _, line := range strings.Split(strings.TrimSpace(errs), "\n") {
+		if line == "" || strings.HasPrefix(line, "debugfs ") || strings.Contains(line, "File not found by ext2_lookup") {
+			continue
+		}
+		s.t.Fatalf("debugfs cat %s: %s", p, errs)
+	}
+	return out
+}
 
 var blockCountRE, blockSizeRE = regexp.MustCompile(`(?m)^Block count:\s+(\d+)`), regexp.MustCompile(`(?m)^Block size:\s+(\d+)`)
 
