@@ -132,13 +132,9 @@ func (c *Client) WatchCSRs(ctx context.Context, rv string, fn func(CSR)) (string
 		"watch": {"true"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {strconv.Itoa(csrWatchSeconds)},
 	}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := c.newRequest(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return rv, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -203,12 +199,7 @@ func (c *Client) WatchCSRs(ctx context.Context, rv string, fn func(CSR)) (string
 // the controller manager's approver does, and returns the request as the
 // API now has it. A request changed since it was read is ErrConflict.
 func (c *Client) ApproveCSR(ctx context.Context, csr CSR, reason, message string) (CSR, error) {
-	obj := cloneJSON(csr.raw)
-	status, _ := obj["status"].(map[string]any)
-	if status == nil {
-		status = map[string]any{}
-		obj["status"] = status
-	}
+	obj, status := withOwnStatus(csr.raw)
 	conds, _ := status["conditions"].([]any)
 	status["conditions"] = append(conds, map[string]any{
 		"type": "Approved", "status": "True", "reason": reason, "message": message,
@@ -223,12 +214,7 @@ func (c *Client) ApproveCSR(ctx context.Context, csr CSR, reason, message string
 // IssueCSR sets csr's certificate (its /status), as a signer does. A
 // request changed since it was read is ErrConflict.
 func (c *Client) IssueCSR(ctx context.Context, csr CSR, certPEM []byte) error {
-	obj := cloneJSON(csr.raw)
-	status, _ := obj["status"].(map[string]any)
-	if status == nil {
-		status = map[string]any{}
-		obj["status"] = status
-	}
+	obj, status := withOwnStatus(csr.raw)
 	status["certificate"] = certPEM // []byte: base64 in JSON, as the API wants
 	if err := c.do(ctx, http.MethodPut, csrPath+"/"+url.PathEscape(csr.Name)+"/status", obj, nil); err != nil {
 		return fmt.Errorf("issue the certificate of request %s: %w", csr.Name, err)
@@ -261,19 +247,20 @@ func (c *Client) CanCreateCSRs(ctx context.Context, csr CSR, subresource string)
 	return out.Status.Allowed, nil
 }
 
-// cloneJSON copies a decoded JSON object deeply enough for an update:
-// its top level and its status.
-func cloneJSON(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
+// withOwnStatus copies a decoded object for an update: its top level,
+// and its status (made if it has none), which the caller may change
+// without changing m.
+func withOwnStatus(m map[string]any) (obj, status map[string]any) {
+	obj = make(map[string]any, len(m))
 	for k, v := range m {
-		out[k] = v
+		obj[k] = v
 	}
+	status = map[string]any{}
 	if st, ok := m["status"].(map[string]any); ok {
-		cp := make(map[string]any, len(st))
 		for k, v := range st {
-			cp[k] = v
+			status[k] = v
 		}
-		out["status"] = cp
 	}
-	return out
+	obj["status"] = status
+	return obj, status
 }

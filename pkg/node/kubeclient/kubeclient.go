@@ -335,6 +335,19 @@ type request struct {
 	body         any
 }
 
+// newRequest is a request of the API as the client's user, for JSON.
+func (c *Client) newRequest(ctx context.Context, method string, u *url.URL, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
 // send makes the call rq and decodes the JSON answer into v, unless v is
 // nil. An answer other than 200 or 201 is a *StatusError.
 func (c *Client) send(ctx context.Context, rq request, v any) error {
@@ -351,13 +364,9 @@ func (c *Client) send(ctx context.Context, rq request, v any) error {
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	req, err := c.newRequest(ctx, method, u, body)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if rq.body != nil {
 		ct := rq.contentType
