@@ -3,11 +3,13 @@ package firstboot
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
 )
@@ -44,27 +46,18 @@ func TestControlPlanesPullTheirImages(t *testing.T) {
 		t.Run(tc.node, func(t *testing.T) {
 			e, _ := clusterEnv(t, "")
 			e.nodes = []string{"cp-1", "cp-2", "w-1"}
-			if err := e.run(clusterConfigWith(t, tc.node, 2)); err != nil {
-				t.Fatalf("Run: %v\n%s", err, e.console.String())
-			}
+			require.NoError(t, e.run(clusterConfigWith(t, tc.node, 2)), e.console.String())
 			got := pulled(e.commands())
-			slices.Sort(got)
-			want := slices.Clone(tc.want)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Errorf("pulled %v, want %v", got, want)
-			}
+			assert.ElementsMatch(t, tc.want, got)
 			if tc.want == nil {
 				return
 			}
 			con := e.console.String()
 			first, last := strings.Index(con, "pull images: pulled: "), strings.LastIndex(con, "pull images: pulled: ")
-			if first < 0 || !strings.Contains(con, "pull images: pulled: docker.io/flannel/flannel:v0.28.10 in ") {
-				t.Fatalf("the console does not show the pulls:\n%s", con)
-			}
-			if a, b := strings.Index(con, tc.after), strings.Index(con, tc.before); a < 0 || a > first || b < 0 || b < last {
-				t.Errorf("the pulls are not between %q and %q:\n%s", tc.after, tc.before, con)
-			}
+			require.GreaterOrEqual(t, first, 0, "the console does not show the pulls:\n%s", con)
+			require.Contains(t, con, "pull images: pulled: docker.io/flannel/flannel:v0.28.10 in ")
+			a, b := strings.Index(con, tc.after), strings.Index(con, tc.before)
+			assert.True(t, a >= 0 && a < first && b >= 0 && b > last, "the pulls are not between %q and %q:\n%s", tc.after, tc.before, con)
 		})
 	}
 }
@@ -74,39 +67,38 @@ func TestControlPlanesPullTheirImages(t *testing.T) {
 func TestPresentImagesNotPulled(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "")
 	e.pull = func(ctx context.Context, ref string) (bool, error) { return false, nil }
-	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if strings.Contains(e.console.String(), "pulled") {
-		t.Errorf("present images reported as pulled:\n%s", e.console.String())
-	}
-	if len(pulled(e.commands())) != 8 || len(kubeadm()) == 0 {
-		t.Errorf("asked for %v; kubeadm ran %v", pulled(e.commands()), kubeadm())
-	}
+	require.NoError(t, e.run(clusterConfig(t, "cp-1")), e.console.String())
+	assert.NotContains(t, e.console.String(), "pulled", "present images reported as pulled")
+	assert.Len(t, pulled(e.commands()), 8)
+	assert.NotEmpty(t, kubeadm())
 }
 
-// Never more than two pulls at once, and two when there is work for two.
-func TestPullsTwoAtATime(t *testing.T) {
+// Never more than PullsAtOnce pulls at once, and that many when there is
+// work for them: the first pulls wait until PullsAtOnce run.
+func TestPullsAtOnce(t *testing.T) {
 	e, _ := clusterEnv(t, "")
 	var mu sync.Mutex
 	running, most := 0, 0
+	full := make(chan struct{})
 	e.pull = func(ctx context.Context, ref string) (bool, error) {
 		mu.Lock()
 		running++
 		most = max(most, running)
+		if running == kubeadmflow.PullsAtOnce {
+			close(full)
+		}
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-full:
+		case <-time.After(5 * time.Second):
+		}
 		mu.Lock()
 		running--
 		mu.Unlock()
 		return true, nil
 	}
-	if err := e.run(clusterConfig(t, "cp-1")); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if most != kubeadmflow.PullsAtOnce {
-		t.Errorf("at most %d pulls ran at once, want %d", most, kubeadmflow.PullsAtOnce)
-	}
+	require.NoError(t, e.run(clusterConfig(t, "cp-1")), e.console.String())
+	assert.Equal(t, kubeadmflow.PullsAtOnce, most, "most pulls at once")
 }
 
 // An image the registry cache cannot give fails the node with the image
@@ -126,19 +118,11 @@ func TestPullFailureNamesTheImage(t *testing.T) {
 			return true, nil
 		}
 	}
-	if err := e.run(clusterConfig(t, "cp-1")); err == nil {
-		t.Fatal("Run succeeded although an image did not pull")
-	}
-	if got := kubeadm(); len(got) != 0 {
-		t.Errorf("kubeadm ran %v", got)
-	}
+	require.Error(t, e.run(clusterConfig(t, "cp-1")), "Run succeeded although an image did not pull")
+	assert.Empty(t, kubeadm(), "kubeadm ran")
 	msg := e.status().Message
 	for _, want := range []string{"pull images", "kube-apiserver:v1.36.3", "terrarium-registry"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("status message %q lacks %q", msg, want)
-		}
+		assert.Contains(t, msg, want)
 	}
-	if n := len(pulled(e.commands())); n >= 8 {
-		t.Errorf("all %d pulls were started after one failed", n)
-	}
+	assert.Less(t, len(pulled(e.commands())), 8, "every pull was started after one failed")
 }
