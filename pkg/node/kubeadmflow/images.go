@@ -18,11 +18,13 @@ const imagePullTimeout = 15 * time.Minute
 
 // PullsAtOnce is how many images the images step pulls at the same
 // time. A bundled image's pull unpacks nothing (its layers are the
-// slot's, linked by the node's snapshotter): it is a few small reads from
-// the registry and containerd's metadata writes, mostly waiting, 0.7 to
-// 1.2 s each under TCG. Two at a time took the eight images 3.8 to 6.3 s
-// on 2026-11-29's host.
-const PullsAtOnce = 4
+// slot's, linked by the node's snapshotter), but its manifest and config
+// reads and containerd's metadata writes still cost CPU under TCG: 0.7
+// to 1.2 s each two at a time, 1.4 to 2.6 s each four at a time. The
+// eight images took 3.8 to 6.3 s two at a time on 2026-11-29's host, and
+// 4.1 to 4.7 s four at a time (make bench-cluster, three runs): no gain
+// on a control plane's two CPUs.
+const PullsAtOnce = 2
 
 // controlPlaneRepositories are the repositories of the Kubernetes bundle
 // a control plane runs containers from: etcd, the static pods and CoreDNS,
