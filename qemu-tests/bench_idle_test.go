@@ -68,8 +68,9 @@ func TestControlPlaneIdleCPU(t *testing.T) {
 
 // buildWithoutKernelArg builds the default spec with arg dropped from its
 // kernel command line and returns the qcow2 image. The spec copy sits in
-// a scratch tree whose bundles, components and overlay link to the
-// repository's, so its relative paths, and the build cache, are the same.
+// a scratch tree whose bundles, components, overlay and Debian lock link
+// to the repository's, so its relative paths, and the build cache, are
+// the same.
 func buildWithoutKernelArg(ctx context.Context, t *testing.T, arg string) string {
 	t.Helper()
 	spec, err := os.ReadFile("../os/terrarium.yaml")
@@ -84,7 +85,7 @@ func buildWithoutKernelArg(ctx context.Context, t *testing.T, arg string) string
 	if err := os.Mkdir(filepath.Join(tree, "os"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, link := range []string{"bundles", "components", "os/overlay"} {
+	for _, link := range []string{"bundles", "components", "os/overlay", "os/terrarium.lock.yaml"} {
 		target, err := filepath.Abs(filepath.Join("..", link))
 		if err != nil {
 			t.Fatal(err)

@@ -63,13 +63,19 @@ func (k *Key) File(name, path string) *Key {
 }
 
 // Tree adds a directory tree: every path, mode, link target and content,
-// in sorted order.
+// in sorted order. A root that is a symbolic link is the tree it points
+// to (links inside the tree are hashed as links).
 func (k *Key) Tree(name, root string) *Key {
 	if k.err != nil {
 		return k
 	}
+	root, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		k.err = fmt.Errorf("hash input %s: %w", name, err)
+		return k
+	}
 	var paths []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -251,8 +251,13 @@ func moveToVar(root *os.Root) error {
 // directories are merged, files and links replace what is there, modes
 // are kept, owners are root's. A path of src that movedToVar made a link
 // into /var is refused by name: /var is the node's writable state, which
-// hides what the image holds there.
+// hides what the image holds there. A src that is a symbolic link is the
+// tree it points to.
 func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
+	src, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

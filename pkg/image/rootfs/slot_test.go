@@ -610,3 +610,26 @@ func TestBuildSlotOverlayModes(t *testing.T) {
 		assert.Equal(t, want, fi.Mode().Perm(), name)
 	}
 }
+
+// TestBuildSlotOverlayThroughALink: an overlay given as a symbolic link to
+// a directory (a spec tree linking to a shared overlay) is that
+// directory's files, and a change behind the link is a new slot.
+func TestBuildSlotOverlayThroughALink(t *testing.T) {
+	requireSlotTools(t)
+	in := slotInputs(t, fakeBase(t, "base-overlay-link", slotTree()))
+	link := filepath.Join(t.TempDir(), "overlay")
+	require.NoError(t, os.Symlink(in.Overlay, link))
+	real := in.Overlay
+	in.Overlay = link
+	c, err := cache.New(t.TempDir())
+	require.NoError(t, err)
+
+	image, _, err := BuildSlot(context.Background(), c, in, epoch, discard)
+	require.NoError(t, err)
+	assert.Equal(t, "from the overlay\n", readFile(t, inRoot(unsquash(t, image), "etc/terrarium/overlay.txt")))
+
+	writeFiles(t, real, map[string]string{"etc/terrarium/overlay.txt": "changed behind the link\n"})
+	image, _, err = BuildSlot(context.Background(), c, in, epoch, discard)
+	require.NoError(t, err)
+	assert.Equal(t, "changed behind the link\n", readFile(t, inRoot(unsquash(t, image), "etc/terrarium/overlay.txt")))
+}

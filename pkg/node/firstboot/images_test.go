@@ -80,12 +80,13 @@ func TestPullsAtOnce(t *testing.T) {
 	var mu sync.Mutex
 	running, most := 0, 0
 	full := make(chan struct{})
+	var filled sync.Once
 	e.pull = func(ctx context.Context, ref string) (bool, error) {
 		mu.Lock()
 		running++
 		most = max(most, running)
 		if running == kubeadmflow.PullsAtOnce {
-			close(full)
+			filled.Do(func() { close(full) })
 		}
 		mu.Unlock()
 		select {
