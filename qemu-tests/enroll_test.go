@@ -90,8 +90,9 @@ func TestSignedConfigChange(t *testing.T) {
 	require.NoError(t, vm.Quit(ctx))
 
 	st := m.inspectState()
-	// What STATE holds, when a check below fails (make test of
-	// 2026-11-29 found both files missing once, in one run of two).
+	// What STATE holds, when a check below fails. Both files once read
+	// empty (2026-11-29) while the harness did not replay STATE's
+	// journal (inspectState).
 	held := func() string {
 		return "/etc/upper:\n" + st.debugfs("ls -l /etc/upper") + "\n/terrarium:\n" + st.debugfs("ls -l /terrarium")
 	}
