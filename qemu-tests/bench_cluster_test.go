@@ -214,6 +214,8 @@ func journalPhases(j nodestate.Journal, start time.Time) []phaseMark {
 	var out []phaseMark
 	// A step's pulled images, until the record that ends it.
 	pulls := map[string][]string{}
+	// A step's images found present: "8 of 8 images ...".
+	present := map[string]string{}
 	for _, b := range j.Boots {
 		for _, s := range b.Steps {
 			switch s.Result {
@@ -222,14 +224,20 @@ func journalPhases(j nodestate.Journal, start time.Time) []phaseMark {
 			case "pulled":
 				pulls[s.Name] = append(pulls[s.Name], s.Detail)
 				continue
+			case "present":
+				present[s.Name] = s.Detail
+				continue
 			}
 			m := phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()}
 			if s.Result == "retry" || s.Result == "failed" {
 				m.Name, m.Detail = s.Name+" ("+s.Result+")", s.Detail
 			} else if p := pulls[s.Name]; len(p) > 0 {
 				m.Detail = "pulled " + strings.Join(p, ", ")
+			} else if p := present[s.Name]; p != "" {
+				m.Detail = p
 			}
 			delete(pulls, s.Name)
+			delete(present, s.Name)
 			out = append(out, m)
 		}
 	}

@@ -61,6 +61,23 @@ func TestKubernetesFromSource(t *testing.T) {
 			images = append(images, img)
 		}
 	}
+	// From the boot on, before any pull, containerd's Kubernetes namespace
+	// holds every bundled image: the snapshotter's service registered them
+	// before containerd started (pkg/node/imageseed), with their manifests
+	// and configs alone in the content store, no layer fetched or unpacked.
+	seeded, err := ssh.read("sudo ctr -n k8s.io images ls -q")
+	require.NoError(t, err, "ctr images ls: %s", seeded)
+	for _, img := range images {
+		assert.Contains(t, strings.Fields(seeded), img, "registered at boot, before any pull")
+	}
+	seededContent, err := ssh.read("sudo ctr -n k8s.io content ls")
+	require.NoError(t, err, "ctr content ls: %s", seededContent)
+	require.Regexp(t, `(?m)^DIGEST\s+SIZE`, seededContent)
+	assert.NotRegexp(t, `containerd\.io/uncompressed=|\d\s?MB\b`, seededContent, "no layer in the store after the boot:\n%s", seededContent)
+	seedLog, err := ssh.read("sudo journalctl -b -u terrarium-snapshotter -o cat")
+	require.NoError(t, err)
+	assert.Regexp(t, `images registered in containerd's store.* seeded=\d+ present=0 skipped=map\[\]`, seedLog)
+
 	for _, img := range images {
 		start := time.Now()
 		ssh.run("sudo ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d " + img)

@@ -3,10 +3,12 @@ package main
 import (
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/imageseed"
 	"github.com/terrarium-os/terrarium/pkg/node/registryd"
 	"github.com/terrarium-os/terrarium/pkg/node/snapshotter"
 )
@@ -33,6 +35,18 @@ func snapshotterCmd() *cobra.Command {
 			if len(res.Kept)+len(res.Relinked)+len(res.Missing)+len(res.Pruned) > 0 {
 				log.Info("snapshotter: the slot's layers reconciled", "kept on STATE", res.Kept, "relinked", res.Relinked,
 					"missing", res.Missing, "pruned", res.Pruned)
+			}
+			// Before containerd starts (it waits for this service): the
+			// slot's bundled images, registered in its store.
+			start := time.Now()
+			opts := imageseed.NodeOptions(sn)
+			opts.SlotLayers = layers
+			seeded, err := imageseed.Seed(cmd.Context(), opts)
+			if err != nil {
+				log.Error("snapshotter: register the slot's images in containerd's store (they are pulled instead)", "err", err)
+			} else {
+				log.Info("snapshotter: the slot's images registered in containerd's store", "seeded", len(seeded.Seeded),
+					"present", len(seeded.Present), "skipped", seeded.Skipped, "took", time.Since(start).Round(time.Millisecond))
 			}
 			log.Info("snapshotter: serving", "socket", socket, "root", root, "layers", layers)
 			return snapshotter.Serve(cmd.Context(), sn, socket, registryd.Notify())

@@ -264,6 +264,14 @@ const (
 	// ContainerdRoot is containerd's store (content, snapshots, metadata),
 	// on STATE through /var.
 	ContainerdRoot = "/var/lib/containerd"
+	// ContainerdMetaDB and ContainerdContentDir are containerd's metadata
+	// (its bolt plugin's) and content store under ContainerdRoot, where
+	// the node's snapshotter registers the slot's bundled images before
+	// containerd starts (pkg/node/imageseed); ContainerdCRINamespace is
+	// the namespace of the images and containers of Kubernetes.
+	ContainerdMetaDB       = ContainerdRoot + "/io.containerd.metadata.v1.bolt/meta.db"
+	ContainerdContentDir   = ContainerdRoot + "/io.containerd.content.v1.content"
+	ContainerdCRINamespace = "k8s.io"
 	// EtcdDataDir is the local etcd member's data (kubeadm's), on STATE
 	// through /var.
 	EtcdDataDir = "/var/lib/etcd"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -76,6 +77,7 @@ func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if err != nil {
 		return err
 	}
+	var pulled atomic.Int32
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(PullsAtOnce)
 	for _, ref := range refs {
@@ -86,8 +88,9 @@ func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 			start := h.Now()
 			pctx, cancel := context.WithTimeout(ctx, imagePullTimeout)
 			defer cancel()
-			pulled, err := h.Runtime.Pull(pctx, kubeadmconfig.CRISocket, ref)
-			if err == nil && pulled {
+			did, err := h.Runtime.Pull(pctx, kubeadmconfig.CRISocket, ref)
+			if err == nil && did {
+				pulled.Add(1)
 				h.Report.Report(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.Now().Sub(start).Seconds()))
 			}
 			return err
@@ -95,6 +98,9 @@ func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	}
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", err)
+	}
+	if present := len(refs) - int(pulled.Load()); present > 0 {
+		h.Report.Report(stepImages, "present", fmt.Sprintf("%d of %d images in containerd's store already (the slot's, registered at boot)", present, len(refs)))
 	}
 	return nil
 }

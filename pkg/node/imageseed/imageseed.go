@@ -1,0 +1,349 @@
+// Package imageseed registers the slot's bundled images in containerd's
+// store before containerd starts, as a pull of each would have left them:
+// the image's names, its index, manifest and config in the content store
+// with containerd's garbage-collection labels, and its layers' snapshots
+// in the node's snapshotter, taken from the slot (pkg/node/snapshotter).
+//
+// containerd then starts with every bundled image present: its CRI
+// plugin loads them (CheckImages), kubeadm's preflight and the kubelet
+// find them, and no node pulls an image it carries, not even from its own
+// registry. Nothing proportional to an image's size is read or written:
+// a few kilobytes of manifests and configs, and one link per layer.
+//
+// It runs in the snapshotter's service on every boot (a first boot, a
+// boot after repair-images emptied the stores, the first boot of an
+// upgraded slot): a name containerd already has is left as it is.
+package imageseed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+)
+
+// Labels of containerd: the unpacker's snapshot target and diffID, the
+// garbage collector's reference from a config to its image's snapshot, and
+// the CRI plugin's mark on the images it manages.
+const (
+	labelSnapshotRef = "containerd.io/snapshot.ref"
+	labelDiffID      = "containerd.io/snapshot/diff-id"
+	labelGCSnapshot  = "containerd.io/gc.ref.snapshot."
+	labelCRIImage    = "io.cri-containerd.image"
+	criImageManaged  = "managed"
+)
+
+// annotationNames are the index annotations that name a bundled image.
+var annotationNames = []string{images.AnnotationImageName, ocispec.AnnotationRefName}
+
+// ErrContainerdRunning is returned when containerd holds its store.
+var ErrContainerdRunning = errors.New("containerd holds its metadata store")
+
+// Options say where the stores are.
+type Options struct {
+	// Bundle is the slot's bundle (an OCI layout), SlotLayers its layers
+	// unpacked (layout.SlotLayer).
+	Bundle, SlotLayers string
+	// MetaDB and ContentDir are containerd's metadata and content
+	// stores, Namespace the namespace to register the images in.
+	MetaDB, ContentDir, Namespace string
+	// Snapshotter is the node's snapshotter, as containerd knows it by
+	// SnapshotterName.
+	Snapshotter     snapshots.Snapshotter
+	SnapshotterName string
+	// LockTimeout bounds the wait for containerd's store: containerd
+	// holds it while it runs.
+	LockTimeout time.Duration
+}
+
+// NodeOptions are the node's stores (pkg/contract/layout) with sn.
+func NodeOptions(sn snapshots.Snapshotter) Options {
+	return Options{
+		Bundle:          layout.BundleDir,
+		SlotLayers:      layout.SlotLayersDir,
+		MetaDB:          layout.ContainerdMetaDB,
+		ContentDir:      layout.ContainerdContentDir,
+		Namespace:       layout.ContainerdCRINamespace,
+		Snapshotter:     sn,
+		SnapshotterName: layout.SnapshotterName,
+		LockTimeout:     2 * time.Second,
+	}
+}
+
+// Result is what Seed did, by image name.
+type Result struct {
+	// Seeded were registered now, Present containerd had already.
+	Seeded, Present []string
+	// Skipped could not be registered, with why (they are pulled as
+	// before).
+	Skipped map[string]string
+}
+
+// Seed registers every image of the bundle that containerd lacks. An
+// image it cannot register is skipped (Result.Skipped) and left to a
+// pull; an error means containerd's store could not be used at all.
+func Seed(ctx context.Context, o Options) (Result, error) {
+	res := Result{Skipped: map[string]string{}}
+	idx, err := readIndex(o.Bundle)
+	if err != nil {
+		return res, err
+	}
+	db, closeDB, err := openDB(ctx, o)
+	if err != nil {
+		return res, err
+	}
+	defer closeDB()
+	ctx = namespaces.WithNamespace(ctx, o.Namespace)
+	s := seeder{
+		o:       o,
+		bundle:  bundleProvider(o.Bundle),
+		content: db.ContentStore(),
+		images:  metadata.NewImageStore(db),
+		sn:      db.Snapshotter(o.SnapshotterName),
+	}
+	for _, d := range idx.Manifests {
+		name := imageName(d)
+		if name == "" || !(images.IsIndexType(d.MediaType) || images.IsManifestType(d.MediaType)) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if _, err := s.images.Get(ctx, name); err == nil {
+			res.Present = append(res.Present, name)
+			continue
+		} else if !errdefs.IsNotFound(err) {
+			return res, fmt.Errorf("look up image %s in %s: %w", name, o.MetaDB, err)
+		}
+		target := ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}
+		if err := s.image(ctx, name, target); err != nil {
+			res.Skipped[name] = err.Error()
+			continue
+		}
+		res.Seeded = append(res.Seeded, name)
+	}
+	return res, nil
+}
+
+// openDB opens containerd's metadata store as containerd does (its bolt
+// plugin's options), with the node's snapshotter.
+func openDB(ctx context.Context, o Options) (*metadata.DB, func(), error) {
+	if err := os.MkdirAll(filepath.Dir(o.MetaDB), 0o711); err != nil {
+		return nil, nil, fmt.Errorf("containerd's metadata store: %w", err)
+	}
+	opts := *bolt.DefaultOptions
+	opts.NoFreelistSync = true
+	opts.Timeout = o.LockTimeout
+	bdb, err := bolt.Open(o.MetaDB, 0o644, &opts)
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, nil, fmt.Errorf("open %s: %w", o.MetaDB, ErrContainerdRunning)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open containerd's metadata store %s: %w", o.MetaDB, err)
+	}
+	cs, err := local.NewStore(o.ContentDir)
+	if err != nil {
+		bdb.Close()
+		return nil, nil, fmt.Errorf("open containerd's content store %s: %w", o.ContentDir, err)
+	}
+	db := metadata.NewDB(bdb, cs, map[string]snapshots.Snapshotter{o.SnapshotterName: o.Snapshotter})
+	if err := db.Init(ctx); err != nil {
+		bdb.Close()
+		return nil, nil, fmt.Errorf("open containerd's metadata store %s: %w", o.MetaDB, err)
+	}
+	return db, func() { bdb.Close() }, nil
+}
+
+type seeder struct {
+	o       Options
+	bundle  bundleProvider
+	content content.Store
+	images  images.Store
+	sn      snapshots.Snapshotter
+}
+
+// image registers one image: its content, its snapshots, then its names
+// (last: a name containerd finds is a whole image).
+func (s *seeder) image(ctx context.Context, name string, target ocispec.Descriptor) error {
+	// As containerd's pull does: the index, the manifest for this
+	// platform and its config, each labelled with its children.
+	children := images.ChildrenHandler(s.content)
+	children = images.SetChildrenMappedLabels(s.content, children, images.ChildGCLabels)
+	children = images.FilterPlatforms(children, platforms.Default())
+	children = images.LimitManifests(children, platforms.Default(), 1)
+	if err := images.Walk(ctx, images.Handlers(images.HandlerFunc(s.copyBlob), children), target); err != nil {
+		return err
+	}
+	manifest, err := images.Manifest(ctx, s.content, target, platforms.Default())
+	if err != nil {
+		return err
+	}
+	diffIDs, err := images.RootFS(ctx, s.content, manifest.Config)
+	if err != nil {
+		return err
+	}
+	top, err := s.snapshots(ctx, diffIDs)
+	if err != nil {
+		return err
+	}
+	// The config keeps the image's snapshots from the garbage collector.
+	gc := labelGCSnapshot + s.o.SnapshotterName
+	if _, err := s.content.Update(ctx, content.Info{Digest: manifest.Config.Digest, Labels: map[string]string{gc: top}}, "labels."+gc); err != nil {
+		return fmt.Errorf("label config %s: %w", manifest.Config.Digest, err)
+	}
+	// The CRI plugin's names for a pulled image: its ID (the config's
+	// digest), its tag and its digest reference.
+	refs := []string{manifest.Config.Digest.String(), name}
+	named, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		return err
+	}
+	dr, err := reference.WithDigest(reference.TrimNamed(named), target.Digest)
+	if err != nil {
+		return err
+	}
+	refs = append(refs, dr.String())
+	for _, r := range refs {
+		img := images.Image{Name: r, Target: target, Labels: map[string]string{labelCRIImage: criImageManaged}}
+		if _, err := s.images.Create(ctx, img); err != nil && !errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("create image %s: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// copyBlob copies a descriptor's blob from the bundle into containerd's
+// content store; layers stay in the slot (their snapshots are the slot's).
+func (s *seeder) copyBlob(ctx context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+	if images.IsLayerType(d.MediaType) {
+		return nil, nil
+	}
+	if _, err := s.content.Info(ctx, d.Digest); err == nil {
+		return nil, nil
+	}
+	b, err := s.bundle.read(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := content.WriteBlob(ctx, s.content, "terrarium-seed-"+d.Digest.String(), bytes.NewReader(b), d); err != nil {
+		return nil, fmt.Errorf("write %s into containerd's content store: %w", d.Digest, err)
+	}
+	return nil, nil
+}
+
+// snapshots makes the image's layers' snapshots (by chain ID) exist,
+// taken from the slot, and returns the top one. Every layer must be in
+// the slot: the snapshotter would otherwise prepare an empty snapshot to
+// unpack into.
+func (s *seeder) snapshots(ctx context.Context, diffIDs []digest.Digest) (string, error) {
+	for _, d := range diffIDs {
+		dir, ok := layout.SlotLayer(s.o.SlotLayers, d.String())
+		if !ok {
+			return "", fmt.Errorf("layer %s: not a layer the slot can hold", d)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return "", fmt.Errorf("layer %s is not in the slot (%s)", d, dir)
+		}
+	}
+	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
+	parent := ""
+	for i, c := range chain {
+		if _, err := s.sn.Stat(ctx, c.String()); err == nil {
+			parent = c.String()
+			continue
+		}
+		labels := map[string]string{labelSnapshotRef: c.String(), labelDiffID: diffIDs[i].String()}
+		key := "terrarium-seed " + c.String()
+		_, err := s.sn.Prepare(ctx, key, parent, snapshots.WithLabels(labels))
+		switch {
+		case errdefs.IsAlreadyExists(err):
+		case err == nil:
+			// The snapshotter did not take the layer from the slot.
+			if rerr := s.sn.Remove(ctx, key); rerr != nil {
+				return "", fmt.Errorf("layer %s was not taken from the slot, and its snapshot stays: %w", diffIDs[i], rerr)
+			}
+			return "", fmt.Errorf("layer %s was not taken from the slot", diffIDs[i])
+		default:
+			return "", fmt.Errorf("snapshot of layer %s: %w", diffIDs[i], err)
+		}
+		parent = c.String()
+	}
+	return parent, nil
+}
+
+// imageName is the name a bundle's index gives a descriptor, when it is
+// a whole name (registry, repository and tag: the name containerd gives
+// a pulled image); a bare tag names nothing containerd would look up.
+func imageName(d ocispec.Descriptor) string {
+	for _, k := range annotationNames {
+		v := d.Annotations[k]
+		named, err := reference.ParseNormalizedNamed(v)
+		if v == "" || err != nil || named.String() != v {
+			continue
+		}
+		if _, ok := named.(reference.Tagged); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// readIndex reads the bundle's index.
+func readIndex(dir string) (ocispec.Index, error) {
+	var idx ocispec.Index
+	p := filepath.Join(dir, ocispec.ImageIndexFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return idx, fmt.Errorf("read the slot's bundle: %w", err)
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return idx, fmt.Errorf("read the slot's bundle %s: %w", p, err)
+	}
+	return idx, nil
+}
+
+// bundleProvider reads the bundle's blobs.
+type bundleProvider string
+
+// read is a blob's content, checked against its descriptor.
+func (b bundleProvider) read(d ocispec.Descriptor) ([]byte, error) {
+	if err := d.Digest.Validate(); err != nil {
+		return nil, fmt.Errorf("bundle blob %q: %w", d.Digest, err)
+	}
+	p := filepath.Join(string(b), ocispec.ImageBlobsDir, d.Digest.Algorithm().String(), d.Digest.Encoded())
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("bundle blob: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, d.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle blob %s: %w", p, err)
+	}
+	if int64(len(data)) != d.Size || d.Digest.Algorithm().FromBytes(data) != d.Digest {
+		return nil, fmt.Errorf("bundle blob %s does not match its descriptor (%s, %d bytes)", p, d.Digest, d.Size)
+	}
+	return data, nil
+}
