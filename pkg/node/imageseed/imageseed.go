@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/plugins/content/local"
@@ -101,20 +102,22 @@ type Result struct {
 	Skipped map[string]string
 }
 
-// Seed registers every image of the bundle that containerd lacks. An
-// image it cannot register is skipped (Result.Skipped) and left to a
-// pull; an error means containerd's store could not be used at all.
+// Seed registers every image of the bundle that containerd lacks, in one
+// transaction of containerd's metadata store (one sync, not a few per
+// record: under emulation each costs tens of milliseconds). An image the
+// slot lacks a layer of is skipped (Result.Skipped) and left to a pull;
+// an error means nothing was registered.
 func Seed(ctx context.Context, o Options) (Result, error) {
 	res := Result{Skipped: map[string]string{}}
 	idx, err := readIndex(o.Bundle)
 	if err != nil {
 		return res, err
 	}
-	db, closeDB, err := openDB(ctx, o)
+	db, bdb, err := openDB(ctx, o)
 	if err != nil {
 		return res, err
 	}
-	defer closeDB()
+	defer bdb.Close()
 	ctx = namespaces.WithNamespace(ctx, o.Namespace)
 	s := seeder{
 		o:       o,
@@ -123,33 +126,50 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 		images:  metadata.NewImageStore(db),
 		sn:      db.Snapshotter(o.SnapshotterName),
 	}
-	for _, d := range idx.Manifests {
-		name := imageName(d)
-		if name == "" || !(images.IsIndexType(d.MediaType) || images.IsManifestType(d.MediaType)) {
-			continue
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		ctx := boltutil.WithTransaction(ctx, tx)
+		for _, d := range idx.Manifests {
+			name := imageName(d)
+			if name == "" || !(images.IsIndexType(d.MediaType) || images.IsManifestType(d.MediaType)) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if _, err := s.images.Get(ctx, name); err == nil {
+				res.Present = append(res.Present, name)
+				continue
+			} else if !errdefs.IsNotFound(err) {
+				return fmt.Errorf("look up image %s: %w", name, err)
+			}
+			target := ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}
+			var skip notInSlot
+			switch err := s.image(ctx, name, target); {
+			case err == nil:
+				res.Seeded = append(res.Seeded, name)
+			case errors.As(err, &skip):
+				res.Skipped[name] = err.Error()
+			default:
+				return fmt.Errorf("register image %s: %w", name, err)
+			}
 		}
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		if _, err := s.images.Get(ctx, name); err == nil {
-			res.Present = append(res.Present, name)
-			continue
-		} else if !errdefs.IsNotFound(err) {
-			return res, fmt.Errorf("look up image %s in %s: %w", name, o.MetaDB, err)
-		}
-		target := ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}
-		if err := s.image(ctx, name, target); err != nil {
-			res.Skipped[name] = err.Error()
-			continue
-		}
-		res.Seeded = append(res.Seeded, name)
+		return nil
+	})
+	if err != nil {
+		res.Seeded = nil
+		return res, fmt.Errorf("register the slot's images in %s: %w", o.MetaDB, err)
 	}
 	return res, nil
 }
 
+// notInSlot is an image the slot lacks a layer of.
+type notInSlot struct{ err error }
+
+func (e notInSlot) Error() string { return e.err.Error() }
+
 // openDB opens containerd's metadata store as containerd does (its bolt
 // plugin's options), with the node's snapshotter.
-func openDB(ctx context.Context, o Options) (*metadata.DB, func(), error) {
+func openDB(ctx context.Context, o Options) (*metadata.DB, *bolt.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(o.MetaDB), 0o711); err != nil {
 		return nil, nil, fmt.Errorf("containerd's metadata store: %w", err)
 	}
@@ -173,7 +193,7 @@ func openDB(ctx context.Context, o Options) (*metadata.DB, func(), error) {
 		bdb.Close()
 		return nil, nil, fmt.Errorf("open containerd's metadata store %s: %w", o.MetaDB, err)
 	}
-	return db, func() { bdb.Close() }, nil
+	return db, bdb, nil
 }
 
 type seeder struct {
@@ -184,9 +204,21 @@ type seeder struct {
 	sn      snapshots.Snapshotter
 }
 
-// image registers one image: its content, its snapshots, then its names
-// (last: a name containerd finds is a whole image).
+// image registers one image: its content, its snapshots, then its names.
+// What it needs of the bundle is read, and its layers looked for in the
+// slot, before anything is written.
 func (s *seeder) image(ctx context.Context, name string, target ocispec.Descriptor) error {
+	manifest, err := images.Manifest(ctx, s.bundle, target, platforms.Default())
+	if err != nil {
+		return err
+	}
+	diffIDs, err := images.RootFS(ctx, s.bundle, manifest.Config)
+	if err != nil {
+		return err
+	}
+	if err := s.inSlot(diffIDs); err != nil {
+		return err
+	}
 	// As containerd's pull does: the index, the manifest for this
 	// platform and its config, each labelled with its children.
 	children := images.ChildrenHandler(s.content)
@@ -194,14 +226,6 @@ func (s *seeder) image(ctx context.Context, name string, target ocispec.Descript
 	children = images.FilterPlatforms(children, platforms.Default())
 	children = images.LimitManifests(children, platforms.Default(), 1)
 	if err := images.Walk(ctx, images.Handlers(images.HandlerFunc(s.copyBlob), children), target); err != nil {
-		return err
-	}
-	manifest, err := images.Manifest(ctx, s.content, target, platforms.Default())
-	if err != nil {
-		return err
-	}
-	diffIDs, err := images.RootFS(ctx, s.content, manifest.Config)
-	if err != nil {
 		return err
 	}
 	top, err := s.snapshots(ctx, diffIDs)
@@ -253,20 +277,24 @@ func (s *seeder) copyBlob(ctx context.Context, d ocispec.Descriptor) ([]ocispec.
 	return nil, nil
 }
 
-// snapshots makes the image's layers' snapshots (by chain ID) exist,
-// taken from the slot, and returns the top one. Every layer must be in
-// the slot: the snapshotter would otherwise prepare an empty snapshot to
-// unpack into.
-func (s *seeder) snapshots(ctx context.Context, diffIDs []digest.Digest) (string, error) {
+// inSlot checks that the slot holds every layer: the snapshotter would
+// otherwise prepare an empty snapshot to unpack into.
+func (s *seeder) inSlot(diffIDs []digest.Digest) error {
 	for _, d := range diffIDs {
 		dir, ok := layout.SlotLayer(s.o.SlotLayers, d.String())
 		if !ok {
-			return "", fmt.Errorf("layer %s: not a layer the slot can hold", d)
+			return notInSlot{fmt.Errorf("layer %s: not a layer the slot can hold", d)}
 		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return "", fmt.Errorf("layer %s is not in the slot (%s)", d, dir)
+			return notInSlot{fmt.Errorf("layer %s is not in the slot (%s)", d, dir)}
 		}
 	}
+	return nil
+}
+
+// snapshots makes the image's layers' snapshots (by chain ID) exist,
+// taken from the slot, and returns the top one.
+func (s *seeder) snapshots(ctx context.Context, diffIDs []digest.Digest) (string, error) {
 	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
 	parent := ""
 	for i, c := range chain {
@@ -324,8 +352,22 @@ func readIndex(dir string) (ocispec.Index, error) {
 	return idx, nil
 }
 
-// bundleProvider reads the bundle's blobs.
+// bundleProvider reads the bundle's blobs; as a content.Provider it
+// gives indexes, manifests and configs (small) from memory.
 type bundleProvider string
+
+// ReaderAt implements content.Provider.
+func (b bundleProvider) ReaderAt(_ context.Context, d ocispec.Descriptor) (content.ReaderAt, error) {
+	data, err := b.read(d)
+	if err != nil {
+		return nil, err
+	}
+	return blobReader{bytes.NewReader(data)}, nil
+}
+
+type blobReader struct{ *bytes.Reader }
+
+func (blobReader) Close() error { return nil }
 
 // read is a blob's content, checked against its descriptor.
 func (b bundleProvider) read(d ocispec.Descriptor) ([]byte, error) {
