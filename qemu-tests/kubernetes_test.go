@@ -74,11 +74,14 @@ func TestKubernetesFromSource(t *testing.T) {
 	require.NoError(t, err, "ctr content ls: %s", seededContent)
 	require.Regexp(t, `(?m)^DIGEST\s+SIZE`, seededContent)
 	assert.NotRegexp(t, `containerd\.io/uncompressed=|\d\s?MB\b`, seededContent, "no layer in the store after the boot:\n%s", seededContent)
-	seedLog, err := ssh.read("sudo journalctl -b -u terrarium-snapshotter -o cat")
+	seedLog, err := ssh.read("sudo journalctl -b -u terrarium-snapshotter -o short-monotonic")
 	require.NoError(t, err)
 	seedLine := regexp.MustCompile(`[^\n]*images registered in containerd's store[^\n]*`).FindString(seedLog)
 	assert.Regexp(t, `seeded=\d+ present=0 skipped=map\[\]`, seedLine, "the snapshotter's log:\n%s", seedLog)
 	t.Logf("snapshotter: %s", seedLine)
+	if chain, err := ssh.read("systemd-analyze critical-chain terrarium-firstboot.service"); err == nil {
+		t.Logf("boot:\n%s", chain)
+	}
 
 	for _, img := range images {
 		start := time.Now()

@@ -46,7 +46,7 @@ func snapshotterCmd() *cobra.Command {
 				log.Error("snapshotter: register the slot's images in containerd's store (they are pulled instead)", "err", err)
 			} else {
 				log.Info("snapshotter: the slot's images registered in containerd's store", "seeded", len(seeded.Seeded),
-					"present", len(seeded.Present), "skipped", seeded.Skipped, "took", time.Since(start).Round(time.Millisecond))
+					"present", len(seeded.Present), "skipped", seeded.Skipped, "took", time.Since(start).Round(time.Millisecond), "parts", seeded.Took.String())
 			}
 			log.Info("snapshotter: serving", "socket", socket, "root", root, "layers", layers)
 			return snapshotter.Serve(cmd.Context(), sn, socket, registryd.Notify())

@@ -238,3 +238,26 @@ func TestReplaceFails(t *testing.T) {
 func TestSyncDir(t *testing.T) {
 	assert.NoError(t, SyncDir(t.TempDir()))
 }
+
+// WriteFileUnsynced replaces as WriteFile does (whole, with its mode, no
+// temporary file left); SyncFS then syncs the file system.
+func TestWriteFileUnsynced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "blob")
+	require.NoError(t, os.WriteFile(path, []byte("old content"), 0o600))
+	require.NoError(t, WriteFileUnsynced(path, []byte("new"), 0o444))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "new", string(got))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o444), fi.Mode().Perm())
+	assert.Equal(t, []string{"blob"}, entries(t, dir), "no temporary file is left")
+	assert.NoError(t, SyncFS(path))
+
+	err = WriteFileUnsynced(filepath.Join(dir, "missing", "blob"), []byte("x"), 0o444)
+	var pe *os.PathError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, filepath.Join(dir, "missing", "blob"), pe.Path)
+	assert.Error(t, SyncFS(filepath.Join(dir, "missing")))
+}

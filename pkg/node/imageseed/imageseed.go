@@ -42,6 +42,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
@@ -77,6 +78,8 @@ type Options struct {
 	// LockTimeout bounds the wait for containerd's store: containerd
 	// holds it while it runs.
 	LockTimeout time.Duration
+	// Now is the clock Result.Took is measured with.
+	Now func() time.Time
 }
 
 // NodeOptions are the node's stores (pkg/contract/layout) with sn.
@@ -90,6 +93,7 @@ func NodeOptions(sn snapshots.Snapshotter) Options {
 		Snapshotter:     sn,
 		SnapshotterName: layout.SnapshotterName,
 		LockTimeout:     2 * time.Second,
+		Now:             time.Now,
 	}
 }
 
@@ -100,6 +104,21 @@ type Result struct {
 	// Skipped could not be registered, with why (they are pulled as
 	// before).
 	Skipped map[string]string
+	// Took is how long each part took: opening the stores, the content,
+	// the snapshots, the names, and the commit (the file system's sync,
+	// then the transaction's).
+	Took Durations
+}
+
+// Durations are the parts of a Seed's time.
+type Durations struct {
+	Open, Content, Snapshots, Names, Commit time.Duration
+}
+
+func (d Durations) String() string {
+	return fmt.Sprintf("open %s, content %s, snapshots %s, names %s, commit %s",
+		d.Open.Round(time.Millisecond), d.Content.Round(time.Millisecond), d.Snapshots.Round(time.Millisecond),
+		d.Names.Round(time.Millisecond), d.Commit.Round(time.Millisecond))
 }
 
 // Seed registers every image of the bundle that containerd lacks, in one
@@ -109,6 +128,10 @@ type Result struct {
 // an error means nothing was registered.
 func Seed(ctx context.Context, o Options) (Result, error) {
 	res := Result{Skipped: map[string]string{}}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	start := o.Now()
 	idx, err := readIndex(o.Bundle)
 	if err != nil {
 		return res, err
@@ -118,14 +141,17 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer bdb.Close()
+	res.Took.Open = o.Now().Sub(start)
 	ctx = namespaces.WithNamespace(ctx, o.Namespace)
 	s := seeder{
 		o:       o,
+		took:    &res.Took,
 		bundle:  bundleProvider(o.Bundle),
 		content: db.ContentStore(),
 		images:  metadata.NewImageStore(db),
 		sn:      db.Snapshotter(o.SnapshotterName),
 	}
+	var commitStart time.Time
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		ctx := boltutil.WithTransaction(ctx, tx)
 		for _, d := range idx.Manifests {
@@ -153,8 +179,16 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 				return fmt.Errorf("register image %s: %w", name, err)
 			}
 		}
+		// The blobs, before the records of them.
+		commitStart = o.Now()
+		if s.wrote {
+			if err := atomicfile.SyncFS(o.ContentDir); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
+	res.Took.Commit = o.Now().Sub(commitStart)
 	if err != nil {
 		res.Seeded = nil
 		return res, fmt.Errorf("register the slot's images in %s: %w", o.MetaDB, err)
@@ -197,7 +231,10 @@ func openDB(ctx context.Context, o Options) (*metadata.DB, *bolt.DB, error) {
 }
 
 type seeder struct {
-	o       Options
+	o    Options
+	took *Durations
+	// wrote is set once a blob was written unsynced.
+	wrote   bool
 	bundle  bundleProvider
 	content content.Store
 	images  images.Store
@@ -225,13 +262,17 @@ func (s *seeder) image(ctx context.Context, name string, target ocispec.Descript
 	children = images.SetChildrenMappedLabels(s.content, children, images.ChildGCLabels)
 	children = images.FilterPlatforms(children, platforms.Default())
 	children = images.LimitManifests(children, platforms.Default(), 1)
+	t := s.o.Now()
 	if err := images.Walk(ctx, images.Handlers(images.HandlerFunc(s.copyBlob), children), target); err != nil {
 		return err
 	}
+	t = s.lap(&s.took.Content, t)
 	top, err := s.snapshots(ctx, diffIDs)
 	if err != nil {
 		return err
 	}
+	t = s.lap(&s.took.Snapshots, t)
+	defer s.lap(&s.took.Names, t)
 	// The config keeps the image's snapshots from the garbage collector.
 	gc := labelGCSnapshot + s.o.SnapshotterName
 	if _, err := s.content.Update(ctx, content.Info{Digest: manifest.Config.Digest, Labels: map[string]string{gc: top}}, "labels."+gc); err != nil {
@@ -258,8 +299,18 @@ func (s *seeder) image(ctx context.Context, name string, target ocispec.Descript
 	return nil
 }
 
+// lap adds the time since t to d, and returns now.
+func (s *seeder) lap(d *time.Duration, t time.Time) time.Time {
+	now := s.o.Now()
+	*d += now.Sub(t)
+	return now
+}
+
 // copyBlob copies a descriptor's blob from the bundle into containerd's
 // content store; layers stay in the slot (their snapshots are the slot's).
+// The blob goes into the store's files unsynced (Seed syncs the file
+// system once, before its transaction commits) and is then recorded as
+// containerd records content its store already has (its shared policy).
 func (s *seeder) copyBlob(ctx context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
 	if images.IsLayerType(d.MediaType) {
 		return nil, nil
@@ -271,8 +322,26 @@ func (s *seeder) copyBlob(ctx context.Context, d ocispec.Descriptor) ([]ocispec.
 	if err != nil {
 		return nil, err
 	}
-	if err := content.WriteBlob(ctx, s.content, "terrarium-seed-"+d.Digest.String(), bytes.NewReader(b), d); err != nil {
-		return nil, fmt.Errorf("write %s into containerd's content store: %w", d.Digest, err)
+	p := filepath.Join(s.o.ContentDir, ocispec.ImageBlobsDir, d.Digest.Algorithm().String(), d.Digest.Encoded())
+	if fi, err := os.Stat(p); err != nil || fi.Size() != d.Size {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := atomicfile.WriteFileUnsynced(p, b, 0o444); err != nil {
+			return nil, fmt.Errorf("write %s into containerd's content store: %w", d.Digest, err)
+		}
+		s.wrote = true
+	}
+	w, err := s.content.Writer(ctx, content.WithRef("terrarium-seed-"+d.Digest.String()), content.WithDescriptor(d))
+	if errdefs.IsAlreadyExists(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record %s in containerd's content store: %w", d.Digest, err)
+	}
+	defer w.Close()
+	if err := w.Commit(ctx, d.Size, d.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("record %s in containerd's content store: %w", d.Digest, err)
 	}
 	return nil, nil
 }
