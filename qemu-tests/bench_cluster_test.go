@@ -502,9 +502,12 @@ mode: nftables
 		"sudo tee /etc/cni/net.d/10-flannel.conflist >/dev/null <<'EOF'\n" + addons.FlannelConflist + "EOF\n"
 	// Images as a plain kubeadm node has them: pullable from the node's
 	// registry cache, unpacked by containerd's own overlayfs snapshotter
-	// (not the slot's unpacked layers, which are Terrarium's).
+	// (not the slot's unpacked layers, which are Terrarium's), into an
+	// empty store (not the one Terrarium's snapshotter service registered
+	// the slot's images in at boot: their snapshots are its own).
 	prep += "sudo sed -i \"s/^  snapshotter = 'terrarium'$/  snapshotter = 'overlayfs'/\" /etc/containerd/config.toml && " +
-		"grep -q \"^  snapshotter = 'overlayfs'$\" /etc/containerd/config.toml && sudo systemctl restart containerd\n"
+		"grep -q \"^  snapshotter = 'overlayfs'$\" /etc/containerd/config.toml && sudo systemctl stop containerd && " +
+		"sudo rm -rf /var/lib/containerd && sudo systemctl start containerd\n"
 	cpSSH, wSSH := dialSSH(ctx, t, cp.sshPort, key), dialSSH(ctx, t, w.sshPort, key)
 	cpSSH.run(prep)
 	wSSH.run(prep)

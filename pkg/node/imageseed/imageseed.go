@@ -188,7 +188,9 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 		}
 		return nil
 	})
-	res.Took.Commit = o.Now().Sub(commitStart)
+	if !commitStart.IsZero() {
+		res.Took.Commit = o.Now().Sub(commitStart)
+	}
 	if err != nil {
 		res.Seeded = nil
 		return res, fmt.Errorf("register the slot's images in %s: %w", o.MetaDB, err)
