@@ -18,7 +18,9 @@ import (
 const imagePullTimeout = 15 * time.Minute
 
 // PullsAtOnce is how many images the images step pulls at the same
-// time. A bundled image's pull unpacks nothing (its layers are the
+// time, when it has any to pull: the slot's images are normally in
+// containerd's store from the boot on (pkg/node/imageseed). A bundled
+// image's pull unpacks nothing (its layers are the
 // slot's, linked by the node's snapshotter), but its manifest and config
 // reads and containerd's metadata writes still cost CPU under TCG: 0.7
 // to 1.2 s each two at a time, 1.4 to 2.6 s each four at a time. The
@@ -58,20 +60,20 @@ func controlPlaneImages(h *Flow) ([]string, error) {
 	return refs, nil
 }
 
-// pullImages makes the images a control plane runs present in containerd,
-// PullsAtOnce at a time, from the node's registry cache (containerd's
-// mirrors), right before kubeadm's preflight, which then finds them
-// present. Over
-// kubeadm's own pulls it adds the pod network's image, which the node
-// would otherwise pull only once flannel's manifest is applied, and the
-// journal gets each image's time.
+// pullImages makes sure the images a control plane runs are present in
+// containerd, right before kubeadm's preflight, which then finds them
+// present. The snapshotter's service normally registered them at boot
+// (the journal says how many were present); one that is missing is
+// pulled, PullsAtOnce at a time, from the node's registry cache
+// (containerd's mirrors), with its time journalled. Over kubeadm's own
+// images it covers the pod network's.
 //
-// Workers have no such step, and joiners do not pull before the API
-// answers: in the 2026-11-25 bench a worker doing so (one vCPU, sharing
+// Workers have no such step (their images are the slot's too), and
+// joiners do not pull before the API answers: in the 2026-11-25 bench,
+// before the images were registered at boot, a worker pulling (one vCPU, sharing
 // the host with the init node forming the cluster) took 49, 543 and
 // 603 s for three images the init node pulled in 2 to 33 s, and its join
-// waited behind them. A worker's kubelet pulls them once it has joined,
-// when the control plane has calmed down.
+// waited behind them.
 func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	refs, err := controlPlaneImages(h)
 	if err != nil {
