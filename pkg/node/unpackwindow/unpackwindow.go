@@ -31,7 +31,6 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"golang.org/x/sys/unix"
 )
 
 func path(h *host.Host) string {
@@ -84,7 +83,7 @@ func Close(h *host.Host) (bool, error) {
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	if err := syncFS(h.Path(layout.StateMount)); err != nil {
+	if err := atomicfile.SyncFS(h.Path(layout.StateMount)); err != nil {
 		return true, fmt.Errorf("sync TERRA-STATE before closing the image unpack window: %w", err)
 	}
 	if err := os.Remove(p); err != nil {
@@ -154,19 +153,6 @@ func removeStore(store string) error {
 	}
 	if err := os.RemoveAll(torn); err != nil {
 		return fmt.Errorf("remove %s: %w", torn, err)
-	}
-	return nil
-}
-
-// syncFS flushes the whole filesystem holding dir (syncfs(2)).
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
 	}
 	return nil
 }
