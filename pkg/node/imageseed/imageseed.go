@@ -155,10 +155,11 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		ctx := boltutil.WithTransaction(ctx, tx)
 		for _, d := range idx.Manifests {
-			name := imageName(d)
-			if name == "" || !(images.IsIndexType(d.MediaType) || images.IsManifestType(d.MediaType)) {
+			named := imageName(d)
+			if named == nil || !(images.IsIndexType(d.MediaType) || images.IsManifestType(d.MediaType)) {
 				continue
 			}
+			name := named.String()
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -170,7 +171,7 @@ func Seed(ctx context.Context, o Options) (Result, error) {
 			}
 			target := ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}
 			var skip notInSlot
-			switch err := s.image(ctx, name, target); {
+			switch err := s.image(ctx, named, target); {
 			case err == nil:
 				res.Seeded = append(res.Seeded, name)
 			case errors.As(err, &skip):
@@ -246,7 +247,7 @@ type seeder struct {
 // image registers one image: its content, its snapshots, then its names.
 // What it needs of the bundle is read, and its layers looked for in the
 // slot, before anything is written.
-func (s *seeder) image(ctx context.Context, name string, target ocispec.Descriptor) error {
+func (s *seeder) image(ctx context.Context, name reference.Named, target ocispec.Descriptor) error {
 	manifest, err := images.Manifest(ctx, s.bundle, target, platforms.Default())
 	if err != nil {
 		return err
@@ -282,16 +283,11 @@ func (s *seeder) image(ctx context.Context, name string, target ocispec.Descript
 	}
 	// The CRI plugin's names for a pulled image: its ID (the config's
 	// digest), its tag and its digest reference.
-	refs := []string{manifest.Config.Digest.String(), name}
-	named, err := reference.ParseNormalizedNamed(name)
+	dr, err := reference.WithDigest(reference.TrimNamed(name), target.Digest)
 	if err != nil {
 		return err
 	}
-	dr, err := reference.WithDigest(reference.TrimNamed(named), target.Digest)
-	if err != nil {
-		return err
-	}
-	refs = append(refs, dr.String())
+	refs := []string{manifest.Config.Digest.String(), name.String(), dr.String()}
 	for _, r := range refs {
 		img := images.Image{Name: r, Target: target, Labels: map[string]string{labelCRIImage: criImageManaged}}
 		if _, err := s.images.Create(ctx, img); err != nil && !errdefs.IsAlreadyExists(err) {
@@ -395,7 +391,7 @@ func (s *seeder) snapshots(ctx context.Context, diffIDs []digest.Digest) (string
 // imageName is the name a bundle's index gives a descriptor, when it is
 // a whole name (registry, repository and tag: the name containerd gives
 // a pulled image); a bare tag names nothing containerd would look up.
-func imageName(d ocispec.Descriptor) string {
+func imageName(d ocispec.Descriptor) reference.Named {
 	for _, k := range annotationNames {
 		v := d.Annotations[k]
 		named, err := reference.ParseNormalizedNamed(v)
@@ -403,10 +399,10 @@ func imageName(d ocispec.Descriptor) string {
 			continue
 		}
 		if _, ok := named.(reference.Tagged); ok {
-			return v
+			return named
 		}
 	}
-	return ""
+	return nil
 }
 
 // readIndex reads the bundle's index.
