@@ -77,10 +77,21 @@ func windowBootID(data []byte) string {
 
 // Close makes everything containerd unpacked durable (a sync
 // of STATE's whole filesystem), then removes the record. It reports whether
-// a window was open.
+// it closed a window.
+//
+// It closes only a window of this boot. One a cut boot left open is
+// Repair's: firstboot does not wait for containerd's start (nor for the
+// repair before it), and a window it closed first would leave the torn
+// stores in place.
 func Close(h *host.Host) (bool, error) {
 	p := path(h)
-	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+	window, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("read the image unpack window: %w", err)
+	}
+	if windowBootID(window) != currentBootID(h) {
 		return false, nil
 	}
 	if err := atomicfile.SyncFS(h.Path(layout.StateMount)); err != nil {
@@ -126,12 +137,10 @@ func Repair(h *host.Host, console io.Writer) (bool, error) {
 		}
 		removed = true
 	}
-	if !removed {
-		return false, nil
-	}
-	// The window is this boot's now: containerd restarting later in it
-	// keeps what it unpacked since.
-	return true, write(h, h.Now())
+	// The window is this boot's now, also when there was no store to
+	// remove (a cut during an earlier repair): containerd restarting later
+	// in it keeps what it unpacked since, and Close may close it.
+	return removed, write(h, h.Now())
 }
 
 // stores are what containerd's images live in: its own store (content,

@@ -43,6 +43,30 @@ func TestUnpackWindow(t *testing.T) {
 	assert.NoFileExists(t, path(h))
 }
 
+// A window a cut boot left open is Repair's: Close, which may run before
+// the repair in the next boot, leaves it.
+func TestCloseLeavesAWindowOfAnotherBoot(t *testing.T) {
+	root := t.TempDir()
+	h := testHost(root, time.Now())
+	require.NoError(t, os.MkdirAll(h.Path(layout.StateMount), 0o755))
+	setBootID(t, root, "cut-boot")
+	require.NoError(t, Open(h))
+	setBootID(t, root, "this-boot")
+
+	closed, err := Close(h)
+	require.NoError(t, err)
+	assert.False(t, closed)
+	require.FileExists(t, path(h), "the next repair still finds the window")
+
+	// Once Repair has made it this boot's, Close closes it.
+	_, err = Repair(h, &bytes.Buffer{})
+	require.NoError(t, err)
+	closed, err = Close(h)
+	require.NoError(t, err)
+	assert.True(t, closed)
+	assert.NoFileExists(t, path(h))
+}
+
 func TestRepair(t *testing.T) {
 	seed := func(t *testing.T, window bool) string {
 		root := t.TempDir()
@@ -91,6 +115,17 @@ func TestRepair(t *testing.T) {
 		assert.DirExists(t, filepath.Join(root, layout.ContainerdRoot, "io.containerd.snapshotter.v1.overlayfs"))
 		assert.DirExists(t, filepath.Join(root, layout.SnapshotterRoot, "snapshots"))
 		assert.Empty(t, console.String())
+	})
+	t.Run("window open, no store left: the window becomes this boot's", func(t *testing.T) {
+		root := seed(t, true)
+		require.NoError(t, os.RemoveAll(filepath.Join(root, layout.ContainerdRoot)))
+		require.NoError(t, os.RemoveAll(filepath.Join(root, layout.SnapshotterRoot)))
+		removed, err := Repair(testHost(root, time.Now()), &bytes.Buffer{})
+		require.NoError(t, err)
+		assert.False(t, removed)
+		w, err := os.ReadFile(path(testHost(root, time.Now())))
+		require.NoError(t, err, "the window stays open")
+		assert.Equal(t, "this-boot", windowBootID(w), "else the stores containerd fills this boot go at the next")
 	})
 	t.Run("a removal cut short is finished", func(t *testing.T) {
 		root := seed(t, true)
