@@ -275,6 +275,14 @@ spec:
 		t.Fatalf("after the power cut without sticks, nodes are not both Ready:\n%s", nodes)
 	}
 	t.Logf("after the power cut, without sticks:\n%s", nodes)
+	// What the worker's health gate waited on, and its pods' restarts
+	// (a pod in CrashLoopBackOff waits out its back-off).
+	waited := regexp.MustCompile(`[^\n]*(health|pod network|waiting)[^\n]*`).FindAllString(w.vm.Console(), -1)
+	if len(waited) > 12 {
+		waited = waited[len(waited)-12:]
+	}
+	t.Logf("%s's health gate after the power cut:\n%s", w.name, strings.Join(waited, "\n"))
+	t.Logf("%s's pods after the power cut:\n%s", w.name, ssh.output("kubectl get pods -A -o wide --field-selector spec.nodeName="+w.name, regexp.MustCompile(`RESTARTS`)))
 
 	// Time: the worker follows the init node, which is the cluster's
 	// reference.
