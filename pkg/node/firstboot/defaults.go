@@ -66,9 +66,6 @@ func Defaults(log *slog.Logger) Options {
 		Media:            md,
 		TrialRebootDelay: 10 * time.Second,
 		Rollout:          defaultRollout(h),
-		// Returns once udev's queue is empty: at once after the boot's
-		// coldplug, seconds on a starved node.
-		DevicesSettled: func(ctx context.Context) error { return h.Run(ctx, "udevadm", "settle", "--timeout=120") },
 	}
 }
 

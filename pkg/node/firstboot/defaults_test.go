@@ -63,7 +63,6 @@ func TestDefaults(t *testing.T) {
 	assert.Len(t, o.Sources, 7)
 	assert.Len(t, o.ChangeSources, 5)
 	assert.NotNil(t, o.Reboot)
-	assert.NotNil(t, o.DevicesSettled)
 	assert.Positive(t, o.PollInterval)
 	assert.Positive(t, o.AddressWait)
 	assert.Positive(t, o.TrialRebootDelay)

@@ -3,7 +3,6 @@ package firstboot
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -408,41 +407,4 @@ func TestClusterConfigOnImageWithoutKubernetes(t *testing.T) {
 	assert.Contains(t, s.Message, "Kubernetes bundle")
 	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
 	assert.Empty(t, e.commands())
-}
-
-// The config sources are looked at only once udev has handled the boot's
-// devices (a stick's label and serial are udev's); a settle that fails is
-// said and the boot goes on with the devices there are.
-func TestSourcesProbedOnceDevicesSettled(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		settled error
-		say     string
-	}{
-		{"settled", nil, ""},
-		{"udev still busy", errors.New("exit status 1"), "udev has not handled every device yet (exit status 1)"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			var settles int
-			probedBeforeSettled := false
-			o := e.options(func(ctx context.Context) ([]byte, string, bool, error) {
-				probedBeforeSettled = probedBeforeSettled || settles == 0
-				return []byte(minimalConfig), configFrom, true, nil
-			})
-			o.DevicesSettled = func(context.Context) error {
-				settles++
-				return tt.settled
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, Run(ctx, o), e.console.String())
-			assert.Equal(t, 1, settles)
-			assert.False(t, probedBeforeSettled, "a source was probed before udev had settled")
-			assert.Equal(t, StateProvisioned, e.status().State)
-			if tt.say != "" {
-				assert.Contains(t, e.console.String(), tt.say)
-			}
-		})
-	}
 }

@@ -79,12 +79,6 @@ type Options struct {
 	TrialRebootDelay time.Duration
 	// Rollout is the node's part in its cluster's upgrades.
 	Rollout Rollout
-	// DevicesSettled waits until udev has handled the devices present at
-	// boot (their labels, a USB stick's serial, the by-id and by-path
-	// names), before any config source, change stick or install target is
-	// looked for: firstboot does not wait for that (nor for containerd)
-	// to start. nil: no wait.
-	DevicesSettled func(ctx context.Context) error
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.
@@ -209,11 +203,6 @@ func (r *runner) run(ctx context.Context) error {
 	// battery) is wrong: stepped before anything is recorded.
 	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil).Later(r.lastRecorded()), host.ReporterFunc(r.report)); err != nil {
 		r.say("%v", err)
-	}
-	if r.o.DevicesSettled != nil {
-		if err := r.o.DevicesSettled(ctx); err != nil {
-			r.say("udev has not handled every device yet (%v); looking at the devices there are", err)
-		}
 	}
 	r.settleUpgrade(ctx)
 	if r.installWithoutConfig(ctx) {

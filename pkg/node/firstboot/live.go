@@ -56,6 +56,25 @@ func liveDiskInstaller(h *host.Host) ISOInstaller {
 		if err != nil {
 			return installer.Result{}, err
 		}
+		// A USB stick's serial and every disk's by-id and by-path names
+		// are udev's, once it has handled the disk. firstboot does not
+		// wait for containerd's start, and started that early it once
+		// read a stick before udev had: "serial unknown", and install.disk
+		// selected nothing. Waited for disk by disk (udevadm wait), not
+		// for udev's whole queue (settle), which a starved node's udev
+		// left unanswered for its whole timeout.
+		if len(disks) > 0 {
+			args := []string{"wait", "--timeout=60"}
+			for _, d := range disks {
+				args = append(args, "/dev/"+d.Name)
+			}
+			if err := h.Run(ctx, "udevadm", args...); err != nil {
+				say(fmt.Sprintf("udev has not handled every disk yet (%v): the disks are listed as they are", err))
+			}
+			if disks, err = installer.List("/sys/class/block", "/dev/disk", "/run/udev/data"); err != nil {
+				return installer.Result{}, err
+			}
+		}
 		m := installer.Medium{Dir: layout.LiveMediumMount}
 		need, err := m.MinDiskSize()
 		if err != nil {
