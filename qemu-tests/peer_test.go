@@ -152,9 +152,7 @@ func TestPeerPull(t *testing.T) {
 	w := dialSSH(ctx, t, workerPort, key)
 	// The worker's image does not carry this image (no image does); the
 	// pull by its upstream name succeeds through the peer.
-	// (firstboot does not wait for containerd's start: a start job joins
-	// the boot's.)
-	w.run("sudo systemctl start containerd.service && sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d quay.io/terrarium/sideloaded:1.0")
+	w.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d quay.io/terrarium/sideloaded:1.0")
 	if out := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`)); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {
 		t.Fatalf("worker's containerd lacks the side-loaded image after the pull:\n%s", out)
 	}

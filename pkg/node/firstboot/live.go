@@ -57,12 +57,11 @@ func liveDiskInstaller(h *host.Host) ISOInstaller {
 			return installer.Result{}, err
 		}
 		// A USB stick's serial and every disk's by-id and by-path names
-		// are udev's, once it has handled the disk. firstboot does not
-		// wait for containerd's start, and started that early it once
-		// read a stick before udev had: "serial unknown", and install.disk
-		// selected nothing. Waited for disk by disk (udevadm wait), not
-		// for udev's whole queue (settle), which a starved node's udev
-		// left unanswered for its whole timeout.
+		// are udev's, once it has handled the disk. A firstboot started
+		// early once read a stick before udev had: "serial unknown", and
+		// install.disk selected nothing. Waited for disk by disk (udevadm
+		// wait), not for udev's whole queue (settle), which a starved
+		// node's udev left unanswered for its whole timeout.
 		if len(disks) > 0 {
 			args := []string{"wait", "--timeout=60"}
 			for _, d := range disks {

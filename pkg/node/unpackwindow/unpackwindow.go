@@ -80,8 +80,7 @@ func windowBootID(data []byte) string {
 // it closed a window.
 //
 // It closes only a window of this boot. One a cut boot left open is
-// Repair's: firstboot does not wait for containerd's start (nor for the
-// repair before it), and a window it closed first would leave the torn
+// Repair's: whatever closed it before the repair ran would leave the torn
 // stores in place.
 func Close(h *host.Host) (bool, error) {
 	p := path(h)
