@@ -241,6 +241,8 @@ func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 	if err != nil {
 		return err
 	}
+	// On a first boot this starts chrony: its unit waits for the file
+	// (os/overlay's drop-in).
 	if changed {
 		if err := t.h.Run(ctx, "systemctl", "restart", service); err != nil {
 			return err

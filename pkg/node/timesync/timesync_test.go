@@ -330,3 +330,18 @@ func TestNoChrony(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoChrony, "nobody to ask")
 	assert.Empty(t, f.cmds, "chronyc is not run")
 }
+
+// chrony's unit in the image starts at boot only once the phase has
+// written the file it names: on a first boot the phase starts it.
+func TestChronyStartsOnceItsSourcesAreWritten(t *testing.T) {
+	unit, err := os.ReadFile("../../../os/overlay/etc/systemd/system/chrony.service.d/terrarium.conf")
+	require.NoError(t, err)
+	var conditions []string
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ConditionPathExists="); ok {
+			conditions = append(conditions, v)
+		}
+	}
+	assert.Equal(t, []string{ConfFile}, conditions)
+	assert.Equal(t, "chrony.service", service, "the drop-in's directory names the unit the phase restarts")
+}
