@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -61,9 +64,7 @@ func TestControlPlaneIdleCPU(t *testing.T) {
 		def.healthy.Round(time.Second), def.host, def.guest.idlePct(), def.guest.perSec(def.guest.ctxt), def.guest.perSec(def.guest.timer),
 		base.healthy.Round(time.Second), base.host, base.guest.idlePct(), base.guest.perSec(base.guest.ctxt), base.guest.perSec(base.guest.timer),
 		def.host/base.host)
-	if def.host >= base.host {
-		t.Errorf("the default image's idle control plane took %.0f %% of a host core, the baseline's %.0f %%: %s no longer pays for itself (os/terrarium.yaml)", def.host, base.host, coarseTimers)
-	}
+	assert.Less(t, def.host, base.host, "the default image's idle control plane took %.0f %% of a host core, the baseline's %.0f %%: %s no longer pays for itself (os/terrarium.yaml)", def.host, base.host, coarseTimers)
 }
 
 // buildWithoutKernelArg builds the default spec with arg dropped from its
@@ -74,30 +75,18 @@ func TestControlPlaneIdleCPU(t *testing.T) {
 func buildWithoutKernelArg(ctx context.Context, t *testing.T, arg string) string {
 	t.Helper()
 	spec, err := os.ReadFile("../os/terrarium.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	line := "    - " + arg + "\n"
-	if !strings.Contains(string(spec), line) {
-		t.Fatalf("os/terrarium.yaml has no kernel argument %q to drop", arg)
-	}
+	require.Contains(t, string(spec), line, "os/terrarium.yaml has no kernel argument %q to drop", arg)
 	tree := t.TempDir()
-	if err := os.Mkdir(filepath.Join(tree, "os"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(filepath.Join(tree, "os"), 0o755))
 	for _, link := range []string{"bundles", "components", "os/overlay", "os/terrarium.lock.yaml"} {
 		target, err := filepath.Abs(filepath.Join("..", link))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, filepath.Join(tree, link)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, os.Symlink(target, filepath.Join(tree, link)))
 	}
 	p := filepath.Join(tree, "os", "terrarium.yaml")
-	if err := os.WriteFile(p, []byte(strings.Replace(string(spec), line, "", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte(strings.Replace(string(spec), line, "", 1)), 0o644))
 	out := filepath.Join(tree, "out")
 	return filepath.Join(out, buildSpec(ctx, t, p, out).Outputs["qcow2"].File)
 }
@@ -116,9 +105,8 @@ func measureIdle(ctx context.Context, t *testing.T, label, image string) idleFig
 	start := time.Now()
 	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
 	defer cp.vm.Close()
-	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`)); err != nil {
-		t.Fatalf("%s: cp-1: %v", label, err)
-	}
+	_, err := cp.vm.Expect(ctx, regexp.MustCompile(`terrarium-status: \{[^\n]*"state":"provisioned"[^\n]*"healthy":true`))
+	require.NoError(t, err, "%s: cp-1", label)
 	fig := idleFigures{healthy: time.Since(start)}
 	t.Logf("%s: cp-1 healthy %s after power-on", label, fig.healthy.Round(time.Second))
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
@@ -130,25 +118,19 @@ func measureIdle(ctx context.Context, t *testing.T, label, image string) idleFig
 	for i := 1; i <= idleWindows; i++ {
 		g0 := readGuestCPU(t, ssh)
 		h0, err := hostCPU(cp.vm.Pid())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		from := time.Now()
 		// top's second frame covers the window: per-process %CPU of one
 		// guest CPU. It is only shown (sudo's pty may lose it); the
 		// figures come from /proc.
 		top := ssh.run(fmt.Sprintf("top -b -w 200 -d %d -n 2 -o %%CPU | awk '/^top -/{n++} n==2' | head -22", int(idleWindow.Seconds())))
 		h1, err := hostCPU(cp.vm.Pid())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// The window's real length: ssh adds its own seconds.
 		elapsed := time.Since(from)
 		g1 := readGuestCPU(t, ssh)
 		share := (h1 - h0).Seconds() / elapsed.Seconds() * 100
-		if share <= 0 {
-			t.Fatalf("%s window %d: QEMU took %v of CPU: the measurement is broken", label, i, h1-h0)
-		}
+		require.Positive(t, share, "%s window %d: QEMU took %v of CPU: the measurement is broken", label, i, h1-h0)
 		w := g1.since(g0)
 		hostSum += share
 		fig.guest = fig.guest.add(w)
@@ -172,11 +154,12 @@ var guestCPURE = regexp.MustCompile(`(?s)^cpu .*\nctxt \d+\s*\nLOC: [\d ]+\s*\nu
 
 func readGuestCPU(t *testing.T, s *sshClient) guestCPU {
 	t.Helper()
-	out := strings.ReplaceAll(s.output(`grep -E '^(cpu |ctxt )' /proc/stat; awk '$1=="LOC:"{s=0; for(i=2;i<=NF && $i ~ /^[0-9]+$/;i++) s+=$i; print "LOC:", s}' /proc/interrupts; echo "uptime $(cut -d' ' -f1 /proc/uptime)"`, guestCPURE), "\r", "")
+	// Read without a terminal: through one, five reads in a row came back
+	// empty from a guest 9 % idle (the baseline of 2026-11-29).
+	out, err := s.read(`grep -E '^(cpu |ctxt )' /proc/stat; awk '$1=="LOC:"{s=0; for(i=2;i<=NF && $i ~ /^[0-9]+$/;i++) s+=$i; print "LOC:", s}' /proc/interrupts; echo "uptime $(cut -d' ' -f1 /proc/uptime)"`)
+	require.NoError(t, err, out)
 	m := guestCPURE.FindString(out)
-	if m == "" {
-		t.Fatalf("guest CPU counters: unexpected output %q", out)
-	}
+	require.NotEmpty(t, m, "guest CPU counters: unexpected output %q", out)
 	var g guestCPU
 	for _, line := range strings.Split(m, "\n") {
 		f := strings.Fields(line)
@@ -191,9 +174,7 @@ func readGuestCPU(t *testing.T, s *sshClient) guestCPU {
 			g.timer = atoi(t, f[1])
 		case len(f) == 2 && f[0] == "uptime":
 			u, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				t.Fatalf("guest uptime %q: %v", f[1], err)
-			}
+			require.NoError(t, err, "guest uptime %q", f[1])
 			g.uptime = u
 		}
 	}
@@ -203,9 +184,7 @@ func readGuestCPU(t *testing.T, s *sshClient) guestCPU {
 func atoi(t *testing.T, s string) int64 {
 	t.Helper()
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		t.Fatalf("guest counter %q: %v", s, err)
-	}
+	require.NoError(t, err, "guest counter %q", s)
 	return n
 }
 
