@@ -109,9 +109,8 @@ func TestPeerPull(t *testing.T) {
 	defer cancel()
 	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")
 	bundleDisk := filepath.Join(t.TempDir(), "bundle.img")
-	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "bundle", "disk", "../bundles/sideload-test.yaml", "-o", bundleDisk).CombinedOutput(); err != nil {
-		t.Fatalf("imagebuild bundle disk: %v\n%s", err, out)
-	}
+	built, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "bundle", "disk", "../bundles/sideload-test.yaml", "-o", bundleDisk).CombinedOutput()
+	require.NoError(t, err, "imagebuild bundle disk:\n%s", built)
 	pki := newTestPKI(t, "10.77.0.11")
 	key := newSSHKey(t)
 	linkPort := freePort(t)
@@ -136,9 +135,8 @@ func TestPeerPull(t *testing.T) {
 		wg.Add(1)
 		go func(vm *qemu.VM) {
 			defer wg.Done()
-			if _, err := vm.Expect(ctx, statusProvisionedRE); err != nil {
-				t.Errorf("waiting for provisioned: %v", err)
-			}
+			_, err := vm.Expect(ctx, statusProvisionedRE)
+			assert.NoError(t, err, "waiting for provisioned")
 		}(vm)
 	}
 	wg.Wait()
@@ -153,9 +151,8 @@ func TestPeerPull(t *testing.T) {
 	// The worker's image does not carry this image (no image does); the
 	// pull by its upstream name succeeds through the peer.
 	w.run("sudo ctr -n test images pull --hosts-dir /etc/containerd/certs.d quay.io/terrarium/sideloaded:1.0")
-	if out := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`)); !strings.Contains(out, "quay.io/terrarium/sideloaded:1.0") {
-		t.Fatalf("worker's containerd lacks the side-loaded image after the pull:\n%s", out)
-	}
+	images := w.output("sudo ctr -n test images ls", regexp.MustCompile(`REF\s+TYPE`))
+	require.Contains(t, images, "quay.io/terrarium/sideloaded:1.0", "worker's containerd lacks the side-loaded image after the pull")
 	// containerd itself, asked to pull from the peer directly with the
 	// cluster CA but no client certificate, is refused in the handshake:
 	// a host of the network without a node's certificate gets nothing.
@@ -168,14 +165,10 @@ func TestPeerPull(t *testing.T) {
 	c.run("systemctl is-active terrarium-registry.service")
 	checkSandboxes(t, c)
 	for _, vm := range []*qemu.VM{cpVM, wVM} {
-		if err := vm.Quit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, vm.Quit(ctx))
 	}
 	linkNet := &net.IPNet{IP: net.IPv4(10, 77, 0, 0), Mask: net.CIDRMask(24, 32)}
-	if n := checkCapture(t, linkCap, linkNet); n == 0 {
-		t.Error("no packets on the cluster link: the worker did not use the peer")
-	}
+	assert.NotZero(t, checkCapture(t, linkCap, linkNet), "no packets on the cluster link: the worker did not use the peer")
 	checkCapture(t, cp.capture, testSubnet)
 	checkCapture(t, worker.capture, testSubnet)
 }
