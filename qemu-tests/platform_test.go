@@ -57,6 +57,18 @@ type channel struct {
 	// naming the source, file and field) and the node stay
 	// config-invalid with nothing applied.
 	refused string
+	// then are more bad inputs handed in turn to the same waiting node:
+	// the medium before is pulled out, the next plugged in, and each is
+	// refused as refused is. One boot shows several channels' refusals.
+	then []badMedium
+}
+
+// badMedium is a bad input a waiting node is handed while it runs.
+type badMedium struct {
+	// medium makes the disk in dir (its ID is set by the test); refused
+	// is what the console must say of it.
+	medium  func(t *testing.T, dir string) qemu.Disk
+	refused string
 }
 
 // channels are the platforms' own config channels, in data; one launcher
@@ -186,16 +198,11 @@ var channels = []channel{
 		installRefused: `install\.disk \(serial ` + isoSerial + `\) selects /dev/sda \(.*\), the medium this node booted from`,
 	},
 	{
-		name: "bad input: an OpenStack meta_data.json that is not JSON",
-		medium: func(t *testing.T, dir, _, _ string) qemu.Disk {
-			return rawDisk(testvolume.ISO(t, dir, "config-2", map[string]string{
-				"openstack/latest/meta_data.json": `{"uuid": "83679162", "hostname": `,
-			}), qemu.BusVirtio)
-		},
-		refused: `config drive /dev/\S+: meta_data\.json is malformed`,
-	},
-	{
-		name: "bad input: NoCloud network-config v2 with an unknown key",
+		// The parsers' every error is a unit test of its source; a boot
+		// shows that each source's refusal reaches the console and the
+		// status and that nothing is applied, on the buses these media
+		// come on (the good cases above show the CD-ROM's).
+		name: "bad input: three media handed in turn to one waiting node (NoCloud network-config v2 with an unknown key; an ovf-env.xml that is not XML; an OpenStack meta_data.json that is not JSON)",
 		medium: func(t *testing.T, dir, mac, key string) qemu.Disk {
 			return rawDisk(testvolume.FAT(t, dir, "CIDATA", map[string]string{
 				"meta-data":      "instance-id: i-0003\nlocal-hostname: nocloud-bad\n",
@@ -204,13 +211,19 @@ var channels = []channel{
 			}), qemu.BusUSB)
 		},
 		refused: `network-config: ethernets\.mgmt\.frobnicate`,
-	},
-	{
-		name: "bad input: an ovf-env.xml that is not XML",
-		medium: func(t *testing.T, dir, _, _ string) qemu.Disk {
-			return rawDisk(testvolume.ISO(t, dir, "OVF ENV", map[string]string{"ovf-env.xml": "<Environment><PropertySection>"}), qemu.BusCDROM)
-		},
-		refused: `not a valid OVF environment`,
+		then: []badMedium{{
+			medium: func(t *testing.T, dir string) qemu.Disk {
+				return rawDisk(testvolume.ISO(t, dir, "OVF ENV", map[string]string{"ovf-env.xml": "<Environment><PropertySection>"}), qemu.BusUSB)
+			},
+			refused: `not a valid OVF environment`,
+		}, {
+			medium: func(t *testing.T, dir string) qemu.Disk {
+				return rawDisk(testvolume.ISO(t, dir, "config-2", map[string]string{
+					"openstack/latest/meta_data.json": `{"uuid": "83679162", "hostname": `,
+				}), qemu.BusVirtio)
+			},
+			refused: `config drive /dev/\S+: meta_data\.json is malformed`,
+		}},
 	},
 	{
 		name: "bad input: an Ignition config that partitions disks",
@@ -354,15 +367,29 @@ func TestConfigChannels(t *testing.T) {
 			}
 
 			if c.refused != "" {
-				expect(ctx, t, vm, `the config is invalid; nothing was applied`)
-				said := expect(ctx, t, vm, c.refused)
-				s := expectStatus(ctx, t, vm, "config-invalid")
-				assert.Empty(t, s.Hostname, "nothing applied")
+				refuse := func(refused string) {
+					expect(ctx, t, vm, `the config is invalid; nothing was applied`)
+					said := expect(ctx, t, vm, refused)
+					s := expectStatus(ctx, t, vm, "config-invalid")
+					assert.Empty(t, s.Hostname, "nothing applied")
+					assert.Regexp(t, refused, s.Message, "the status names this medium's problem")
+					t.Logf("refused: %s", said[0])
+				}
+				refuse(c.refused)
+				for i, b := range c.then {
+					require.NotEmpty(t, disks, "a medium to pull out before the next")
+					in := disks[len(disks)-1].ID
+					d := b.medium(t, media)
+					d.ID = fmt.Sprintf("then%d", i)
+					require.NoError(t, vm.UnplugDisk(ctx, in))
+					require.NoError(t, vm.HotplugDisk(ctx, d))
+					disks = append(disks, d)
+					refuse(b.refused)
+				}
 				require.NoError(t, vm.Quit(ctx))
 				journal := m.inspectState().readFile("/terrarium/journal.json")
 				assert.NotContains(t, journal, `"applied"`, "a refused config applied something")
 				checkCapture(t, m.capture, testSubnet)
-				t.Logf("%s: refused: %s", c.name, said[0])
 				return
 			}
 
