@@ -550,6 +550,11 @@ nodeRegistration:
 		if err == nil {
 			break
 		}
+		// What came through sudo's pty can be lost (it was, at 17:14 on
+		// 2026-11-29): the log is read again without one.
+		if log, lerr := wSSH.read("cat /tmp/join.log"); lerr == nil {
+			out = log
+		}
 		t.Logf("kubeadm join, attempt %d of 3, %s after power-on: %v\n%s", attempt, time.Since(start).Round(time.Second), err, out)
 		if attempt == 3 {
 			t.Fatal("kubeadm join failed three times")
