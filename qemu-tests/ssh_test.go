@@ -171,7 +171,10 @@ func (s *sshClient) sudoTry(cmd string) (string, error) {
 	s.seq++
 	out, rc := fmt.Sprintf("/tmp/ssh-out.%d", s.seq), fmt.Sprintf("/tmp/ssh-rc.%d", s.seq)
 	quoted := strings.ReplaceAll(cmd, "'", `'\''`)
-	s.run(fmt.Sprintf(`sudo sh -c '%s >%s 2>&1; echo $? >%s; chmod 644 %s %s'`, quoted, out, rc, out, rc))
+	// The braces send every command of a list to the file, not only the
+	// last (a critical chain before a blame, in bench-cluster, went to
+	// the pty and was lost).
+	s.run(fmt.Sprintf("sudo sh -c '{ %s\n} >%s 2>&1; echo $? >%s; chmod 644 %s %s'", quoted, out, rc, out, rc))
 	b, err := s.read("cat " + out)
 	if err != nil {
 		return b, fmt.Errorf("read %s: %w", out, err)
