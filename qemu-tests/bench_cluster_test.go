@@ -544,16 +544,12 @@ nodeRegistration:
   ignorePreflightErrors: [SystemVerification]
 `
 	wSSH.run("cat > /tmp/join.yaml <<'EOF'\n" + joinCfg + "EOF\n")
-	join := "sudo kubeadm join --config /tmp/join.yaml"
 	for attempt := 1; ; attempt++ {
-		out, err := wSSH.try(join + " > /tmp/join.log 2>&1; rc=$?; cat /tmp/join.log; exit $rc")
+		// sudoTry: what comes through sudo's pty can be lost (a failed
+		// join's output was, at 17:14 on 2026-11-29).
+		out, err := wSSH.sudoTry("kubeadm join --config /tmp/join.yaml")
 		if err == nil {
 			break
-		}
-		// What came through sudo's pty can be lost (it was, at 17:14 on
-		// 2026-11-29): the log is read again without one.
-		if log, lerr := wSSH.read("cat /tmp/join.log"); lerr == nil {
-			out = log
 		}
 		t.Logf("kubeadm join, attempt %d of 3, %s after power-on: %v\n%s", attempt, time.Since(start).Round(time.Second), err, out)
 		if attempt == 3 {
