@@ -10,7 +10,7 @@ TEST_OUT := $(OUT)/test
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle clean
+.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle bench-pagein clean
 
 all: image
 
@@ -106,6 +106,12 @@ bench-cluster: image
 bench-idle: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestControlPlaneIdleCPU' ./qemu-tests/...
+
+# What paging in the node's programs costs under TCG with the slots'
+# compressor (lz4) against zstd: one VM, both squashfs attached.
+bench-pagein: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 40m -v -run 'TestSlotPageIn$$' ./qemu-tests/...
 
 bench: image
 	bash scripts/bench.sh

@@ -73,7 +73,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	// v2: the tree is written through an os.Root, replacing links (customize).
 	// v3: the bundle's layers unpacked into the slot (layout.SlotLayersDir).
 	// v4: 128 KiB squashfs blocks; /etc and /var marked updated.
-	k := cache.NewKey("slot/v4").String("base", in.Base.Key).
+	// v5: lz4 (squashfs.LZ4), not zstd.
+	k := cache.NewKey("slot/v5").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)

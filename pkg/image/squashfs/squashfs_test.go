@@ -167,13 +167,51 @@ func TestMakeContents(t *testing.T) {
 		}
 	}
 
-	// zstd-compressed as documented, in blocks of BlockSize.
+	// lz4-compressed as documented, in blocks of BlockSize.
 	sb, err := exec.Command(unsquashfs, "-s", out).CombinedOutput()
 	require.NoError(t, err, "unsquashfs -s\n%s", sb)
-	assert.Contains(t, string(sb), "Compression zstd", "want zstd compression")
+	assert.Contains(t, string(sb), "Compression lz4", "want lz4 compression")
 	assert.Contains(t, strings.Split(string(sb), "\n"),
 		fmt.Sprintf("Block size %d", blockSizeBytes(t, BlockSize)),
 		"want the block size of BlockSize %q", BlockSize)
+}
+
+func TestMakeCompressed(t *testing.T) {
+	unsquashfs := requireTool(t, "unsquashfs")
+	requireTool(t, "mksquashfs")
+	tree := makeTree(t)
+	want, err := os.ReadFile(filepath.Join(tree, "usr/share/big"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		c    Compression
+		line string
+	}{
+		{LZ4, "Compression lz4"},
+		{ZSTD, "Compression zstd"},
+	} {
+		t.Run(string(tc.c), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "slot.squashfs")
+			require.NoError(t, MakeCompressed(context.Background(), tree, out, epoch, tc.c))
+			sb, err := exec.Command(unsquashfs, "-s", out).CombinedOutput()
+			require.NoError(t, err, "unsquashfs -s\n%s", sb)
+			assert.Contains(t, string(sb), tc.line)
+			dest := filepath.Join(t.TempDir(), "x")
+			b, err := exec.Command(unsquashfs, "-d", dest, "-no-progress", out).CombinedOutput()
+			require.NoError(t, err, "unsquashfs\n%s", b)
+			got, err := os.ReadFile(filepath.Join(dest, "usr/share/big"))
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(got, want), "usr/share/big after unsquashfs: %d bytes; want %d", len(got), len(want))
+		})
+	}
+}
+
+func TestMakeCompressedUnknown(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.squashfs")
+	err := MakeCompressed(context.Background(), makeTree(t), out, epoch, "xz")
+	require.Error(t, err)
+	assert.ErrorContains(t, err, `"xz"`)
+	assert.ErrorContains(t, err, `"lz4"`, "the error names what is known")
+	assertNotExist(t, out, "exists after a refused compression")
 }
 
 func TestMakeError(t *testing.T) {
