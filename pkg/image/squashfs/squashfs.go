@@ -31,9 +31,9 @@ const (
 	// node pages in hundreds of megabytes of programs (its own, and its
 	// containers' from the bundle's unpacked layers), each page through
 	// the kernel's decompressor, on a CPU that a node starved under
-	// emulation shares with everything else: lz4 cost half of zstd's
-	// kernel time for the same programs, for an image about a quarter
-	// bigger (make bench-pagein, docs/benchmarks.md).
+	// emulation shares with everything else: lz4 cost 0.55 of zstd's
+	// kernel time for the same programs, in a squashfs a third bigger
+	// (the whole image 17 %; make bench-pagein, docs/benchmarks.md).
 	LZ4 Compression = "lz4"
 	// ZSTD at level 15 compressed the slots before LZ4: smaller, slower
 	// to read. The page-in benchmark's baseline.
