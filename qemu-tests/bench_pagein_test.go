@@ -72,18 +72,16 @@ func TestSlotPageIn(t *testing.T) {
 	fmt.Fprintf(&b, "Cold reads of the image's /usr/bin from a squashfs (128 KiB blocks), medians of %d, in one VM under TCG\n\n", pageInRounds)
 	fmt.Fprintf(&b, "| | %s | %s | %s / %s |\n|---|---|---|---|\n", comps[0], comps[1], comps[0], comps[1])
 	fmt.Fprintf(&b, "| squashfs size | %.1f MiB | %.1f MiB | %.2f |\n", mib(size[comps[0]]), mib(size[comps[1]]), float64(size[comps[0]])/float64(size[comps[1]]))
-	for _, what := range []string{"all", "kubelet"} {
-		label := map[string]string{"all": "every program read (cat), real s", "kubelet": "`kubelet --version` cold, real s"}[what]
-		for _, kind := range []string{"real", "sys"} {
-			a, z := got[key3(comps[0], what, kind)], got[key3(comps[1], what, kind)]
-			require.Len(t, a, pageInRounds, "%s %s %s readings in:\n%s", comps[0], what, kind, out)
-			require.Len(t, z, pageInRounds, "%s %s %s readings in:\n%s", comps[1], what, kind, out)
-			l := label
-			if kind == "sys" {
-				l = strings.Replace(label, "real s", "kernel (sys) s", 1)
-			}
-			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f |\n", l, median(a), median(z), median(a)/median(z))
-		}
+	for _, row := range []struct{ what, kind, label string }{
+		{"all", "real", "every program read (cat), real s"},
+		{"all", "sys", "every program read (cat), kernel (sys) s"},
+		{"kubelet", "real", "`kubelet --version` cold, real s"},
+		{"kubelet", "sys", "`kubelet --version` cold, kernel (sys) s"},
+	} {
+		a, z := got[key3(comps[0], row.what, row.kind)], got[key3(comps[1], row.what, row.kind)]
+		require.Len(t, a, pageInRounds, "%s %s %s readings in:\n%s", comps[0], row.what, row.kind, out)
+		require.Len(t, z, pageInRounds, "%s %s %s readings in:\n%s", comps[1], row.what, row.kind, out)
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f |\n", row.label, median(a), median(z), median(a)/median(z))
 	}
 	writeFigure(t, "pagein.txt", b.String())
 
@@ -95,6 +93,8 @@ func TestSlotPageIn(t *testing.T) {
 
 func mib(n int64) float64 { return float64(n) / float64(layout.MiB) }
 
+// key3 names a series of readings: a compressor, what was read ("all",
+// "kubelet") and which time ("real", "sys").
 func key3(c squashfs.Compression, what, kind string) string {
 	return string(c) + " " + what + " " + kind
 }
@@ -135,8 +135,7 @@ func reversed(cs []squashfs.Compression) []squashfs.Compression {
 	return r
 }
 
-// parsePageIn collects the readings: "<compressor> <what> real|sys" to
-// seconds, in order.
+// parsePageIn collects the readings, keyed by key3, in order.
 func parsePageIn(out string) map[string][]float64 {
 	got := map[string][]float64{}
 	for _, line := range strings.Split(out, "\n") {
@@ -149,8 +148,9 @@ func parsePageIn(out string) map[string][]float64 {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		got[f[1]+" "+f[2]+" real"] = append(got[f[1]+" "+f[2]+" real"], secs)
-		got[f[1]+" "+f[2]+" sys"] = append(got[f[1]+" "+f[2]+" sys"], sys)
+		c := squashfs.Compression(f[1])
+		got[key3(c, f[2], "real")] = append(got[key3(c, f[2], "real")], secs)
+		got[key3(c, f[2], "sys")] = append(got[key3(c, f[2], "sys")], sys)
 	}
 	return got
 }
