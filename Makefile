@@ -10,7 +10,7 @@ TEST_OUT := $(OUT)/test
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle bench-pagein clean
+.PHONY: all deps bin image test-image pin pin-previous test unit qemu-test e2e e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle bench-pagein clean
 
 all: image
 
@@ -87,6 +87,12 @@ e2e-backup: test-image
 e2e-powercut: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 330m -v -run 'TestPowerCuts' ./qemu-tests/...
+
+# The power cut the moment a standalone node accepts a signed config
+# change, then power-on without and with the stick: one VM, a few minutes.
+e2e-change-powercut: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 40m -v -run 'TestPowerCutDuringSignedChange$$' ./qemu-tests/...
 
 # One stick upgrades a two-node cluster formed on the previous Kubernetes
 # (components/previous): a faulty build rolls back, the good one goes

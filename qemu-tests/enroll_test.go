@@ -68,8 +68,10 @@ func TestSignedConfigChange(t *testing.T) {
 	before := unitStarts(t, admin)
 
 	changed := strings.Replace(adminConfig("node-2", key.authorized, trust), "name: admin", "name: ops", 1)
+	changed = strings.Replace(changed, "kind: MachineConfig\n", "kind: MachineConfig\ngeneration: 1\n", 1)
+	require.Contains(t, changed, "generation: 1\n", "a signed change carries a generation")
 	require.NoError(t, vm.HotplugDisk(ctx, stick(m.signedDisk("signed.img", changed, signKey))))
-	expect(ctx, t, vm, `config change from \S+, signed by `+pub.ID()+` .*: accepted`)
+	expect(ctx, t, vm, `config change from \S+, generation 1, signed by `+pub.ID()+` .*: accepted`)
 	s = expectStatus(ctx, t, vm, "changed", "failed")
 	require.Equal(t, "changed", s.State, "%+v", s)
 	assert.Equal(t, "node-2", s.Hostname)

@@ -55,20 +55,23 @@ func configDiskCmd() *cobra.Command {
 }
 
 func configSignCmd() *cobra.Command {
-	var key string
+	var key, previous string
 	cmd := &cobra.Command{
 		Use:   "sign --key KEY MACHINE.yaml",
 		Short: "Validate a machine config and write its signature, MACHINE.yaml.sig, beside it",
 		Long: `Signs a changed machine config for a node that is already enrolled: the node
 accepts it only with a signature by a key listed in trustedKeys of the config
-it runs. KEY is a .key file from 'imagebuild config keygen' or, for cluster
-nodes, the cluster's secrets file. The signature covers the file's exact bytes:
-sign again after any edit.`,
+it runs trusts for configs, and only when its generation is above the highest
+the node applied (so an old stick cannot bring an old config back). KEY is a
+.key file from 'imagebuild config keygen' or, for cluster nodes, the cluster's
+secrets file. A config without a generation is refused; --previous names the
+config the node runs now, and the new one must be above its generation. The
+signature covers the file's exact bytes: sign again after any edit.`,
 		Example: `  imagebuild config sign --key node.key machine.yaml
-  imagebuild config sign --key lab/secrets.yaml lab/w-1.yaml`,
+  imagebuild config sign --key lab/secrets.yaml --previous lab/w-1.old.yaml lab/w-1.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			signed, err := configsign.SignFile(args[0], key)
+			signed, err := configsign.SignFile(args[0], key, previous)
 			if err != nil {
 				return err
 			}
@@ -78,14 +81,16 @@ sign again after any edit.`,
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "signing key: a .key file from config keygen, or a cluster's secrets file")
+	cmd.Flags().StringVar(&previous, "previous", "", "the config the node runs now: the new config's generation must be above its")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
 }
 
 func printSigned(s *configsign.Signed) {
 	fmt.Printf("  signed with key %s (%s)\n", s.Key.ID(), s.Key)
+	fmt.Printf("  generation %d: a node takes it only when it applied no higher generation\n", s.Config.Generation)
 	if !s.KeyTrusted {
-		fmt.Println("  note: the config does not list this key in trustedKeys: the node's next change must be signed with a key it does list")
+		fmt.Println("  note: the config does not trust this key for configs: the node's next change must be signed with a key it does")
 	}
 }
 

@@ -111,9 +111,12 @@ func (t *Topology) Check() error {
 
 // Configs renders one machine config per node, in topology order (control
 // planes, then workers). Every config is parsed back, so what is returned
-// is valid. Each lists the cluster's config signing key in trustedKeys, so
-// that an enrolled node accepts a later config signed with it; s must have
-// one (clustersecrets.ErrNoSigningKey otherwise).
+// is valid. Each lists the cluster's signing key in trustedKeys for configs
+// and bundles, so that an enrolled node accepts a later config, and a
+// side-load bundle, signed with it (OS upgrades stay with the keys the
+// image was built to trust); s must have one
+// (clustersecrets.ErrNoSigningKey otherwise). Each config starts at
+// generation 1.
 func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
@@ -135,6 +138,7 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		c := &machineconfig.Config{
 			APIVersion: machineconfig.APIVersion,
 			Kind:       machineconfig.Kind,
+			Generation: 1,
 			Hostname:   n.Hostname,
 			Network: machineconfig.Network{Interfaces: []machineconfig.Interface{{
 				Name:       t.Interface,
@@ -144,7 +148,7 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 				DNS:        t.DNS,
 			}}},
 			Admin:       t.Admin,
-			TrustedKeys: []string{signer.String()},
+			TrustedKeys: []machineconfig.TrustedKey{machineconfig.TrustKey(signer, machineconfig.PurposeConfig, machineconfig.PurposeBundle)},
 			Cluster: &machineconfig.Cluster{
 				Name:          s.ClusterName,
 				Role:          n.Role,

@@ -41,7 +41,8 @@ func TestWrittenConfigsVerify(t *testing.T) {
 
 			c, err := machineconfig.Parse(n.Config, data)
 			require.NoError(t, err)
-			assert.Equal(t, []string{clusterKey.String()}, c.TrustedKeys)
+			assert.Equal(t, []machineconfig.TrustedKey{{Key: clusterKey.String(), Purposes: []machineconfig.KeyPurpose{"config", "bundle"}}}, c.TrustedKeys)
+			assert.Equal(t, uint64(1), c.Generation, "a cluster's configs start at generation 1")
 			signer, err := signature.Verify(sig, data, c.TrustedPublicKeys())
 			require.NoError(t, err, "the config does not verify against the key it trusts")
 			assert.Equal(t, clusterKey, signer)

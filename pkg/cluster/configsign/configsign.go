@@ -27,19 +27,28 @@ type Signed struct {
 	Config *machineconfig.Config
 	// Key is the key that signed it.
 	Key signature.PublicKey
-	// KeyTrusted reports whether Config lists Key in trustedKeys, that is,
+	// KeyTrusted reports whether Config trusts Key for configs, that is,
 	// whether a later change may be signed with the same key.
 	KeyTrusted bool
 	// SignaturePath is where the signature was written, if anywhere.
 	SignaturePath string
 }
 
-// SignFile validates the machine config at path, signs it with the key at
-// keyPath (see LoadKey) and writes the signature to path+signature.FileSuffix
-// (mode 0644), replacing it atomically.
-func SignFile(path, keyPath string) (*Signed, error) {
+// ErrGeneration marks a config whose generation no node would take as a
+// change.
+var ErrGeneration = errors.New("the config's generation is not above the one it changes")
+
+// SignFile validates the machine config at path, checks its generation
+// (CheckGeneration, against the config at previous when that is not
+// empty), signs it with the key at keyPath (see LoadKey) and writes the
+// signature to path+signature.FileSuffix (mode 0644), replacing it
+// atomically.
+func SignFile(path, keyPath, previous string) (*Signed, error) {
 	data, cfg, err := readConfig(path)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckGeneration(path, cfg, previous); err != nil {
 		return nil, err
 	}
 	key, err := LoadKey(keyPath)
@@ -66,6 +75,9 @@ func WriteDisk(path, out, keyPath string) (*machineconfig.Config, *Signed, error
 	if keyPath == "" {
 		return cfg, nil, configdisk.Write(out, data)
 	}
+	if err := CheckGeneration(path, cfg, ""); err != nil {
+		return nil, nil, err
+	}
 	key, err := LoadKey(keyPath)
 	if err != nil {
 		return nil, nil, err
@@ -74,6 +86,29 @@ func WriteDisk(path, out, keyPath string) (*machineconfig.Config, *Signed, error
 		return nil, nil, err
 	}
 	return cfg, signed(cfg, key), nil
+}
+
+// CheckGeneration refuses to sign a config a node would refuse as
+// replayed: one with no generation (a node takes a signed change only
+// above the generation it applied, and every node has applied at least
+// 0), or, when previous names the config the node runs now, one not above
+// previous's generation. Its errors wrap ErrGeneration and name the file
+// and the fix.
+func CheckGeneration(path string, cfg *machineconfig.Config, previous string) error {
+	if cfg.Generation == 0 {
+		return fmt.Errorf("%s: generation: %w: it has none, and a node takes a signed change only when its generation is above the highest it applied; add generation: N (1 for a node's first change, one more than the config it runs for later ones)", path, ErrGeneration)
+	}
+	if previous == "" {
+		return nil
+	}
+	_, prev, err := readConfig(previous)
+	if err != nil {
+		return fmt.Errorf("read the previous config: %w", err)
+	}
+	if cfg.Generation <= prev.Generation {
+		return fmt.Errorf("%s: generation: %w: it is %d and %s has %d; set generation: %d or higher", path, ErrGeneration, cfg.Generation, previous, prev.Generation, prev.Generation+1)
+	}
+	return nil
 }
 
 func readConfig(path string) ([]byte, *machineconfig.Config, error) {
@@ -90,7 +125,7 @@ func readConfig(path string) ([]byte, *machineconfig.Config, error) {
 
 func signed(cfg *machineconfig.Config, key ed25519.PrivateKey) *Signed {
 	pub := signature.PublicKeyOf(key)
-	return &Signed{Config: cfg, Key: pub, KeyTrusted: slices.Contains(cfg.TrustedPublicKeys(), pub)}
+	return &Signed{Config: cfg, Key: pub, KeyTrusted: slices.Contains(cfg.KeysFor(machineconfig.PurposeConfig), pub)}
 }
 
 // LoadKey reads a signing key from path: either a key file (PEM, as Keygen

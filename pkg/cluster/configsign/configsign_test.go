@@ -3,6 +3,7 @@ package configsign
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
-const config = "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: node-1\n"
+const config = "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\ngeneration: 2\nhostname: node-1\n"
 
 // setup writes a new key pair and a config, which trusts the new key when
 // trust is set, in a temporary directory.
@@ -74,7 +75,7 @@ func TestKeygenRefusesToReplace(t *testing.T) {
 func TestSignFile(t *testing.T) {
 	for _, trust := range []bool{true, false} {
 		_, configPath, kf := setup(t, trust)
-		s, err := SignFile(configPath, kf.PrivatePath)
+		s, err := SignFile(configPath, kf.PrivatePath, "")
 		require.NoError(t, err)
 		assert.Equal(t, configPath+".sig", s.SignaturePath)
 		assert.Equal(t, kf.Key, s.Key)
@@ -91,7 +92,7 @@ func TestSignFile(t *testing.T) {
 
 		// Signing again replaces the signature.
 		require.NoError(t, os.WriteFile(s.SignaturePath, []byte("stale"), 0o644))
-		_, err = SignFile(configPath, kf.PrivatePath)
+		_, err = SignFile(configPath, kf.PrivatePath, "")
 		require.NoError(t, err)
 		again, err := os.ReadFile(s.SignaturePath)
 		require.NoError(t, err)
@@ -106,18 +107,28 @@ func TestSignFileRefuses(t *testing.T) {
 	badKey := filepath.Join(dir, "bad.key")
 	require.NoError(t, os.WriteFile(badKey, []byte("not a key"), 0o600))
 
+	noGeneration := filepath.Join(dir, "nogen.yaml")
+	require.NoError(t, os.WriteFile(noGeneration, []byte("apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: node-1\n"), 0o644))
+	newer := filepath.Join(dir, "newer.yaml")
+	require.NoError(t, os.WriteFile(newer, []byte("apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\ngeneration: 2\nhostname: node-2\n"), 0o644))
+
 	tests := []struct {
-		name, config, key, msg string
+		name, config, key, previous, msg string
 	}{
-		{"invalid config", invalid, kf.PrivatePath, "$.hostname"},
-		{"missing config", filepath.Join(dir, "missing.yaml"), kf.PrivatePath, "missing.yaml"},
-		{"unparsable key", configPath, badKey, badKey},
-		{"public key as key", configPath, kf.PublicPath, kf.PublicPath},
-		{"missing key", configPath, filepath.Join(dir, "missing.key"), "missing.key"},
+		{"invalid config", invalid, kf.PrivatePath, "", "$.hostname"},
+		{"missing config", filepath.Join(dir, "missing.yaml"), kf.PrivatePath, "", "missing.yaml"},
+		{"unparsable key", configPath, badKey, "", badKey},
+		{"public key as key", configPath, kf.PublicPath, "", kf.PublicPath},
+		{"missing key", configPath, filepath.Join(dir, "missing.key"), "", "missing.key"},
+		{"no generation", noGeneration, kf.PrivatePath, "",
+			"nogen.yaml: generation: the config's generation is not above the one it changes: it has none, and a node takes a signed change only when its generation is above the highest it applied; add generation: N"},
+		{"generation not above the previous", configPath, kf.PrivatePath, newer,
+			"machine.yaml: generation: the config's generation is not above the one it changes: it is 2 and " + newer + " has 2; set generation: 3 or higher"},
+		{"unreadable previous", configPath, kf.PrivatePath, filepath.Join(dir, "gone.yaml"), "gone.yaml"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := SignFile(tt.config, tt.key)
+			_, err := SignFile(tt.config, tt.key, tt.previous)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.msg)
 			assert.NoFileExists(t, tt.config+".sig")
@@ -160,6 +171,14 @@ func TestWriteDisk(t *testing.T) {
 	assert.Equal(t, data, files.Config)
 	_, err = signature.Verify(files.Signature, files.Config, cfg.TrustedPublicKeys())
 	require.NoError(t, err)
+
+	// A signed disk is a change stick: without a generation, every node
+	// would refuse it.
+	noGeneration := filepath.Join(dir, "nogen.yaml")
+	require.NoError(t, os.WriteFile(noGeneration, []byte(config[:strings.Index(config, "generation")]+"hostname: node-1\n"), 0o644))
+	_, _, err = WriteDisk(noGeneration, filepath.Join(dir, "nogen.img"), kf.PrivatePath)
+	require.ErrorIs(t, err, ErrGeneration)
+	assert.NoFileExists(t, filepath.Join(dir, "nogen.img"))
 
 	plainDisk := filepath.Join(dir, "plain.img")
 	_, s, err = WriteDisk(configPath, plainDisk, "")

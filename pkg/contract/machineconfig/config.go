@@ -42,6 +42,11 @@ type Config struct {
 	APIVersion string `yaml:"apiVersion"`
 	// Kind must be Kind.
 	Kind string `yaml:"kind"`
+	// Generation numbers the config's versions: a signed change must carry
+	// a generation above the highest the node applied, or the node refuses
+	// it as replayed (an old stick must not bring back an old config).
+	// Optional on a first config; `imagebuild config cluster` starts at 1.
+	Generation uint64 `yaml:"generation,omitempty"`
 	// Hostname is the node's name: an RFC 1123 DNS label (1-63 characters
 	// of a-z, 0-9 and '-', not starting or ending with '-'). Required.
 	Hostname string `yaml:"hostname"`
@@ -51,14 +56,17 @@ type Config struct {
 	// Admin is the login user. When nil, the node has no login user.
 	Admin *Admin `yaml:"admin,omitempty"`
 	// TrustedKeys are the public keys, each "ed25519:<base64>" (the .pub
-	// file of `imagebuild config keygen`), whose signature a later change
-	// of this node's config needs: once enrolled, the node accepts a
-	// different config only with a detached signature (machine.yaml.sig,
-	// see package signature) by one of the keys its current config lists.
-	// For cluster nodes, `imagebuild config cluster` puts the cluster's
-	// signing key here. Empty: the node's config can only be changed by
-	// re-enrolling it.
-	TrustedKeys []string `yaml:"trustedKeys,omitempty"`
+	// file of `imagebuild config keygen`), the node takes signed inputs
+	// from, each for its purposes (TrustedKey): a bare key signs config
+	// changes only; {key, purposes: [config, bundle, upgrade]} names more.
+	// Once enrolled, the node accepts a different config only with a
+	// detached signature (machine.yaml.sig, see package signature) by a
+	// key its current config trusts for configs; a node that trusts any
+	// key takes side-load bundles only when signed by a key trusted for
+	// bundles. For cluster nodes, `imagebuild config cluster` puts the
+	// cluster's signing key here. Empty: the node's config can only be
+	// changed by re-enrolling it.
+	TrustedKeys []TrustedKey `yaml:"trustedKeys,omitempty"`
 	// Registry configures the node's registry cache; absent, the node
 	// serves its own images on loopback only.
 	Registry *Registry `yaml:"registry,omitempty"`
@@ -74,6 +82,8 @@ type Config struct {
 	// the disk it selects and reboots into it; a node running from a disk
 	// ignores it.
 	Install *Install `yaml:"install,omitempty"`
+	// State tunes how the node uses TERRA-STATE; absent, the defaults.
+	State *State `yaml:"state,omitempty"`
 }
 
 // Network is the network configuration of a node.

@@ -35,18 +35,20 @@ type Registry struct {
 	// its kubelet's client certificate once it has joined.
 	ClientCertificate string `yaml:"clientCertificate,omitempty"`
 	ClientKey         string `yaml:"clientKey,omitempty"`
-	// SignedBundlesOnly takes a side-load bundle disk only when its index
-	// is signed by one of the config's trustedKeys (imagebuild bundle disk
-	// --sign).
+	// SignedBundlesOnly predates key purposes: a node that trusts any key
+	// now takes only side-load bundles signed by a key trusted for bundles
+	// (BundleKeys), with or without it. Set, it also trusts the bare keys
+	// of trustedKeys for bundles, as it did before purposes existed, and
+	// requires a signature even on a node that trusts no other key.
 	SignedBundlesOnly bool `yaml:"signedBundlesOnly,omitempty"`
 }
 
 // validateRegistry checks r; ownCA says the node holds the cluster CA's
 // key (a control plane), so it issues its serving certificate itself when
 // the config carries none.
-func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ownCA bool, trustedKeys []string) {
-	if r.SignedBundlesOnly && len(trustedKeys) == 0 {
-		ps.Addf(p.Field("signedBundlesOnly"), "takes bundles signed by a key in trustedKeys, and the config lists none; add the signing key's public half (ed25519:…) to trustedKeys")
+func validateRegistry(ps *strictyaml.Problems, p strictyaml.Path, r Registry, ownCA bool, trustsKeys bool) {
+	if r.SignedBundlesOnly && !trustsKeys {
+		ps.Addf(p.Field("signedBundlesOnly"), "takes bundles signed by a key in trustedKeys, and the config lists none; add the signing key's public half to trustedKeys (key: ed25519:…, purposes: [bundle])")
 	}
 	if r.Serve {
 		if _, err := netip.ParseAddrPort(r.Listen); err != nil {

@@ -54,6 +54,6 @@ func TestSignedBundlesOnlyNeedsTrustedKeys(t *testing.T) {
 	assert.Contains(t, err.Error(), "$.registry.signedBundlesOnly")
 	assert.Contains(t, err.Error(), "add the signing key's public half")
 
-	c.TrustedKeys = []string{"ed25519:7Dk7PWAuF2dvs+89QQwuY0TXKmWrdbzHt3t6JOqD4tE="}
+	c.TrustedKeys = bare("ed25519:7Dk7PWAuF2dvs+89QQwuY0TXKmWrdbzHt3t6JOqD4tE=")
 	assert.NoError(t, c.Validate())
 }

@@ -28,7 +28,7 @@ func (c *Config) validate() strictyaml.Problems {
 	}
 	validateTrustedKeys(&ps, root.Field("trustedKeys"), c.TrustedKeys)
 	if c.Registry != nil {
-		validateRegistry(&ps, root.Field("registry"), *c.Registry, c.Cluster != nil && c.Cluster.PKI != nil, c.TrustedKeys)
+		validateRegistry(&ps, root.Field("registry"), *c.Registry, c.Cluster != nil && c.Cluster.PKI != nil, len(c.TrustedKeys) > 0)
 	}
 	if c.Cluster != nil {
 		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)

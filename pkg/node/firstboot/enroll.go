@@ -1,6 +1,7 @@
 package firstboot
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,7 +33,8 @@ func storedConfigPath(h *host.Host) string {
 var errStoredConfig = errors.New("the stored node config is unusable")
 
 // loadStored reads the stored config and checks it against the journal's
-// digest.
+// digest: the enrolled config's, or a pending change's that a power cut
+// left uncommitted (settleStored finishes that commit).
 func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, error) {
 	p := storedConfigPath(r.o.Host)
 	data, err := os.ReadFile(p)
@@ -42,10 +45,35 @@ func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, err)
 	}
-	if cfg.Digest() != e.Digest {
+	if !e.Accepts(cfg.Digest()) {
 		return nil, fmt.Errorf("%w: %s has digest %s, the journal says %s; `firstboot reset` re-enrolls the node", errStoredConfig, p, cfg.Digest(), e.Digest)
 	}
 	return cfg, nil
+}
+
+// settleStored resolves, at boot, a change commit a power cut
+// interrupted: the journal named the change (Pending) before its config
+// was stored. A stored new config finishes the commit; an old one drops
+// the pending change, which a change source may offer again.
+func (r *runner) settleStored(cfg *machineconfig.Config) error {
+	var did string
+	var serr error
+	err := r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) {
+		did, serr = j.Enrollment.Settle(cfg.Digest())
+	})
+	if serr != nil {
+		return fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("settle the stored config's commit: %w", err)
+	}
+	switch did {
+	case nodestate.SettleFinished:
+		r.say("the config change %s was stored before a power cut: its commit is finished", cfg.Digest())
+	case nodestate.SettleDropped:
+		r.say("a config change was cut short before its config was stored: this node keeps its enrolled config %s", cfg.Digest())
+	}
+	return nil
 }
 
 // openEnrolled opens a runner for a command that needs the node enrolled and
@@ -89,7 +117,7 @@ func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
 	if err := r.store(cfg); err != nil {
 		return err
 	}
-	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Host.Now().UTC()}
+	e := &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: r.o.Host.Now().UTC(), Generation: cfg.Generation}
 	if err := r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment = e }); err != nil {
 		return err
 	}
@@ -97,16 +125,40 @@ func (r *runner) enroll(cfg *machineconfig.Config, from string) error {
 	return nil
 }
 
-// commitChange makes an applied change the desired state.
+// commitChange makes an applied change the desired state, in the durable
+// writes of commitWrites.
 func (r *runner) commitChange(ch *change) error {
-	if err := r.store(ch.cfg); err != nil {
-		return err
+	for _, w := range r.commitWrites(ch) {
+		if err := w.write(); err != nil {
+			return fmt.Errorf("commit the config change (%s): %w", w.name, err)
+		}
 	}
-	digest, at := ch.cfg.Digest(), r.o.Host.Now().UTC()
-	return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) {
-		j.Enrollment.Digest = digest
-		j.Enrollment.Change = &nodestate.ConfigChange{Digest: digest, Source: ch.from, SignedBy: ch.signer, At: at}
-	})
+	return nil
+}
+
+// commitWrite is one durable, atomic write of a change's commit.
+type commitWrite struct {
+	name  string
+	write func() error
+}
+
+// commitWrites are the writes that commit a change, in order: the journal
+// names the change as pending, the config is stored, the journal commits
+// it. Each write is atomic, so a power cut leaves the state after some
+// prefix of them, and every prefix boots (settleStored): to the old config
+// before the store, to the new one after it.
+func (r *runner) commitWrites(ch *change) []commitWrite {
+	pending := &nodestate.ConfigChange{Digest: ch.cfg.Digest(), Source: ch.from, SignedBy: ch.signer,
+		At: r.o.Host.Now().UTC(), Generation: ch.cfg.Generation, Revokes: ch.revokes}
+	return []commitWrite{
+		{"name it pending in the journal", func() error {
+			return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment.Pending = pending })
+		}},
+		{"store the config", func() error { return r.store(ch.cfg) }},
+		{"commit it in the journal", func() error {
+			return r.record(func(j *nodestate.Journal, _ *nodestate.BootRecord) { j.Enrollment.Commit() })
+		}},
+	}
 }
 
 // change is an accepted, not yet applied change request.
@@ -114,6 +166,8 @@ type change struct {
 	cfg    *machineconfig.Config
 	from   string
 	signer string
+	// revokes are the keys the change removes from trustedKeys.
+	revokes []string
 }
 
 // probe asks the providers in order for a config; it logs what each looked
@@ -185,8 +239,20 @@ func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found,
 		r.refuse(found.Source, "it is not signed; sign it with `imagebuild config sign --key KEY machine.yaml` (or `imagebuild config disk --sign KEY`) using a key this node trusts ("+trustedIDs(stored)+")")
 		return nil
 	}
-	key, err := signature.Verify(found.Signature, found.Config, stored.TrustedPublicKeys())
+	e, _ := r.journal()
+	if e == nil {
+		e = &nodestate.Enrollment{}
+	}
+	key, err := signature.Verify(found.Signature, found.Config, configKeys(stored, e))
 	if err != nil {
+		r.refuse(found.Source, err.Error()+revokedNote(found.Signature, e)+purposeNote(found.Signature, stored))
+		return nil
+	}
+	if err := replayed(e, cfg); err != nil {
+		r.refuse(found.Source, err.Error())
+		return nil
+	}
+	if err := readdsRevoked(e, cfg); err != nil {
 		r.refuse(found.Source, err.Error())
 		return nil
 	}
@@ -198,14 +264,112 @@ func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found,
 		r.refuse(found.Source, "it cannot be applied on this node:\n"+err.Error())
 		return nil
 	}
-	r.say("config change from %s, signed by %s (%s): accepted", found.Source, key.ID(), cfg.Digest())
-	return &change{cfg: cfg, from: found.Source, signer: key.ID()}
+	revokes := removedKeys(stored, cfg)
+	if len(revokes) > 0 {
+		r.say("config change from %s removes trusted keys %s: they never verify anything on this node again", found.Source, strings.Join(keyIDs(revokes), ", "))
+	}
+	r.say("config change from %s, generation %d, signed by %s (%s): accepted", found.Source, cfg.Generation, key.ID(), cfg.Digest())
+	return &change{cfg: cfg, from: found.Source, signer: key.ID(), revokes: revokes}
+}
+
+// configKeys are the keys a change of stored may be signed by: those it
+// trusts for configs, less any a signed change revoked.
+func configKeys(stored *machineconfig.Config, e *nodestate.Enrollment) []signature.PublicKey {
+	var out []signature.PublicKey
+	for _, k := range stored.KeysFor(machineconfig.PurposeConfig) {
+		if !slices.Contains(e.RevokedKeys, k.String()) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// revokedNote adds to a refusal that the signer's key was revoked on this
+// node, when it was.
+func revokedNote(sigFile []byte, e *nodestate.Enrollment) string {
+	for _, k := range e.RevokedKeys {
+		pk, err := signature.ParsePublicKey(k)
+		if err == nil && bytes.Contains(sigFile, []byte("key "+k+"\n")) {
+			return fmt.Sprintf("; key %s was removed from trustedKeys by a signed change and never verifies on this node again", pk.ID())
+		}
+	}
+	return ""
+}
+
+// purposeNote adds to a refusal that the signer's key is trusted, but not
+// for configs, when it is.
+func purposeNote(sigFile []byte, stored *machineconfig.Config) string {
+	for _, tk := range stored.TrustedKeys {
+		if !tk.For(machineconfig.PurposeConfig) && bytes.Contains(sigFile, []byte("key "+tk.Key+"\n")) {
+			return fmt.Sprintf("; this node trusts that key for %s only, not to sign configs", joinPurposes(tk.Purposes))
+		}
+	}
+	return ""
+}
+
+func joinPurposes(ps []machineconfig.KeyPurpose) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// replayed refuses a signed config whose generation is not above the
+// highest the node applied: an old stick must not bring an old config
+// back (with a removed admin key or trusted key in it).
+func replayed(e *nodestate.Enrollment, cfg *machineconfig.Config) error {
+	if cfg.Generation > e.Generation {
+		return nil
+	}
+	return fmt.Errorf("it is replayed: its generation is %d and this node already applied generation %d; "+
+		"a change needs generation: %d or higher (edit generation: in machine.yaml and sign it again; `imagebuild config sign` shows the generation it signs)",
+		cfg.Generation, e.Generation, e.Generation+1)
+}
+
+// readdsRevoked refuses a config that trusts a key a signed change
+// removed.
+func readdsRevoked(e *nodestate.Enrollment, cfg *machineconfig.Config) error {
+	var bad []string
+	for _, k := range cfg.TrustedPublicKeys() {
+		if slices.Contains(e.RevokedKeys, k.String()) {
+			bad = append(bad, k.ID())
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("it trusts key %s, which a signed change removed from this node: a removed key never verifies again; make a new key with `imagebuild config keygen`", strings.Join(bad, ", "))
+}
+
+// removedKeys are the keys stored trusts (for any purpose) and next does
+// not.
+func removedKeys(stored, next *machineconfig.Config) []string {
+	keep := next.TrustedPublicKeys()
+	var out []string
+	for _, k := range stored.TrustedPublicKeys() {
+		if !slices.Contains(keep, k) {
+			out = append(out, k.String())
+		}
+	}
+	return out
+}
+
+// keyIDs are the IDs of keys in signature's text form.
+func keyIDs(keys []string) []string {
+	out := make([]string, 0, len(keys))
+	for _, s := range keys {
+		if k, err := signature.ParsePublicKey(s); err == nil {
+			out = append(out, k.ID())
+		}
+	}
+	return out
 }
 
 func trustedIDs(c *machineconfig.Config) string {
-	keys := c.TrustedPublicKeys()
+	keys := c.KeysFor(machineconfig.PurposeConfig)
 	if len(keys) == 0 {
-		return "none: its config names no trustedKeys, so only `firstboot reset` changes it"
+		return "none: its config trusts no key for configs, so only `firstboot reset` changes it"
 	}
 	ids := make([]string, len(keys))
 	for i, k := range keys {

@@ -40,6 +40,11 @@ func (s *signer) trusting(config string) string {
 	return config + "trustedKeys:\n  - " + s.pub.String() + "\n"
 }
 
+// withGen sets a config's generation.
+func withGen(n int, config string) string {
+	return strings.Replace(config, "kind: MachineConfig\n", fmt.Sprintf("kind: MachineConfig\ngeneration: %d\n", n), 1)
+}
+
 // stick is a config medium holding config and, if not nil, sig.
 func stick(config string, sig []byte) configsource.Provider {
 	return configsource.Func{N: "test-stick", F: func(ctx context.Context) (*configsource.Found, error) {
@@ -102,7 +107,7 @@ func TestStoredConfigTamperedIsReported(t *testing.T) {
 func TestUnsignedChangeRefused(t *testing.T) {
 	sig := newSigner(t)
 	e := enrolled(t, sig.trusting(fullConfig))
-	changed := sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: intruder", 1))
+	changed := withGen(1, sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: intruder", 1)))
 
 	require.NoError(t, e.runWithProviders(stick(changed, nil)))
 	assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
@@ -117,7 +122,7 @@ func TestUnsignedChangeRefused(t *testing.T) {
 func TestSignedChangeRefusals(t *testing.T) {
 	trusted, stranger := newSigner(t), newSigner(t)
 	base := trusted.trusting(fullConfig)
-	changed := trusted.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1))
+	changed := withGen(1, trusted.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1)))
 	good := signature.Sign(trusted.key, []byte(changed))
 	for _, tc := range []struct {
 		name string
@@ -147,7 +152,7 @@ func TestSignedChangeApplied(t *testing.T) {
 	e := enrolled(t, sig.trusting(fullConfig))
 	before := e.journal().Enrollment.Digest
 	// A new hostname and a new admin in place of the old one.
-	changed := sig.trusting(strings.NewReplacer("hostname: node-1", "hostname: node-2", "name: ops", "name: bob").Replace(fullConfig))
+	changed := withGen(1, sig.trusting(strings.NewReplacer("hostname: node-1", "hostname: node-2", "name: ops", "name: bob").Replace(fullConfig)))
 
 	require.NoError(t, e.runWithProviders(sig.stick(changed)), e.console.String())
 	assert.Equal(t, "node-2\n", e.read("/etc/hostname"))
@@ -185,7 +190,7 @@ func TestSignedChangeApplied(t *testing.T) {
 func TestChangeWithoutTrustedKeysRefused(t *testing.T) {
 	sig := newSigner(t)
 	e := enrolled(t, fullConfig) // trusts no key
-	changed := strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1)
+	changed := withGen(1, strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1))
 	require.NoError(t, e.runWithProviders(sig.stick(changed)))
 	assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
 	assert.Contains(t, e.console.String(), signature.ErrUnknownKey.Error())
@@ -194,7 +199,7 @@ func TestChangeWithoutTrustedKeysRefused(t *testing.T) {
 func TestFailedChangeIsUndone(t *testing.T) {
 	sig := newSigner(t)
 	e := enrolled(t, sig.trusting(fullConfig))
-	changed := sig.trusting(strings.NewReplacer("hostname: node-1", "hostname: node-2", "name: ops", "name: bob").Replace(fullConfig))
+	changed := withGen(1, sig.trusting(strings.NewReplacer("hostname: node-1", "hostname: node-2", "name: ops", "name: bob").Replace(fullConfig)))
 	e.failCmd["useradd"] = errFake
 
 	require.NoError(t, e.runWithProviders(sig.stick(changed)))
@@ -358,7 +363,7 @@ func TestWatchAppliesChangesWhileRunning(t *testing.T) {
 	waitFor("unsigned refused", func(s *Status) bool { return strings.Contains(s.Message, "refused") })
 	assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
 
-	changed := sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1))
+	changed := withGen(1, sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1)))
 	port.plug(sig.stick(changed))
 	waitFor("changed", func(s *Status) bool { return s.State == StateChanged })
 	assert.Equal(t, "node-2\n", e.read("/etc/hostname"))

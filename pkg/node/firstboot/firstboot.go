@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/ignition"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
@@ -79,6 +80,9 @@ type Options struct {
 	TrialRebootDelay time.Duration
 	// Rollout is the node's part in its cluster's upgrades.
 	Rollout Rollout
+	// Space tells the free space of a file system, checked before an
+	// upgrade file, a snapshot or a backup is written (nil: statfs).
+	Space diskspace.FS
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.
@@ -121,9 +125,9 @@ type runner struct {
 	// rebootAsked is when this boot last asked for a reboot into an
 	// upgrade (zero: never), which takes a while to come.
 	rebootAsked time.Time
-	// rolloutAPI is the watch loop's client of the cluster's upgrade
-	// record, kept between looks (rolloutClient).
-	rolloutAPI RolloutAPI
+	// rollout is what the watch loop keeps between its looks at the
+	// cluster's upgrades (rollout.go).
+	rollout rolloutState
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -319,6 +323,10 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, error) {
 	if e, _ := r.journal(); e != nil {
 		stored, err := r.loadStored(e)
+		if err == nil {
+			err = r.settleStored(stored)
+			e, _ = r.journal()
+		}
 		if err != nil {
 			r.status.State, r.status.Message = StateFailed, err.Error()
 			r.say("%v", err)

@@ -346,7 +346,7 @@ func TestChangedConfigReconciles(t *testing.T) {
 	require.NoError(t, e.run("# a comment\n"+base))
 	assert.Equal(t, "verify", e.lastBoot().Mode, "reformatted config")
 	e.setBootID("33333333-3333-3333-3333-333333333333")
-	require.NoError(t, e.runWithProviders(sig.stick(strings.Replace(base, "hostname: node-1", "hostname: node-2", 1))))
+	require.NoError(t, e.runWithProviders(sig.stick(withGen(1, strings.Replace(base, "hostname: node-1", "hostname: node-2", 1)))))
 	j := e.journal()
 	rec := j.Boots[len(j.Boots)-1]
 	assert.Equal(t, "change", rec.Mode)
@@ -369,7 +369,7 @@ func TestNetworkFileRemovedWithInterface(t *testing.T) {
 	e.setBootID("22222222-2222-2222-2222-222222222222")
 	oneInterface := strings.Replace(fullConfig, "    - macAddress: \"52:54:00:12:34:56\"\n      dhcp: true\n", "", 1)
 	require.NotEqual(t, fullConfig, oneInterface, "test config edit did not apply")
-	require.NoError(t, e.runWithProviders(sig.stick(sig.trusting(oneInterface))))
+	require.NoError(t, e.runWithProviders(sig.stick(withGen(1, sig.trusting(oneInterface)))))
 	assert.False(t, e.exists("/etc/systemd/network/10-terrarium-1.network"), "10-terrarium-1.network survived its interface's removal")
 	assert.Equal(t, wantStaticNetwork, e.read("/etc/systemd/network/10-terrarium-0.network"))
 	assert.True(t, e.exists("/etc/systemd/network/99-site.network"), "a network file firstboot did not write was removed")
@@ -379,7 +379,7 @@ func TestNetworkFileRemovedWithInterface(t *testing.T) {
 	// the admin firstboot made.
 	e.resetCommands()
 	e.setBootID("33333333-3333-3333-3333-333333333333")
-	require.NoError(t, e.runWithProviders(sig.stick(sig.trusting(minimalConfig))))
+	require.NoError(t, e.runWithProviders(sig.stick(withGen(2, sig.trusting(minimalConfig)))))
 	m, _ := filepath.Glob(e.path("/etc/systemd/network/10-terrarium-*"))
 	assert.Empty(t, m)
 	assert.Equal(t, []string{"hostname lonely", "networkctl reload", "loginctl terminate-user ops", "userdel --force --remove ops"}, e.commands())

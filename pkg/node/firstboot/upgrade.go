@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/rollout"
 	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
 )
 
@@ -49,8 +50,8 @@ func upgradeDigest(m upgrade.Manifest) string {
 }
 
 // upgradeKeys are the keys the node trusts for upgrade files: those its
-// slot was built to trust, and the config's trusted keys (the cluster's
-// signing key).
+// slot was built to trust, and the config's keys trusted for upgrades (a
+// key trusted for configs or bundles only signs no upgrade).
 func (r *runner) upgradeKeys(cfg *machineconfig.Config) []signature.PublicKey {
 	var keys []signature.PublicKey
 	if b, err := os.ReadFile(r.o.Host.Path(layout.UpgradeKeysFile)); err == nil {
@@ -66,7 +67,7 @@ func (r *runner) upgradeKeys(cfg *machineconfig.Config) []signature.PublicKey {
 		}
 	}
 	if cfg != nil {
-		keys = append(keys, cfg.TrustedPublicKeys()...)
+		keys = append(keys, cfg.KeysFor(machineconfig.PurposeUpgrade)...)
 	}
 	return keys
 }
@@ -259,7 +260,8 @@ const (
 // src holds, then installs it into the other slot under policy and
 // records it; the caller reboots into it, at once when rebooting (which
 // the console says). Under upgrade.Force an upgrade marked bad on this
-// node is installed again too.
+// node is installed again too; a force instruction beside the file
+// (forceBeside) forces it.
 func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) UpgradeResult {
 	var (
 		res       slotinstall.Result
@@ -291,6 +293,17 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		if src.digest != "" && digest != src.digest {
 			return fmt.Errorf("%s holds the upgrade %s (%s), not the one asked for (%s)", src.what, v.Manifest().Version, digest, src.digest)
 		}
+		// A force instruction beside the file (a rollout's comes with
+		// the rollout) forces it.
+		var force string
+		if !src.rollout {
+			if force, err = r.forceBeside(cfg, path, digest, v.Manifest().Version); err != nil {
+				return err
+			}
+			if force != "" {
+				policy = upgrade.Force
+			}
+		}
 		var bad *nodestate.BadUpgrade
 		r.state.Read(func(j *nodestate.Journal) {
 			if b := j.Bad(digest); b != nil {
@@ -308,7 +321,9 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			return err
 		}
 		if r.inRollout(cfg) && !src.rollout {
-			published, err = r.publishUpgrade(ctx, cfg, path, v.Manifest(), digest, policy)
+			manifest, sig := uf.SignedManifest()
+			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
+			published, err = r.publishUpgrade(ctx, cfg, path, v.Manifest(), digest, signed, policy)
 			if !errors.Is(err, errClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}

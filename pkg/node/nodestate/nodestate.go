@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -173,6 +174,17 @@ type Enrollment struct {
 	At     time.Time `json:"at"`
 	// Change is the last signed change applied, if any.
 	Change *ConfigChange `json:"change,omitempty"`
+	// Generation is the highest config generation the node applied: a
+	// signed change at or below it is a replay.
+	Generation uint64 `json:"generation,omitempty"`
+	// RevokedKeys are keys a signed change removed from trustedKeys: they
+	// never verify anything on this node again.
+	RevokedKeys []string `json:"revokedKeys,omitempty"`
+	// Pending is a change being committed: named here before its config is
+	// stored, so that a power cut between the two writes leaves a state
+	// the next boot finishes (the new config is stored) or drops (it is
+	// not) — see Settle.
+	Pending *ConfigChange `json:"pending,omitempty"`
 }
 
 // ConfigChange is a signed config change the node applied.
@@ -181,6 +193,62 @@ type ConfigChange struct {
 	Source   string    `json:"source"`
 	SignedBy string    `json:"signedBy"`
 	At       time.Time `json:"at"`
+	// Generation is the changed config's generation.
+	Generation uint64 `json:"generation,omitempty"`
+	// Revokes are the keys the change removed from trustedKeys.
+	Revokes []string `json:"revokes,omitempty"`
+}
+
+// Commit makes the pending change the enrolled state: its digest, its
+// generation (when higher) and the keys it revoked.
+func (e *Enrollment) Commit() {
+	p := e.Pending
+	if p == nil {
+		return
+	}
+	e.Digest, e.Change, e.Pending = p.Digest, p, nil
+	e.Generation = max(e.Generation, p.Generation)
+	for _, k := range p.Revokes {
+		if !slices.Contains(e.RevokedKeys, k) {
+			e.RevokedKeys = append(e.RevokedKeys, k)
+		}
+	}
+}
+
+// What Settle did with a pending change.
+const (
+	SettleNothing  = ""
+	SettleFinished = "finished"
+	SettleDropped  = "dropped"
+)
+
+// ErrStoredDigest means the stored config is neither the enrolled one nor
+// a pending change's.
+var ErrStoredDigest = errors.New("the stored config is neither the enrolled nor a pending one")
+
+// Accepts reports whether a stored config of digest d is one the journal
+// can stand behind: the enrolled config, or a change being committed.
+func (e *Enrollment) Accepts(d string) bool {
+	return d == e.Digest || (e.Pending != nil && d == e.Pending.Digest)
+}
+
+// Settle resolves a commit a power cut interrupted, given the digest of
+// the config actually stored: a stored pending config finishes its commit,
+// a pending change whose config was never stored is dropped. It returns
+// what it did (SettleNothing, SettleFinished, SettleDropped) or
+// ErrStoredDigest.
+func (e *Enrollment) Settle(stored string) (string, error) {
+	switch {
+	case e.Pending != nil && stored == e.Pending.Digest:
+		e.Commit()
+		return SettleFinished, nil
+	case stored != e.Digest:
+		return SettleNothing, fmt.Errorf("%w: it has digest %s, the journal says %s", ErrStoredDigest, stored, e.Digest)
+	case e.Pending != nil:
+		e.Pending = nil
+		return SettleDropped, nil
+	}
+	return SettleNothing, nil
 }
 
 // Summary is what the banner says: "from X at T".

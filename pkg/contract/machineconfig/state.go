@@ -1,0 +1,33 @@
+package machineconfig
+
+import "math"
+
+// State tunes how the node uses its TERRA-STATE partition.
+type State struct {
+	// ReserveMiB is the free space, in MiB, that side-loads, upgrade
+	// shares and backups leave on TERRA-STATE for etcd and the node's own
+	// writes: one that would leave less is refused before it writes,
+	// naming the sizes. 0 means the default (DefaultStateReserveMiB).
+	ReserveMiB uint64 `yaml:"reserveMiB,omitempty"`
+}
+
+// DefaultStateReserveMiB is State.ReserveMiB's default: room for etcd's
+// write-ahead log (five 64 MiB segments), a database of a few hundred MiB
+// and a snapshot of it, and the node's logs. It is a quarter or less of
+// TERRA-STATE on the disks the project tests (an 8 GiB disk leaves STATE
+// about 4.7 GiB beside the ESP and two 1.5 GiB slots; a STATE disk of its
+// own is 4 GiB), which leaves room for an upgrade file (about 600 MiB)
+// and side-loaded applications.
+const DefaultStateReserveMiB = 1024
+
+// StateReserveBytes is the reserve the config asks for, in bytes.
+func (c *Config) StateReserveBytes() uint64 {
+	mib := uint64(DefaultStateReserveMiB)
+	if c.State != nil && c.State.ReserveMiB != 0 {
+		mib = c.State.ReserveMiB
+	}
+	if mib > math.MaxUint64>>20 {
+		return math.MaxUint64 // more than any disk: everything is refused
+	}
+	return mib << 20
+}
