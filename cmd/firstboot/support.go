@@ -16,7 +16,7 @@ func supportCmd() *cobra.Command {
 		Use:   "support",
 		Short: "Write a support bundle (journal, node state, unit logs, pods, registry and balancer state), secrets redacted",
 		Long: "Writes one archive, terrarium-support-<host>-<time>.tar.gz, to --dir: what a vendor needs to see why a node misbehaves, " +
-			"with every key, token and certificate key of the node's config redacted. Inserting a stick labelled TERRA-SUPPORT " +
+			"with every secret field of the node's config redacted (machineconfig.Fields lists them, Ignition's file contents and password hashes included). Inserting a stick labelled TERRA-SUPPORT " +
 			"into a running node writes the same archive to the stick.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -85,6 +85,7 @@ func (c *collector) index(s Summary, members []member) member {
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "role\t%s\n", role(c.config))
 	fmt.Fprintf(tw, "secrets\t%d known to the node, replaced by [REDACTED sha256:<first 8 hex digits of their SHA-256>]\n", s.Secrets)
+	fmt.Fprintln(tw, "\tin node/machine.yaml followed by what each was: [REDACTED sha256:…, 227 B: PEM EC PRIVATE KEY]")
 	fmt.Fprintf(tw, "redactions\t%d\n", redactions)
 	_ = tw.Flush()
 	buf.WriteString("\n")

@@ -187,6 +187,7 @@ func newEnv(t *testing.T, node string) *env {
 	e.nodeKeys = []string{registryKey, apiserverKey, clientKey}
 	e.foreignKey = newKey(t, "PRIVATE KEY")
 	e.write(layout.RegistryConfigFile, `{"serve":true,"keyFile":"/etc/terrarium/pki/registry-key.pem"}`+"\n", 0o644)
+	e.write(layout.RegistrySideloadLog, `{"at":"2026-01-01T00:00:00Z","disk":"/dev/sdb","added":1}`+"\n", 0o644)
 	e.write("/etc/terrarium/pki/registry-key.pem", registryKey, 0o600)
 	e.exec.set("uname -a", response{out: "Linux " + node + " 6.12.0-amd64 #1 SMP x86_64 GNU/Linux\n"})
 	e.exec.set("systemctl --failed --no-pager", response{out: "0 loaded units listed.\n"})

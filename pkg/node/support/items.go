@@ -116,6 +116,7 @@ func (c *collector) items() []item {
 		c.kubectl("kubernetes/pods.txt", "get", "pods", "-A", "-o", "wide"),
 		c.kubectl("kubernetes/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp"),
 		c.file("registry/config.json", layout.RegistryConfigFile),
+		c.file("registry/sideloads.jsonl", layout.RegistrySideloadLog),
 		c.get("registry/v2.txt", "/v2/"),
 		c.get("registry/catalog.txt", "/v2/_catalog"),
 		c.file("balancer/config.json", apilb.ConfigFile),

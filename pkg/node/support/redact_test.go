@@ -131,8 +131,11 @@ func TestConfigSecretsAndRedactConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "RedactConfig modified its argument")
 	for _, v := range ConfigSecrets(red) {
-		assert.Regexp(t, `^\[REDACTED sha256:[0-9a-f]{8}\]$`, v)
+		assert.Regexp(t, `^\[REDACTED sha256:[0-9a-f]{8}, [^\]]+\]$`, v)
 	}
+	assert.Equal(t, describedMarker(s.CA.Key, "227 B: PEM EC PRIVATE KEY"), red.Cluster.PKI.CAKey)
+	assert.Equal(t, describedMarker(s.Token(), "bootstrap token, id "+s.BootstrapToken.ID), red.Cluster.Token)
+	assert.Equal(t, describedMarker(s.CertificateKey, "64 hex digits"), red.Cluster.PKI.CertificateKey)
 	data, err := red.Marshal()
 	require.NoError(t, err)
 	for _, n := range needles(ConfigSecrets(cfg)...) {

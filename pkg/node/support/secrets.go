@@ -44,62 +44,47 @@ func kubeconfigs() []string {
 	}
 }
 
-// ConfigSecrets lists the secret values of a machine config: the bootstrap
-// token and its secret half, the cluster's CA keys (cluster, front-proxy,
-// etcd), the service-account key, kubeadm's certificate key and the
-// registry's serving key. Certificates, hashes and public keys are not
-// secret. Empty fields are left out.
+// ConfigSecrets lists the secret values of a machine config, for a
+// Redactor: every value that machineconfig's RedactSecrets replaces (the
+// fields machineconfig.Fields classifies as secret: the bootstrap token,
+// the cluster's CA keys, the service-account key, kubeadm's certificate
+// key, the registry's serving and client keys, and in the Ignition config
+// the password hashes, the resources' URLs and HTTP header values, the
+// proxies and the units' contents; and whatever the Ignition config holds
+// outside its spec), and what each holds that may show up on its own: a
+// token's secret half and the private keys in a value, a data: URL's
+// payload and decoded contents, a URL's password and query, the values a
+// unit sets with Environment=. Certificates, hashes and public keys are
+// not secret. Blank values and repeats are left out.
 func ConfigSecrets(c *machineconfig.Config) []string {
 	var out []string
+	seen := map[string]bool{}
 	add := func(vs ...string) {
 		for _, v := range vs {
-			if strings.TrimSpace(v) != "" {
+			if t := strings.TrimSpace(v); t != "" && !seen[t] {
+				seen[t] = true
 				out = append(out, v)
 			}
 		}
 	}
-	if cl := c.Cluster; cl != nil {
-		add(cl.Token)
-		if _, secret, ok := strings.Cut(cl.Token, "."); ok {
-			add(secret)
+	for _, s := range c.Secrets() {
+		add(s.Value)
+		add(textSecrets([]byte(s.Value))...)
+		switch s.Class {
+		case machineconfig.SecretURL:
+			add(urlSecrets(s.Value)...)
+		case machineconfig.SecretText:
+			add(unitSecrets(s.Value)...)
 		}
-		if p := cl.PKI; p != nil {
-			add(p.CAKey, p.FrontProxyCA.Key, p.EtcdCA.Key, p.ServiceAccount.Key, p.CertificateKey)
-		}
-	}
-	if r := c.Registry; r != nil {
-		add(r.Key)
 	}
 	return out
 }
 
-// RedactConfig returns a copy of c whose secret fields (those
-// ConfigSecrets lists) hold their Marker instead. c is not modified.
+// RedactConfig returns a copy of c whose secrets (those ConfigSecrets
+// starts from) are replaced by their Marker and what they were: "[REDACTED
+// sha256:1a2b3c4d, 227 B: PEM EC PRIVATE KEY]". c is not modified.
 func RedactConfig(c *machineconfig.Config) *machineconfig.Config {
-	out := *c
-	hide := func(v *string) {
-		if strings.TrimSpace(*v) != "" {
-			*v = Marker(strings.TrimSpace(*v))
-		}
-	}
-	if c.Cluster != nil {
-		cl := *c.Cluster
-		hide(&cl.Token)
-		if c.Cluster.PKI != nil {
-			p := *c.Cluster.PKI
-			for _, v := range []*string{&p.CAKey, &p.FrontProxyCA.Key, &p.EtcdCA.Key, &p.ServiceAccount.Key, &p.CertificateKey} {
-				hide(v)
-			}
-			cl.PKI = &p
-		}
-		out.Cluster = &cl
-	}
-	if c.Registry != nil {
-		r := *c.Registry
-		hide(&r.Key)
-		out.Registry = &r
-	}
-	return &out
+	return c.RedactSecrets(redactField)
 }
 
 // nodeConfig is the node's stored machine config as the bundle sees it.

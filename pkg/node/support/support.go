@@ -6,11 +6,13 @@
 // kernel — with every secret the node holds redacted.
 //
 // Every member goes through a Redactor that knows the node's secrets (those
-// of its stored machine config, its private key files and kubeconfigs) and
-// also replaces any PEM private key and anything shaped like a bootstrap
-// token. Private key files and admin kubeconfigs are never read into the
-// bundle at all, and the machine config is included re-marshalled with its
-// secret fields replaced (RedactConfig).
+// of its stored and embedded machine configs, Ignition's included, its
+// private key files and kubeconfigs) and also replaces any PEM private key
+// and anything shaped like a bootstrap token. Private key files and admin
+// kubeconfigs are never read into the bundle at all, and the machine config
+// is included re-marshalled with exactly the fields machineconfig.Fields
+// classifies as secret replaced, each by its Marker and what it was
+// (RedactConfig).
 //
 // Collecting is best-effort: a command that fails, hangs or is missing, or
 // a file that is absent, leaves its error in its member and in index.txt,

@@ -129,7 +129,8 @@ func TestNoSecretInBundle(t *testing.T) {
 	require.NoError(t, yaml.Unmarshal([]byte(a.files["node/machine.yaml"]), &cfg))
 	stored := parseStored(t, e.cluster.configs["cp-1"])
 	assert.Equal(t, RedactConfig(stored), &cfg)
-	assert.Equal(t, Marker(strings.TrimSpace(s.CA.Key)), cfg.Cluster.PKI.CAKey)
+	assert.True(t, strings.HasPrefix(cfg.Cluster.PKI.CAKey, strings.TrimSuffix(Marker(strings.TrimSpace(s.CA.Key)), "]")+", "),
+		"the key's marker is the one the logs show, described: %s", cfg.Cluster.PKI.CAKey)
 	assert.Equal(t, s.CA.Cert, cfg.Cluster.CACert)
 	assert.Equal(t, "cp-1", cfg.Hostname)
 
