@@ -282,7 +282,15 @@ spec:
 	expectWithin(ctx, t, cp.vm, step, `rollout: this node is rolled-back`)
 	require.NoError(t, cp.vm.UnplugDisk(ctx, "faulty"))
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	status := ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`(?m)^bad\s`))
+	// cp-1 reported its rollback in its own status object and marks the
+	// upgrade bad in the cluster's record at its next look (every 5 s).
+	var status string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Second) {
+		status = ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`(?m)^bad\s`))
+		if regexp.MustCompile(`(?m)^bad\s`).MatchString(status) || time.Now().After(deadline) {
+			break
+		}
+	}
 	t.Logf("after the faulty upgrade:\n%s", status)
 	assert.Contains(t, status, "0.1.1 (Kubernetes "+newK+"), started by cp-1")
 	assert.Regexp(t, `bad\s+0\.1\.1 rolled back on cp-1`, status)
@@ -311,7 +319,14 @@ spec:
 	t.Logf("w-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
 
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	status = ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`nodes done`))
+	// The worker reports done in its own status object; cp-1 records it
+	// in the cluster's record at its next look (every 5 s).
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Second) {
+		status = ssh.output("sudo firstboot upgrade status", regexp.MustCompile(`nodes done`))
+		if strings.Contains(status, "2 of 2 nodes done") || time.Now().After(deadline) {
+			break
+		}
+	}
 	t.Logf("after the good upgrade:\n%s", status)
 	assert.Contains(t, status, "0.2.0 (Kubernetes "+newK+"), started by cp-1 at")
 	assert.Contains(t, status, "2 of 2 nodes done")

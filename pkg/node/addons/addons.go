@@ -119,11 +119,13 @@ data:
     }
 `
 
-// Upgrades is the manifest an init node applies so that every node can
-// take its part in a cluster-wide upgrade (pkg/node/rollout) with its
-// kubelet's credentials: the rollout's ConfigMap and Lease, created empty,
-// and the rights to read and update those two objects (a kubelet may
-// already list nodes, cordon itself and evict its own pods).
+// Upgrades is the manifest an init node applies, and every control plane
+// again before it starts a rollout, so that every node can read its
+// cluster's upgrade record (pkg/node/rollout) with its kubelet's
+// credentials: the record's ConfigMap, created empty, and the right to
+// get it, not to write it (a control plane writes it as the cluster's
+// admin). Each node's own status object and rights are
+// NodeUpgradeStatus's.
 //
 //go:embed upgrades.yaml
 var Upgrades []byte

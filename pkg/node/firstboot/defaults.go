@@ -70,16 +70,30 @@ func Defaults(log *slog.Logger) Options {
 }
 
 // defaultRollout takes a cluster node's part in its cluster's upgrades
-// with its kubelet's credentials, fetching from the peers its registry
-// configuration names.
+// with its kubelet's credentials (and, on a control plane, the admin's),
+// fetching from the peers its registry configuration names.
 func defaultRollout(h *host.Host) Rollout {
+	open := func(kubeconfig string) (*kubeclient.Client, error) {
+		b, err := os.ReadFile(h.Path(kubeconfig))
+		if err != nil {
+			return nil, err
+		}
+		return kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
+	}
 	return Rollout{
 		API: func() (RolloutAPI, error) {
-			b, err := os.ReadFile(h.Path(kubeadmflow.KubeletKubeconfig))
+			c, err := open(kubeadmflow.KubeletKubeconfig)
 			if err != nil {
 				return nil, err
 			}
-			return kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
+			return c, nil
+		},
+		Admin: func() (RolloutAdminAPI, error) {
+			c, err := open(kubeadmflow.AdminKubeconfig)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
 		},
 		Peers: func() (upgradeshare.Peers, error) {
 			return registryd.PeerFetcher(h.Path(layout.RegistryConfigFile))
@@ -87,7 +101,9 @@ func defaultRollout(h *host.Host) Rollout {
 		ShareDir: layout.UpgradesDir,
 		Poll:     5 * time.Second,
 		Drain:    rollout.DrainOptions{Timeout: 5 * time.Minute, Poll: 2 * time.Second},
-		Lease:    15 * time.Minute,
+		// Three trial boots under TCG, with a Kubernetes upgrade, take
+		// up to two hours (make e2e-upgrade budgets 40 minutes a step).
+		StaleTurn: 3 * time.Hour,
 	}
 }
 

@@ -1,10 +1,13 @@
 package firstboot
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,32 +15,56 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 	"github.com/terrarium-os/terrarium/pkg/node/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/upgradeshare"
 )
 
 // fakeCluster is the API of a cluster of cp-1 (control plane) and w-1
-// (worker) as each node sees it with its kubelet's credentials: the
-// rollout's ConfigMaps (the record and the lock), nodes, pods and
-// evictions, with the NodeRestriction plugin's limits (a node cordons
-// itself only, evicts only its own pods). It has no Leases: RolloutAPI
-// has none, since the plugin lets a node write no Lease but its own
-// heartbeat in kube-node-lease, whatever RBAC grants.
+// (worker): kube-system's ConfigMaps, nodes, pods and evictions. A node
+// (user system:node:<name>, group system:nodes) may do to a ConfigMap
+// only what the Roles and RoleBindings the admin applied grant, as the
+// API's RBAC authorizer judges it (a rule naming objects grants no
+// create), and, by the NodeRestriction plugin's limits, cordons itself
+// only and evicts only its own pods. The admin (a control plane's
+// admin.conf) may do anything. Every ConfigMap write is logged with its
+// writer.
 type fakeCluster struct {
 	mu       sync.Mutex
 	cms      map[string]kubeclient.ConfigMap // kube-system's, by name
 	version  int
+	roles    map[string][]rbacRule
+	bindings map[string]rbacBinding
+	nodes    []kubeclient.Node
 	pods     map[string][]kubeclient.Pod
 	guarded  map[string]int // pod -> evictions its budget refuses yet
 	cordoned map[string]bool
 	cordons  []string
+	// writes are "WRITER VERB NAME" of every ConfigMap written.
+	writes []string
+}
+
+type rbacRule struct {
+	Resources     []string `yaml:"resources"`
+	ResourceNames []string `yaml:"resourceNames"`
+	Verbs         []string `yaml:"verbs"`
+}
+
+type rbacBinding struct {
+	role     string
+	subjects []string // "User NAME", "Group NAME"
 }
 
 func newFakeCluster() *fakeCluster {
@@ -49,38 +76,105 @@ func newFakeCluster() *fakeCluster {
 				{Namespace: "kube-flannel", Name: "flannel-w", DaemonSet: true, Phase: "Running"},
 			},
 		},
+		nodes:    []kubeclient.Node{{Name: "cp-1", ControlPlane: true, Ready: true}, {Name: "w-1", Ready: true}},
 		guarded:  map[string]int{"web-1": 2},
 		cordoned: map[string]bool{},
 		cms:      map[string]kubeclient.ConfigMap{},
+		roles:    map[string][]rbacRule{},
+		bindings: map[string]rbacBinding{},
 	}
 }
 
-// lockHolder is who holds the rollout's lock.
-func (c *fakeCluster) lockHolder(t *testing.T) string {
-	t.Helper()
-	l, err := leaselock.InConfigMap(&nodeAPI{c: c}).Lease(context.Background(), rollout.Namespace, rollout.LockName)
-	require.NoError(t, err, "the rollout's lock exists")
-	return l.Holder
+// allows says whether RBAC lets node verb the ConfigMap name.
+func (c *fakeCluster) allows(node, verb, name string) bool {
+	who := []string{"User system:node:" + node, "Group system:nodes", "Group system:authenticated"}
+	for _, b := range c.bindings {
+		if !slices.ContainsFunc(b.subjects, func(s string) bool { return slices.Contains(who, s) }) {
+			continue
+		}
+		for _, r := range c.roles[b.role] {
+			named := len(r.ResourceNames) > 0
+			if slices.Contains(r.Resources, "configmaps") && slices.Contains(r.Verbs, verb) &&
+				(!named || (verb != "create" && slices.Contains(r.ResourceNames, name))) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
-// applyUpgradesManifest creates what the init node's addons.Upgrades
-// creates: the record's ConfigMap and the lock's, both empty.
-func (c *fakeCluster) applyUpgradesManifest() {
-	a := &nodeAPI{c: c}
-	a.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
-	a.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.LockName})
+// apply applies a manifest as the admin: ConfigMaps created if missing
+// (their data kept), Roles and RoleBindings replaced.
+func (c *fakeCluster) apply(manifest []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dec := yaml.NewDecoder(bytes.NewReader(manifest))
+	for {
+		var o struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct {
+				Name      string `yaml:"name"`
+				Namespace string `yaml:"namespace"`
+			} `yaml:"metadata"`
+			Rules   []rbacRule `yaml:"rules"`
+			RoleRef struct {
+				Name string `yaml:"name"`
+			} `yaml:"roleRef"`
+			Subjects []struct{ Kind, Name string } `yaml:"subjects"`
+		}
+		if err := dec.Decode(&o); err != nil {
+			return nil // io.EOF: the manifest parses (kubeclient's tests hold the rest)
+		}
+		if o.Metadata.Namespace != rollout.Namespace && o.Kind != "" {
+			return fmt.Errorf("%s %s outside kube-system", o.Kind, o.Metadata.Name)
+		}
+		switch o.Kind {
+		case "ConfigMap":
+			if _, ok := c.cms[o.Metadata.Name]; !ok {
+				c.save("admin", "create", kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: o.Metadata.Name})
+			}
+		case "Role":
+			c.roles[o.Metadata.Name] = o.Rules
+		case "RoleBinding":
+			b := rbacBinding{role: o.RoleRef.Name}
+			for _, s := range o.Subjects {
+				b.subjects = append(b.subjects, s.Kind+" "+s.Name)
+			}
+			c.bindings[o.Metadata.Name] = b
+		}
+	}
 }
 
-// as is the API as node.
+// save stores m at a new version, logging who wrote it; c.mu is held.
+func (c *fakeCluster) save(who, verb string, m kubeclient.ConfigMap) kubeclient.ConfigMap {
+	c.version++
+	m.ResourceVersion = fmt.Sprint(c.version)
+	c.cms[m.Name] = m
+	c.writes = append(c.writes, who+" "+verb+" "+m.Name)
+	return m
+}
+
+// as is the API as node, with its kubelet's credentials.
 func (c *fakeCluster) as(node string) func() (RolloutAPI, error) {
 	return func() (RolloutAPI, error) { return &nodeAPI{c: c, node: node}, nil }
 }
 
+// admin is the API as the cluster's admin.
+func (c *fakeCluster) admin() (RolloutAdminAPI, error) { return &adminAPI{c: c}, nil }
+
 func (c *fakeCluster) record(t *testing.T) rollout.Record {
 	t.Helper()
-	r, err := rollout.Load(context.Background(), &nodeAPI{c: c, node: "test"})
+	r, err := rollout.Load(context.Background(), &adminAPI{c: c})
 	require.NoError(t, err)
 	return r
+}
+
+// setRecord writes the record as the admin (or a forger with its
+// credential) would.
+func (c *fakeCluster) setRecord(t *testing.T, change func(r *rollout.Record)) {
+	t.Helper()
+	_, err := rollout.Update(context.Background(), &adminAPI{c: c}, func(r *rollout.Record) error { change(r); return nil })
+	require.NoError(t, err)
 }
 
 func (c *fakeCluster) phaseOf(t *testing.T, node string) string {
@@ -92,19 +186,36 @@ func (c *fakeCluster) phaseOf(t *testing.T, node string) string {
 	return n.Phase
 }
 
-type nodeAPI struct {
-	c    *fakeCluster
-	node string
+// statusOf is node's own status object.
+func (c *fakeCluster) statusOf(t *testing.T, node string) rollout.Status {
+	t.Helper()
+	s, err := rollout.LoadStatus(context.Background(), &adminAPI{c: c}, node)
+	require.NoError(t, err)
+	return s
+}
+
+// writesBy are the ConfigMaps who wrote, as "VERB NAME".
+func (c *fakeCluster) writesBy(who string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, w := range c.writes {
+		if rest, ok := strings.CutPrefix(w, who+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
 }
 
 var forbidden = &kubeclient.StatusError{Code: 403, Status: "403 Forbidden"}
 
-func (a *nodeAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.ConfigMap, error) {
-	a.c.mu.Lock()
-	defer a.c.mu.Unlock()
-	cur, ok := a.c.cms[name]
+func notFound() error { return &kubeclient.StatusError{Code: 404, Status: "404 Not Found"} }
+
+// get returns a copy of the ConfigMap name; c.mu is held.
+func (c *fakeCluster) get(ns, name string) (kubeclient.ConfigMap, error) {
+	cur, ok := c.cms[name]
 	if !ok || ns != rollout.Namespace {
-		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+		return kubeclient.ConfigMap{}, notFound()
 	}
 	m := cur
 	m.Data = map[string]string{}
@@ -114,26 +225,47 @@ func (a *nodeAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.Conf
 	return m, nil
 }
 
-func (a *nodeAPI) save(m kubeclient.ConfigMap) kubeclient.ConfigMap {
-	a.c.version++
-	m.ResourceVersion = fmt.Sprint(a.c.version)
-	a.c.cms[m.Name] = m
-	return m
+// update writes m if it is at the stored version; c.mu is held.
+func (c *fakeCluster) update(who string, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	if cur, ok := c.cms[m.Name]; !ok || cur.ResourceVersion != m.ResourceVersion {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return c.save(who, "update", m), nil
 }
 
-// CreateConfigMap is refused: the init node's manifest created it, and a
-// node may not create ConfigMaps (addons.Upgrades).
-func (a *nodeAPI) CreateConfigMap(context.Context, kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
-	return kubeclient.ConfigMap{}, forbidden
+type nodeAPI struct {
+	c    *fakeCluster
+	node string
+}
+
+func (a *nodeAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.ConfigMap, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	if !a.c.allows(a.node, "get", name) {
+		return kubeclient.ConfigMap{}, forbidden
+	}
+	return a.c.get(ns, name)
+}
+
+func (a *nodeAPI) CreateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	if !a.c.allows(a.node, "create", m.Name) {
+		return kubeclient.ConfigMap{}, forbidden
+	}
+	if _, ok := a.c.cms[m.Name]; ok {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return a.c.save("system:node:"+a.node, "create", m), nil
 }
 
 func (a *nodeAPI) UpdateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
 	a.c.mu.Lock()
 	defer a.c.mu.Unlock()
-	if cur, ok := a.c.cms[m.Name]; !ok || cur.ResourceVersion != m.ResourceVersion {
-		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	if !a.c.allows(a.node, "update", m.Name) {
+		return kubeclient.ConfigMap{}, forbidden
 	}
-	return a.save(m), nil
+	return a.c.update("system:node:"+a.node, m)
 }
 
 func (a *nodeAPI) Cordon(_ context.Context, name string, u bool) error {
@@ -173,6 +305,40 @@ func (a *nodeAPI) Evict(_ context.Context, p kubeclient.Pod) error {
 	return forbidden // not bound to this node
 }
 
+// adminAPI is the API as the cluster's admin.
+type adminAPI struct{ c *fakeCluster }
+
+func (a *adminAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.ConfigMap, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	return a.c.get(ns, name)
+}
+
+func (a *adminAPI) CreateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	if _, ok := a.c.cms[m.Name]; ok {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 409, Status: "409 Conflict"}
+	}
+	return a.c.save("admin", "create", m), nil
+}
+
+func (a *adminAPI) UpdateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	return a.c.update("admin", m)
+}
+
+func (a *adminAPI) Nodes(context.Context) ([]kubeclient.Node, error) {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	return append([]kubeclient.Node(nil), a.c.nodes...), nil
+}
+
+func (a *adminAPI) ApplyManifest(_ context.Context, manifest []byte, _ string) error {
+	return a.c.apply(manifest)
+}
+
 // rolloutNode is one node of the fake cluster, formed, its slot trusting
 // key, its registry serving its upgrade share.
 type rolloutNode struct {
@@ -181,6 +347,9 @@ type rolloutNode struct {
 	inst *fakeInstaller
 	name string
 	srv  *httptest.Server
+	// policies are the policies the node installed under.
+	mu       sync.Mutex
+	policies []upgrade.Policy
 }
 
 func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.PublicKey) *rolloutNode {
@@ -195,10 +364,24 @@ func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.Pub
 	n.srv = httptest.NewServer(srv)
 	t.Cleanup(n.srv.Close)
 	n.o = e.optionsWith(noStick())
-	n.o.Install = n.inst.install
+	n.o.Install = func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+		n.mu.Lock()
+		n.policies = append(n.policies, policy)
+		n.mu.Unlock()
+		return n.inst.install(ctx, v, running, installed, policy, report)
+	}
 	n.o.Rollout = Rollout{API: c.as(name), ShareDir: layout.UpgradesDir, Poll: time.Millisecond,
-		Drain: rollout.DrainOptions{Poll: time.Millisecond, Timeout: time.Minute}, Lease: time.Hour}
+		Drain: rollout.DrainOptions{Poll: time.Millisecond, Timeout: time.Minute}}
+	if strings.HasPrefix(name, "cp-") {
+		n.o.Rollout.Admin = c.admin // a worker has no admin.conf
+	}
 	return n
+}
+
+func (n *rolloutNode) installedUnder() []upgrade.Policy {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]upgrade.Policy(nil), n.policies...)
 }
 
 // peers makes n fetch from the registries of others.
@@ -218,11 +401,61 @@ func (n *rolloutNode) trialBoot(version, bootID string) {
 	n.e.setReleaseVersion(version)
 }
 
+// request runs n's firstboot and asks it, as `firstboot upgrade [--force]
+// FILE` does, to install the upgrade file at path; it returns the answer
+// once the node rebooted or refused.
+func (n *rolloutNode) request(t *testing.T, path string, force bool) (UpgradeResult, error) {
+	t.Helper()
+	o := n.o
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	reboots := n.e.rebootCount()
+	var out strings.Builder
+	res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: path, Force: force, Wait: 10 * time.Second, Poll: time.Millisecond})
+	if err == nil && res.Outcome == outcomePublished {
+		require.Eventually(t, func() bool { return n.e.rebootCount() > reboots }, 10*time.Second, time.Millisecond, "installed and rebooted")
+	}
+	cancel()
+	require.NoError(t, <-done)
+	return res, err
+}
+
+// signedFile is the upgrade file at path on e: its digest, version and
+// signed manifest.
+func signedFile(t *testing.T, e *env, path string) (digest, version string, in rollout.Instructions) {
+	t.Helper()
+	b, err := os.ReadFile(e.path(path))
+	require.NoError(t, err)
+	f, err := upgrade.Open(bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	manifest, sig := f.SignedManifest()
+	return upgrade.Digest(manifest), f.Manifest().Version, rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig)}
+}
+
+// forceOf is a force instruction of the upgrade file at path on e,
+// signed with key, valid until expires (the env's clock reads mid-2025).
+func forceOf(t *testing.T, e *env, key ed25519.PrivateKey, path string, expires time.Time) string {
+	t.Helper()
+	digest, version, _ := signedFile(t, e, path)
+	b, err := upgrade.SignInstruction(key, upgrade.Instruction{Action: upgrade.ActionForce, Digest: digest, Version: version, Expires: expires})
+	require.NoError(t, err)
+	return string(b)
+}
+
+// inTime is an expiry after every test's clock; expired one before.
+var (
+	inTime  = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	expired = time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // rolloutCluster is cp-1 and w-1, formed, their slots trusting one key,
-// the init node's record and Lease in place, and a stick of 1.3.0 signed
-// with that key put into cp-1, which published it and, first in the
-// rollout, installed it and rebooted.
-func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode) {
+// the init node's manifest (addons.Upgrades) applied, and a stick of
+// 1.3.0 signed with that key put into cp-1, which published it and,
+// first in the rollout, installed it and rebooted.
+func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey) {
 	t.Helper()
 	key, pub, err := signature.GenerateKey()
 	require.NoError(t, err)
@@ -231,31 +464,53 @@ func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode) {
 	w = newRolloutNode(t, c, "w-1", pub)
 	cp.peers(w)
 	w.peers(cp)
-	c.applyUpgradesManifest()
+	require.NoError(t, c.apply(addons.Upgrades))
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
 	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
-	return c, cp, w
+	return c, cp, w, key
+}
+
+// onlyOwnStatus checks that no node wrote any ConfigMap but its own
+// status object, and only the admin the record.
+func onlyOwnStatus(t *testing.T, c *fakeCluster) {
+	t.Helper()
+	for _, n := range []string{"cp-1", "w-1"} {
+		for _, w := range c.writesBy("system:node:" + n) {
+			assert.Equal(t, "update "+rollout.StatusName(n), w, "%s wrote only its own status", n)
+		}
+	}
+	for _, w := range c.writes {
+		if strings.HasSuffix(w, " "+rollout.ConfigMapName) {
+			assert.True(t, strings.HasPrefix(w, "admin "), "the record is the admin's: %s", w)
+		}
+	}
 }
 
 // One stick in a control plane upgrades the cluster: published there,
 // then each node in turn (control plane first) drained, fetched from its
 // peer, installed, rebooted into its trial, and once blessed uncordoned
-// and done; the worker's disruption budget holds its drain until it
-// allows the eviction.
+// and done. Each node reports in its own status object and a control
+// plane folds the reports into the record: the worker's done moves the
+// record only when the control plane looks. No node wrote anything but
+// its own status; no node holds a lock.
 func TestOneStickUpgradesTheCluster(t *testing.T) {
-	c, cp, w := rolloutCluster(t)
+	c, cp, w, _ := rolloutCluster(t)
 	assert.Contains(t, cp.e.console.String(), "upgrade: 1.3.0 is rolling out to the cluster's 2 nodes, one at a time, control planes first")
 	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls())
-	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "cp-1"))
+	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "cp-1").Phase, "cp-1 reports in its own object")
 	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
 	assert.True(t, c.cordoned["cp-1"])
-	assert.Equal(t, "cp-1", c.lockHolder(t), "kept across the reboot")
+	assert.NotContains(t, c.cms, rollout.LockName, "no node locks anything")
+	r := c.record(t)
+	require.NotNil(t, r.Instructions, "the rollout carries the upgrade's signed manifest")
+	assert.NotEmpty(t, r.Instructions.ManifestSignature)
+	assert.False(t, r.Rollout.Forced)
 
 	// The worker waits while the control plane is on trial.
 	w.e.runWatching(t, w.o, func() bool { s := w.e.statusIfAny(); return s != nil && s.Upgrade != "" })
 	assert.Empty(t, w.inst.calls())
-	assert.Equal(t, "1.3.0: rolling, 0 of 2 nodes done, cp-1 trial", w.e.status().Upgrade)
+	assert.True(t, strings.HasPrefix(w.e.status().Upgrade, "1.3.0: rolling, 0 of 2 nodes done, cp-1 "), w.e.status().Upgrade)
 
 	// cp-1's trial boot is healthy: blessed, committed, uncordoned, done.
 	cp.e.media.remove(layout.LabelUpgradeFAT)
@@ -263,34 +518,44 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
 	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
 	assert.False(t, c.cordoned["cp-1"])
-	assert.Empty(t, c.lockHolder(t), "released")
 
 	// The worker's turn: drained (its budget refuses twice), the upgrade
 	// fetched from cp-1's registry, installed, rebooted into.
 	w.e.console.Reset()
 	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
 	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
+	assert.Equal(t, []upgrade.Policy{upgrade.Refuse}, w.installedUnder())
 	assert.Contains(t, w.e.console.String(), "draining node w-1: waiting for default/web-1 (its disruption budget allows no eviction now)")
 	assert.Contains(t, w.e.console.String(), "rollout: fetching 1.3.0 from the cluster's registries")
 	fetched, err := os.ReadFile(w.e.path(layout.UpgradesDir + "/index.json"))
 	require.NoError(t, err)
 	assert.Contains(t, string(fetched), `"org.opencontainers.image.ref.name":"1.3.0"`)
 	assert.Equal(t, []kubeclient.Pod{{Namespace: "kube-flannel", Name: "flannel-w", DaemonSet: true, Phase: "Running"}}, c.pods["w-1"])
-	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "w-1"))
+	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "w-1").Phase)
 
 	w.trialBoot("1.3.0", "44444444-4444-4444-4444-444444444444")
-	w.e.runWatching(t, w.o, func() bool { return c.phaseOf(t, "w-1") == rollout.NodeDone })
-	r := c.record(t)
-	assert.Equal(t, rollout.Done, r.Rollout.Phase)
+	w.e.runWatching(t, w.o, func() bool { return c.statusOf(t, "w-1").Phase == rollout.NodeDone })
+	assert.Equal(t, rollout.Rolling, c.record(t).Rollout.Phase, "only a control plane moves the record")
+	cp.e.runWatching(t, cp.o, func() bool { return c.record(t).Rollout.Phase == rollout.Done })
+	r = c.record(t)
 	assert.Equal(t, "1.3.0: done, 2 of 2 nodes done", r.Summary())
+	assert.Equal(t, []string{"cp-1", "w-1"}, r.Reporting)
 	assert.Equal(t, []string{"cp-1=true", "cp-1=false", "w-1=true", "w-1=false"}, c.cordons)
+	onlyOwnStatus(t, c)
+	assert.NotEmpty(t, c.writesBy("system:node:w-1"))
 }
 
-// A node whose trial fails falls back, reports the upgrade rolled back:
-// the cluster marks it bad and stops the rollout, the other node never
-// installs it, and a stick of it is refused anywhere in the cluster.
+// A node whose trial fails falls back and reports the upgrade rolled
+// back: the control plane marks it bad and stops the rollout, the other
+// node never installs it, a stick of it is refused anywhere in the
+// cluster, and the worker remembers the mark. --force alone does not
+// start it again in a cluster; a force instruction signed by a key
+// trusted for upgrades, beside the file, does: the mark is cleared, the
+// control plane installs it again despite its own rollback (which it
+// does not report a second time), and the worker, whose turn comes,
+// honors the signed force over the mark it remembered.
 func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
-	c, cp, w := rolloutCluster(t)
+	c, cp, w, key := rolloutCluster(t)
 	cp.e.media.remove(layout.LabelUpgradeFAT)
 
 	// The trial boot fails its health check three times; the boot loader
@@ -299,49 +564,64 @@ func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
 	cp.e.setBootID("55555555-5555-5555-5555-555555555555")
 	cp.e.console.Reset()
 	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeRolledBack })
+	assert.Contains(t, cp.e.console.String(), "rollout: this node is rolled-back (")
 	r := c.record(t)
+	digest := r.Rollout.Digest
 	assert.Equal(t, rollout.Stopped, r.Rollout.Phase)
-	bad := r.BadUpgrade(r.Rollout.Digest)
+	bad := r.BadUpgrade(digest)
 	require.NotNil(t, bad)
 	assert.Equal(t, "cp-1", bad.Node)
 	assert.Contains(t, bad.Reason, "injected fault")
 	assert.False(t, c.cordoned["cp-1"], "back in service")
-	assert.Empty(t, c.lockHolder(t))
 
 	// The worker does nothing; a stick of the same file in it is refused
-	// by the cluster's mark before anything is written.
+	// by the cluster's mark before anything is written, and the worker
+	// remembers the mark in its own status.
 	w.e.upgradeStickSame(t, cp.e, "/stick", "/wstick")
 	w.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/wstick")
-	w.e.runWatching(t, w.o, stepsSay(w.e, "upgrade=refused"))
+	w.e.runWatching(t, w.o, func() bool {
+		return stepsSay(w.e, "upgrade=refused")() && c.statusOf(t, "w-1").BadUpgrade(digest) != nil
+	})
 	assert.Contains(t, w.e.console.String(), "rolled back in this cluster and is not installed again on its own: 1.3.0 rolled back on cp-1")
 	assert.Empty(t, w.inst.calls())
 	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
+	w.e.media.remove(layout.LabelUpgradeFAT)
 
-	// Forced on the control plane (`firstboot upgrade --force`): the mark
-	// is cleared, the rollout starts again and the control plane installs
-	// it again despite its own rollback of it, which it does not report a
-	// second time.
+	// `firstboot upgrade --force` without a force instruction: a cluster
+	// forces nothing on an unsigned word.
 	cp.e.upgradeStickSame(t, cp.e, "/stick", "/home/admin")
-	o := cp.o
-	o.WatchInterval = time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
-	var out strings.Builder
-	res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: "/home/admin/terrarium-1.3.0.upgrade", Force: true,
-		Wait: 10 * time.Second, Poll: time.Millisecond})
+	res, err := cp.request(t, "/home/admin/terrarium-1.3.0.upgrade", true)
+	assert.ErrorIs(t, err, ErrUpgradeRefused)
+	assert.Contains(t, res.Detail, "a forced upgrade of a cluster needs a force instruction signed by a key trusted for upgrades beside the upgrade file")
+	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls())
+	rec := c.record(t)
+	assert.NotNil(t, rec.BadUpgrade(digest), "still marked")
+
+	// With the instruction (imagebuild upgrade force) beside the file.
+	cp.e.write("/home/admin/terrarium-1.3.0.upgrade.force", forceOf(t, cp.e, key, "/home/admin/terrarium-1.3.0.upgrade", inTime))
+	res, err = cp.request(t, "/home/admin/terrarium-1.3.0.upgrade", true)
 	require.NoError(t, err)
 	assert.Equal(t, outcomePublished, res.Outcome)
-	require.Eventually(t, func() bool { return cp.e.rebootCount() == 2 }, 10*time.Second, time.Millisecond, "installed again, forced")
-	cancel()
-	require.NoError(t, <-done)
+	assert.Contains(t, res.Detail, "forced by its signed instruction")
+	assert.Equal(t, []string{"1.3.0", "1.3.0"}, cp.inst.calls(), "installed again despite its own rollback")
+	assert.Equal(t, upgrade.Force, cp.installedUnder()[1])
 	r = c.record(t)
-	assert.Nil(t, r.BadUpgrade(r.Rollout.Digest), "forcing cleared the mark, and the old rollback was not reported again")
+	assert.Nil(t, r.BadUpgrade(digest), "forcing cleared the mark, and the old rollback was not reported again")
 	assert.True(t, r.Rollout.Forced)
+	require.NotNil(t, r.Instructions)
+	assert.Contains(t, r.Instructions.Force, "terrarium upgrade instruction v1\nforce "+digest)
 	assert.Equal(t, rollout.Rolling, r.Rollout.Phase)
-	assert.Equal(t, rollout.NodeTrial, c.phaseOf(t, "cp-1"))
-	assert.Equal(t, []string{"1.3.0", "1.3.0"}, cp.inst.calls())
+	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "cp-1").Phase)
+
+	// Blessed this time; the worker's turn: it installs, forced, what it
+	// remembered bad.
+	cp.trialBoot("1.3.0", "66666666-6666-6666-6666-666666666666")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
+	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
+	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
+	assert.Equal(t, []upgrade.Policy{upgrade.Force}, w.installedUnder())
+	assert.Nil(t, c.statusOf(t, "w-1").BadUpgrade(digest), "a verified force cleared the worker's memory of the mark")
+	onlyOwnStatus(t, c)
 }
 
 // failTrial records a failed health check of the upgrade's trial boot
@@ -366,6 +646,305 @@ func (e *env) upgradeStickSame(t *testing.T, from *env, fromDir, dir string) {
 	e.write(dir+"/"+name, string(b))
 }
 
+// A record that lies about what a node is to do moves no node: the node
+// whose turn it is refuses it, with what does not hold, before it
+// drains or installs anything, and says so in its own status (which
+// stops the rollout). Forged or stale: a force flag without a signed
+// instruction over a mark this node holds, a bad list cleared, an older
+// release's unsigned force of an upgrade this node rolled back, a force
+// instruction by an untrusted key, expired or about another upgrade, a
+// changed digest or version, a manifest no trusted key signed, a worker
+// listed as a control plane.
+func TestForgedRecordsAreRefused(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	other, _, err := signature.GenerateKey()
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name string
+		// forge writes the record (with the worker's turn come: cp-1
+		// done) from the rollout of 1.3.0 unforced, signed by key.
+		forge func(t *testing.T, e *env, r *rollout.Record)
+		// markedBad: the worker remembers the cluster's mark on 1.3.0;
+		// rolledBack: 1.3.0 rolled back on the worker itself.
+		markedBad, rolledBack bool
+		want                  []string
+	}{
+		{
+			name:      "a forced flag without a signed instruction, over a mark the node holds",
+			forge:     func(_ *testing.T, _ *env, r *rollout.Record) { r.Rollout.Forced = true },
+			markedBad: true,
+			want: []string{"refused: this upgrade rolled back in this cluster and is not installed again on its own: 1.3.0 rolled back on cp-1",
+				"the rollout says forced, but no force instruction signed by a key this node trusts for upgrades comes with it"},
+		},
+		{
+			name:      "the bad list cleared",
+			forge:     func(*testing.T, *env, *rollout.Record) {},
+			markedBad: true,
+			want:      []string{"refused: this upgrade rolled back in this cluster and is not installed again on its own: 1.3.0 rolled back on cp-1 at 2025-05-31T00:00:00Z (health failed)"},
+		},
+		{
+			name:       "an older release's record forcing an upgrade this node rolled back",
+			forge:      func(_ *testing.T, _ *env, r *rollout.Record) { r.Instructions, r.Rollout.Forced = nil, true },
+			rolledBack: true,
+			want: []string{"refused: this upgrade was rolled back on this node before and is not installed again on its own: 1.3.0 rolled back",
+				"the rollout says forced, but no force instruction signed by a key this node trusts"},
+		},
+		{
+			name: "a force instruction by an untrusted key",
+			forge: func(t *testing.T, e *env, r *rollout.Record) {
+				r.Instructions.Force, r.Rollout.Forced = forceOf(t, e, other, "/up/terrarium-1.3.0.upgrade", inTime), true
+			},
+			markedBad: true,
+			want:      []string{"refused: the rollout's instructions do not verify, so this node does not act on them: its force instruction: signed by key"},
+		},
+		{
+			name: "an expired force instruction",
+			forge: func(t *testing.T, e *env, r *rollout.Record) {
+				r.Instructions.Force, r.Rollout.Forced = forceOf(t, e, key, "/up/terrarium-1.3.0.upgrade", expired), true
+			},
+			want: []string{"its force instruction: the instruction has expired", "valid until 2025-05-01T00:00:00Z"},
+		},
+		{
+			name: "a force instruction of another upgrade",
+			forge: func(t *testing.T, e *env, r *rollout.Record) {
+				r.Instructions.Force, r.Rollout.Forced = forceOf(t, e, key, "/up/terrarium-1.3.1.upgrade", inTime), true
+			},
+			want: []string{"its force instruction: the instruction is about another upgrade file: it forces 1.3.1"},
+		},
+		{
+			name: "a changed digest",
+			forge: func(t *testing.T, e *env, r *rollout.Record) {
+				d, _, _ := signedFile(t, e, "/up/terrarium-1.3.1.upgrade")
+				r.Rollout.Digest, r.Instructions.Digest = d, d
+			},
+			want: []string{"the record names the upgrade sha256:", "and its signed manifest is sha256:"},
+		},
+		{
+			name:  "a changed version",
+			forge: func(_ *testing.T, _ *env, r *rollout.Record) { r.Rollout.Version = "1.4.0" },
+			want:  []string{"the record names version 1.4.0, and its signed manifest says 1.3.0"},
+		},
+		{
+			name: "a manifest no trusted key signed",
+			forge: func(t *testing.T, e *env, r *rollout.Record) {
+				e.upgradeStick(other, "/other", "1.3.0")
+				d, _, in := signedFile(t, e, "/other/terrarium-1.3.0.upgrade")
+				in.Digest = d
+				r.Rollout.Digest, r.Instructions = d, &in
+			},
+			want: []string{"the upgrade file is signed by a key that is not trusted"},
+		},
+		{
+			name: "the worker listed as a control plane",
+			forge: func(_ *testing.T, _ *env, r *rollout.Record) {
+				r.Rollout.Nodes[1].ControlPlane = true
+			},
+			want: []string{"the rollout lists this node (w-1) as a control plane, which it is not"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newFakeCluster()
+			w := newRolloutNode(t, c, "w-1", pub)
+			require.NoError(t, c.apply(addons.Upgrades))
+			objs, err := addons.NodeUpgradeStatus([]string{"cp-1", "w-1"})
+			require.NoError(t, err)
+			require.NoError(t, c.apply(objs))
+			w.e.upgradeStick(key, "/up", "1.3.0")
+			w.e.upgradeStick(key, "/up", "1.3.1")
+			digest, _, in := signedFile(t, w.e, "/up/terrarium-1.3.0.upgrade")
+			at := time.Date(2025, 5, 31, 0, 0, 0, 0, time.UTC)
+			if tt.markedBad {
+				_, err := rollout.UpdateStatus(context.Background(), &adminAPI{c: c}, "w-1", func(s *rollout.Status) (bool, error) {
+					s.Remember(rollout.Bad{Digest: digest, Version: "1.3.0", Node: "cp-1", Reason: "health failed", At: at})
+					return true, nil
+				})
+				require.NoError(t, err)
+			}
+			if tt.rolledBack {
+				store, err := nodestate.Open(w.e.path(journalPath()))
+				require.NoError(t, err)
+				require.NoError(t, store.Update(func(j *nodestate.Journal) {
+					j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digest, Version: "1.3.0", Reason: "kubelet failed", At: at})
+				}))
+			}
+			c.setRecord(t, func(r *rollout.Record) {
+				u := rollout.Upgrade{Digest: digest, Version: "1.3.0", Ref: "terrarium.internal/upgrade@sha256:" + strings.Repeat("1", 64), Instructions: in}
+				require.NoError(t, r.Start(u, []rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at))
+				require.NoError(t, r.Set(digest, "cp-1", rollout.NodeDone, "runs 1.3.0, blessed", at))
+				tt.forge(t, w.e, r)
+			})
+			w.e.runWatching(t, w.o, func() bool { return c.statusOf(t, "w-1").Phase == rollout.NodeFailed })
+			s := c.statusOf(t, "w-1")
+			for _, want := range tt.want {
+				assert.Contains(t, s.Detail, want)
+				assert.Contains(t, w.e.console.String(), strings.TrimPrefix(want, "refused: "))
+			}
+			assert.Contains(t, w.e.console.String(), "refused on this node, nothing was done")
+			assert.Empty(t, c.cordons, "not drained")
+			assert.Empty(t, w.inst.calls(), "nothing installed")
+			onlyOwnStatus(t, c)
+		})
+	}
+}
+
+// A record an older release wrote (no signed instructions, its force an
+// unsigned flag) still moves a node of this release: it installs the
+// upgrade, whose file it verifies, as it would unforced.
+func TestRecordOfAnOlderRelease(t *testing.T) {
+	c, cp, w, _ := rolloutCluster(t)
+	cp.e.media.remove(layout.LabelUpgradeFAT)
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
+	c.setRecord(t, func(r *rollout.Record) { r.Instructions, r.Rollout.Forced = nil, true })
+
+	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
+	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
+	assert.Equal(t, []upgrade.Policy{upgrade.Refuse}, w.installedUnder(), "an unsigned force forces nothing")
+	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "w-1").Phase)
+}
+
+// A node of a release before signed rollouts, whose turn it is, gets the
+// record's write and the old lock for its turn alone, by its own user;
+// once it reports through its own status object (it upgraded), the
+// control plane takes the write back and frees the lock it held.
+func TestLegacyTurnGetsTheRecordForItsTurn(t *testing.T) {
+	_, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c := newFakeCluster()
+	cp := newRolloutNode(t, c, "cp-1", pub)
+	// The record as a control plane of the older release left it, with
+	// group system:nodes allowed to write it and the lock.
+	require.NoError(t, c.apply([]byte(`apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: "terrarium:node-upgrades", namespace: kube-system}
+rules:
+- {apiGroups: [""], resources: [configmaps], resourceNames: [terrarium-upgrades, terrarium-upgrade-lock], verbs: [get, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "terrarium:node-upgrades", namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "terrarium:node-upgrades"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "system:nodes"}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: terrarium-upgrades, namespace: kube-system}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: terrarium-upgrade-lock, namespace: kube-system}
+`)))
+	at := time.Date(2025, 5, 31, 0, 0, 0, 0, time.UTC)
+	c.setRecord(t, func(r *rollout.Record) {
+		u := rollout.Upgrade{Digest: "sha256:" + strings.Repeat("a", 64), Version: "1.3.0", Ref: "terrarium.internal/upgrade@sha256:" + strings.Repeat("1", 64)}
+		require.NoError(t, r.Start(u, []rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at))
+		require.NoError(t, r.Set(u.Digest, "cp-1", rollout.NodeDone, "", at))
+	})
+	ctx := context.Background()
+	asW := &nodeAPI{c: c, node: "w-1"}
+	write := func(name string) error {
+		m, err := asW.ConfigMap(ctx, rollout.Namespace, name)
+		if err != nil {
+			return err
+		}
+		_, err = asW.UpdateConfigMap(ctx, m)
+		return err
+	}
+	require.NoError(t, write(rollout.ConfigMapName), "the older release's rights")
+
+	// cp-1 runs this release: every node loses the record's write, and
+	// w-1, whose turn it is and which never reported, gets it back for
+	// its turn.
+	cp.e.runWatching(t, cp.o, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Equal(c.bindings[addons.LegacyUpgradesName].subjects, []string{"User system:node:w-1"})
+	})
+	assert.Contains(t, cp.e.console.String(), "rollout: w-1 runs a release before signed rollouts: for its turn alone")
+	assert.False(t, c.allows("cp-1", "update", rollout.ConfigMapName), "no other node writes the record")
+	require.NoError(t, write(rollout.ConfigMapName), "w-1 records its phase itself, as its release does")
+	lock := leaselock.InConfigMap(asW)
+	l, err := lock.Lease(ctx, rollout.Namespace, rollout.LockName)
+	require.NoError(t, err)
+	l.Holder = "w-1"
+	_, err = lock.UpdateLease(ctx, l)
+	require.NoError(t, err, "and takes the old lock for its turn")
+
+	// w-1 upgraded: it reports in its own object; the write goes.
+	_, err = rollout.UpdateStatus(ctx, asW, "w-1", func(s *rollout.Status) (bool, error) { s.Version = "1.3.0"; return true, nil })
+	require.NoError(t, err)
+	cp.e.runWatching(t, cp.o, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.bindings[addons.LegacyUpgradesName].subjects == nil
+	})
+	assert.ErrorIs(t, write(rollout.ConfigMapName), forbidden)
+	l, err = leaselock.InConfigMap(&adminAPI{c: c}).Lease(ctx, rollout.Namespace, rollout.LockName)
+	require.NoError(t, err)
+	assert.Empty(t, l.Holder, "the control plane freed the lock w-1 held")
+	assert.Contains(t, c.record(t).Reporting, "w-1")
+}
+
+// A turn whose node gives no sign is broken by a control plane: the
+// rollout stops, saying why, and no node holds the cluster.
+func TestStaleTurnIsBroken(t *testing.T) {
+	_, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c := newFakeCluster()
+	cp := newRolloutNode(t, c, "cp-1", pub)
+	cp.o.Rollout.StaleTurn = 30 * time.Second // the env's clock moves a second a look
+	require.NoError(t, c.apply(addons.Upgrades))
+	at := time.Date(2025, 5, 31, 0, 0, 0, 0, time.UTC)
+	c.setRecord(t, func(r *rollout.Record) {
+		u := rollout.Upgrade{Digest: "sha256:" + strings.Repeat("a", 64), Version: "1.3.0", Ref: "terrarium.internal/upgrade@sha256:" + strings.Repeat("1", 64)}
+		require.NoError(t, r.Start(u, []rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at))
+		require.NoError(t, r.Set(u.Digest, "cp-1", rollout.NodeDone, "", at))
+		require.NoError(t, r.Set(u.Digest, "w-1", rollout.NodeDraining, "", at))
+	})
+	cp.e.runWatching(t, cp.o, func() bool { return c.record(t).Rollout.Phase == rollout.Stopped })
+	r := c.record(t)
+	assert.Equal(t, "w-1 gave no sign in its turn for 30s, and control plane cp-1 stopped the rollout (the same stick starts it again)", r.Rollout.Reason)
+	assert.Contains(t, cp.e.console.String(), "rollout: w-1 gave no sign in its turn for 30s")
+}
+
+// What a node's credential may do to the upgrades' objects, as the API's
+// RBAC judges the manifests a control plane applies: read the record,
+// read and update its own status object; nothing else, not another
+// node's status, not the record, not the old lock, no create.
+func TestNodeWritesOnlyItsOwnStatus(t *testing.T) {
+	c := newFakeCluster()
+	require.NoError(t, c.apply(addons.Upgrades))
+	objs, err := addons.NodeUpgradeStatus([]string{"cp-1", "w-1"})
+	require.NoError(t, err)
+	require.NoError(t, c.apply(objs))
+	grant, err := addons.LegacyUpgradeGrant("")
+	require.NoError(t, err)
+	require.NoError(t, c.apply(grant))
+	for _, tt := range []struct {
+		node, verb, name string
+		allowed          bool
+	}{
+		{"w-1", "get", rollout.ConfigMapName, true},
+		{"w-1", "update", rollout.ConfigMapName, false},
+		{"w-1", "get", rollout.StatusName("w-1"), true},
+		{"w-1", "update", rollout.StatusName("w-1"), true},
+		{"w-1", "create", rollout.StatusName("w-1"), false},
+		{"w-1", "get", rollout.StatusName("cp-1"), false},
+		{"w-1", "update", rollout.StatusName("cp-1"), false},
+		{"w-1", "get", rollout.LockName, false},
+		{"w-1", "update", rollout.LockName, false},
+		{"cp-1", "update", rollout.StatusName("w-1"), false},
+		{"cp-1", "update", rollout.ConfigMapName, false},
+		{"w-2", "update", rollout.StatusName("w-1"), false},
+		{"w-1", "update", "kubeadm-config", false},
+	} {
+		t.Run(tt.node+" "+tt.verb+" "+tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.allowed, c.allows(tt.node, tt.verb, tt.name))
+		})
+	}
+}
+
 // A worker cannot publish (its registry serves no peer): the stick is
 // refused with where to put it.
 func TestWorkerStickPointsToAControlPlane(t *testing.T) {
@@ -381,25 +960,80 @@ func TestWorkerStickPointsToAControlPlane(t *testing.T) {
 	assert.Empty(t, c.cms)
 }
 
+// On a node alone, a force instruction beside the upgrade file on the
+// stick forces it (here: an upgrade that rolled back on the node before);
+// one by an untrusted key, or about another file, refuses the stick.
+func TestForceInstructionOnAStick(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		force func(t *testing.T, e *env, key, other ed25519.PrivateKey) string
+		want  string
+	}{
+		{"none", func(*testing.T, *env, ed25519.PrivateKey, ed25519.PrivateKey) string { return "" },
+			"this upgrade was rolled back on this node before and is not installed again on its own"},
+		{"signed by a trusted key", func(t *testing.T, e *env, key, _ ed25519.PrivateKey) string {
+			return forceOf(t, e, key, "/stick/terrarium-1.3.0.upgrade", inTime)
+		}, ""},
+		{"signed by another key", func(t *testing.T, e *env, _, other ed25519.PrivateKey) string {
+			return forceOf(t, e, other, "/stick/terrarium-1.3.0.upgrade", inTime)
+		}, "the force instruction beside the upgrade file is refused: terrarium-1.3.0.upgrade.force: signed by key"},
+		{"about another file", func(t *testing.T, e *env, key, _ ed25519.PrivateKey) string {
+			e.upgradeStick(key, "/other", "1.3.1")
+			return forceOf(t, e, key, "/other/terrarium-1.3.1.upgrade", inTime)
+		}, "the instruction is about another upgrade file: it forces 1.3.1"},
+		{"expired", func(t *testing.T, e *env, key, _ ed25519.PrivateKey) string {
+			return forceOf(t, e, key, "/stick/terrarium-1.3.0.upgrade", expired)
+		}, "the instruction has expired"},
+		{"not an instruction", func(*testing.T, *env, ed25519.PrivateKey, ed25519.PrivateKey) string { return "force it\n" },
+			"this is not an upgrade instruction as `imagebuild upgrade force` writes it"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, o, inst, key := upgradeEnv(t)
+			other, _, err := signature.GenerateKey()
+			require.NoError(t, err)
+			var policies []upgrade.Policy
+			o.Install = func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+				policies = append(policies, policy)
+				return inst.install(ctx, v, running, installed, policy, report)
+			}
+			e.upgradeStick(key, "/stick", "1.3.0")
+			digest, _, _ := signedFile(t, e, "/stick/terrarium-1.3.0.upgrade")
+			store, err := nodestate.Open(e.path(journalPath()))
+			require.NoError(t, err)
+			require.NoError(t, store.Update(func(j *nodestate.Journal) {
+				j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digest, Version: "1.3.0", Reason: "kubelet failed", At: time.Now()})
+			}))
+			if f := tt.force(t, e, key, other); f != "" {
+				e.write("/stick/terrarium-1.3.0.upgrade.force", f)
+			}
+			e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+			if tt.want != "" {
+				e.runWatching(t, o, stepsSay(e, "upgrade=refused"))
+				assert.Contains(t, e.console.String(), tt.want)
+				assert.Empty(t, inst.calls())
+				return
+			}
+			e.runWatching(t, o, func() bool { return e.rebootCount() == 1 })
+			assert.Equal(t, []string{"1.3.0"}, inst.calls())
+			assert.Equal(t, []upgrade.Policy{upgrade.Force}, policies)
+			assert.Contains(t, e.console.String(), "upgrade: terrarium-1.3.0.upgrade.force forces it: force 1.3.0 ("+digest+") until 2030-01-01T00:00:00Z, signed by key")
+		})
+	}
+}
+
 func TestUpgradeStatusDrawsTheRollout(t *testing.T) {
 	c := newFakeCluster()
 	e, _ := clusterEnv(t, "")
 	require.NoError(t, e.run(clusterConfig(t, "cp-1")), e.console.String())
-	api := &nodeAPI{c: c, node: "cp-1"}
-	api.save(kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.ConfigMapName})
+	require.NoError(t, c.apply(addons.Upgrades))
 	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	_, err := rollout.Update(context.Background(), api, func(r *rollout.Record) error {
-		if err := r.Start(rollout.Upgrade{Digest: "sha256:aa", Version: "1.3.0", Kubernetes: "v1.36.3", Ref: "x@sha256:bb"},
-			[]rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at, false); err != nil {
-			return err
-		}
+	c.setRecord(t, func(r *rollout.Record) {
+		require.NoError(t, r.Start(rollout.Upgrade{Digest: "sha256:aa", Version: "1.3.0", Kubernetes: "v1.36.3", Ref: "x@sha256:bb"},
+			[]rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", at))
 		r.Bad = append(r.Bad, rollout.Bad{Digest: "sha256:cc", Version: "1.2.9", Node: "w-1", Reason: "kubelet failed", At: at})
-		if err := r.Set("sha256:aa", "cp-1", rollout.NodeDone, "runs 1.3.0, blessed", at.Add(time.Minute)); err != nil {
-			return err
-		}
-		return r.Set("sha256:aa", "w-1", rollout.NodeDraining, "", at.Add(2*time.Minute))
+		require.NoError(t, r.Set("sha256:aa", "cp-1", rollout.NodeDone, "runs 1.3.0, blessed", at.Add(time.Minute)))
+		require.NoError(t, r.Set("sha256:aa", "w-1", rollout.NodeDraining, "", at.Add(2*time.Minute)))
 	})
-	require.NoError(t, err)
 	var out strings.Builder
 	require.NoError(t, UpgradeStatus(context.Background(), UpgradeStatusOptions{Host: e.host(), API: c.as("cp-1"), Out: &out}))
 	assert.Equal(t, `this node  terrarium 1.2.3
@@ -408,7 +1042,7 @@ rollout    1.3.0 (Kubernetes v1.36.3), started by cp-1 at 2026-11-26T10:00:00Z: 
            NODE  ROLE           PHASE       SINCE                 DETAIL
            cp-1  control plane  done        2026-11-26T10:01:00Z  runs 1.3.0, blessed
            w-1   worker         draining ◀  2026-11-26T10:02:00Z  
-bad        1.2.9 rolled back on w-1 at 2026-11-26T10:00:00Z: kubelet failed (not installed again on its own; --force)
+bad        1.2.9 rolled back on w-1 at 2026-11-26T10:00:00Z: kubelet failed (not installed again without a signed force instruction)
 `, out.String())
 }
 
@@ -421,7 +1055,7 @@ func TestOtherSlotHoldsItAlready(t *testing.T) {
 	c := newFakeCluster()
 	cp := newRolloutNode(t, c, "cp-1", pub)
 	cp.peers()
-	c.applyUpgradesManifest()
+	require.NoError(t, c.apply(addons.Upgrades))
 	cp.inst.other = "1.3.0"
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")

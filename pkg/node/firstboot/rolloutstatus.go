@@ -12,6 +12,8 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/rollout"
@@ -90,6 +92,9 @@ func writeRecord(w io.Writer, rec rollout.Record) {
 			kube = " (Kubernetes " + ro.Kubernetes + ")"
 		}
 		fmt.Fprintf(w, "rollout    %s%s, started by %s at %s: %s\n", ro.Version, kube, ro.StartedBy, stamp(ro.StartedAt), ro.Phase)
+		if f := describeForce(rec); f != "" {
+			fmt.Fprintf(w, "           forced: %s\n", f)
+		}
 		if ro.Reason != "" {
 			fmt.Fprintf(w, "           stopped: %s\n", ro.Reason)
 		}
@@ -126,6 +131,30 @@ func writeRecord(w io.Writer, rec rollout.Record) {
 		tw.Flush()
 	}
 	for _, b := range rec.Bad {
-		fmt.Fprintf(w, "bad        %s rolled back on %s at %s: %s (not installed again on its own; --force)\n", b.Version, b.Node, stamp(b.At), b.Reason)
+		fmt.Fprintf(w, "bad        %s rolled back on %s at %s: %s (not installed again without a signed force instruction)\n", b.Version, b.Node, stamp(b.At), b.Reason)
 	}
+}
+
+// describeForce says what forces the rollout, "" when nothing does. The
+// instruction is shown as it reads; every node checks its signature
+// before it honors it.
+func describeForce(rec rollout.Record) string {
+	ro, in := rec.Rollout, rec.Instructions
+	switch {
+	case in != nil && in.Digest == ro.Digest && in.Force != "":
+		i, err := upgrade.ParseInstruction([]byte(in.Force))
+		if err != nil {
+			return "by an instruction that does not read (" + err.Error() + "): no node honors it"
+		}
+		signer := ""
+		if at := strings.Index(in.Force, "terrarium-signature"); at >= 0 {
+			if k, err := signature.Signer([]byte(in.Force[at:])); err == nil {
+				signer = ", signed by key " + k.ID()
+			}
+		}
+		return "by the instruction to " + i.String() + signer + " (each node checks it with the keys it trusts for upgrades)"
+	case ro.Forced:
+		return "by an unsigned flag (a record of an older release): no node of this release forces it"
+	}
+	return ""
 }

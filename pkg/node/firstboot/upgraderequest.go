@@ -29,7 +29,11 @@ type UpgradeRequest struct {
 	// exactly one at its root.
 	Path string `json:"path"`
 	// Force installs a downgrade, the same version again, or an upgrade
-	// that rolled back on this node before; never an incompatible one.
+	// that rolled back on this node before; never an incompatible one. On
+	// a node of a cluster it forces nothing but an install on this node
+	// alone while the cluster's API is out of reach: a forced rollout
+	// needs a force instruction beside the file (upgrade.Instruction),
+	// which forces with or without Force.
 	Force bool `json:"force,omitempty"`
 	// NoReboot leaves the new slot to the next boot.
 	NoReboot bool `json:"noReboot,omitempty"`

@@ -1,15 +1,31 @@
 // Package rollout is the cluster's record of an upgrade moving across its
 // nodes, one node at a time: control planes first, then workers.
 //
-// The record is one JSON document in a ConfigMap (kube-system/
-// terrarium-upgrades), written with optimistic concurrency like every
-// other object the nodes share. It holds the rollout in progress (the
-// upgrade file's digest and version, where the nodes fetch it, and each
-// node's phase, in the order they go) and the upgrades the cluster
-// marked bad: one that rolled back on any node is not installed again by
-// any node on its own. Each node reads the record and acts only when it
-// is the first node not yet done; a Lease (pkg/node/leaselock) keeps two
-// nodes from upgrading at once even when the record is read stale.
+// Three kinds of object in kube-system hold it, each with one kind of
+// writer:
+//
+//   - the record (ConfigMap terrarium-upgrades), written only by control
+//     planes with the cluster's admin credential: the rollout in progress
+//     (the upgrade's digest and version, where the nodes fetch it, the
+//     nodes in the order they go and each one's phase), the upgrades the
+//     cluster marked bad, and, under a key of their own, the rollout's
+//     signed instructions (Instructions): the upgrade file's own manifest
+//     and signature, and a force instruction when the rollout is forced;
+//   - one status object per node (ConfigMap terrarium-upgrade-status-
+//     <node>, Status), written only by that node with its kubelet's
+//     credential: its phase in the rollout, and the upgrades it knows are
+//     bad;
+//   - the RBAC that says so (pkg/node/addons).
+//
+// A node acts only on its own turn (the first node not done), and only
+// on instructions it verified with the keys it trusts for upgrades
+// (Record.Verify): a record whose manifest or force instruction does not
+// verify, or names another upgrade than it signs, moves no node. The
+// control planes fold the nodes' reports into the record (Record.Fold):
+// the turn passes when the node whose turn it was reports done, and no
+// node's credential moves it. The turn is the rollout's lock: no node
+// holds anything another node's credential could take, and a control
+// plane stops a rollout whose turn went stale.
 package rollout
 
 import (
@@ -25,12 +41,16 @@ const (
 	Namespace = "kube-system"
 	// ConfigMapName is the ConfigMap holding the record.
 	ConfigMapName = "terrarium-upgrades"
-	// LockName is the ConfigMap holding the lock a node holds from its
-	// drain to its blessed trial boot (pkg/node/leaselock.InConfigMap: a
-	// node's credentials may write no shared Lease).
+	// LockName is the ConfigMap in which the nodes of a release before
+	// signed rollouts lock their turn; it is kept, and writable, only for
+	// such a node during its turn (addons.LegacyUpgradeGrant).
 	LockName = "terrarium-upgrade-lock"
 	// dataKey is the ConfigMap key of the JSON record.
 	dataKey = "record.json"
+	// instructionsKey is the ConfigMap key of the current rollout's
+	// signed instructions: a key of its own, which a node of an older
+	// release, rewriting record.json with the fields it knows, keeps.
+	instructionsKey = "instructions.json"
 )
 
 // Phases of a rollout.
@@ -60,6 +80,30 @@ type Record struct {
 	Rollout *Rollout `json:"rollout,omitempty"`
 	// Bad are the upgrades that rolled back somewhere in the cluster.
 	Bad []Bad `json:"bad,omitempty"`
+	// Reporting are the nodes seen reporting through their own status
+	// object: they run a release of signed rollouts and never get the
+	// record's write (LegacyTurn).
+	Reporting []string `json:"reporting,omitempty"`
+	// Instructions are the current rollout's signed instructions, nil
+	// when it has none (started by a node of a release before signed
+	// rollouts). They are kept under a ConfigMap key of their own.
+	Instructions *Instructions `json:"-"`
+}
+
+// Instructions are what the nodes act on in a rollout, signed by keys
+// they trust for upgrades: the upgrade file's own manifest and its
+// signature, as the file holds them (so an unforced rollout needs no key
+// but the build's), and, for a forced rollout, a force instruction
+// (upgrade.Instruction) made on the build or operator host.
+type Instructions struct {
+	// Digest is the upgrade they are about (Rollout.Digest).
+	Digest string `json:"digest"`
+	// Manifest and ManifestSignature are manifest.json and
+	// manifest.json.sig of the upgrade file, byte for byte.
+	Manifest          string `json:"manifest"`
+	ManifestSignature string `json:"manifestSignature"`
+	// Force is a force instruction's file, when the rollout is forced.
+	Force string `json:"force,omitempty"`
 }
 
 // Rollout is one upgrade moving across the cluster.
@@ -72,8 +116,10 @@ type Rollout struct {
 	// Ref is the upgrade file in the cluster's registry, as an OCI
 	// artifact every node can pull from its peers.
 	Ref string `json:"ref"`
-	// Forced: started with --force, the nodes install it so too (a
-	// downgrade, or an upgrade that rolled back on them before).
+	// Forced: started with a force instruction, the nodes install it so
+	// too (a downgrade, or an upgrade that rolled back before). What a
+	// node honors is the signed instruction (Instructions.Force), never
+	// this flag alone, which a node of an older release wrote unsigned.
 	Forced    bool      `json:"forced,omitempty"`
 	StartedBy string    `json:"startedBy"`
 	StartedAt time.Time `json:"startedAt"`
@@ -111,8 +157,9 @@ type Member struct {
 // Upgrade is what a rollout installs.
 type Upgrade struct {
 	Digest, Version, Kubernetes, Ref string
-	// Forced: see Rollout.Forced.
-	Forced bool
+	// Instructions are its signed instructions; a force instruction in
+	// them forces the rollout (Rollout.Forced).
+	Instructions Instructions
 }
 
 // Errors of Start.
@@ -135,10 +182,12 @@ func (r *Record) BadUpgrade(digest string) *Bad {
 
 // Start begins rolling u out to members, started by the node named by:
 // control planes first, then workers, each by name. It refuses while
-// another upgrade rolls out and, unless forced, an upgrade the cluster
-// marked bad (forcing clears the mark). Starting the upgrade that rolls
-// out already changes nothing.
-func (r *Record) Start(u Upgrade, members []Member, by string, at time.Time, force bool) error {
+// another upgrade rolls out and, unless u carries a force instruction,
+// an upgrade the cluster marked bad (forcing clears the mark; the caller
+// verified the instruction, and every node verifies it again). Starting
+// the upgrade that rolls out already changes nothing.
+func (r *Record) Start(u Upgrade, members []Member, by string, at time.Time) error {
+	force := u.Instructions.Force != ""
 	if cur := r.Rollout; cur != nil && cur.Phase == Rolling {
 		if cur.Digest == u.Digest {
 			return nil
@@ -166,9 +215,29 @@ func (r *Record) Start(u Upgrade, members []Member, by string, at time.Time, for
 	for i, m := range ordered {
 		nodes[i] = Node{Name: m.Name, ControlPlane: m.ControlPlane, Phase: NodeWaiting}
 	}
-	r.Rollout = &Rollout{Digest: u.Digest, Version: u.Version, Kubernetes: u.Kubernetes, Ref: u.Ref, Forced: u.Forced || force,
+	r.Rollout = &Rollout{Digest: u.Digest, Version: u.Version, Kubernetes: u.Kubernetes, Ref: u.Ref, Forced: force,
 		StartedBy: by, StartedAt: at.UTC(), Phase: Rolling, Nodes: nodes}
+	r.Instructions = nil
+	if in := u.Instructions; in.Manifest != "" || in.Force != "" {
+		in.Digest = u.Digest
+		r.Instructions = &in
+	}
 	return nil
+}
+
+// ID tells this rollout from another of the same upgrade: its digest and
+// when it started. A node's status reports on the rollout of that ID.
+func (ro *Rollout) ID() string {
+	return ro.Digest + "@" + ro.StartedAt.UTC().Format(time.RFC3339Nano)
+}
+
+// Stop stops a rolling rollout, saying why, and reports whether it did.
+func (r *Record) Stop(reason string) bool {
+	if ro := r.Rollout; ro != nil && ro.Phase == Rolling {
+		ro.Phase, ro.Reason = Stopped, reason
+		return true
+	}
+	return false
 }
 
 func (r *Record) clearBad(digest string) {

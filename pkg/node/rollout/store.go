@@ -38,7 +38,28 @@ func load(ctx context.Context, api API) (Record, kubeclient.ConfigMap, error) {
 	if err != nil {
 		return Record{}, m, err
 	}
+	if r.Instructions, err = decodeInstructions(m.Data[instructionsKey]); err != nil {
+		return Record{}, m, err
+	}
 	return r, m, nil
+}
+
+// decodeInstructions reads the rollout's signed instructions; nil when
+// there are none.
+func decodeInstructions(data string) (*Instructions, error) {
+	if data == "" {
+		return nil, nil
+	}
+	if len(data) > maxRecord {
+		return nil, fmt.Errorf("the rollout's instructions (configmap %s/%s key %s) are %d bytes, more than %d",
+			Namespace, ConfigMapName, instructionsKey, len(data), maxRecord)
+	}
+	var in Instructions
+	if err := json.Unmarshal([]byte(data), &in); err != nil {
+		return nil, fmt.Errorf("the rollout's instructions (configmap %s/%s key %s) are not readable: %w",
+			Namespace, ConfigMapName, instructionsKey, err)
+	}
+	return &in, nil
 }
 
 // decode reads the JSON record; an absent one is empty.
@@ -61,16 +82,24 @@ func decode(data string) (Record, error) {
 // maxAttempts bounds Update's retries on conflicting writers.
 const maxAttempts = 8
 
+// ErrUnchanged, returned by Update's change, leaves the record unwritten
+// without an error: there was nothing to change.
+var ErrUnchanged = errors.New("nothing to change in the upgrade record")
+
 // Update changes the cluster's record with change and writes it back,
-// reading it again and redoing change when another node wrote it
+// reading it again and redoing change when another writer wrote it
 // meanwhile. change's error leaves the record as it was and is returned.
+// Only the cluster's admin may write the record (a control plane with its
+// admin credential); a node's credential is refused.
 func Update(ctx context.Context, api API, change func(*Record) error) (Record, error) {
 	for attempt := 0; ; attempt++ {
 		r, m, err := load(ctx, api)
 		if err != nil {
 			return Record{}, err
 		}
-		if err := change(&r); err != nil {
+		if err := change(&r); errors.Is(err, ErrUnchanged) {
+			return r, nil
+		} else if err != nil {
 			return r, err
 		}
 		data, err := marshal(r)
@@ -85,6 +114,18 @@ func Update(ctx context.Context, api API, change func(*Record) error) (Record, e
 			m.Data = map[string]string{}
 		}
 		m.Data[dataKey] = data
+		if r.Instructions == nil {
+			delete(m.Data, instructionsKey)
+		} else {
+			b, err := json.Marshal(r.Instructions)
+			if err != nil {
+				return r, fmt.Errorf("encode the rollout's instructions: %w", err)
+			}
+			m.Data[instructionsKey] = string(b)
+		}
+		if n := len(m.Data[dataKey]) + len(m.Data[instructionsKey]); n > maxRecord {
+			return r, fmt.Errorf("the cluster's upgrade record would be %d bytes, more than %d", n, maxRecord)
+		}
 		if m.ResourceVersion == "" {
 			_, err = api.CreateConfigMap(ctx, m)
 		} else {
@@ -94,7 +135,7 @@ func Update(ctx context.Context, api API, change func(*Record) error) (Record, e
 		case err == nil:
 			return r, nil
 		case errors.Is(err, kubeclient.ErrConflict) && attempt+1 < maxAttempts:
-			continue // another node wrote it: decide again on what it wrote
+			continue // another writer wrote it: decide again on what it wrote
 		default:
 			return r, fmt.Errorf("write the cluster's upgrade record: %w", err)
 		}

@@ -68,7 +68,7 @@ func TestUpdateCreatesThenUpdates(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, r.Rollout)
 
-	_, err = Update(ctx, api, func(r *Record) error { return r.Start(v020, members, "cp-1", t0, false) })
+	_, err = Update(ctx, api, func(r *Record) error { return r.Start(v020, members, "cp-1", t0) })
 	require.NoError(t, err)
 	_, err = Update(ctx, api, func(r *Record) error { return r.Set(v020.Digest, "cp-1", NodeDraining, "", t0) })
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestUpdateCreatesThenUpdates(t *testing.T) {
 	assert.Equal(t, Node{Name: "cp-1", ControlPlane: true, Phase: NodeDraining, At: t0}, n)
 
 	// A refused change writes nothing.
-	_, err = Update(ctx, api, func(r *Record) error { return r.Start(v021, members, "w-1", t0, false) })
+	_, err = Update(ctx, api, func(r *Record) error { return r.Start(v021, members, "w-1", t0) })
 	assert.ErrorIs(t, err, ErrBusy)
 	assert.Equal(t, 2, api.writes)
 }
@@ -89,7 +89,7 @@ func TestUpdateCreatesThenUpdates(t *testing.T) {
 func TestUpdateDecidesAgainAfterAConflict(t *testing.T) {
 	ctx := context.Background()
 	api := &fakeAPI{}
-	_, err := Update(ctx, api, func(r *Record) error { return r.Start(v020, members, "cp-1", t0, false) })
+	_, err := Update(ctx, api, func(r *Record) error { return r.Start(v020, members, "cp-1", t0) })
 	require.NoError(t, err)
 
 	// cp-1 rolls the upgrade back while w-1 tries to start another: w-1's
@@ -114,7 +114,7 @@ func TestUpdateDecidesAgainAfterAConflict(t *testing.T) {
 	calls := 0
 	r, err := Update(ctx, api, func(r *Record) error {
 		calls++
-		return r.Start(v020, members, "w-1", t0, false)
+		return r.Start(v020, members, "w-1", t0)
 	})
 	assert.Equal(t, 2, calls, "decided again on the record read again")
 	assert.ErrorIs(t, err, ErrBad)
@@ -130,4 +130,56 @@ func TestUnreadableRecord(t *testing.T) {
 	_, err = Update(ctx, api, func(*Record) error { return nil })
 	require.Error(t, err)
 	assert.Equal(t, "{not json", api.m.Data[dataKey], "left as it was")
+}
+
+// The rollout's signed instructions go under a key of their own, which a
+// node of an older release keeps when it rewrites record.json with the
+// fields it knows; a rollout without them leaves none behind.
+func TestInstructionsKeptApart(t *testing.T) {
+	ctx := context.Background()
+	api := &fakeAPI{}
+	signed := v020
+	signed.Instructions = Instructions{Manifest: "{\"version\":\"0.2.0\"}\n", ManifestSignature: "sig", Force: "force"}
+	_, err := Update(ctx, api, func(r *Record) error { return r.Start(signed, members, "cp-1", t0) })
+	require.NoError(t, err)
+	require.Contains(t, api.m.Data, instructionsKey)
+	assert.NotContains(t, api.m.Data[dataKey], "manifestSignature")
+
+	// An older node rewrites record.json alone.
+	old := *api.m
+	old.Data = map[string]string{dataKey: `{"rollout":{"digest":"sha256:aa","version":"0.2.0","phase":"rolling","nodes":[{"name":"cp-1","phase":"draining"}]}}`,
+		instructionsKey: api.m.Data[instructionsKey]}
+	api.save(old)
+	r, err := Load(ctx, api)
+	require.NoError(t, err)
+	require.NotNil(t, r.Instructions)
+	assert.Equal(t, Instructions{Digest: v020.Digest, Manifest: signed.Instructions.Manifest, ManifestSignature: "sig", Force: "force"}, *r.Instructions)
+
+	_, err = Update(ctx, api, func(r *Record) error {
+		r.Rollout.Phase = Done
+		return r.Start(v021, members, "cp-1", t0)
+	})
+	require.NoError(t, err)
+	assert.NotContains(t, api.m.Data, instructionsKey, "0.2.1 carries none")
+
+	api.m.Data[instructionsKey] = "{"
+	_, err = Load(ctx, api)
+	assert.ErrorContains(t, err, "the rollout's instructions (configmap kube-system/terrarium-upgrades key instructions.json) are not readable")
+}
+
+func TestUpdateUnchangedWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	api := &fakeAPI{}
+	_, err := Update(ctx, api, func(r *Record) error { return r.Start(v020, members, "cp-1", t0) })
+	require.NoError(t, err)
+	r, err := Update(ctx, api, func(r *Record) error {
+		r.Rollout.Phase = Stopped // not written
+		return ErrUnchanged
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, api.writes)
+	assert.Equal(t, Stopped, r.Rollout.Phase, "what change left, unwritten")
+	r, err = Load(ctx, api)
+	require.NoError(t, err)
+	assert.Equal(t, Rolling, r.Rollout.Phase)
 }
