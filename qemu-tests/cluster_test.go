@@ -116,7 +116,10 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("secrets.yaml: %v, mode %v; want 0600", err, fi.Mode())
 	}
 	bundleDisk := filepath.Join(work, "bundle.img")
-	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "bundle", "disk", "../bundles/sideload-test.yaml", "-o", bundleDisk).CombinedOutput(); err != nil {
+	// Signed with the cluster's key: its nodes trust it (for configs and
+	// bundles), and a node that trusts any key takes only signed bundles.
+	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "bundle", "disk", "../bundles/sideload-test.yaml",
+		"--sign", filepath.Join(configs, "secrets.yaml"), "-o", bundleDisk).CombinedOutput(); err != nil {
 		t.Fatalf("imagebuild bundle disk: %v\n%s", err, out)
 	}
 
@@ -218,6 +221,7 @@ func TestClusterFormation(t *testing.T) {
 	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
 	checkWorkerClock(ctx, t, w, key, cp.ip)
 	w.m.rtcBase = ""
+	checkUpgradeRBAC(ctx, t, w, key)
 
 	manifest := `apiVersion: v1
 kind: Pod
@@ -340,4 +344,48 @@ func checkWorkerClock(ctx context.Context, t *testing.T, w *clusterNode, key ssh
 	t.Logf("%s: %s", w.name, tr)
 	assert.Equal(t, source, tr.Source, "the worker follows the init node")
 	assert.Less(t, tr.Offset.Abs(), time.Second, "the worker's clock is within a second of the init node's")
+}
+
+// checkUpgradeRBAC: the worker's own kubelet credential, against the real
+// API server, reads the cluster's upgrade record and writes its own
+// status object (which cp-1 created for it, and w-1 wrote its first
+// status into), and is refused (403 Forbidden) the record's write, another
+// node's status object, and creating one (pkg/node/addons'
+// Upgrades and NodeUpgradeStatus; the unit tests judge the same manifests
+// with a fake authorizer).
+func checkUpgradeRBAC(ctx context.Context, t *testing.T, w *clusterNode, key sshKey) {
+	t.Helper()
+	c := dialSSH(ctx, t, w.sshPort, key)
+	const k = "kubectl --kubeconfig /etc/kubernetes/kubelet.conf -n kube-system"
+	// cp-1 lists the nodes every minute and creates each one's object;
+	// w-1 writes its status at its next look.
+	var own string
+	var err error
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		own, err = c.sudoTry(k + ` get configmap terrarium-upgrade-status-w-1 -o jsonpath='{.data.status\.json}'`)
+		if (err == nil && strings.Contains(own, `"node":"w-1"`)) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Second)
+	}
+	require.NoError(t, err, "w-1 reads its own upgrade status object as itself: %s", own)
+	assert.Contains(t, own, `"node":"w-1"`, "w-1 wrote its own status")
+	t.Logf("w-1's upgrade status, as w-1 reads it: %s", own)
+
+	out, err := c.sudoTry(k + " get configmap terrarium-upgrades -o name")
+	require.NoError(t, err, "every node reads the record: %s", out)
+
+	for _, tc := range []struct{ what, cmd, verb string }{
+		{"the record's write", k + " get configmap terrarium-upgrades -o json > /tmp/record.json && " + k + " replace -f /tmp/record.json", "update"},
+		{"another node's status object", k + ` create configmap terrarium-upgrade-status-cp-1 --from-literal=status.json='{"node":"cp-1","phase":"done"}' --dry-run=client -o yaml | ` +
+			k + " replace -f -", "update"},
+		{"reading another node's status object", k + " get configmap terrarium-upgrade-status-cp-1", "get"},
+		{"creating a status object", k + " create configmap terrarium-upgrade-status-w-9", "create"},
+	} {
+		out, err := c.sudoTry(tc.cmd)
+		assert.Error(t, err, "%s: w-1's credential must be refused:\n%s", tc.what, out)
+		assert.Regexp(t, `Forbidden.*User "system:node:w-1" cannot `+tc.verb+` resource "configmaps"`, out, tc.what)
+		t.Logf("w-1 refused %s: %s", tc.what, strings.TrimSpace(out))
+	}
 }

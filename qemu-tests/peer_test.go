@@ -146,6 +146,8 @@ func TestPeerPull(t *testing.T) {
 	// The side-load may finish before or after provisioning: look at the
 	// whole console, not just what follows the status line.
 	seen(ctx, t, cpVM, regexp.MustCompile(`bundle disk \S+ added 1 images to the cache`))
+	// Its config trusts no key: it takes the unsigned stick, and says so.
+	seen(ctx, t, cpVM, regexp.MustCompile(`this node trusts no key: took an UNSIGNED bundle from \S+; add a key trusted for bundles to trustedKeys to require signatures`))
 
 	w := dialSSH(ctx, t, workerPort, key)
 	// The worker's image does not carry this image (no image does); the

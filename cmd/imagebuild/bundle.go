@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/cluster/configsign"
@@ -18,6 +19,7 @@ import (
 func bundleCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bundle", Short: "Bundles of container images"}
 	var out, cacheDir, keyPath string
+	var replaceTags []string
 	disk := &cobra.Command{
 		Use:   "disk BUNDLE.yaml",
 		Short: "Write a TERRA-BUNDLE disk (ext4 with an OCI layout) that nodes add to their registry cache",
@@ -32,24 +34,31 @@ func bundleCmd() *cobra.Command {
 				}
 				key = k
 			}
-			m, err := bundledisk.Write(cmd.Context(), args[0], out, key,
+			m, err := bundledisk.Write(cmd.Context(), args[0], out, bundledisk.Signing{Key: key, ReplaceTags: replaceTags},
 				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithLogger(log))
 			if err != nil {
 				return err
 			}
 			for _, img := range m.Images {
-				fmt.Printf("  %-50s %s\n", img.Name, img.Digest)
+				mark := ""
+				if slices.Contains(replaceTags, img.Name) {
+					mark = "  (replaces the image a node has under this name)"
+				}
+				fmt.Printf("  %-50s %s%s\n", img.Name, img.Digest, mark)
 			}
 			fmt.Printf("wrote %s: %d images, %d blobs, %.1f MiB; attach it to a node (disk or USB stick)\n", out, len(m.Images), m.Blobs, float64(m.Size)/(1<<20))
-			if key != nil {
-				fmt.Printf("signed with key %s (%s): nodes with registry.signedBundlesOnly that trust it take it\n", signature.PublicKeyOf(key).ID(), signature.PublicKeyOf(key))
+			if key == nil {
+				fmt.Printf("unsigned: only a node that trusts no key takes it\n")
+				return nil
 			}
+			fmt.Printf("signed with key %s (%s): nodes that trust it for bundles (trustedKeys purposes: [bundle]) take it\n", signature.PublicKeyOf(key).ID(), signature.PublicKeyOf(key))
 			return nil
 		},
 	}
 	disk.Flags().StringVarP(&out, "out", "o", "bundle.img", "disk image to write")
 	disk.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache")
-	disk.Flags().StringVar(&keyPath, "sign", "", "sign the bundle with this key: a .key file from config keygen, or a cluster's secrets file")
+	disk.Flags().StringVar(&keyPath, "sign", "", "sign the bundle with this key: a .key file from config keygen, or a cluster's secrets file; a node that trusts any key takes only bundles signed by a key it trusts for bundles")
+	disk.Flags().StringSliceVar(&replaceTags, "replace-tags", nil, "images of the bundle (host/path:tag, comma-separated or repeated) that replace the image a node holds under that name; needs --sign (without it a side-load never moves a tag)")
 	cmd.AddCommand(disk)
 	return cmd
 }

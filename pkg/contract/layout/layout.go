@@ -41,6 +41,20 @@ const (
 	// index.json, beside it (imagebuild bundle disk --sign): what a node
 	// whose policy takes only signed bundles checks.
 	BundleIndexSignature = "index.json.sig"
+	// BundleReplacesAnnotation, "true" on an entry of a side-load
+	// bundle's index.json (imagebuild bundle disk --replace-tags), says
+	// the entry replaces the image a node holds under the entry's
+	// name:tag. A node honours it only in a bundle signed for bundles by
+	// a key it trusts for bundles (the signature covers index.json, so
+	// the annotation too); otherwise a side-load never moves a tag.
+	BundleReplacesAnnotation = "dev.terrarium.replaces"
+	// BundleRepositoryAnnotation on an index.json entry of a bundle's OCI
+	// layout (the slot's, a side-load disk's) records the manifest under
+	// a repository by digest alone, without a tag: how imagebuild carries
+	// the artifacts whose subject is a bundled image (signatures, SBOMs,
+	// attestations), which the registry lists through the referrers API.
+	// The registry's cache marks its untagged manifests the same way.
+	BundleRepositoryAnnotation = "io.terrarium.registry.repository"
 	// LabelSupport is the label of a stick a running node writes a
 	// support bundle to, and LabelSupportFAT the same as FAT stores it.
 	LabelSupport    = "TERRA-SUPPORT"
@@ -233,6 +247,11 @@ const (
 	// sandbox leaves only them writable.
 	RegistryCacheDir = "/var/lib/terrarium/registry"
 	RegistryMountDir = "/run/terrarium/bundle-disk"
+	// RegistrySideloadLog is the registry's record of the side-load disks
+	// it met, one JSON object a line (registryd.SideloadRecord): what
+	// each added, the tags it replaced with their old digests, or why it
+	// was refused. Beside the cache, in the unit's StateDirectory=.
+	RegistrySideloadLog = RegistryCacheDir + "/sideloads.jsonl"
 	// RegistryPreviousSlotDir is where the registry mounts the slot an
 	// upgrade's trial boot falls back to, read-only, to serve that slot's
 	// bundle too until the boot is blessed (its unit's other

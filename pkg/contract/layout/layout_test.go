@@ -196,8 +196,8 @@ func TestContractDocumented(t *testing.T) {
 		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
-		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature, RegistryCacheDir, RegistryMountDir,
-		RegistryPreviousSlotDir, RunTrialBoot,
+		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature, BundleRepositoryAnnotation, RegistryCacheDir, RegistryMountDir,
+		RegistryPreviousSlotDir, RunTrialBoot, BundleReplacesAnnotation, RegistrySideloadLog,
 		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)

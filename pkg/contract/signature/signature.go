@@ -52,6 +52,11 @@ const (
 	// PurposeBundle signs a side-load bundle's index.json, which names
 	// every manifest and through them every blob by digest.
 	PurposeBundle Purpose = "terrarium bundle index signature v1\n"
+	// PurposeUpgradeInstruction signs an instruction about one upgrade
+	// file that a node's own checks would refuse (package upgrade's
+	// Instruction: force it), made on the build or operator host and
+	// carried beside the file or in the cluster's rollout record.
+	PurposeUpgradeInstruction Purpose = "terrarium upgrade instruction signature v1\n"
 )
 
 // message returns what is signed for data.
@@ -94,6 +99,13 @@ func VerifyFor(p Purpose, sigFile, data []byte, trusted []PublicKey) (PublicKey,
 		return PublicKey{}, fmt.Errorf("signed by key %s: %w", key.ID(), ErrBadSignature)
 	}
 	return key, nil
+}
+
+// Signer returns the key a signature file names, without checking the
+// signature: what a message about a refused signature names.
+func Signer(sigFile []byte) (PublicKey, error) {
+	key, _, err := parseFile(sigFile)
+	return key, err
 }
 
 // parseFile returns the key and signature of a signature file, accepting

@@ -291,7 +291,8 @@ func FuzzVerify(f *testing.F) {
 }
 
 // A signature made for one purpose never verifies for another: a signed
-// config is no signed bundle index, and the other way round.
+// config is no signed bundle index nor upgrade instruction, and the other
+// way round.
 func TestPurposesApart(t *testing.T) {
 	key := fixedKey(1)
 	trusted := []PublicKey{PublicKeyOf(key)}
@@ -299,6 +300,10 @@ func TestPurposesApart(t *testing.T) {
 	for _, tc := range []struct{ signed, verified Purpose }{
 		{PurposeConfig, PurposeBundle},
 		{PurposeBundle, PurposeConfig},
+		{PurposeConfig, PurposeUpgradeInstruction},
+		{PurposeUpgradeInstruction, PurposeConfig},
+		{PurposeBundle, PurposeUpgradeInstruction},
+		{PurposeUpgradeInstruction, PurposeBundle},
 	} {
 		sig := SignFor(tc.signed, key, data)
 		_, err := VerifyFor(tc.signed, sig, data, trusted)

@@ -15,6 +15,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -49,8 +50,11 @@ type Info struct {
 
 // WriteBackup writes an encrypted backup of the snapshot s into dir (on
 // the node, or a mounted stick) and returns its path. The file appears
-// whole or not at all.
-func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, dir string) (string, error) {
+// whole or not at all. It is refused before it is written when dir's file
+// system lacks the room, and on TERRA-STATE (the snapshot's) the reserve
+// beside it (WithSpace).
+func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, dir string, opts ...Option) (string, error) {
+	o := newOptions(opts)
 	pass, err := passphrase(c)
 	if err != nil {
 		return "", err
@@ -62,6 +66,9 @@ func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, d
 			return "", fmt.Errorf("backup: the cluster PKI: %w", err)
 		}
 		pki[name] = b
+	}
+	if err := checkBackupSpace(o, s, pki, dir); err != nil {
+		return "", fmt.Errorf("backup: %w", err)
 	}
 	m := backup.Manifest{
 		Cluster: c.Cluster.Name, CACertHash: c.Cluster.CACertHash, Node: c.Hostname,
@@ -75,6 +82,25 @@ func WriteBackup(h *host.Host, c *machineconfig.Config, info Info, s Snapshot, d
 		return "", fmt.Errorf("backup: writing %s: %w", out, err)
 	}
 	return out, nil
+}
+
+// checkBackupSpace refuses a backup that does not fit in dir: a stick
+// needs the backup's room; TERRA-STATE (where the snapshot is) the
+// reserve for etcd beside it.
+func checkBackupSpace(o options, s Snapshot, pki map[string][]byte, dir string) error {
+	need := diskspace.Need{
+		What: "the backup", Path: dir, Bytes: backupNeed(s.Size, pki),
+		Fix: "write it onto a stick with more free space (the backup is written whole or not at all)",
+	}
+	onState, err := diskspace.SameFS(o.space, dir, filepath.Dir(s.Path))
+	if err != nil {
+		return fmt.Errorf("check the free space for the backup: %w", err)
+	}
+	if onState {
+		need.Reserve = o.reserve
+		need.Fix = "write it onto a TERRA-BACKUP stick or another disk, or free space on TERRA-STATE"
+	}
+	return diskspace.Check(o.space, need)
 }
 
 // restoreWork is where a restore unpacks and rebuilds, beside the etcd

@@ -20,6 +20,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/etcdmember"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
@@ -49,8 +50,11 @@ type Snapshot struct {
 }
 
 // Take snapshots the local etcd member into layout.EtcdSnapshotDir and
-// keeps the newest keep snapshots there (older ones are removed).
-func Take(ctx context.Context, h *host.Host, keep int) (Snapshot, error) {
+// keeps the newest keep snapshots there (older ones are removed). A
+// snapshot that would leave less than the reserve free on STATE
+// (WithSpace) is refused before etcdctl runs.
+func Take(ctx context.Context, h *host.Host, keep int, opts ...Option) (Snapshot, error) {
+	o := newOptions(opts)
 	dir := h.Path(layout.EtcdSnapshotDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
@@ -63,6 +67,13 @@ func Take(ctx context.Context, h *host.Host, keep int) (Snapshot, error) {
 				_ = os.RemoveAll(p)
 			}
 		}
+	}
+	err := diskspace.Check(o.space, diskspace.Need{
+		What: "the etcd snapshot", Path: dir, Bytes: snapshotNeed(h), Reserve: o.reserve,
+		Fix: "keep fewer snapshots (cluster.backup.keep), or free space on TERRA-STATE or enlarge it (the runbook's \"TERRA-STATE is full\")",
+	})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}
 	at := h.Now().UTC().Truncate(time.Second)
 	name := snapshotPrefix + at.Format(snapshotTime) + snapshotSuffix

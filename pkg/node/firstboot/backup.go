@@ -69,8 +69,9 @@ func (r *runner) writeBackup(ctx context.Context, cfg *machineconfig.Config, dir
 		return BackupResult{}, errors.New("this node runs no etcd member: back up a control plane of the cluster")
 	}
 	_, keep := cfg.Cluster.BackupSchedule()
+	space := etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes())
 	res := BackupResult{Fresh: true}
-	snap, err := etcdbackup.Take(ctx, r.o.Host, keep)
+	snap, err := etcdbackup.Take(ctx, r.o.Host, keep, space)
 	if err != nil {
 		newest, ok, lerr := etcdbackup.Newest(r.o.Host)
 		if lerr != nil || !ok {
@@ -81,7 +82,7 @@ func (r *runner) writeBackup(ctx context.Context, cfg *machineconfig.Config, dir
 	res.Snapshot = snap
 	kube, _ := r.flow.KubernetesVersion() // recorded for the reader only
 	info := etcdbackup.Info{Release: r.rel.Version, Kubernetes: kube}
-	res.Path, err = etcdbackup.WriteBackup(r.o.Host, cfg, info, snap, r.o.Host.Path(dir))
+	res.Path, err = etcdbackup.WriteBackup(r.o.Host, cfg, info, snap, r.o.Host.Path(dir), space)
 	if err != nil {
 		return BackupResult{}, err
 	}
@@ -112,7 +113,7 @@ func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
 		}
 		return
 	}
-	s, err := etcdbackup.Take(ctx, r.o.Host, keep)
+	s, err := etcdbackup.Take(ctx, r.o.Host, keep, etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
 	if err != nil {
 		r.snapshotFailed = now
 		r.step("etcd snapshot", "failed", err.Error())

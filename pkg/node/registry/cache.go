@@ -35,8 +35,9 @@ type Cache struct {
 }
 
 var (
-	_ Store  = (*Cache)(nil)
-	_ Lister = (*Cache)(nil)
+	_ Store          = (*Cache)(nil)
+	_ Lister         = (*Cache)(nil)
+	_ ManifestLister = (*Cache)(nil)
 )
 
 const layoutMarker = `{"imageLayoutVersion":"1.0.0"}`
@@ -133,6 +134,13 @@ func (c *Cache) Tags(_ context.Context, repo string) ([]string, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.cat.tagsOf(repo)
+}
+
+// Manifests implements ManifestLister.
+func (c *Cache) Manifests(_ context.Context, repo string) ([]v1.Descriptor, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cat.manifestsOf(repo)
 }
 
 // String names the store in logs.
@@ -235,13 +243,28 @@ type record struct {
 	repo, tag string // an empty tag records the manifest by digest only
 	desc      v1.Descriptor
 	raw       []byte // desc's content if at hand, else nil
+	// ifWas, when set, records the tag only if the cache has it now with
+	// that digest (the zero Hash: not at all) or with desc's already: a
+	// side-load's plan still holds when it is recorded.
+	ifWas *v1.Hash
 }
 
 // record adds names to index.json (replacing an existing entry for the
-// same repository and tag) and to the in-memory catalog.
+// same repository and tag) and to the in-memory catalog. When a record's
+// ifWas does not hold, nothing is recorded and the error matches
+// ErrSideloadMovesTag.
 func (c *Cache) record(recs ...record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, r := range recs {
+		if r.ifWas == nil || r.tag == "" {
+			continue
+		}
+		if now := c.cat.tags[r.repo][r.tag].Digest; now != *r.ifWas && now != r.desc.Digest {
+			return fmt.Errorf("%s:%s changed to %s while it was copied (it was %s): %w",
+				r.repo, r.tag, digestOrNone(now), digestOrNone(*r.ifWas), ErrSideloadMovesTag)
+		}
+	}
 	entries := slices.Clone(c.entries)
 	replaced := false
 	for _, r := range recs {
@@ -286,6 +309,22 @@ func (c *Cache) record(recs ...record) error {
 	}
 	c.cat = cat
 	return nil
+}
+
+// digestOrNone names a digest in a message; the zero Hash is "no image".
+func digestOrNone(h v1.Hash) string {
+	if h == (v1.Hash{}) {
+		return "no image"
+	}
+	return h.String()
+}
+
+// tagDigest is the digest the cache holds repo:tag with; the zero Hash
+// when it holds no such tag.
+func (c *Cache) tagDigest(repo, tag string) v1.Hash {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cat.tags[repo][tag].Digest
 }
 
 func (c *Cache) addToCatalog(cat *catalog, repo, tag string, desc v1.Descriptor, raw []byte) {

@@ -9,8 +9,6 @@ import (
 	"io"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
 // Add copies the manifest that src resolves for repo and reference (a tag
@@ -44,108 +42,6 @@ func (c *Cache) Add(ctx context.Context, src Store, repo, reference string) (v1.
 	return stripDescriptor(desc), nil
 }
 
-// AddLayout copies every named image of the OCI layout in dir (a
-// side-loaded bundle) into the cache, verifying every manifest and blob it
-// reads, and records the names. It returns the references added
-// ("host/path:tag").
-//
-// The layout is untrusted: its files are read through an os.Root on dir,
-// so no path or symlink leads out of it (ErrSideloadOutside); only regular
-// files are read (ErrSideloadNotRegular); index.json, manifests and configs
-// are capped, and a blob is never read past its descriptor's size
-// (ErrSideloadTooLarge). A name:tag the slot's bundle holds (WithBundle)
-// with another digest is refused (ErrShadowsBundle); with the same digest
-// it is skipped. With SignedBy, index.json must carry a signature
-// (layout.BundleIndexSignature) by one of the keys, checked on the very
-// bytes that are then used (ErrSideloadUnsigned). On any error AddLayout
-// removes the blobs it added, records nothing and returns an error naming
-// the file.
-func (c *Cache) AddLayout(ctx context.Context, dir string, opts ...AddOption) ([]string, error) {
-	var o addOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := checkSideloadDir(dir); err != nil {
-		return nil, err
-	}
-	ld, err := openLayoutDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ld.Close()
-	idx, raw, err := readLayoutIndex(ld, sideloadIndexMax)
-	if err != nil {
-		return nil, err
-	}
-	if o.signed {
-		if err := checkIndexSignature(ld, raw, o.keys); err != nil {
-			return nil, err
-		}
-	}
-	plan, err := c.planLayout(ctx, dir, idx)
-	if err != nil {
-		return nil, err
-	}
-	cp := c.newCopier(&layoutStore{dir: ld, cat: newCatalog()}, dir)
-	cp.limits = copyLimits{manifest: sideloadManifestMax, config: sideloadConfigMax, tooLarge: ErrSideloadTooLarge}
-	var recs []record
-	var refs []string
-	for _, p := range plan {
-		raw, err := cp.manifest(ctx, p.desc)
-		if err != nil {
-			cp.rollback()
-			return nil, fmt.Errorf("add layout %s: %w", dir, err)
-		}
-		for _, n := range p.names {
-			recs = append(recs, record{repo: n.repo, tag: n.tag, desc: p.desc, raw: raw})
-			if n.tag != "" {
-				refs = append(refs, n.repo+":"+n.tag)
-			}
-		}
-	}
-	if err := c.record(recs...); err != nil {
-		cp.rollback()
-		return nil, fmt.Errorf("add layout %s: %w", dir, err)
-	}
-	return refs, nil
-}
-
-// layoutEntry is an index.json entry to copy, with the names to record.
-type layoutEntry struct {
-	desc  v1.Descriptor
-	names []entryName
-}
-
-// planLayout lists what AddLayout copies: the named entries of idx, without
-// the names the slot's bundle already holds with the same digest. A name
-// the bundle holds with another digest refuses the whole layout.
-func (c *Cache) planLayout(ctx context.Context, dir string, idx *v1.IndexManifest) ([]layoutEntry, error) {
-	var plan []layoutEntry
-	for _, e := range idx.Manifests {
-		names := entryNames(e)
-		if len(names) == 0 {
-			c.log.Warn("registry: bundle entry has no name; skipped", "layout", dir, "digest", e.Digest)
-			continue
-		}
-		var keep []entryName
-		for _, n := range names {
-			held, err := c.bundleHolds(ctx, n, e.Digest)
-			if err != nil {
-				return nil, fmt.Errorf("add layout %s: %w", dir, err)
-			}
-			if held {
-				c.log.Info("registry: side-loaded tag is the slot's own; skipped", "layout", dir, "repository", n.repo, "tag", n.tag)
-				continue
-			}
-			keep = append(keep, n)
-		}
-		if len(keep) > 0 {
-			plan = append(plan, layoutEntry{desc: e, names: keep})
-		}
-	}
-	return plan, nil
-}
-
 // bundleHolds reports whether the slot's bundle holds n with digest d; it
 // returns an error matching ErrShadowsBundle if it holds n with another.
 // Names without a tag shadow nothing (a digest names its content).
@@ -173,23 +69,34 @@ type copyLimits struct {
 	// tooLarge is wrapped by the errors for content over a limit, or
 	// larger than its descriptor says.
 	tooLarge error
+	// depth bounds how deep image indexes nest (1: the manifest copied
+	// is an index of images); 0: any depth. Deeper is ErrSideloadTooDeep.
+	depth int
 }
 
-// copier copies a manifest graph from a Store into the cache.
+// copier copies a manifest graph from a Store into the cache. A copier
+// that measures (measure) reads and checks the manifests as a copy
+// would, but writes nothing: it adds up in need the bytes of what the
+// cache lacks.
 type copier struct {
-	c       *Cache
-	src     Store
-	srcDir  string // for error messages, if src is a layout
-	limits  copyLimits
-	done    map[v1.Hash]bool
+	c      *Cache
+	src    Store
+	srcDir string // for error messages, if src is a layout
+	limits copyLimits
+	done   map[v1.Hash]bool
+	// heights holds, for each index done, how many levels of indexes it
+	// is (1: an index of images).
+	heights map[v1.Hash]int
 	created []v1.Hash
+	measure bool
+	need    uint64
 }
 
 func (c *Cache) newCopier(src Store, srcDir string) *copier {
 	// A store's content is bounded by what it says, and by the size of
 	// a manifest read into memory; AddLayout sets side-load limits.
 	limits := copyLimits{manifest: maxManifestSize, config: -1, tooLarge: ErrDigestMismatch}
-	return &copier{c: c, src: src, srcDir: srcDir, limits: limits, done: map[v1.Hash]bool{}}
+	return &copier{c: c, src: src, srcDir: srcDir, limits: limits, done: map[v1.Hash]bool{}, heights: map[v1.Hash]int{}}
 }
 
 // rollback removes the blobs this copier created.
@@ -226,6 +133,12 @@ func (cp *copier) openError(d v1.Hash, err error) error {
 // manifest copies a manifest and everything it references, and returns its
 // content.
 func (cp *copier) manifest(ctx context.Context, desc v1.Descriptor) ([]byte, error) {
+	return cp.manifestAt(ctx, desc, 1)
+}
+
+// manifestAt is manifest for a manifest depth levels down: 1 for the one
+// named, 2 for a manifest its index lists, and so on.
+func (cp *copier) manifestAt(ctx context.Context, desc v1.Descriptor, depth int) ([]byte, error) {
 	limit := cp.limits.manifest
 	if desc.Size > limit {
 		return nil, fmt.Errorf("%s: manifest of %d bytes, more than %d: %w", cp.where(desc.Digest), desc.Size, limit, cp.limits.tooLarge)
@@ -250,6 +163,11 @@ func (cp *copier) manifest(ctx context.Context, desc v1.Descriptor) ([]byte, err
 		return nil, fmt.Errorf("%s: %w", cp.where(desc.Digest), err)
 	}
 	if cp.done[desc.Digest] {
+		// Seen before, higher up perhaps: what it holds is as deep as then.
+		if deepest := depth - 1 + cp.heights[desc.Digest]; cp.limits.depth > 0 && deepest > cp.limits.depth {
+			return nil, fmt.Errorf("%s: holds an image index %d levels down, more than %d: %w",
+				cp.where(desc.Digest), deepest, cp.limits.depth, ErrSideloadTooDeep)
+		}
 		return raw, nil
 	}
 	mt := desc.MediaType
@@ -258,13 +176,19 @@ func (cp *copier) manifest(ctx context.Context, desc v1.Descriptor) ([]byte, err
 	}
 	switch {
 	case mt.IsIndex():
+		if cp.limits.depth > 0 && depth > cp.limits.depth {
+			return nil, fmt.Errorf("%s: an image index %d levels down, more than %d: %w",
+				cp.where(desc.Digest), depth, cp.limits.depth, ErrSideloadTooDeep)
+		}
 		var idx v1.IndexManifest
 		if err := json.Unmarshal(raw, &idx); err != nil {
 			return nil, fmt.Errorf("parse index %s: %w", desc.Digest, err)
 		}
+		height := 1
 		for _, child := range idx.Manifests {
 			if isManifestType(child.MediaType) {
-				_, err = cp.manifest(ctx, child)
+				_, err = cp.manifestAt(ctx, child, depth+1)
+				height = max(height, 1+cp.heights[child.Digest])
 			} else {
 				err = cp.blob(ctx, child, -1)
 			}
@@ -272,6 +196,7 @@ func (cp *copier) manifest(ctx context.Context, desc v1.Descriptor) ([]byte, err
 				return nil, err
 			}
 		}
+		cp.heights[desc.Digest] = height
 	case mt.IsImage():
 		var m v1.Manifest
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -292,6 +217,10 @@ func (cp *copier) manifest(ctx context.Context, desc v1.Descriptor) ([]byte, err
 	default:
 		return nil, fmt.Errorf("%s: unsupported manifest media type %q", cp.where(desc.Digest), mt)
 	}
+	if cp.measure {
+		cp.count(desc.Digest, int64(len(raw)))
+		return raw, nil
+	}
 	if err := cp.put(ctx, desc.Digest, int64(len(raw)), bytes.NewReader(raw)); err != nil {
 		return nil, err
 	}
@@ -305,6 +234,10 @@ func (cp *copier) blob(ctx context.Context, desc v1.Descriptor, limit int64) err
 		return fmt.Errorf("%s: %d bytes, more than %d: %w", cp.where(desc.Digest), desc.Size, limit, cp.limits.tooLarge)
 	}
 	if cp.done[desc.Digest] || cp.c.present(desc.Digest, desc.Size) {
+		return nil
+	}
+	if cp.measure {
+		cp.count(desc.Digest, desc.Size)
 		return nil
 	}
 	content, err := cp.src.Open(ctx, desc.Digest)
@@ -321,6 +254,15 @@ func (cp *copier) blob(ctx context.Context, desc v1.Descriptor, limit int64) err
 	return cp.put(ctx, desc.Digest, desc.Size, content.Body)
 }
 
+// count adds a blob of size bytes to what a measuring copier needs,
+// unless the cache has it.
+func (cp *copier) count(d v1.Hash, size int64) {
+	if !cp.done[d] && size > 0 && !cp.c.present(d, size) {
+		cp.need += uint64(size)
+	}
+	cp.done[d] = true
+}
+
 func (cp *copier) put(ctx context.Context, d v1.Hash, size int64, r io.Reader) error {
 	created, err := cp.c.put(ctx, d, size, r)
 	if created {
@@ -330,35 +272,5 @@ func (cp *copier) put(ctx context.Context, d v1.Hash, size int64, r io.Reader) e
 		return fmt.Errorf("%s: %w", cp.where(d), err)
 	}
 	cp.done[d] = true
-	return nil
-}
-
-// AddOption is an option of AddLayout.
-type AddOption func(*addOptions)
-
-type addOptions struct {
-	signed bool
-	keys   []signature.PublicKey
-}
-
-// SignedBy makes AddLayout take only a layout whose index.json is signed
-// by one of keys (none: nothing is taken).
-func SignedBy(keys []signature.PublicKey) AddOption {
-	return func(o *addOptions) { o.signed, o.keys = true, keys }
-}
-
-// checkIndexSignature checks index, the bytes of index.json, against its
-// signature file in the layout.
-func checkIndexSignature(ld *layoutDir, index []byte, keys []signature.PublicKey) error {
-	sig, err := ld.readFile(layout.BundleIndexSignature, signature.MaxFileSize)
-	if errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("%s: no %s: %w", ld.path("index.json"), layout.BundleIndexSignature, ErrSideloadUnsigned)
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := signature.VerifyFor(signature.PurposeBundle, sig, index, keys); err != nil {
-		return fmt.Errorf("%s: %w: %w", ld.path(layout.BundleIndexSignature), err, ErrSideloadUnsigned)
-	}
 	return nil
 }

@@ -7,6 +7,14 @@
 // content pulled through from peer nodes. Every manifest and blob is hashed
 // and compared with its digest before this process serves it for the first
 // time; content that does not match is never served. A side-loaded layout
-// (Cache.AddLayout) is untrusted: it is read through an os.Root with size
-// caps, and it can never shadow a tag of the slot's bundle (WithBundle).
+// (Cache.Sideload) is untrusted: it is read through an os.Root with size
+// caps, it can never shadow a tag of the slot's bundle (WithBundle), it
+// moves a tag the cache has only when signed to say so (SignedBy), and it
+// is measured against the free space first (WithSpace).
+//
+// The referrers API (GET /v2/<name>/referrers/<digest>) lists the manifests
+// of a repository whose subject is the digest (signatures, SBOMs,
+// attestations), read from every store that is a ManifestLister. A layout
+// records such an artifact in its index.json by digest under its subject's
+// repository (layout.BundleRepositoryAnnotation), as imagebuild writes it.
 package registry

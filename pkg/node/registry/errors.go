@@ -35,11 +35,20 @@ var (
 		"write the disk again with 'imagebuild bundle disk'")
 	// ErrShadowsBundle: the layout tags a name:tag that the slot's bundle
 	// holds with another digest. The slot's images are never replaced.
-	// ErrSideloadUnsigned: the node takes only signed bundles and the
-	// layout's index.json has no signature by a key it trusts.
-	ErrSideloadUnsigned = errors.New("is not signed by a key this node trusts, and this node takes only signed bundles " +
-		"(registry.signedBundlesOnly); write the disk with 'imagebuild bundle disk --sign KEY', KEY a key the node's trustedKeys list")
 	ErrShadowsBundle = errors.New("tags an image of the slot's bundle with another digest; " +
 		"the slot's images cannot be replaced by a side-load: drop that tag from the bundle " +
 		"(or give the image another tag), or update the node's image to change them")
+	// ErrSideloadUnsigned: the node takes only signed bundles (it trusts a
+	// key, SignedBy) and the layout's index.json has no bundle signature
+	// by a key it trusts for bundles.
+	ErrSideloadUnsigned = errors.New("a node that trusts any key takes only bundles signed for bundles " +
+		"by a key it trusts for bundles")
+	// ErrSideloadMovesTag: the layout names a name:tag the node's cache
+	// already has with another digest, and is not a signed bundle that
+	// says it replaces it (layout.BundleReplacesAnnotation).
+	ErrSideloadMovesTag = errors.New("a side-load does not move a tag the node already has to another digest")
+	// ErrSideloadTooDeep: an image index of the layout nests indexes
+	// deeper than sideloadMaxDepth.
+	ErrSideloadTooDeep = errors.New("nests image indexes deeper than a side-load disk may " +
+		"(an index inside an index inside …); write the disk again with 'imagebuild bundle disk'")
 )

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 
 	"github.com/terrarium-os/terrarium/pkg/node/mirrors"
@@ -42,10 +43,24 @@ type Config struct {
 	// joins, and is renewed in place.
 	ClientCertFile string `json:"clientCertFile,omitempty"`
 	ClientKeyFile  string `json:"clientKeyFile,omitempty"`
-	// SignedBundlesOnly takes only side-load bundles signed by one of
-	// TrustedKeys (ed25519:…, the node config's trustedKeys).
-	SignedBundlesOnly bool     `json:"signedBundlesOnly,omitempty"`
-	TrustedKeys       []string `json:"trustedKeys,omitempty"`
+	// RequireSignedBundles says the node trusts a key (for any purpose),
+	// so it takes a side-load bundle only when its index.json is signed
+	// for bundles by one of BundleKeys; a node that trusts no key takes
+	// bundles unsigned, and says so. Always written: a registry.json
+	// without it is an older firstboot's (see loadConfig).
+	RequireSignedBundles bool `json:"requireSignedBundles"`
+	// BundleKeys (ed25519:…) are the keys the node trusts for bundles
+	// (machineconfig.Config.BundleKeys): only a bundle signed by one of
+	// them may replace a tag the node has.
+	BundleKeys []string `json:"bundleKeys,omitempty"`
+	// StateReserveBytes is the free space a side-load leaves on
+	// TERRA-STATE for etcd (machineconfig.Config.StateReserveBytes); 0:
+	// machineconfig.DefaultStateReserveMiB.
+	StateReserveBytes uint64 `json:"stateReserveBytes,omitempty"`
+
+	// predatesTrust: the file is an older firstboot's, written before
+	// side-loads needed signatures on nodes that trust a key.
+	predatesTrust bool
 }
 
 // Options wire the daemon to its machine; Defaults has production values.
@@ -74,12 +89,16 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	var keys []signature.PublicKey
-	for _, k := range cfg.TrustedKeys {
+	for _, k := range cfg.BundleKeys {
 		pk, err := signature.ParsePublicKey(k)
 		if err != nil {
-			return fmt.Errorf("%s: trustedKeys: %w", o.ConfigFile, err)
+			return fmt.Errorf("%s: bundleKeys: %w", o.ConfigFile, err)
 		}
 		keys = append(keys, pk)
+	}
+	if cfg.predatesTrust {
+		o.Log.Warn("registry: registry.json predates side-load trust (no requireSignedBundles): side-loads must be signed by its keys until firstboot rewrites it and restarts the registry",
+			"config", o.ConfigFile, "keys", len(keys))
 	}
 	var stores []registry.Store
 	cacheOpts := []registry.Option{registry.WithLogger(o.Log)}
@@ -145,7 +164,8 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.SideLoad != nil {
-		o.SideLoad.SignedOnly, o.SideLoad.Keys = cfg.SignedBundlesOnly, keys
+		o.SideLoad.RequireSigned, o.SideLoad.Keys, o.SideLoad.Reserve = cfg.RequireSignedBundles, keys, cfg.stateReserve()
+		o.SideLoad.predatesTrust = cfg.predatesTrust
 		go o.SideLoad.Watch(ctx, cache)
 	}
 	select {
@@ -191,17 +211,45 @@ func PeerFetcher(path string) (*registry.Fetcher, error) {
 	return registry.NewFetcher(cfg.PeerURLs(), cfg.peerTLS(pool))
 }
 
+// stateReserve is the reserve a side-load keeps on TERRA-STATE.
+func (c Config) stateReserve() uint64 {
+	if c.StateReserveBytes == 0 {
+		return machineconfig.DefaultStateReserveMiB << 20
+	}
+	return c.StateReserveBytes
+}
+
+// loadConfig reads registry.json. One an older firstboot wrote (before
+// requireSignedBundles) is read too: its signedBundlesOnly and
+// trustedKeys become BundleKeys, and side-loads must be signed (it cannot
+// say whether the node trusts a key) until firstboot rewrites it, which
+// restarts the registry.
 func loadConfig(path string) (Config, error) {
-	var c Config
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return c, nil // not provisioned yet: loopback only
+		return Config{}, nil // not provisioned yet: loopback only
 	}
 	if err != nil {
-		return c, fmt.Errorf("read registry config: %w", err)
+		return Config{}, fmt.Errorf("read registry config: %w", err)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return c, fmt.Errorf("parse registry config %s: %w", path, err)
+	var f struct {
+		Config
+		RequireSignedBundles *bool `json:"requireSignedBundles"`
+		// An older firstboot's.
+		SignedBundlesOnly bool     `json:"signedBundlesOnly"`
+		TrustedKeys       []string `json:"trustedKeys"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return Config{}, fmt.Errorf("parse registry config %s: %w", path, err)
+	}
+	c := f.Config
+	if f.RequireSignedBundles != nil {
+		c.RequireSignedBundles = *f.RequireSignedBundles
+		return c, nil
+	}
+	c.RequireSignedBundles, c.predatesTrust = true, true
+	if f.SignedBundlesOnly {
+		c.BundleKeys = f.TrustedKeys
 	}
 	return c, nil
 }
@@ -312,7 +360,7 @@ func Defaults(log *slog.Logger, console io.Writer) Options {
 			Interval: 5 * time.Second, Log: log, Mount: slotmount.Mount,
 		},
 		SideLoad: &SideLoader{
-			LabelDir: "/dev/disk/by-label", MountDir: layout.RegistryMountDir,
+			LabelDir: "/dev/disk/by-label", MountDir: layout.RegistryMountDir, Record: layout.RegistrySideloadLog,
 			Console: console, Log: log, Interval: 2 * time.Second,
 		},
 	}

@@ -2,6 +2,7 @@ package registryd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/media"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 	"golang.org/x/sys/unix"
@@ -25,12 +27,12 @@ var bundleLabels = []string{layout.LabelBundle, layout.LabelBundleFAT}
 // device, runs, or gains privileges.
 const mountFlags = unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOSUID
 
-// layoutAdder is what the side-loader needs of the cache.
-type layoutAdder interface {
-	AddLayout(ctx context.Context, dir string, opts ...registry.AddOption) ([]string, error)
+// sideloader is what the side-loader needs of the cache.
+type sideloader interface {
+	Sideload(ctx context.Context, dir string, opts ...registry.AddOption) (registry.Sideloaded, error)
 }
 
-var _ layoutAdder = (*registry.Cache)(nil)
+var _ sideloader = (*registry.Cache)(nil)
 
 // SideLoader adds bundles from disks labelled TERRA-BUNDLE, attached at
 // boot or later, to the node's cache.
@@ -40,11 +42,24 @@ type SideLoader struct {
 	Console  io.Writer
 	Log      *slog.Logger
 	Interval time.Duration
-	// SignedOnly takes only bundles whose index is signed by one of Keys
-	// (the node's trusted keys).
-	SignedOnly bool
-	Keys       []signature.PublicKey
+	// RequireSigned takes only bundles signed for bundles by one of Keys
+	// (the keys the node trusts for bundles): the node trusts a key.
+	// Without it bundles are taken unsigned, and the console says so; they
+	// cannot replace a tag the node has.
+	RequireSigned bool
+	Keys          []signature.PublicKey
+	// Reserve is the free space a side-load leaves on the cache's file
+	// system (TERRA-STATE) for etcd; Space measures it (nil: statfs).
+	Reserve uint64
+	Space   diskspace.FS
+	// Record is the side-load log (layout.RegistrySideloadLog), one
+	// SideloadRecord a line for each disk; "": none is kept.
+	Record string
+	// Now is the clock of the log's records (nil: time.Now).
+	Now func() time.Time
 
+	// predatesTrust: registry.json is an older firstboot's (Run).
+	predatesTrust bool
 	// mount and unmount default to mount(2) with mountFlags and
 	// umount(2); tests replace them.
 	mount   func(dev, dir string) error
@@ -55,7 +70,7 @@ type SideLoader struct {
 // and the kernel's sequence number) is loaded once per insertion: a
 // refused disk is reported once, and the registry keeps serving (nothing
 // of it was added).
-func (s *SideLoader) Watch(ctx context.Context, cache layoutAdder) {
+func (s *SideLoader) Watch(ctx context.Context, cache sideloader) {
 	done := map[string]bool{}
 	for {
 		for _, label := range bundleLabels {
@@ -65,9 +80,7 @@ func (s *SideLoader) Watch(ctx context.Context, cache layoutAdder) {
 				continue
 			}
 			done[id] = true
-			if err := s.load(ctx, dev, cache); err != nil {
-				s.say("bundle disk %s refused, nothing was added to the cache (the registry keeps serving): %v", dev, err)
-			}
+			s.take(ctx, dev, cache)
 		}
 		select {
 		case <-ctx.Done():
@@ -75,6 +88,28 @@ func (s *SideLoader) Watch(ctx context.Context, cache layoutAdder) {
 		case <-time.After(s.Interval):
 		}
 	}
+}
+
+// take side-loads the disk dev once: it adds its bundle to the cache or
+// refuses it, says which on the console and records it in the log.
+func (s *SideLoader) take(ctx context.Context, dev string, cache sideloader) {
+	res, err := s.load(ctx, dev, cache)
+	s.record(dev, res, err)
+	if err != nil {
+		s.say("bundle disk %s refused, nothing was added to the cache (the registry keeps serving): %v", dev, err)
+		return
+	}
+	if !res.Signed {
+		s.say("this node trusts no key: took an UNSIGNED bundle from %s; add a key trusted for bundles to trustedKeys to require signatures", dev)
+	}
+	for _, r := range res.Replaced {
+		s.say("bundle disk %s replaced %s: it was %s, now %s (the bundle is signed by key %s and says it replaces it)", dev, r.Ref, r.Old, r.New, res.Signer.ID())
+	}
+	signed := ""
+	if res.Signed {
+		signed = " (signed by key " + res.Signer.ID() + ")"
+	}
+	s.say("bundle disk %s added %d images to the cache%s: %v", dev, len(res.Added), signed, res.Added)
 }
 
 func diskID(dev string) string {
@@ -101,17 +136,17 @@ func (s *SideLoader) say(format string, args ...any) {
 	}
 }
 
-// load mounts dev and adds its layout to the cache. A panic on the disk's
-// content is an error too: the service must not restart into the same
-// disk.
-func (s *SideLoader) load(ctx context.Context, dev string, cache layoutAdder) (err error) {
+// load mounts dev and adds its layout to the cache. A panic on the
+// disk's content is an error too: the service must not restart into the
+// same disk.
+func (s *SideLoader) load(ctx context.Context, dev string, cache sideloader) (res registry.Sideloaded, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("internal error while reading the disk (please report it): %v", r)
+			res, err = registry.Sideloaded{}, fmt.Errorf("internal error while reading the disk (please report it): %v", r)
 		}
 	}()
 	if err := os.MkdirAll(s.MountDir, 0o700); err != nil {
-		return err
+		return res, err
 	}
 	mount, unmount := s.mount, s.unmount
 	if mount == nil {
@@ -121,33 +156,35 @@ func (s *SideLoader) load(ctx context.Context, dev string, cache layoutAdder) (e
 		unmount = func(dir string) error { return unix.Unmount(dir, 0) }
 	}
 	if err := mount(dev, s.MountDir); err != nil {
-		return err
+		return res, err
 	}
 	defer func() {
 		if err := unmount(s.MountDir); err != nil {
 			s.Log.Warn("registry: unmount bundle disk", "dir", s.MountDir, "err", err)
 		}
 	}()
-	// AddLayout refuses a layout directory that is a symlink, so a
+	// Sideload refuses a layout directory that is a symlink, so a
 	// "bundle" linking out of the disk goes no further.
 	root := s.MountDir
 	if _, err := os.Lstat(filepath.Join(root, "oci-layout")); err != nil {
 		root = filepath.Join(s.MountDir, "bundle")
 		if _, err := os.Lstat(filepath.Join(root, "oci-layout")); err != nil {
-			return fmt.Errorf("no OCI layout at / or /bundle (make the disk with 'imagebuild bundle disk')")
+			return res, fmt.Errorf("no OCI layout at / or /bundle (make the disk with 'imagebuild bundle disk')")
 		}
 	}
 	s.say("verifying bundle disk %s", dev)
-	var opts []registry.AddOption
-	if s.SignedOnly {
+	opts := []registry.AddOption{registry.WithSpace(s.Space, s.Reserve)}
+	if s.RequireSigned {
 		opts = append(opts, registry.SignedBy(s.Keys))
 	}
-	refs, err := cache.AddLayout(ctx, root, opts...)
+	res, err = cache.Sideload(ctx, root, opts...)
 	if err != nil {
-		return err
+		if s.predatesTrust && errors.Is(err, registry.ErrSideloadUnsigned) {
+			err = fmt.Errorf("%w (the registry's configuration was written by an older firstboot, so it takes only bundles signed by its keys until firstboot rewrites it and restarts the registry, which then reads the disk again)", err)
+		}
+		return res, err
 	}
-	s.say("bundle disk %s added %d images to the cache: %v", dev, len(refs), refs)
-	return nil
+	return res, nil
 }
 
 // mountReadOnly mounts dev on dir with mountFlags, trying the file systems

@@ -3,6 +3,7 @@ package registryd
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +27,7 @@ import (
 
 	contract "github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/registry"
 )
 
@@ -69,6 +72,21 @@ func writeLayout(t *testing.T, dir string, imgs map[string]v1.Image) {
 	}
 }
 
+// signDisk signs the layout in dir for bundles with key.
+func signDisk(t *testing.T, dir string, key ed25519.PrivateKey) {
+	t.Helper()
+	index, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, contract.BundleIndexSignature), signature.SignFor(signature.PurposeBundle, key, index), 0o644))
+}
+
+func digest(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	d, err := img.Digest()
+	require.NoError(t, err)
+	return d
+}
+
 func randomImage(t *testing.T) v1.Image {
 	t.Helper()
 	img, err := random.Image(1024, 1)
@@ -93,13 +111,18 @@ func fakeDisk(t *testing.T, sl *SideLoader, mounts *atomic.Int32) {
 // hostile side-load disk: the disk is refused with its named error,
 // reported once, and the registry keeps serving the slot's images.
 func TestRefusedDiskKeepsServing(t *testing.T) {
-	_, trusted, err := signature.GenerateKey()
+	key, trusted, err := signature.GenerateKey()
 	require.NoError(t, err)
+	moved := randomImage(t) // the image a tag moves to
 	for _, tc := range []struct {
 		name   string
 		disk   func(t *testing.T, dir string)
 		want   error
 		config string // registry.json; none when empty
+		// before fills the node's cache before the registry starts.
+		before func(t *testing.T, cacheDir string)
+		space  diskspace.FS // what the side-loader sees of STATE
+		text   []string     // more the console says
 	}{{
 		name: "index.json is a symlink to /dev/zero",
 		disk: func(t *testing.T, dir string) {
@@ -122,12 +145,89 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 		},
 		want: registry.ErrShadowsBundle,
 	}, {
-		name: "unsigned, on a node that takes only signed bundles",
+		name: "unsigned, on a node that trusts a key for bundles",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+		},
+		want:   registry.ErrSideloadUnsigned,
+		config: `{"requireSignedBundles": true, "bundleKeys": ["` + trusted.String() + `"]}`,
+		text:   []string{"index.json: unsigned (no index.json.sig beside it)", "KEY one this node trusts for bundles (" + trusted.ID() + ")"},
+	}, {
+		name: "signed by a key the node trusts for configs only",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+			signDisk(t, dir, key)
+		},
+		want:   registry.ErrSideloadUnsigned,
+		config: `{"requireSignedBundles": true}`,
+		text:   []string{"signed by key " + trusted.ID() + " (" + trusted.String() + "), which this node does not trust for bundles", "this node trusts no key for bundles"},
+	}, {
+		name: "unsigned; an older firstboot's registry.json with signedBundlesOnly",
 		disk: func(t *testing.T, dir string) {
 			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
 		},
 		want:   registry.ErrSideloadUnsigned,
 		config: `{"signedBundlesOnly": true, "trustedKeys": ["` + trusted.String() + `"]}`,
+	}, {
+		name: "unsigned; an older firstboot's registry.json without keys",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+		},
+		want:   registry.ErrSideloadUnsigned,
+		config: `{"peers": []}`,
+		text:   []string{"written by an older firstboot", "until firstboot rewrites it and restarts the registry"},
+	}, {
+		name: "an unsigned bundle moving a tag the node has",
+		before: func(t *testing.T, cacheDir string) {
+			c, err := registry.OpenCache(cacheDir)
+			require.NoError(t, err)
+			_, err = c.AddImage(context.Background(), "quay.io/extra/app:1", randomImage(t))
+			require.NoError(t, err)
+		},
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": moved})
+		},
+		want:   registry.ErrSideloadMovesTag,
+		config: `{"requireSignedBundles": false}`,
+		text:   []string{"quay.io/extra/app:1 is sha256:", " on this node and " + digest(t, moved).String() + " in the bundle"},
+	}, {
+		name: "a signed bundle moving a tag it does not say it replaces",
+		before: func(t *testing.T, cacheDir string) {
+			c, err := registry.OpenCache(cacheDir)
+			require.NoError(t, err)
+			_, err = c.AddImage(context.Background(), "quay.io/extra/app:1", randomImage(t))
+			require.NoError(t, err)
+		},
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": moved})
+			signDisk(t, dir, key)
+		},
+		want:   registry.ErrSideloadMovesTag,
+		config: `{"requireSignedBundles": true, "bundleKeys": ["` + trusted.String() + `"]}`,
+		text:   []string{" in the bundle", "--replace-tags"},
+	}, {
+		name: "too little space on STATE beside the reserve",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
+		},
+		want:   diskspace.ErrNoSpace,
+		config: `{"requireSignedBundles": false, "stateReserveBytes": 1073741824}`,
+		space:  diskspace.Fixed{Avail: 1<<30 + 1024},
+		text:   []string{"the side-load of 1 images needs ", "which has 1.0 GiB free and keeps 1.0 GiB of it for etcd (state.reserveMiB)"},
+	}, {
+		name: "image indexes nested too deep",
+		disk: func(t *testing.T, dir string) {
+			writeLayout(t, dir, nil)
+			p, err := layout.FromPath(dir)
+			require.NoError(t, err)
+			var idx v1.ImageIndex = mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: randomImage(t)})
+			for range 4 {
+				idx = mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: idx})
+			}
+			require.NoError(t, p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "quay.io/extra/deep:1"})))
+		},
+		want: registry.ErrSideloadTooDeep,
+		text: []string{"quay.io/extra/deep:1: ", "an image index 5 levels down, more than 4"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -137,10 +237,14 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 
 			console := &consoleBuffer{}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			sl := &SideLoader{MountDir: filepath.Join(dir, "disk"), Console: console, Log: log, Interval: 5 * time.Millisecond}
+			sl := &SideLoader{MountDir: filepath.Join(dir, "disk"), Console: console, Log: log, Interval: 5 * time.Millisecond,
+				Space: tc.space, Record: filepath.Join(dir, "sideloads.jsonl")}
 			var mounts atomic.Int32
 			fakeDisk(t, sl, &mounts)
 			tc.disk(t, sl.MountDir)
+			if tc.before != nil {
+				tc.before(t, filepath.Join(dir, "cache"))
+			}
 
 			cfg := filepath.Join(dir, "registry.json")
 			if tc.config != "" {
@@ -173,6 +277,17 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(out, "refused, nothing was added"), "reported once")
 			assert.Equal(t, int32(1), mounts.Load(), "mounted once")
 			assert.Contains(t, out, tc.want.Error())
+			for _, w := range tc.text {
+				assert.Contains(t, out, w)
+			}
+			assert.NotContains(t, out, "UNSIGNED")
+			recs, err := ReadSideloadLog(sl.Record)
+			require.NoError(t, err)
+			if assert.Len(t, recs, 1) {
+				assert.Equal(t, SideloadRefused, recs[0].Outcome)
+				assert.Contains(t, recs[0].Error, tc.want.Error(), "the log records why")
+				assert.Empty(t, recs[0].Added)
+			}
 
 			for ref, img := range map[string]v1.Image{helloRef: hello, apiserverRef: apiserver} {
 				repo, tag, _ := strings.Cut(ref, ":")
@@ -199,8 +314,9 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 // adderFunc is a hand-written fake of the cache.
 type adderFunc func(ctx context.Context, dir string) ([]string, error)
 
-func (f adderFunc) AddLayout(ctx context.Context, dir string, _ ...registry.AddOption) ([]string, error) {
-	return f(ctx, dir)
+func (f adderFunc) Sideload(ctx context.Context, dir string, _ ...registry.AddOption) (registry.Sideloaded, error) {
+	refs, err := f(ctx, dir)
+	return registry.Sideloaded{Added: refs}, err
 }
 
 // A refusal, or even a panic on the disk's content, is reported once and

@@ -42,9 +42,14 @@ func registryFiles(c *machineconfig.Config) (map[string]string, map[string]os.Fi
 		r = *c.Registry
 	}
 	files, modes := map[string]string{}, map[string]os.FileMode{}
-	rc := registryd.Config{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers}
-	if r.SignedBundlesOnly {
-		rc.SignedBundlesOnly, rc.TrustedKeys = true, c.TrustedKeys
+	rc := registryd.Config{Serve: r.Serve, Listen: r.Listen, Peers: r.Peers,
+		// A node that trusts any key takes only bundles signed by a key
+		// it trusts for bundles; one that trusts none takes them unsigned.
+		RequireSignedBundles: len(c.TrustedPublicKeys()) > 0,
+		StateReserveBytes:    c.StateReserveBytes(),
+	}
+	for _, k := range c.BundleKeys() {
+		rc.BundleKeys = append(rc.BundleKeys, k.String())
 	}
 	add := func(path, content string, mode os.FileMode) {
 		files[path], modes[path] = content, mode

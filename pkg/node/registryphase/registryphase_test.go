@@ -142,20 +142,48 @@ func TestClientCertificate(t *testing.T) {
 	}
 }
 
-// signedBundlesOnly hands the registry the config's trusted keys.
-func TestSignedBundlesOnly(t *testing.T) {
-	keys := []string{"ed25519:7Dk7PWAuF2dvs+89QQwuY0TXKmWrdbzHt3t6JOqD4tE="}
-	for _, only := range []bool{false, true} {
-		c := &machineconfig.Config{TrustedKeys: keys, Registry: &machineconfig.Registry{SignedBundlesOnly: only}}
-		files, _, err := registryFiles(c)
-		require.NoError(t, err)
-		var rc registryd.Config
-		require.NoError(t, json.Unmarshal([]byte(files[layout.RegistryConfigFile]), &rc))
-		assert.Equal(t, only, rc.SignedBundlesOnly)
-		if only {
-			assert.Equal(t, keys, rc.TrustedKeys)
-		} else {
-			assert.Empty(t, rc.TrustedKeys)
-		}
+// The registry gets the side-load policy from the config: a node that
+// trusts any key (for any purpose) requires signed bundles, by the keys it
+// trusts for bundles (and, with the legacy signedBundlesOnly, its bare
+// keys); and the reserve it keeps on STATE.
+func TestSideloadPolicy(t *testing.T) {
+	const (
+		k1 = "ed25519:7Dk7PWAuF2dvs+89QQwuY0TXKmWrdbzHt3t6JOqD4tE="
+		k2 = "ed25519:Ls0m7fU3V1rCIVDyv6mW6gqfJ8tVfB7q4bq0gRM7lno="
+	)
+	for _, tc := range []struct {
+		name        string
+		keys        []machineconfig.TrustedKey
+		signedOnly  bool
+		reserveMiB  uint64
+		wantRequire bool
+		wantKeys    []string
+		wantReserve uint64
+	}{
+		{name: "no key: unsigned bundles taken", wantReserve: machineconfig.DefaultStateReserveMiB << 20},
+		{name: "a key for configs only: signed bundles required, no key signs them",
+			keys: []machineconfig.TrustedKey{{Key: k1}}, wantRequire: true, wantReserve: 1 << 30},
+		{name: "a key for bundles",
+			keys:        []machineconfig.TrustedKey{{Key: k1}, {Key: k2, Purposes: []machineconfig.KeyPurpose{machineconfig.PurposeConfig, machineconfig.PurposeBundle}}},
+			wantRequire: true, wantKeys: []string{k2}, wantReserve: 1 << 30},
+		{name: "signedBundlesOnly: bare keys sign bundles too", keys: []machineconfig.TrustedKey{{Key: k1}}, signedOnly: true,
+			wantRequire: true, wantKeys: []string{k1}, wantReserve: 1 << 30},
+		{name: "a reserve of its own", reserveMiB: 2048, wantReserve: 2 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &machineconfig.Config{TrustedKeys: tc.keys, Registry: &machineconfig.Registry{SignedBundlesOnly: tc.signedOnly}}
+			if tc.reserveMiB != 0 {
+				c.State = &machineconfig.State{ReserveMiB: tc.reserveMiB}
+			}
+			files, _, err := registryFiles(c)
+			require.NoError(t, err)
+			raw := files[layout.RegistryConfigFile]
+			assert.Contains(t, raw, `"requireSignedBundles": `, "always written: a file without it is an older firstboot's")
+			var rc registryd.Config
+			require.NoError(t, json.Unmarshal([]byte(raw), &rc))
+			assert.Equal(t, tc.wantRequire, rc.RequireSignedBundles)
+			assert.Equal(t, tc.wantKeys, rc.BundleKeys)
+			assert.Equal(t, tc.wantReserve, rc.StateReserveBytes)
+		})
 	}
 }

@@ -22,8 +22,10 @@ type Peers interface {
 // manifest (checked against its digest and refused unless it is an
 // upgrade artifact of at most MaxFileSize), then the upgrade file,
 // checked against the manifest's digest of it before it is named in the
-// index. What a peer sends that does not match is not kept. The upgrade
-// file's own signature is for the installer to check.
+// index. What a peer sends that does not match is not kept. A file that
+// would leave less than the reserve free (WithSpace) is refused before it
+// is fetched. The upgrade file's own signature is for the installer to
+// check.
 func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artifact, error) {
 	if a, ok := s.Find(manifest); ok {
 		return a, nil
@@ -35,6 +37,9 @@ func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artif
 	file, version, err := parseManifest(raw)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", manifest, peer, err)
+	}
+	if err := s.checkSpace(version, file.Size); err != nil {
+		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", version, peer, err)
 	}
 	body, _, err := peers.Blob(ctx, peer, layout.UpgradeRepository, file.Digest)
 	if err != nil {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
 )
 
 // Media types of the artifact.
@@ -65,13 +66,29 @@ func (a Artifact) Ref() string { return layout.UpgradeRepository + "@" + a.Manif
 
 // Share is the layout in one directory.
 type Share struct {
-	dir string
+	dir     string
+	space   diskspace.FS
+	reserve uint64
+}
+
+// Option configures Open.
+type Option func(*Share)
+
+// WithSpace makes the share keep reserve bytes free on its file system
+// (TERRA-STATE's reserve for etcd, machineconfig.Config.StateReserveBytes)
+// when it writes an upgrade file, asking fs for the free space (nil: the
+// kernel's, which is also the default, with no reserve).
+func WithSpace(fs diskspace.FS, reserve uint64) Option {
+	return func(s *Share) { s.space, s.reserve = fs, reserve }
 }
 
 // Open opens the share in dir, creating an empty layout there when there
 // is none.
-func Open(dir string) (*Share, error) {
+func Open(dir string, opts ...Option) (*Share, error) {
 	s := &Share{dir: dir}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
 		return nil, fmt.Errorf("open the upgrade share: %w", err)
 	}
@@ -98,17 +115,34 @@ func (s *Share) blobPath(h v1.Hash) string {
 // FilePath is where an artifact's upgrade file is.
 func (s *Share) FilePath(a Artifact) string { return s.blobPath(a.File) }
 
-// Add copies the upgrade file r for version into the share and records it. Adding a file the share holds
-// already records it again and copies nothing more than the read.
-func (s *Share) Add(ctx context.Context, r io.Reader, version string) (Artifact, error) {
+// Add copies the upgrade file r of size bytes for version into the share
+// and records it. Adding a file the share holds already records it again.
+// A file that would leave less than the reserve free (WithSpace) is
+// refused before anything is written (diskspace.ErrNoSpace).
+func (s *Share) Add(ctx context.Context, r io.Reader, size int64, version string) (Artifact, error) {
 	if !validTag(version) {
 		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
 	}
-	file, size, err := s.putBlob(ctx, r, nil, MaxFileSize)
+	if size <= 0 || size > MaxFileSize {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, outside 1..%d", version, size, int64(MaxFileSize))
+	}
+	if err := s.checkSpace(version, size); err != nil {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	file, _, err := s.putBlob(ctx, &sizedReader{r: r, left: size}, nil, size)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
 	return s.record(file, size, version)
+}
+
+// checkSpace refuses an upgrade file of size bytes that would leave less
+// than the reserve free on the share's file system.
+func (s *Share) checkSpace(version string, size int64) error {
+	return diskspace.Check(s.space, diskspace.Need{
+		What: "the upgrade file " + version, Path: s.dir, Bytes: uint64(size), Reserve: s.reserve,
+		Fix: "free space on TERRA-STATE or enlarge it (the runbook's \"TERRA-STATE is full\")",
+	})
 }
 
 // record writes the artifact's config and manifest for an upgrade file
@@ -249,6 +283,22 @@ var ErrDigest = errors.New("content does not match its digest")
 
 func digestOf(h hash.Hash) v1.Hash {
 	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+}
+
+// sizedReader reads a file of a known size: one that ends early is an
+// error (one that goes on, putBlob's limit refuses).
+type sizedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	if errors.Is(err, io.EOF) && s.left > 0 {
+		return n, fmt.Errorf("the file ended %d bytes before its size: %w", s.left, io.ErrUnexpectedEOF)
+	}
+	return n, err
 }
 
 // ctxReader stops a long copy when its context ends.

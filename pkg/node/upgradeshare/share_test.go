@@ -61,7 +61,7 @@ func TestAddServeFetch(t *testing.T) {
 	src, err := Open(a)
 	require.NoError(t, err)
 	data := upgradeFile(t, 3<<20)
-	art, err := src.Add(ctx, bytes.NewReader(data), "0.2.0")
+	art, err := src.Add(ctx, bytes.NewReader(data), int64(len(data)), "0.2.0")
 	require.NoError(t, err)
 	assert.Equal(t, "0.2.0", art.Version)
 	assert.EqualValues(t, len(data), art.Size)
@@ -167,12 +167,12 @@ func TestPruneKeepsOnlyWhatARolloutNeeds(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir)
 	require.NoError(t, err)
-	old, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), "0.2.0")
+	old, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.0")
 	require.NoError(t, err)
-	cur, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), "0.2.1")
+	cur, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.1")
 	require.NoError(t, err)
 	// The same version again replaces its entry.
-	cur2, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), "0.2.1")
+	cur2, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.1")
 	require.NoError(t, err)
 	list, err := s.List()
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestPruneKeepsOnlyWhatARolloutNeeds(t *testing.T) {
 	assert.False(t, ok)
 
 	before := blobNames(t, dir)
-	_, err = s.Add(ctx, bytes.NewReader([]byte("x")), "../0.3")
+	_, err = s.Add(ctx, bytes.NewReader([]byte("x")), 1, "../0.3")
 	assert.ErrorContains(t, err, "cannot be a tag")
 	assert.Equal(t, before, blobNames(t, dir), "nothing kept")
 }
