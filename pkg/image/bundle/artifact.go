@@ -17,10 +17,12 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 )
 
-// artifact is an image or an index; exactly one of the fields is set.
+// artifact is an image or an index (exactly one of the two is set), with
+// the artifacts whose subject is one of its manifests.
 type artifact struct {
-	image v1.Image
-	index v1.ImageIndex
+	image     v1.Image
+	index     v1.ImageIndex
+	referrers []artifact
 }
 
 // manifest is what images and indexes have in common.

@@ -26,6 +26,9 @@ type Resolved struct {
 	// Source describes where the image came from, e.g.
 	// "registry registry.k8s.io/pause@sha256:..." or "build ./hello".
 	Source string
+	// Referrers are the artifacts whose subject is the image's manifest
+	// or one under its index, carried with it (from a layout source).
+	Referrers []Referrer
 }
 
 // MediaType is the media type of the image's manifest (or index).
@@ -133,8 +136,9 @@ func (r *resolver) resolve(ctx context.Context, img Image) (Resolved, error) {
 		return Resolved{}, fmt.Errorf("resolved to %s but the bundle pins %s", desc.Digest, pin)
 	}
 	r.opts.log.Info("resolved image", "image", img.Name, "digest", desc.Digest.String(),
-		"source", src.String(), "cached", cached)
-	return Resolved{Name: img.Name, Digest: desc.Digest, Image: a.image, Index: a.index, Source: src.String()}, nil
+		"source", src.String(), "cached", cached, "referrers", len(a.referrers))
+	return Resolved{Name: img.Name, Digest: desc.Digest, Image: a.image, Index: a.index, Source: src.String(),
+		Referrers: a.referrerList()}, nil
 }
 
 // produce fetches the source's content and stores it in the cache under

@@ -45,8 +45,11 @@ func (s *layoutSource) fetch(context.Context) (artifact, func(), error) {
 	return a, func() {}, err
 }
 
-// readLayout picks the image named ref (or the sole image) from the OCI
-// image layout at dir and narrows it to the platforms.
+// readLayout picks the image named ref (or the sole image, its referrers
+// aside) from the OCI image layout at dir and narrows it to the platforms.
+// The layout's artifacts whose subject is one of the picked manifests
+// (signatures, SBOMs, attestations: index.json entries whose manifest has
+// a subject) come with it.
 func readLayout(dir, ref string, platforms []v1.Platform) (artifact, error) {
 	p, err := layout.FromPath(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -63,13 +66,27 @@ func readLayout(dir, ref string, platforms []v1.Platform) (artifact, error) {
 	if err != nil {
 		return artifact{}, fmt.Errorf("malformed index.json: %w", err)
 	}
-	desc, err := pickEntry(im.Manifests, ref)
+	entries, err := readEntries(p, im.Manifests)
+	if errors.Is(err, fs.ErrNotExist) {
+		return artifact{}, fmt.Errorf("malformed OCI image layout: missing blob: %w", err)
+	}
+	if err != nil {
+		return artifact{}, fmt.Errorf("malformed OCI image layout: %w", err)
+	}
+	candidates := im.Manifests
+	if ref == "" {
+		candidates = notReferrers(entries)
+	}
+	desc, err := pickEntry(candidates, ref)
 	if err != nil {
 		return artifact{}, err
 	}
 	a, err := artifactOf(idx, desc)
 	if err == nil {
 		a, err = selectPlatforms(a, platforms)
+	}
+	if err == nil {
+		a.referrers, err = referrersOf(idx, entries, a)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return artifact{}, fmt.Errorf("malformed OCI image layout: missing blob: %w", err)

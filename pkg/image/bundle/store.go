@@ -17,6 +17,10 @@ import (
 // key of the recipe (source, platforms, build inputs) that produced it.
 const KeyAnnotation = "dev.terrarium.bundle.key"
 
+// referrerAnnotation marks the cache layout's entries that are referrers
+// of the image with the same KeyAnnotation.
+const referrerAnnotation = "dev.terrarium.bundle.referrer"
+
 // store is the cache: an OCI image layout whose index.json maps recipe keys
 // to manifests. Blobs are content-addressed and written atomically, so
 // several processes may fill it at once; index.json is only touched under
@@ -57,10 +61,11 @@ func (s *store) locked(fn func() error) error {
 	return fn()
 }
 
-// lookup returns the artifact stored under key when it and all its blobs
-// are present.
+// lookup returns the artifact stored under key, with its referrers, when
+// it and all their blobs are present.
 func (s *store) lookup(key string) (artifact, bool, error) {
 	var found *v1.Descriptor
+	var referrers []v1.Descriptor
 	err := s.locked(func() error {
 		idx, err := layout.Path(s.dir).ImageIndex()
 		if err != nil {
@@ -71,7 +76,11 @@ func (s *store) lookup(key string) (artifact, bool, error) {
 			return err
 		}
 		for i, d := range im.Manifests {
-			if d.Annotations[KeyAnnotation] == key {
+			switch {
+			case d.Annotations[KeyAnnotation] != key:
+			case d.Annotations[referrerAnnotation] != "":
+				referrers = append(referrers, d)
+			default:
 				found = &im.Manifests[i]
 			}
 		}
@@ -80,11 +89,11 @@ func (s *store) lookup(key string) (artifact, bool, error) {
 	if err != nil || found == nil {
 		return artifact{}, false, wrapCache(s.dir, err)
 	}
-	a, err := s.load(*found)
+	a, err := s.load(*found, referrers)
 	if err != nil {
 		return artifact{}, false, nil // damaged entry: resolve again
 	}
-	bs, err := a.blobs()
+	bs, err := a.allBlobs()
 	if err != nil || !present(s.dir, bs) {
 		return artifact{}, false, nil
 	}
@@ -109,10 +118,10 @@ func present(dir string, bs []blob) bool {
 	return true
 }
 
-// put copies the artifact into the cache under key and returns it read
-// back from the cache.
+// put copies the artifact and its referrers into the cache under key and
+// returns them read back from the cache.
 func (s *store) put(ctx context.Context, key string, a artifact, progress func(done, total int64)) (artifact, error) {
-	bs, err := a.blobs()
+	bs, err := a.allBlobs()
 	if err != nil {
 		return artifact{}, err
 	}
@@ -124,21 +133,36 @@ func (s *store) put(ctx context.Context, key string, a artifact, progress func(d
 		return artifact{}, err
 	}
 	desc.Annotations = map[string]string{KeyAnnotation: key}
+	referrers := make([]v1.Descriptor, 0, len(a.referrers))
+	for _, r := range a.referrers {
+		rd, err := r.descriptor()
+		if err != nil {
+			return artifact{}, fmt.Errorf("referrer: %w", err)
+		}
+		rd.Annotations = map[string]string{KeyAnnotation: key, referrerAnnotation: "true"}
+		referrers = append(referrers, rd)
+	}
 	err = s.locked(func() error {
 		p := layout.Path(s.dir)
 		if err := p.RemoveDescriptors(match.Annotation(KeyAnnotation, key)); err != nil {
 			return err
 		}
-		return p.AppendDescriptor(desc)
+		for _, d := range append([]v1.Descriptor{desc}, referrers...) {
+			if err := p.AppendDescriptor(d); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return artifact{}, wrapCache(s.dir, err)
 	}
-	return s.load(desc)
+	return s.load(desc, referrers)
 }
 
-// load opens the artifact of an index.json entry.
-func (s *store) load(desc v1.Descriptor) (artifact, error) {
+// load opens the artifact of an index.json entry, with the referrers the
+// cache keeps for it.
+func (s *store) load(desc v1.Descriptor, referrers []v1.Descriptor) (artifact, error) {
 	idx, err := layout.Path(s.dir).ImageIndex()
 	if err != nil {
 		return artifact{}, wrapCache(s.dir, err)
@@ -146,6 +170,13 @@ func (s *store) load(desc v1.Descriptor) (artifact, error) {
 	a, err := artifactOf(idx, desc)
 	if err != nil {
 		return artifact{}, wrapCache(s.dir, fmt.Errorf("%s: %w", desc.Digest, err))
+	}
+	for _, rd := range referrers {
+		r, err := artifactOf(idx, rd)
+		if err != nil {
+			return artifact{}, wrapCache(s.dir, fmt.Errorf("referrer %s of %s: %w", rd.Digest, desc.Digest, err))
+		}
+		a.referrers = append(a.referrers, r)
 	}
 	return a, nil
 }

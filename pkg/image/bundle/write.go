@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	layoutcontract "github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // Manifest records what WriteLayout wrote, for the OS image's manifest.json.
@@ -30,11 +33,24 @@ type ImageRecord struct {
 	// Size is the total of the image's distinct blobs: its manifests,
 	// configs and layers, shared ones included.
 	Size int64 `json:"size"`
+	// Referrers are the artifacts carried with the image whose subject is
+	// one of its manifests (signatures, SBOMs, attestations).
+	Referrers []ReferrerRecord `json:"referrers,omitempty"`
+}
+
+// ReferrerRecord describes one referrer of an image of the layout.
+type ReferrerRecord struct {
+	Digest       string `json:"digest"`
+	MediaType    string `json:"mediaType"`
+	ArtifactType string `json:"artifactType,omitempty"`
 }
 
 // WriteLayout writes the images into one OCI image layout at dir, each
 // blob once, with an index.json entry per image annotated with its full
-// name (org.opencontainers.image.ref.name and io.containerd.image.name).
+// name (org.opencontainers.image.ref.name and io.containerd.image.name),
+// and one per referrer of an image annotated with the image's repository
+// (layout.BundleRepositoryAnnotation of pkg/contract/layout), which records
+// it by digest alone where the node's registry lists it as a referrer.
 // Every blob is verified against its digest as it is copied. The layout is
 // written to dir.partial and renamed to dir (replacing an existing dir)
 // only when complete: on error neither is left behind.
@@ -70,6 +86,11 @@ func checkResolved(images []Resolved) error {
 		case (r.Image == nil) == (r.Index == nil):
 			return fmt.Errorf("%s: needs exactly one of Image and Index", r.Name)
 		}
+		for j, ref := range r.Referrers {
+			if (ref.Image == nil) == (ref.Index == nil) {
+				return fmt.Errorf("%s: referrer %d needs exactly one of Image and Index", r.Name, j)
+			}
+		}
 		seen[r.Name] = true
 	}
 	return nil
@@ -82,6 +103,7 @@ func writeLayout(ctx context.Context, dir string, images []Resolved, o options) 
 	}
 	m := Manifest{Images: []ImageRecord{}}
 	sizes := map[v1.Hash]int64{}
+	recorded := map[string]bool{} // repository@digest of the referrers in index.json
 	for _, r := range images {
 		desc, bs, err := writeImage(ctx, dir, r, o)
 		if err != nil {
@@ -90,11 +112,15 @@ func writeLayout(ctx context.Context, dir string, images []Resolved, o options) 
 		if err := p.AppendDescriptor(desc); err != nil {
 			return Manifest{}, fmt.Errorf("%s: index.json: %w", r.Name, err)
 		}
-		for _, b := range bs {
+		refs, rbs, err := writeReferrers(ctx, dir, p, r, recorded, o)
+		if err != nil {
+			return Manifest{}, fmt.Errorf("%s: %w", r.Name, err)
+		}
+		for _, b := range append(bs, rbs...) {
 			sizes[b.digest] = b.size
 		}
 		m.Images = append(m.Images, ImageRecord{Name: r.Name, Digest: desc.Digest.String(),
-			MediaType: string(desc.MediaType), Size: totalSize(bs)})
+			MediaType: string(desc.MediaType), Size: totalSize(bs), Referrers: refs})
 	}
 	m.Blobs = len(sizes)
 	for _, n := range sizes {
@@ -127,6 +153,54 @@ func writeImage(ctx context.Context, dir string, r Resolved, o options) (v1.Desc
 		}
 	}
 	return desc, bs, nil
+}
+
+// writeReferrers copies the image's referrers into the layout and records
+// each in index.json by digest under the image's repository, once per
+// repository (recorded holds those already written).
+func writeReferrers(ctx context.Context, dir string, p layout.Path, r Resolved, recorded map[string]bool, o options) ([]ReferrerRecord, []blob, error) {
+	repo := repositoryOf(r.Name)
+	var recs []ReferrerRecord
+	var all []blob
+	for _, ref := range r.Referrers {
+		a := ref.artifact()
+		desc, err := a.descriptor()
+		if err != nil {
+			return nil, nil, fmt.Errorf("referrer: %w", err)
+		}
+		bs, err := a.blobs()
+		if err == nil {
+			err = copyBlobs(ctx, dir, bs, func(done, total int64) { o.progress(r.Name+" referrer "+desc.Digest.String(), done, total) })
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("referrer %s: %w", desc.Digest, err)
+		}
+		at, err := a.artifactType()
+		if err != nil {
+			return nil, nil, fmt.Errorf("referrer %s: %w", desc.Digest, err)
+		}
+		all = append(all, bs...)
+		recs = append(recs, ReferrerRecord{Digest: desc.Digest.String(), MediaType: string(desc.MediaType), ArtifactType: at})
+		if key := repo + "@" + desc.Digest.String(); !recorded[key] {
+			recorded[key] = true
+			desc.Annotations = map[string]string{layoutcontract.BundleRepositoryAnnotation: repo}
+			if err := p.AppendDescriptor(desc); err != nil {
+				return nil, nil, fmt.Errorf("referrer %s: index.json: %w", desc.Digest, err)
+			}
+		}
+	}
+	return recs, all, nil
+}
+
+// repositoryOf is the repository of a full image name: the name without
+// its tag and digest ("docker.io/library/hello" for
+// "docker.io/library/hello:1.0"), as the node's registry names it.
+func repositoryOf(name string) string {
+	name, _, _ = strings.Cut(name, "@")
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		name = name[:i]
+	}
+	return name
 }
 
 // replaceDir renames src to dst, replacing an existing dst.

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/archive"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	layoutcontract "github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
@@ -156,7 +157,20 @@ func unpackLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, target string)
 	return n, nil
 }
 
-// images are the images of idx and of the indexes it holds.
+// isArtifact reports whether an image manifest is an artifact rather than
+// a container image.
+func isArtifact(m *v1.Manifest) bool {
+	switch m.Config.MediaType {
+	case "", types.OCIConfigJSON, types.DockerConfigJSON:
+		return m.Subject != nil
+	}
+	return true
+}
+
+// images are the images of idx and of the indexes it holds. Artifacts
+// (signatures, SBOMs, attestations a bundle carries as referrers of its
+// images) are not images to run and are left out: a manifest with a
+// subject, or whose config is not an image's.
 func images(idx v1.ImageIndex) ([]v1.Image, error) {
 	m, err := idx.IndexManifest()
 	if err != nil {
@@ -179,6 +193,13 @@ func images(idx v1.ImageIndex) ([]v1.Image, error) {
 			img, err := idx.Image(d.Digest)
 			if err != nil {
 				return nil, err
+			}
+			m, err := img.Manifest()
+			if err != nil {
+				return nil, err
+			}
+			if isArtifact(m) {
+				continue
 			}
 			out = append(out, img)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,6 +123,18 @@ func (c *catalog) tagsOf(repo string) ([]string, error) {
 	}
 	slices.Sort(tags)
 	return tags, nil
+}
+
+// manifestsOf lists the manifests resolvable by digest under repo, by
+// digest.
+func (c *catalog) manifestsOf(repo string) ([]v1.Descriptor, error) {
+	byDigest, ok := c.digests[repo]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", repo, ErrUnknownRepository)
+	}
+	out := slices.Collect(maps.Values(byDigest))
+	slices.SortFunc(out, func(a, b v1.Descriptor) int { return strings.Compare(a.Digest.String(), b.Digest.String()) })
+	return out, nil
 }
 
 // entryName is one name an index.json entry is recorded under.

@@ -17,8 +17,9 @@ type layoutStore struct {
 }
 
 var (
-	_ Store  = (*layoutStore)(nil)
-	_ Lister = (*layoutStore)(nil)
+	_ Store          = (*layoutStore)(nil)
+	_ Lister         = (*layoutStore)(nil)
+	_ ManifestLister = (*layoutStore)(nil)
 )
 
 // OpenLayout opens the OCI image layout in dir as a read-only Store (which
@@ -113,6 +114,11 @@ func (l *layoutStore) Repositories(context.Context) ([]string, error) {
 // Tags implements Lister.
 func (l *layoutStore) Tags(_ context.Context, repo string) ([]string, error) {
 	return l.cat.tagsOf(repo)
+}
+
+// Manifests implements ManifestLister.
+func (l *layoutStore) Manifests(_ context.Context, repo string) ([]v1.Descriptor, error) {
+	return l.cat.manifestsOf(repo)
 }
 
 // String names the store in logs.

@@ -34,8 +34,9 @@ type indexStamp struct {
 }
 
 var (
-	_ Store  = (*liveLayout)(nil)
-	_ Lister = (*liveLayout)(nil)
+	_ Store          = (*liveLayout)(nil)
+	_ Lister         = (*liveLayout)(nil)
+	_ ManifestLister = (*liveLayout)(nil)
 )
 
 // retireAfter is how long a replaced layout's root stays open for the
@@ -125,6 +126,18 @@ func (l *liveLayout) Tags(ctx context.Context, repo string) ([]string, error) {
 		return nil, fmt.Errorf("%s: %w", repo, ErrNotFound)
 	}
 	return s.(Lister).Tags(ctx, repo)
+}
+
+// Manifests implements ManifestLister.
+func (l *liveLayout) Manifests(ctx context.Context, repo string) ([]v1.Descriptor, error) {
+	s, err := l.store()
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("%s: %w", repo, ErrNotFound)
+	}
+	return s.(ManifestLister).Manifests(ctx, repo)
 }
 
 // String names the store in logs.

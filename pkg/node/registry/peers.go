@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,12 +55,18 @@ func newPeerClient(bases []*url.URL, tlsConfig *tls.Config) *peerClient {
 // get fetches /v2/<name>/<kind>/<ref>[?ns=] from one peer; any status but
 // 200 is an error (matching ErrNotFound for 404).
 func (p *peerClient) get(ctx context.Context, base *url.URL, name, ns, kind, ref, accept string) (*http.Response, error) {
+	query := url.Values{}
+	if ns != "" {
+		query.Set("ns", ns)
+	}
+	return p.getQuery(ctx, base, name, kind, ref, query, accept)
+}
+
+// getQuery is get with the request's query parameters (ns among them).
+func (p *peerClient) getQuery(ctx context.Context, base *url.URL, name, kind, ref string, query url.Values, accept string) (*http.Response, error) {
 	u := *base
 	u.Path = strings.TrimSuffix(base.Path, "/") + "/v2/" + name + "/" + kind + "/" + ref
-	u.RawQuery = ""
-	if ns != "" {
-		u.RawQuery = url.Values{"ns": {ns}}.Encode()
-	}
+	u.RawQuery = query.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("peer request: %w", err)
@@ -114,14 +121,29 @@ func (p *peerClient) manifest(ctx context.Context, base *url.URL, name, ns, ref 
 	if err := matchDigest(bytes.NewReader(raw), d); err != nil {
 		return v1.Descriptor{}, nil, fmt.Errorf("peer %s: manifest %s: %w", base.Host, ref, err)
 	}
-	mt := types.MediaType(mediaTypeOf(resp.Header.Get("Content-Type")))
-	if !isManifestType(mt) {
-		mt = sniffMediaType(raw)
-	}
+	mt := peerManifestType(raw, resp.Header.Get("Content-Type"))
 	if !isManifestType(mt) {
 		return v1.Descriptor{}, nil, fmt.Errorf("peer %s: manifest %s has media type %q", base.Host, ref, mt)
 	}
 	return v1.Descriptor{MediaType: mt, Size: int64(len(raw)), Digest: d}, raw, nil
+}
+
+// peerManifestType is the media type a peer's manifest is kept and served
+// under: its own mediaType field if it has one (clients such as containerd
+// refuse a manifest served under another, and the cache would record the
+// peer's word for good), else the peer's Content-Type if that is a
+// manifest's, else what the manifest's fields suggest.
+func peerManifestType(raw []byte, contentType string) types.MediaType {
+	var m struct {
+		MediaType types.MediaType `json:"mediaType"`
+	}
+	if json.Unmarshal(raw, &m) == nil && m.MediaType != "" {
+		return m.MediaType
+	}
+	if mt := types.MediaType(mediaTypeOf(contentType)); isManifestType(mt) {
+		return mt
+	}
+	return sniffMediaType(raw)
 }
 
 // pullManifest fetches a manifest from the first peer that has an intact

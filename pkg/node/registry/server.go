@@ -9,7 +9,8 @@ import (
 	"strings"
 )
 
-// Server serves its stores over the pull side of the OCI Distribution API.
+// Server serves its stores over the pull side of the OCI Distribution API,
+// the referrers API included (from the stores that are ManifestListers).
 // It is read-only: pushes and deletes are refused with 405.
 type Server struct {
 	log     *slog.Logger
@@ -19,6 +20,8 @@ type Server struct {
 	verify  *verifier
 	fetches flightGroup
 	stats   counters
+	// subjects remembers the subjects of manifests, for the referrers API.
+	subjects *subjectMemo
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -45,7 +48,7 @@ func New(opts ...Option) (*Server, error) {
 	if len(o.peers) > 0 && o.cache == nil {
 		return nil, errors.New("registry: WithPeers needs WithCache to keep what it fetches")
 	}
-	s := &Server{log: o.log, cache: o.cache}
+	s := &Server{log: o.log, cache: o.cache, subjects: newSubjectMemo(subjectMemoMax)}
 	s.verify = newVerifier(o.verifiedLimit, &s.stats)
 	for i, st := range o.stores {
 		if c, ok := st.(*Cache); ok && c == o.cache {
@@ -100,6 +103,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveManifest(w, r, rt.name, ns, rt.ref)
 	case routeBlob:
 		s.serveBlob(w, r, rt.name, ns, rt.ref)
+	case routeReferrers:
+		s.serveReferrers(w, r, rt.name, ns, rt.ref)
 	default:
 		writeError(w, http.StatusNotFound, codeUnsupported, "unsupported endpoint", r.URL.Path)
 	}

@@ -9,6 +9,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // Store is a source of image content.
@@ -27,6 +29,14 @@ type Store interface {
 type Lister interface {
 	Repositories(ctx context.Context) ([]string, error)
 	Tags(ctx context.Context, repo string) ([]string, error)
+}
+
+// ManifestLister is optionally implemented by a Store that can list the
+// manifests it resolves by digest under a repository. The server reads
+// them to answer the referrers API: those whose subject is the digest
+// asked about are its referrers.
+type ManifestLister interface {
+	Manifests(ctx context.Context, repo string) ([]v1.Descriptor, error)
 }
 
 // Content is an opened manifest or blob. The caller must Close it.
@@ -50,9 +60,10 @@ const maxManifestSize = 16 << 20
 const (
 	annotationRefName       = "org.opencontainers.image.ref.name"
 	annotationContainerdRef = "io.containerd.image.name"
-	// annotationRepository marks a manifest stored by digest only (no tag)
-	// under a repository, in the cache's index.json.
-	annotationRepository = "io.terrarium.registry.repository"
+	// annotationRepository marks a manifest recorded by digest only (no
+	// tag) under a repository: in the cache's index.json, and for the
+	// referrers a bundle carries (see layout.BundleRepositoryAnnotation).
+	annotationRepository = layout.BundleRepositoryAnnotation
 )
 
 // parseDigest parses "algorithm:hex" and rejects algorithms we cannot hash.

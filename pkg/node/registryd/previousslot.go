@@ -43,8 +43,9 @@ type PreviousSlot struct {
 }
 
 var (
-	_ registry.Store  = (*PreviousSlot)(nil)
-	_ registry.Lister = (*PreviousSlot)(nil)
+	_ registry.Store          = (*PreviousSlot)(nil)
+	_ registry.Lister         = (*PreviousSlot)(nil)
+	_ registry.ManifestLister = (*PreviousSlot)(nil)
 )
 
 // Serve mounts the previous slot when this boot is an upgrade's trial and
@@ -142,6 +143,14 @@ func (p *PreviousSlot) Repositories(ctx context.Context) ([]string, error) {
 func (p *PreviousSlot) Tags(ctx context.Context, repo string) ([]string, error) {
 	if l, ok := p.current().(registry.Lister); ok {
 		return l.Tags(ctx, repo)
+	}
+	return nil, fmt.Errorf("the previous slot: %w", registry.ErrUnknownRepository)
+}
+
+// Manifests implements registry.ManifestLister.
+func (p *PreviousSlot) Manifests(ctx context.Context, repo string) ([]v1.Descriptor, error) {
+	if l, ok := p.current().(registry.ManifestLister); ok {
+		return l.Manifests(ctx, repo)
 	}
 	return nil, fmt.Errorf("the previous slot: %w", registry.ErrUnknownRepository)
 }
