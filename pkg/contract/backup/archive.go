@@ -136,7 +136,17 @@ func Extract(r io.Reader, passphrase, dir string) (*Manifest, error) {
 		return nil, err
 	}
 	defer root.Close()
-	return extractTar(dec, root)
+	m, err := extractTar(dec, root)
+	if err != nil {
+		return nil, err
+	}
+	// tar stops at its end marker. When that ends a full 64 KiB chunk, age
+	// checks that nothing follows the file only on a further read: read to
+	// the end, so a file with bytes after it is refused.
+	if _, err := io.Copy(io.Discard, dec); err != nil {
+		return nil, fmt.Errorf("after the archive: %w", err)
+	}
+	return m, nil
 }
 
 // extractTar reads a backup's tar from r into root.
