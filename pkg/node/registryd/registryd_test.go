@@ -47,23 +47,11 @@ func TestRunServesBundle(t *testing.T) {
 	}
 	digest, _ := img.Digest()
 	addr := freeAddr(t)
-	ready := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{
-			BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
-			Loopback: addr, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Notify: func() error { close(ready); return nil },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready after 10s")
-	}
+	done := startRun(t, ctx, Options{
+		BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
+		Loopback: addr, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 	resp, err := http.Get(fmt.Sprintf("http://%s/v2/library/hello/manifests/1.0?ns=docker.io", addr))
 	if err != nil {
 		t.Fatal(err)
@@ -108,4 +96,22 @@ func TestPeerListenerBindsBeforeTheAddressIsUp(t *testing.T) {
 	if got := ln.Addr().(*net.TCPAddr).IP.String(); got != "192.0.2.77" {
 		t.Errorf("listening on %s, want 192.0.2.77", got)
 	}
+}
+
+// startRun runs Run with o, whose Notify it sets, and waits until the
+// registry says it is ready. The channel yields Run's result.
+func startRun(t *testing.T, ctx context.Context, o Options) <-chan error {
+	t.Helper()
+	ready := make(chan struct{})
+	o.Notify = func() error { close(ready); return nil }
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready after 10s")
+	}
+	return done
 }

@@ -251,24 +251,12 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 				require.NoError(t, os.WriteFile(cfg, []byte(tc.config), 0o644))
 			}
 			addr := freeAddr(t)
-			ready := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- Run(ctx, Options{
-					BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: cfg,
-					Loopback: addr, Log: log, SideLoad: sl,
-					Notify: func() error { close(ready); return nil },
-				})
-			}()
-			select {
-			case <-ready:
-			case err := <-done:
-				t.Fatalf("Run: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("not ready after 10s")
-			}
+			done := startRun(t, ctx, Options{
+				BundleDir: bundleDir, CacheDir: filepath.Join(dir, "cache"), ConfigFile: cfg,
+				Loopback: addr, Log: log, SideLoad: sl,
+			})
 			require.Eventually(t, func() bool { return strings.Contains(console.String(), "refused") },
 				10*time.Second, 5*time.Millisecond, "console: %s", console)
 			time.Sleep(20 * sl.Interval) // more polls: the disk is not tried again
