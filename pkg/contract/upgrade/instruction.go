@@ -28,7 +28,7 @@ import (
 //	terrarium upgrade instruction v1
 //	force sha256:<hex SHA-256 of the upgrade's manifest.json>
 //	version 0.2.0
-//	expires 2026-12-09T10:00:00Z
+//	expires <RFC 3339 time, UTC>
 //	terrarium-signature v1
 //	key ed25519:<base64 of the signer's public key>
 //	sig <base64 of the signature>

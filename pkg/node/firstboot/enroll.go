@@ -1,7 +1,6 @@
 package firstboot
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -245,7 +244,7 @@ func (r *runner) decide(stored *machineconfig.Config, found *configsource.Found,
 	}
 	key, err := signature.Verify(found.Signature, found.Config, configKeys(stored, e))
 	if err != nil {
-		r.refuse(found.Source, err.Error()+revokedNote(found.Signature, e)+purposeNote(found.Signature, stored))
+		r.refuse(found.Source, err.Error()+signerNote(found.Signature, e, stored))
 		return nil
 	}
 	if err := replayed(e, cfg); err != nil {
@@ -284,23 +283,19 @@ func configKeys(stored *machineconfig.Config, e *nodestate.Enrollment) []signatu
 	return out
 }
 
-// revokedNote adds to a refusal that the signer's key was revoked on this
-// node, when it was.
-func revokedNote(sigFile []byte, e *nodestate.Enrollment) string {
-	for _, k := range e.RevokedKeys {
-		pk, err := signature.ParsePublicKey(k)
-		if err == nil && bytes.Contains(sigFile, []byte("key "+k+"\n")) {
-			return fmt.Sprintf("; key %s was removed from trustedKeys by a signed change and never verifies on this node again", pk.ID())
-		}
+// signerNote adds to a refused signature what this node knows of the key
+// that made it: revoked by a signed change, or trusted for other purposes
+// than configs.
+func signerNote(sigFile []byte, e *nodestate.Enrollment, stored *machineconfig.Config) string {
+	signer, err := signature.Signer(sigFile)
+	if err != nil {
+		return ""
 	}
-	return ""
-}
-
-// purposeNote adds to a refusal that the signer's key is trusted, but not
-// for configs, when it is.
-func purposeNote(sigFile []byte, stored *machineconfig.Config) string {
+	if slices.Contains(e.RevokedKeys, signer.String()) {
+		return fmt.Sprintf("; key %s was removed from trustedKeys by a signed change and never verifies on this node again", signer.ID())
+	}
 	for _, tk := range stored.TrustedKeys {
-		if !tk.For(machineconfig.PurposeConfig) && bytes.Contains(sigFile, []byte("key "+tk.Key+"\n")) {
+		if tk.Key == signer.String() && !tk.For(machineconfig.PurposeConfig) {
 			return fmt.Sprintf("; this node trusts that key for %s only, not to sign configs", joinPurposes(tk.Purposes))
 		}
 	}

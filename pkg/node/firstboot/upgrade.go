@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -45,8 +43,7 @@ func DiskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstal
 // manifest (the reader accepts only its canonical form).
 func upgradeDigest(m upgrade.Manifest) string {
 	b, _ := m.Marshal()
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return upgrade.Digest(b)
 }
 
 // upgradeKeys are the keys the node trusts for upgrade files: those its

@@ -177,13 +177,8 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 		config: `{"peers": []}`,
 		text:   []string{"written by an older firstboot", "until firstboot rewrites it and restarts the registry"},
 	}, {
-		name: "an unsigned bundle moving a tag the node has",
-		before: func(t *testing.T, cacheDir string) {
-			c, err := registry.OpenCache(cacheDir)
-			require.NoError(t, err)
-			_, err = c.AddImage(context.Background(), "quay.io/extra/app:1", randomImage(t))
-			require.NoError(t, err)
-		},
+		name:   "an unsigned bundle moving a tag the node has",
+		before: cacheHolds("quay.io/extra/app:1"),
 		disk: func(t *testing.T, dir string) {
 			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": moved})
 		},
@@ -191,13 +186,8 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 		config: `{"requireSignedBundles": false}`,
 		text:   []string{"quay.io/extra/app:1 is sha256:", " on this node and " + digest(t, moved).String() + " in the bundle"},
 	}, {
-		name: "a signed bundle moving a tag it does not say it replaces",
-		before: func(t *testing.T, cacheDir string) {
-			c, err := registry.OpenCache(cacheDir)
-			require.NoError(t, err)
-			_, err = c.AddImage(context.Background(), "quay.io/extra/app:1", randomImage(t))
-			require.NoError(t, err)
-		},
+		name:   "a signed bundle moving a tag it does not say it replaces",
+		before: cacheHolds("quay.io/extra/app:1"),
 		disk: func(t *testing.T, dir string) {
 			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": moved})
 			signDisk(t, dir, key)
@@ -342,5 +332,16 @@ func TestWatchReportsOnceAndGoesOn(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(console.String(), "refused, nothing was added"))
 			assert.Contains(t, console.String(), tc.want)
 		})
+	}
+}
+
+// cacheHolds is a before step: the node's cache already holds a random
+// image under ref.
+func cacheHolds(ref string) func(t *testing.T, cacheDir string) {
+	return func(t *testing.T, cacheDir string) {
+		c, err := registry.OpenCache(cacheDir)
+		require.NoError(t, err)
+		_, err = c.AddImage(context.Background(), ref, randomImage(t))
+		require.NoError(t, err)
 	}
 }
