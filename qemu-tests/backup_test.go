@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/backup"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/volume"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/volume"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/image/pins"
-	"github.com/terrarium-os/terrarium/pkg/node/addons"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 

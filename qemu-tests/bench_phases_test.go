@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 )
 
 // TestJournalPhases: a retried step shows in the timeline as a failed

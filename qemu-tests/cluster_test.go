@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -157,7 +157,7 @@ func TestClusterFormation(t *testing.T) {
 	// images step starts (where a cut used to leave etcd's and
 	// kube-apiserver's images torn for good): the next boot starts
 	// containerd from an empty store, registers the slot's images in it
-	// again (pkg/node/imageseed), and forms the cluster.
+	// again (pkg/node/images/imageseed), and forms the cluster.
 	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`pull images: started`)); err != nil {
 		t.Fatalf("init node never reached its images step: %v", err)
 	}
@@ -350,7 +350,7 @@ func checkWorkerClock(ctx context.Context, t *testing.T, w *clusterNode, key ssh
 // API server, reads the cluster's upgrade record and writes its own
 // status object (which cp-1 created for it, and w-1 wrote its first
 // status into), and is refused (403 Forbidden) the record's write, another
-// node's status object, and creating one (pkg/node/addons'
+// node's status object, and creating one (pkg/node/kube/addons'
 // Upgrades and NodeUpgradeStatus; the unit tests judge the same manifests
 // with a fake authorizer).
 func checkUpgradeRBAC(ctx context.Context, t *testing.T, w *clusterNode, key sshKey) {

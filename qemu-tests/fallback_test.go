@@ -16,7 +16,7 @@ import (
 
 // brokenBTries is boot.tries of testdata/broken-b.yaml. One try keeps the
 // case short; the counting itself (tries left and done) is unit-tested in
-// pkg/node/bootloader and pkg/image/esp.
+// pkg/node/boot/bootloader and pkg/image/esp.
 const brokenBTries = 1
 
 // TestFallbackToSlotA: slot B is preferred and on trial but fails, so its

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 )
 
 // TestFlatBatteryInitNode: the first control plane of a new cluster

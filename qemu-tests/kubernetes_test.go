@@ -66,7 +66,7 @@ func TestKubernetesFromSource(t *testing.T) {
 	}
 	// From the boot on, before any pull, containerd's Kubernetes namespace
 	// holds every bundled image: the snapshotter's service registered them
-	// before containerd started (pkg/node/imageseed), with their manifests
+	// before containerd started (pkg/node/images/imageseed), with their manifests
 	// and configs alone in the content store, no layer fetched or unpacked.
 	seeded, err := ssh.read("sudo ctr -n k8s.io images ls -q")
 	require.NoError(t, err, "ctr images ls: %s", seeded)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
 // forwardAPI forwards a host port to the machine's API server.

@@ -22,7 +22,7 @@ out=${BENCH_OUT:-out/bench-cluster}
 mkdir -p "$out"
 runs=${BENCH_RUNS:-3}
 rm -rf "$out"/run-* "$out"/*.json "$out"/*-timeline.txt  # a half that does not finish must not report the last run's figures
-go test -c -o "$out/kubeadmconfig.test" ./pkg/node/kubeadmconfig
+go test -c -o "$out/kubeadmconfig.test" ./pkg/node/kube/kubeadmconfig
 handshakes() { "$@" "$out/kubeadmconfig.test" -test.run '^$' -test.bench MutualTLSHandshake -test.benchtime 50x -test.count 3 | grep '^Benchmark'; }
 echo "mutual-TLS handshake, native:"; handshakes env
 echo "mutual-TLS handshake, TCG (qemu-x86_64 -cpu qemu64, the VMs' model):"; handshakes qemu-x86_64 -cpu qemu64

@@ -19,10 +19,10 @@ if [ ! -x "$dist" ]; then
 fi
 log=$(mktemp /tmp/terrarium-regbench.XXXXXX.log)
 echo "bench: blob GET comparison" >&2
-TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -benchtime 3s -count 3 ./pkg/node/registry | tee "$log" >&2
+TERRARIUM_DIST_REGISTRY="$dist" go test -run '^$' -bench BenchmarkCompare -benchtime 3s -count 3 ./pkg/node/images/registry | tee "$log" >&2
 echo "bench: peer serving, ten clients over mutual TLS" >&2
 TERRARIUM_DIST_REGISTRY="$dist" TERRARIUM_CACHE="$cache" TERRARIUM_BUNDLE_OF=$PWD/out/manifest.json \
-  go test -run '^$' -bench BenchmarkPeerServing -benchtime 1x -count 3 -timeout 60m ./pkg/node/registry | tee -a "$log" >&2
+  go test -run '^$' -bench BenchmarkPeerServing -benchtime 1x -count 3 -timeout 60m ./pkg/node/images/registry | tee -a "$log" >&2
 echo "bench: bundle ready vs ctr import (QEMU)" >&2
 TERRARIUM_BIN=$PWD/bin TERRARIUM_IMAGE=$PWD/out/terrarium.qcow2 go test -run '^$' -bench BundleReadyVsImport -benchtime 1x -count 3 -timeout 60m ./qemu-tests/ | tee -a "$log" >&2
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/terrarium-os/terrarium/pkg/node/apilb"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/apilb"
 )
 
 func apilbCmd() *cobra.Command {

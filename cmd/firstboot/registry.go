@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
-	"github.com/terrarium-os/terrarium/pkg/node/registryd"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registryd"
 )
 
 func registryCmd() *cobra.Command {

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeletpki"
-	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
+	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeletpki"
 )
 
 func repairKubeletCmd() *cobra.Command {

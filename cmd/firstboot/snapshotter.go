@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/node/imageseed"
-	"github.com/terrarium-os/terrarium/pkg/node/registryd"
-	"github.com/terrarium-os/terrarium/pkg/node/snapshotter"
+	"github.com/terrarium-os/terrarium/pkg/node/images/imageseed"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registryd"
+	"github.com/terrarium-os/terrarium/pkg/node/images/snapshotter"
 )
 
 func snapshotterCmd() *cobra.Command {

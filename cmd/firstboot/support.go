@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/support"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/support"
 )
 
 func supportCmd() *cobra.Command {

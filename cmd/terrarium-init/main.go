@@ -1,11 +1,11 @@
-// Command terrarium-init is the initramfs's /init. See pkg/node/bootinit.
+// Command terrarium-init is the initramfs's /init. See pkg/node/boot/bootinit.
 package main
 
 import (
 	"context"
 	"os"
 
-	"github.com/terrarium-os/terrarium/pkg/node/bootinit"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootinit"
 )
 
 func main() {

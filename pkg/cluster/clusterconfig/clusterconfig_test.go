@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/labeldisk"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"

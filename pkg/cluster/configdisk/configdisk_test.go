@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/volume"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/volume"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"

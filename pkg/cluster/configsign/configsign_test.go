@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/labeldisk"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

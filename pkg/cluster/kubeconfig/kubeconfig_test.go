@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/testvm/testpki"
 )
 

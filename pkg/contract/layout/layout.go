@@ -230,7 +230,7 @@ const (
 	BundleDir = "/usr/lib/terrarium/bundle"
 	// SlotLayersDir is where the slot carries its bundle's layers
 	// unpacked, one directory per diffID (<dir>/sha256/<hex>), for the
-	// node's snapshotter (pkg/image/layers, pkg/node/snapshotter).
+	// node's snapshotter (pkg/image/layers, pkg/node/images/snapshotter).
 	SlotLayersDir = "/usr/lib/terrarium/layers"
 	// SnapshotterRoot is the node's snapshotter's overlayfs snapshots on
 	// STATE, and SnapshotterSocket where containerd reaches it (a proxy
@@ -286,7 +286,7 @@ const (
 	// ContainerdMetaDB and ContainerdContentDir are containerd's metadata
 	// (its bolt plugin's) and content store under ContainerdRoot, where
 	// the node's snapshotter registers the slot's bundled images before
-	// containerd starts (pkg/node/imageseed); ContainerdCRINamespace is
+	// containerd starts (pkg/node/images/imageseed); ContainerdCRINamespace is
 	// the namespace of the images and containers of Kubernetes.
 	ContainerdMetaDB       = ContainerdRoot + "/io.containerd.metadata.v1.bolt/meta.db"
 	ContainerdContentDir   = ContainerdRoot + "/io.containerd.content.v1.content"

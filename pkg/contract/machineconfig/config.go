@@ -76,7 +76,7 @@ type Config struct {
 	// Ignition is an Ignition v3 config (JSON, in a YAML block scalar)
 	// applied after the node's own phases: files, directories, links,
 	// users, groups and systemd units. The node validates it whole before
-	// applying anything (pkg/node/ignition); here it must be a JSON object.
+	// applying anything (pkg/node/config/ignition); here it must be a JSON object.
 	Ignition string `yaml:"ignition,omitempty"`
 	// Install, on a node booted live from the ISO, installs Terrarium onto
 	// the disk it selects and reboots into it; a node running from a disk

@@ -16,7 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
-	"github.com/terrarium-os/terrarium/pkg/node/registry"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 )
 
 // TestWriteIsAddable writes a signed bundle disk for the side-load test

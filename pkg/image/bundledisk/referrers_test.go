@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
-	"github.com/terrarium-os/terrarium/pkg/node/registry"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 )
 
 const cosignSigType = "application/vnd.dev.cosign.artifact.sig.v1+json"

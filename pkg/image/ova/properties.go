@@ -1,7 +1,7 @@
 package ova
 
 // The vApp properties the OVA declares: the keys the node's vmware config
-// source reads from the OVF environment (pkg/node/configsource/vmware,
+// source reads from the OVF environment (pkg/node/config/configsource/vmware,
 // docs/operations/vsphere.md). vSphere's Deploy OVF Template wizard asks
 // for them under their categories.
 const (

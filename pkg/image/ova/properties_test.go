@@ -11,7 +11,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/image/ova"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/vmware"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/vmware"
 )
 
 // TestPropertiesReachTheNode deploys the OVA's properties the way vSphere

@@ -198,7 +198,7 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte, e
 }
 
 // unpackLayers unpacks the bundle's layers into the slot, for the node's
-// snapshotter (pkg/image/layers, pkg/node/snapshotter). They are written
+// snapshotter (pkg/image/layers, pkg/node/images/snapshotter). They are written
 // by path, under the bundle's directory, which the copy through the os.Root
 // has just made: no link leads out of the tree there.
 func unpackLayers(ctx context.Context, rootDir, bundleDir string) error {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 )
 
 // snapshotRetry is the least time between two failed scheduled snapshots
@@ -93,7 +93,7 @@ func (r *runner) writeBackup(ctx context.Context, cfg *machineconfig.Config, dir
 }
 
 // snapshotIfDue takes the control plane's scheduled etcd snapshot when
-// one is due (pkg/node/etcdbackup), at most every snapshotRetry after a
+// one is due (pkg/node/kube/etcdbackup), at most every snapshotRetry after a
 // failure.
 func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
 	if !r.isEtcdMember(cfg) {

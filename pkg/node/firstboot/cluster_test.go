@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 )
 
 // clusterConfig is a real node's config from clusterconfig, in a cluster

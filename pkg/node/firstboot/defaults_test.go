@@ -9,16 +9,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 
-	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/labeldisk"
 )
 
 func TestRunWithConfigDisk(t *testing.T) {

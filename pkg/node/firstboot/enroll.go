@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
@@ -21,7 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
 )
 
 func storedConfigPath(h *host.Host) string {

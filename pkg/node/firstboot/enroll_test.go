@@ -18,8 +18,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
-	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
 )
 
 // signer is a key a test node trusts (or not).

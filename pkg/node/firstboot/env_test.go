@@ -16,20 +16,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/media"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 
-	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
-	"github.com/terrarium-os/terrarium/pkg/node/cri"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/images/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
 // Keys from pkg/machineconfig's tests (their private keys were discarded).

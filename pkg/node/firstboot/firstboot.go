@@ -1,7 +1,7 @@
 // Package firstboot is the appliance's runner, started by systemd at every
 // boot. It enrolls the node from the first valid config its sources offer
 // (or loads the stored one), reconciles the node through its phases
-// (pkg/node/nodephases, registryphase, kubeadmflow: each phase checks
+// (pkg/node/config/nodephases, registryphase, kubeadmflow: each phase checks
 // before it acts), records each step in the node state on TERRA-STATE,
 // reports status on the console and in /run/terrarium/status.json, blesses
 // the boot only when its health check passes, and then watches for signed
@@ -18,23 +18,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/diskspace"
+	"github.com/terrarium-os/terrarium/pkg/node/config/ignition"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/ignition"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/media"
-	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registryphase"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
-	"github.com/terrarium-os/terrarium/pkg/node/registryphase"
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
 
-	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
-	"github.com/terrarium-os/terrarium/pkg/node/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
 )
 
 // Options wires firstboot to its machine. Every field has a production
@@ -42,7 +42,7 @@ import (
 type Options struct {
 	Host *host.Host
 	// Cluster are what a cluster node's formation asks beyond the host
-	// (pkg/node/kubeadmflow): the container runtime, the API, timing.
+	// (pkg/node/kube/kubeadmflow): the container runtime, the API, timing.
 	Cluster kubeadmflow.Deps
 	Console io.Writer // what a person at the machine reads
 	Log     *slog.Logger
@@ -73,7 +73,7 @@ type Options struct {
 	// node (TERRA-SUPPORT).
 	Media media.Media
 	// TimeSync bounds a following node's wait for its first time from
-	// the control planes (pkg/node/timesync).
+	// the control planes (pkg/node/ops/timesync).
 	TimeSync timesync.Sync
 	// TrialRebootDelay is how long a failed trial boot stays up (for a
 	// person to read the console) before it reboots into the fallback.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/node/bootloader"
-	"github.com/terrarium-os/terrarium/pkg/node/nodephases"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

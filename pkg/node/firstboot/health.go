@@ -9,8 +9,8 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/timesync"
-	"github.com/terrarium-os/terrarium/pkg/node/unpackwindow"
+	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 )
 
 // errUnhealthy marks a failed health check.

@@ -6,7 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/ignition"
+	"github.com/terrarium-os/terrarium/pkg/node/config/ignition"
 )
 
 // IgnitionHostname is the hostname of a node enrolled from an Ignition

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 )
 
 // pulled are the refs of the "cri-pull" commands, in order.

@@ -10,9 +10,9 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/installer"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 )
 
 // ISOInstaller installs the ISO a live boot runs from onto the disk in

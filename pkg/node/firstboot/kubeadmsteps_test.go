@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terrarium-os/terrarium/pkg/node/cri"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/images/cri"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 )
 
 // Every control plane asks the container runtime right before its

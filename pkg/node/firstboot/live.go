@@ -12,10 +12,10 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
-	"github.com/terrarium-os/terrarium/pkg/node/efiboot"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/installer"
-	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
 	"golang.org/x/sys/unix"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/installer"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 )
 
 func TestLiveBoot(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/terrarium-os/terrarium/pkg/node/etcdmember"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdmember"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
 // nodeDeleter is the API client's part that deletes a Node (the admin's

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 

@@ -13,17 +13,17 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
-	"github.com/terrarium-os/terrarium/pkg/node/addons"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/rollout"
-	"github.com/terrarium-os/terrarium/pkg/node/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
 // RolloutAPI is what a cluster node asks of the API to take its part in a
 // cluster-wide upgrade, with its kubelet's credentials
-// (pkg/node/kubeclient.Client): it reads the cluster's record and writes
+// (pkg/node/kube/kubeclient.Client): it reads the cluster's record and writes
 // its own status object (the rights come from addons.Upgrades and
 // addons.NodeUpgradeStatus), cordons itself and evicts its own pods.
 type RolloutAPI interface {
@@ -42,7 +42,7 @@ type RolloutAdminAPI interface {
 }
 
 // Rollout wires a cluster node to its cluster's upgrades
-// (pkg/node/rollout). With API nil a node takes no part: an upgrade put
+// (pkg/node/kube/rollout). With API nil a node takes no part: an upgrade put
 // into it installs on it alone.
 type Rollout struct {
 	// API opens the API as this node.

@@ -21,15 +21,15 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
-	"github.com/terrarium-os/terrarium/pkg/node/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
-	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/registry"
-	"github.com/terrarium-os/terrarium/pkg/node/rollout"
-	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
-	"github.com/terrarium-os/terrarium/pkg/node/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/leaselock"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
 // fakeCluster is the API of a cluster of cp-1 (control plane) and w-1

@@ -14,9 +14,9 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
 // UpgradeStatusOptions are what `firstboot upgrade status` reads.

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/addons"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeclient"
-	"github.com/terrarium-os/terrarium/pkg/node/leaselock"
-	"github.com/terrarium-os/terrarium/pkg/node/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/leaselock"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
 // tendRollout is a control plane's part in its cluster's upgrades as the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 )
 
 // States a node reports.

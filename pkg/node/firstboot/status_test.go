@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/node/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 )
 
 // boxLines checks that banner is a closed box of equal-width lines and

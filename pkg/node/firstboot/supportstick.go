@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
-	"github.com/terrarium-os/terrarium/pkg/node/media"
-	"github.com/terrarium-os/terrarium/pkg/node/support"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/support"
 )
 
 // newStick finds a stick with one of the labels that was not there at the

@@ -17,15 +17,15 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/media"
-	"github.com/terrarium-os/terrarium/pkg/node/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/rollout"
-	"github.com/terrarium-os/terrarium/pkg/node/slotinstall"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
 // Installer writes a verified upgrade file into the slot that is not
-// running (pkg/node/slotinstall on the real disk).
+// running (pkg/node/boot/slotinstall on the real disk).
 // It reports its progress to report.
 type Installer func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error)
 

@@ -15,8 +15,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-	"github.com/terrarium-os/terrarium/pkg/node/media"
 )
 
 // UpgradeRequest is what `firstboot upgrade` asks the running node to

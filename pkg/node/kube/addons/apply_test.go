@@ -1,0 +1,43 @@
+package addons
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+)
+
+// Every add-on manifest is applied in process (kubeclient.ApplyManifest),
+// which knows a fixed set of kinds: each manifest must parse, whole.
+func TestManifestsApplyInProcess(t *testing.T) {
+	flannel, err := Flannel(FlannelInput{PodCIDR: "10.244.0.0/16", APIPort: 7445})
+	require.NoError(t, err)
+	dns, err := CoreDNSConfig("cluster.local")
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name     string
+		manifest []byte
+		want     []string
+	}{
+		{"flannel", flannel, []string{"Namespace kube-flannel", "ServiceAccount kube-flannel/flannel", "ClusterRole flannel",
+			"ClusterRoleBinding flannel", "ConfigMap kube-flannel/kube-flannel-cfg", "DaemonSet kube-flannel/kube-flannel-ds"}},
+		{"coredns", dns, []string{"ConfigMap kube-system/coredns"}},
+		{"upgrades", Upgrades, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, err := kubeclient.ParseManifest(tt.manifest)
+			require.NoError(t, err)
+			require.NotEmpty(t, objs)
+			if tt.want == nil {
+				return
+			}
+			var got []string
+			for _, o := range objs {
+				got = append(got, o.String())
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -1,0 +1,59 @@
+package csrsigner
+
+import (
+	"context"
+	"crypto/x509"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+)
+
+// FuzzHandle feeds a certificate signing request and its usages (a
+// comma-separated list) as any holder of a bootstrap token may make them,
+// to Handle, with an API that allows every maker. What it signs must be a
+// kubelet's client certificate of the request's subject: organization
+// system:nodes only, a system:node: name, no alternative names, client
+// authentication only. Errors come only from a request that does not parse.
+func FuzzHandle(f *testing.F) {
+	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"), "digital signature,client auth")
+	f.Add([]byte("not PEM"), "client auth")
+	f.Fuzz(func(t *testing.T, request []byte, usages string) {
+		api := &fakeAPI{allowed: map[string]bool{"nodeclient": true, "selfnodeclient": true}}
+		s := newSigner(t, api)
+		csr := kubeclient.CSR{Name: "csr-1", SignerName: KubeletClientSigner, Request: request,
+			Usages: strings.Split(usages, ","), Username: "system:bootstrap:abcdef"}
+		did, err := s.Handle(context.Background(), csr)
+		if err != nil {
+			if did != "" || len(api.issued) > 0 {
+				t.Fatalf("failed (%v) but did %q", err, did)
+			}
+			if _, perr := parseRequest(request); perr == nil {
+				t.Fatalf("a request that parses failed: %v", err)
+			}
+			return
+		}
+		p, ok := api.issued["csr-1"]
+		if !ok {
+			return
+		}
+		req, err := parseRequest(request)
+		if err != nil {
+			t.Fatalf("signed a request that does not parse: %v", err)
+		}
+		cert := parseCert(t, p)
+		if cert.Subject.String() != req.Subject.String() {
+			t.Fatalf("signed %q for a request of %q", cert.Subject, req.Subject)
+		}
+		if !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) || !strings.HasPrefix(cert.Subject.CommonName, "system:node:") {
+			t.Fatalf("signed a certificate of %q", cert.Subject)
+		}
+		if len(cert.DNSNames)+len(cert.IPAddresses)+len(cert.EmailAddresses)+len(cert.URIs) > 0 {
+			t.Fatalf("signed alternative names")
+		}
+		if !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) || cert.IsCA {
+			t.Fatalf("signed usages %v (CA %t)", cert.ExtKeyUsage, cert.IsCA)
+		}
+	})
+}
