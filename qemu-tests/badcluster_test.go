@@ -48,6 +48,7 @@ var badClusterDisks = []badClusterDisk{
 // the cluster issue. Each is named on the console, field and fix, and at
 // the end TERRA-STATE shows that nothing was applied from any of them.
 func TestBadClusterConfigs(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	bin := fixture(t, "TERRARIUM_BIN")

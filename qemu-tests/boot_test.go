@@ -20,6 +20,7 @@ var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32
 // stick with another config, plugged into it, is refused, and nothing
 // changes (checked on the stopped disk).
 func TestProvisionThenReboot(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
@@ -128,6 +129,7 @@ func TestProvisionThenReboot(t *testing.T) {
 // TestHotplugConfig: with no config disk the console asks for one; a USB
 // stick plugged in later (over QMP) is found and provisioning completes.
 func TestHotplugConfig(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))

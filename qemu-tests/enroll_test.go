@@ -45,6 +45,7 @@ func unitStarts(t *testing.T, s *sshClient) string {
 // replaces its admin (the old one is removed) without restarting
 // containerd or the registry.
 func TestSignedConfigChange(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
@@ -92,9 +93,8 @@ func TestSignedConfigChange(t *testing.T) {
 	require.NoError(t, vm.Quit(ctx))
 
 	st := m.inspectState()
-	// What STATE holds, when a check below fails. Both files once read
-	// empty (2026-11-29) while the harness did not replay STATE's
-	// journal (inspectState).
+	// What STATE holds, when a check below fails (inspectState replays
+	// STATE's journal first; without that both files can read empty).
 	held := func() string {
 		return "/etc/upper:\n" + st.debugfs("ls -l /etc/upper") + "\n/terrarium:\n" + st.debugfs("ls -l /terrarium")
 	}
@@ -113,6 +113,7 @@ var enrolledBanner = regexp.MustCompile(`│ enrolled\s+from /dev/disk/by-label/
 // the step says what the hardware clock read, and the banner names the
 // time source.
 func TestFwCfgEnrollment(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))

@@ -26,6 +26,7 @@ import (
 // and fast; that etcd and kube-apiserver run from those images; and that
 // the capture shows no packet leaving the test network.
 func TestKubernetesFromSource(t *testing.T) {
+	t.Parallel()
 	v, err := pins.Load("../components")
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

@@ -105,6 +105,7 @@ func checkSandboxes(t *testing.T, c *sshClient) {
 // without a client certificate is refused; both services' sandboxes are
 // within their exposure bounds.
 func TestPeerPull(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	image, bin := fixture(t, "TERRARIUM_IMAGE"), fixture(t, "TERRARIUM_BIN")

@@ -94,27 +94,6 @@ var channels = []channel{
 		},
 	},
 	{
-		// Also the table's fw_cfg case: the machine config comes by QEMU's
-		// fw_cfg (TestFwCfgEnrollment has it on a disk image, with a
-		// clock far off at the next boot).
-		name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
-		iso:  "usb", install: true,
-		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
-			config := adminConfig("installed", key, "install:\n  disk:\n    minSize: 4GiB\n")
-			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
-		},
-		hostname: "installed", source: "installed from the ISO",
-		check: func(t *testing.T, ssh *sshClient) {
-			out, err := ssh.read("findmnt -no SOURCE,FSTYPE /; findmnt -no SOURCE,FSTYPE " + layout.StateMount + "; lsblk -rno PARTLABEL /dev/vda | xargs")
-			require.NoError(t, err, out)
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			require.Len(t, lines, 3, out)
-			assert.Regexp(t, `^/dev/vda2\s+squashfs$`, lines[0], "the root is the installed slot A")
-			assert.Regexp(t, `^/dev/vda4\s+ext4$`, lines[1], "STATE is the installed disk's")
-			assert.Equal(t, "EFI TERRA-A TERRA-B TERRA-STATE", lines[2])
-		},
-	},
-	{
 		name: "NoCloud on FAT, a #cloud-config",
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
 			return rawDisk(testvolume.FAT(t, dir, "CIDATA", map[string]string{
@@ -307,140 +286,146 @@ func sortedKeys(m map[string]string) []string {
 // initramfs and both only from systemd on, so a second boot fills the
 // idle core (docs/operations/qemu-ci.md has the figures).
 func TestConfigChannels(t *testing.T) {
-	image := fixture(t, "TERRARIUM_IMAGE")
+	t.Parallel()
 	for i, c := range channels {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			timeout := bootTimeout
-			if c.install {
-				timeout = 3 * bootTimeout // three boots: live and install, installed, handed over
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			var m *machine
-			switch {
-			case c.iso == "cdrom":
-				m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusCDROM)
-			case c.iso == "usb":
-				m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusUSB)
-			case c.disk == "ova":
-				m = newMachine(t, ovaDisk(t, fixture(t, "TERRARIUM_OVA")))
-			default:
-				m = newMachine(t, image)
-			}
-			m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
-			key := newSSHKey(t)
-			port := freePort(t)
-			// QEMU forwards to the address its DHCP hands out unless told
-			// the guest's static one.
-			guest, _, _ := strings.Cut(c.address, "/")
-			m.forward = append(m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-%s:22", port, guest))
-			media := filepath.Join(m.dir, "media")
-			require.NoError(t, os.MkdirAll(media, 0o755))
-			var disks []qemu.Disk
-			if c.medium != nil {
-				disks = append(disks, c.medium(t, media, m.mac, key.authorized))
-			}
-			if c.fwCfg != nil {
-				m.fwCfg = c.fwCfg(t, media, key.authorized)
-			}
-			vm := m.boot(ctx, disks...)
-
-			if c.installRefused != "" {
-				expect(ctx, t, vm, `install failed:`)
-				said := expect(ctx, t, vm, c.installRefused)
-				s := expectStatus(ctx, t, vm, "failed")
-				assert.Contains(t, s.Message, "the medium this node booted from")
-				require.NoError(t, vm.Quit(ctx))
-				raw := filepath.Join(t.TempDir(), "disk.raw")
-				run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
-				head := make([]byte, 1<<20)
-				f, err := os.Open(raw)
-				require.NoError(t, err)
-				_, err = io.ReadFull(f, head)
-				f.Close()
-				require.NoError(t, err)
-				assert.Equal(t, make([]byte, 1<<20), head, "the disk is still empty")
-				checkCapture(t, m.capture, testSubnet)
-				t.Logf("%s: refused: %s", c.name, said[0])
-				return
-			}
-
-			if c.refused != "" {
-				refuse := func(refused string) {
-					expect(ctx, t, vm, `the config is invalid; nothing was applied`)
-					said := expect(ctx, t, vm, refused)
-					s := expectStatus(ctx, t, vm, "config-invalid")
-					assert.Empty(t, s.Hostname, "nothing applied")
-					assert.Regexp(t, refused, s.Message, "the status names this medium's problem")
-					t.Logf("refused: %s", said[0])
-				}
-				refuse(c.refused)
-				for i, b := range c.then {
-					require.NotEmpty(t, disks, "a medium to pull out before the next")
-					in := disks[len(disks)-1].ID
-					d := b.medium(t, media)
-					d.ID = fmt.Sprintf("then%d", i)
-					require.NoError(t, vm.UnplugDisk(ctx, in))
-					require.NoError(t, vm.HotplugDisk(ctx, d))
-					disks = append(disks, d)
-					refuse(b.refused)
-				}
-				require.NoError(t, vm.Quit(ctx))
-				journal := m.inspectState().readFile("/terrarium/journal.json")
-				assert.NotContains(t, journal, `"applied"`, "a refused config applied something")
-				checkCapture(t, m.capture, testSubnet)
-				return
-			}
-
-			start := time.Now()
-			if c.install {
-				expect(ctx, t, vm, `installed Terrarium \S+ onto /dev/vda .* rebooting into it`)
-				t.Logf("power-on to installed: %s", time.Since(start).Round(time.Second))
-				expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
-			}
-			s := expectStatus(ctx, t, vm, "provisioned", "failed")
-			if c.install {
-				t.Logf("power-on to installed, rebooted and provisioned: %s", time.Since(start).Round(time.Second))
-			}
-			require.Equal(t, "provisioned", s.State, "%+v", s)
-			assert.Equal(t, c.hostname, s.Hostname)
-			assert.Contains(t, s.Enrolled, c.source)
-			if c.address != "" {
-				has := func(a string) bool { return strings.HasPrefix(a, c.address+" ") }
-				assert.True(t, slices.ContainsFunc(s.Addresses, has), "addresses %v, want %s", s.Addresses, c.address)
-			}
-			user := c.user
-			if user == "" {
-				user = "admin"
-			}
-			ssh, err := trySSHAs(ctx, t, port, key, user)
-			require.NoError(t, err, "%s logs in with its key", user)
-			got, err := ssh.read("hostname")
-			require.NoError(t, err)
-			assert.Equal(t, c.hostname, strings.TrimSpace(got), "the key works and the hostname is set")
-			if c.check != nil {
-				c.check(t, ssh)
-			}
-			if c.install {
-				ssh.run("sudo systemd-run --on-active=1s /usr/bin/systemctl reboot")
-				// The handover is shown once the disk's own initramfs runs
-				// (the installed system's boot to provisioned was shown
-				// above).
-				again := time.Now()
-				expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
-				expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
-				t.Logf("rebooted with the ISO first: handed over to the disk in %s", time.Since(again).Round(time.Second))
-			}
-			require.NoError(t, vm.Quit(ctx))
-			if c.install {
-				// sgdisk reads the installed disk as a raw image.
-				raw := filepath.Join(t.TempDir(), "installed.raw")
-				run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
-				assert.Contains(t, run(t, "sgdisk", "-v", raw), "No problems found")
-			}
-			checkCapture(t, m.capture, testSubnet)
-			t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
+			runChannel(t, i, c)
 		})
 	}
+}
+
+// runChannel boots c's medium on a machine with the i-th MAC address and
+// checks what c says: enrolled and provisioned, or refused.
+func runChannel(t *testing.T, i int, c channel) {
+	timeout := bootTimeout
+	if c.install {
+		timeout = 3 * bootTimeout // three boots: live and install, installed, handed over
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var m *machine
+	switch {
+	case c.iso == "cdrom":
+		m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusCDROM)
+	case c.iso == "usb":
+		m = newLiveMachine(t, fixture(t, "TERRARIUM_ISO"), qemu.BusUSB)
+	case c.disk == "ova":
+		m = newMachine(t, ovaDisk(t, fixture(t, "TERRARIUM_OVA")))
+	default:
+		m = newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
+	}
+	m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
+	key := newSSHKey(t)
+	port := freePort(t)
+	// QEMU forwards to the address its DHCP hands out unless told
+	// the guest's static one.
+	guest, _, _ := strings.Cut(c.address, "/")
+	m.forward = append(m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-%s:22", port, guest))
+	media := filepath.Join(m.dir, "media")
+	require.NoError(t, os.MkdirAll(media, 0o755))
+	var disks []qemu.Disk
+	if c.medium != nil {
+		disks = append(disks, c.medium(t, media, m.mac, key.authorized))
+	}
+	if c.fwCfg != nil {
+		m.fwCfg = c.fwCfg(t, media, key.authorized)
+	}
+	vm := m.boot(ctx, disks...)
+
+	if c.installRefused != "" {
+		expect(ctx, t, vm, `install failed:`)
+		said := expect(ctx, t, vm, c.installRefused)
+		s := expectStatus(ctx, t, vm, "failed")
+		assert.Contains(t, s.Message, "the medium this node booted from")
+		require.NoError(t, vm.Quit(ctx))
+		raw := filepath.Join(t.TempDir(), "disk.raw")
+		run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
+		head := make([]byte, 1<<20)
+		f, err := os.Open(raw)
+		require.NoError(t, err)
+		_, err = io.ReadFull(f, head)
+		f.Close()
+		require.NoError(t, err)
+		assert.Equal(t, make([]byte, 1<<20), head, "the disk is still empty")
+		checkCapture(t, m.capture, testSubnet)
+		t.Logf("%s: refused: %s", c.name, said[0])
+		return
+	}
+
+	if c.refused != "" {
+		refuse := func(refused string) {
+			expect(ctx, t, vm, `the config is invalid; nothing was applied`)
+			said := expect(ctx, t, vm, refused)
+			s := expectStatus(ctx, t, vm, "config-invalid")
+			assert.Empty(t, s.Hostname, "nothing applied")
+			assert.Regexp(t, refused, s.Message, "the status names this medium's problem")
+			t.Logf("refused: %s", said[0])
+		}
+		refuse(c.refused)
+		for i, b := range c.then {
+			require.NotEmpty(t, disks, "a medium to pull out before the next")
+			in := disks[len(disks)-1].ID
+			d := b.medium(t, media)
+			d.ID = fmt.Sprintf("then%d", i)
+			require.NoError(t, vm.UnplugDisk(ctx, in))
+			require.NoError(t, vm.HotplugDisk(ctx, d))
+			disks = append(disks, d)
+			refuse(b.refused)
+		}
+		require.NoError(t, vm.Quit(ctx))
+		journal := m.inspectState().readFile("/terrarium/journal.json")
+		assert.NotContains(t, journal, `"applied"`, "a refused config applied something")
+		checkCapture(t, m.capture, testSubnet)
+		return
+	}
+
+	start := time.Now()
+	if c.install {
+		expect(ctx, t, vm, `installed Terrarium \S+ onto /dev/vda .* rebooting into it`)
+		t.Logf("power-on to installed: %s", time.Since(start).Round(time.Second))
+		expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
+	}
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	if c.install {
+		t.Logf("power-on to installed, rebooted and provisioned: %s", time.Since(start).Round(time.Second))
+	}
+	require.Equal(t, "provisioned", s.State, "%+v", s)
+	assert.Equal(t, c.hostname, s.Hostname)
+	assert.Contains(t, s.Enrolled, c.source)
+	if c.address != "" {
+		has := func(a string) bool { return strings.HasPrefix(a, c.address+" ") }
+		assert.True(t, slices.ContainsFunc(s.Addresses, has), "addresses %v, want %s", s.Addresses, c.address)
+	}
+	user := c.user
+	if user == "" {
+		user = "admin"
+	}
+	ssh, err := trySSHAs(ctx, t, port, key, user)
+	require.NoError(t, err, "%s logs in with its key", user)
+	got, err := ssh.read("hostname")
+	require.NoError(t, err)
+	assert.Equal(t, c.hostname, strings.TrimSpace(got), "the key works and the hostname is set")
+	if c.check != nil {
+		c.check(t, ssh)
+	}
+	if c.install {
+		ssh.run("sudo systemd-run --on-active=1s /usr/bin/systemctl reboot")
+		// The handover is shown once the disk's own initramfs runs
+		// (the installed system's boot to provisioned was shown
+		// above).
+		again := time.Now()
+		expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
+		expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
+		t.Logf("rebooted with the ISO first: handed over to the disk in %s", time.Since(again).Round(time.Second))
+	}
+	require.NoError(t, vm.Quit(ctx))
+	if c.install {
+		// sgdisk reads the installed disk as a raw image.
+		raw := filepath.Join(t.TempDir(), "installed.raw")
+		run(t, "qemu-img", "convert", "-O", "raw", m.disk, raw)
+		assert.Contains(t, run(t, "sgdisk", "-v", raw), "No problems found")
+	}
+	checkCapture(t, m.capture, testSubnet)
+	t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
 }

@@ -19,6 +19,7 @@ import (
 // vSphere or OpenStack admin does with a new version's template), the node
 // boots enrolled from the state disk, with no config disk attached.
 func TestStateOnItsOwnDisk(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	image := fixture(t, "TERRARIUM_IMAGE")

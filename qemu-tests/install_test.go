@@ -1,0 +1,47 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// installChannel is the ISO's installer, which the USB/NUC guide walks
+// through: three boots (live and install, installed, handed over), about
+// 7 minutes under TCG, so it runs in make e2e-node rather than make test.
+// TestConfigChannels boots the same ISO live from a CD-ROM.
+var installChannel = channel{
+	// Also the table's fw_cfg case: the machine config comes by QEMU's
+	// fw_cfg (TestFwCfgEnrollment has it on a disk image, with a
+	// clock far off at the next boot).
+	name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
+	iso:  "usb", install: true,
+	fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+		config := adminConfig("installed", key, "install:\n  disk:\n    minSize: 4GiB\n")
+		return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
+	},
+	hostname: "installed", source: "installed from the ISO",
+	check: func(t *testing.T, ssh *sshClient) {
+		out, err := ssh.read("findmnt -no SOURCE,FSTYPE /; findmnt -no SOURCE,FSTYPE " + layout.StateMount + "; lsblk -rno PARTLABEL /dev/vda | xargs")
+		require.NoError(t, err, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, out)
+		assert.Regexp(t, `^/dev/vda2\s+squashfs$`, lines[0], "the root is the installed slot A")
+		assert.Regexp(t, `^/dev/vda4\s+ext4$`, lines[1], "STATE is the installed disk's")
+		assert.Equal(t, "EFI TERRA-A TERRA-B TERRA-STATE", lines[2])
+	},
+}
+
+// TestISOInstall: the ISO on a USB stick installs onto the empty disk,
+// which then boots enrolled from the config the live system was given;
+// rebooted with the ISO still first, the ISO hands over to the disk.
+func TestISOInstall(t *testing.T) {
+	runChannel(t, len(channels), installChannel)
+}
