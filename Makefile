@@ -78,8 +78,6 @@ e2e: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterFormation|TestFlatBatteryInitNode' ./qemu-tests/...
 
-# Disaster recovery: a cluster backs up to a TERRA-BACKUP stick, every VM
-# is destroyed, a new control plane restores from the stick.
 # One-machine scenarios too long for make test: slot fallback, upgrades
 # from a stick, the ISO's installer, the bundle rebuilt from empty caches.
 e2e-node: image
@@ -87,6 +85,8 @@ e2e-node: image
 		TERRARIUM_ISO=$(abspath $(OUT))/terrarium.iso \
 		$(GO) test -tags e2e -count=1 -timeout 60m -v -run 'TestFallbackToSlotA$$|TestUpgradeFromStick$$|TestISOInstall$$|TestKubernetesBundleFromCleanCache$$' ./qemu-tests/...
 
+# Disaster recovery: a cluster backs up to a TERRA-BACKUP stick, every VM
+# is destroyed, a new control plane restores from the stick.
 e2e-backup: test-image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_TEST_IMAGE=$(abspath $(TEST_OUT))/terrarium-test.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 100m -v -run 'TestClusterBackupRestore' ./qemu-tests/...

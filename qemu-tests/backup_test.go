@@ -117,7 +117,7 @@ spec:
 	require.NoError(t, cp.vm.UnplugDisk(ctx, "backup"))
 	t.Logf("backup on the stick: %s, %s KiB", m[1], m[2])
 	// Its output through files, not sudo's pty, which now and then loses
-	// it (run of 2026-11-28: "").
+	// it.
 	cli, err := ssh.sudoTry("firstboot backup --dir /tmp/backups && ls -l /tmp/backups /var/lib/terrarium/etcd-snapshots")
 	require.NoError(t, err, "%s", cli)
 	assert.Regexp(t, `terrarium-backup-e2e-dr-cp-1-\d{8}T\d{6}Z\.age`, cli)

@@ -186,10 +186,9 @@ func benchPair(ctx context.Context, t *testing.T, cpCfg, wCfg string) (cp, w *cl
 // relative to power-on (the guest's clock is the host's).
 func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 	// Copied out by sudo, then read without it and without a pty: sudo
-	// relays output through a pty of its own that now and then loses it
-	// (the bench of 2026-11-25 got nothing five times over), and the
-	// session's pty cut the worker's long journal short (2026-11-27:
-	// "invalid character ']'").
+	// relays output through a pty of its own that now and then loses it,
+	// and the session's pty can cut a long journal short ("invalid
+	// character ']'").
 	ssh.run("sudo install -m 0644 /state/terrarium/journal.json /tmp/journal.json")
 	raw, err := ssh.read("cat /tmp/journal.json")
 	if err != nil {
@@ -207,9 +206,8 @@ func nodePhases(ssh *sshClient, start time.Time) ([]phaseMark, error) {
 }
 
 // journalPhases lists the steps a journal records as ended, in order of
-// their end, a failed attempt named as one and with its message (the
-// bench of 2026-11-25 drew the worker's preflight twice and could not say
-// why).
+// their end, a failed attempt named as one and with its message, so that
+// a step drawn twice says why.
 func journalPhases(j nodestate.Journal, start time.Time) []phaseMark {
 	var out []phaseMark
 	// A step's pulled images, until the record that ends it.
@@ -266,8 +264,8 @@ func TestClusterBenchZeroTouch(t *testing.T) {
 	// bootstrap), as it asks the baseline once `kubeadm join` returned,
 	// and applies the first Deployment once the API shows every node's
 	// pod network, while firstboot's health gates still run (each node's
-	// healthy line is waited for beside it). Until 2026-11-28 it applied
-	// it only once both nodes were healthy, later than for the baseline.
+	// healthy line is waited for beside it). Waiting for both nodes
+	// healthy would apply it later than for the baseline.
 	steps := map[*clusterNode]string{cp: `admin kubeconfig: done`, w: `kubelet TLS bootstrap: done`}
 	asked := map[*clusterNode]chan struct{}{cp: make(chan struct{}), w: make(chan struct{})}
 	for _, n := range []*clusterNode{cp, w} {
@@ -495,8 +493,8 @@ mode: nftables
 	// The service CIDR routed on the cluster link, as Terrarium's network
 	// step does: with no default route a pod's first packet to a ClusterIP
 	// (flannel's to the API, 10.96.0.1) is "Network is unreachable" before
-	// kube-proxy rewrites it. Without it the baseline's flannel never ran
-	// (2026-11-25, sixth session: both nodes Ready, no pod network in 20 min).
+	// kube-proxy rewrites it. Without it the baseline's flannel never runs
+	// (both nodes Ready, no pod network).
 	prep := "set -e; sudo ip route replace 10.96.0.0/12 dev $(ip -o -4 addr show to 10.77.0.0/24 | awk '{print $2; exit}') && " +
 		"sudo mkdir -p /etc/cni/net.d /etc/terrarium && printf 'nameserver 127.0.0.53\\n' | sudo tee /etc/terrarium/pod-resolv.conf >/dev/null && " +
 		"sudo tee /etc/cni/net.d/10-flannel.conflist >/dev/null <<'EOF'\n" + addons.FlannelConflist + "EOF\n"
@@ -524,15 +522,14 @@ mode: nftables
 		t.Fatal(err)
 	}
 	// As a person would, and as firstboot retries a step: up to three
-	// attempts, 15 s apart, resetting what a failed one left. The second
-	// session's bench of 2026-11-25 saw the baseline's join fail once
-	// (the output lost to sudo's pty; kubeadm's 2-s CRI checks on a
-	// starved worker, which firstboot now makes with a minute).
+	// attempts, 15 s apart, resetting what a failed one left: on a
+	// starved worker the baseline's join can fail once (kubeadm's 2-s CRI
+	// checks, which firstboot makes with a minute).
 	// The worker's node IP, as the init node's: with no default route
 	// (air-gapped) the kubelet finds no address of its own otherwise, its
-	// Node has none, and flannel there crash-loops; the 2026-11-27 and -28
-	// baselines' first Deployment never got a sandbox for that ("can't get
-	// ip address of node w-1 ... no default routes found").
+	// Node has none, and flannel there crash-loops: the first
+	// Deployment never gets a sandbox ("can't get ip address of node w-1
+	// ... no default routes found").
 	joinCfg := `apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration
 discovery:
@@ -545,8 +542,8 @@ nodeRegistration:
 `
 	wSSH.run("cat > /tmp/join.yaml <<'EOF'\n" + joinCfg + "EOF\n")
 	for attempt := 1; ; attempt++ {
-		// sudoTry: what comes through sudo's pty can be lost (a failed
-		// join's output was, at 17:14 on 2026-11-29).
+		// sudoTry: what comes through sudo's pty can be lost, a failed
+		// join's output among it.
 		out, err := wSSH.sudoTry("kubeadm join --config /tmp/join.yaml")
 		if err == nil {
 			break
@@ -578,10 +575,10 @@ nodeRegistration:
 // It waits on the API's events, one kubectl process watching (kubectl
 // wait, kubectl rollout status), not by polling: a kubectl started every
 // few seconds costs the init node CPU the joining worker needs (two every
-// 5 s, as this did until 2026-11-28, took about half a guest core of
-// cp-1), and only the plain kubeadm half was polled that way while its
-// worker joined (Terrarium's is waited for on the consoles), which slowed
-// the baseline. A user watches from a workstation, not on the node.
+// 5 s take about half a guest core of cp-1), and only the plain kubeadm
+// half would be polled that way while its worker joins (Terrarium's is
+// waited for on the consoles), slowing the baseline. A user watches from
+// a workstation, not on the node.
 func readyMarks(ctx context.Context, t *testing.T, ssh *sshClient, names []string, start time.Time) (nodesReady, podNetwork float64) {
 	t.Helper()
 	nodes := len(names)
@@ -676,8 +673,8 @@ spec:
 			// What the pod waited on, for the next run to fix.
 			why, werr := ssh.read("kubectl get pods -A -o wide 2>&1; kubectl describe pods -l app=first 2>&1 | tail -n 40; kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 30; " +
 				"kubectl -n kube-flannel logs --tail=30 $(kubectl -n kube-flannel get pods --field-selector spec.nodeName=w-1 -o name) 2>&1")
-			// The worker's side: the 2026-11-27 and -28 baselines had no
-			// flannel lease file there though its flannel pod was Ready.
+			// The worker's side: a baseline worker can lack flannel's
+			// lease file though its flannel pod is Ready.
 			wwhy, wwerr := worker.sudoTry("ls -la /run/flannel /etc/cni/net.d; crictl ps -a 2>&1 | head -20; journalctl -u kubelet --no-pager 2>&1 | tail -n 40")
 			return 0, 0, fmt.Errorf("the first Deployment did not run on the worker in 15 min: %v\n%s\ncontrol plane (%v):\n%s\nworker (%v):\n%s", err, out, werr, why, wwerr, wwhy)
 		}

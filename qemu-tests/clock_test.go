@@ -30,9 +30,9 @@ const rtcClockUnit = "test-clock-from-rtc"
 // exists and lasts until the guest reboots.
 //
 // One long-lived loop at real-time priority, not a timer that starts a
-// unit each time: in e2e-ha of 2026-11-27 a joining control plane took 30
-// to 40 s of its own time to start each of the timer's units, and its
-// clock ended 3 min 10 s behind the host's.
+// unit each time: a busy joining control plane takes tens of seconds to
+// start each of a timer's units, and its clock then falls minutes behind
+// the host's (docs/operations/qemu-ci.md).
 func clockFromRTC(s *sshClient) error {
 	// Stopping a loop already running first (and forgetting it, since a
 	// stopped loop is a failed unit) makes it safe to call twice in one

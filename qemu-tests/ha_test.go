@@ -25,9 +25,9 @@ import (
 // Four VMs want about twice this host's two cores under TCG, so they run on
 // QEMU's instruction clock: each guest's time advances with the work it
 // does, and a guest that waits for the host runs slow instead of timing out
-// its own TLS handshakes and health checks (runs 1 to 9 of
-// docs/operations/qemu-ci.md, on the host's clock, collapsed that way once
-// a second etcd member joined). Their wall clocks follow the RTC, as real
+// its own TLS handshakes and health checks (on the host's clock the
+// cluster collapses that way once a second etcd member joins:
+// docs/operations/qemu-ci.md). Their wall clocks follow the RTC, as real
 // machines' clocks keep time (clockFromRTC).
 func TestClusterHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)

@@ -622,8 +622,8 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the
 // peers (a registry restarting, a peer rebooting, a peer hashing the
-// upgrade file before it first serves it: about 100 s on a busy control
-// plane under TCG in make e2e-upgrade run 5) before the node gives up its
+// upgrade file before it first serves it: over a minute on a busy control
+// plane under TCG, docs/operations/qemu-ci.md) before the node gives up its
 // turn. A try that gets no headers ends after 30 s, so twelve span six
 // minutes or more.
 const fetchAttempts = 12

@@ -164,9 +164,8 @@ func New(cfg Config) (*Balancer, error) {
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec
 			// One connection per backend, kept between probes: a TLS
 			// handshake every two seconds from every node to every
-			// API server was the balancer's main cost under TCG (34 s
-			// of a starved worker's CPU until its Node was Ready, bench
-			// of 2026-11-28). healthLoop drops it now and then, so
+			// API server was the balancer's main cost under TCG
+			// (docs/benchmarks.md). healthLoop drops it now and then, so
 			// that a probe also checks the server still accepts.
 			MaxIdleConnsPerHost: 1,
 		},

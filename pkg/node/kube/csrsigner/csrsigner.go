@@ -7,12 +7,13 @@
 // controller manager approves it (after a SubjectAccessReview of its
 // maker) and signs it with the cluster CA, but only once every one of its
 // controllers is built and their caches synced: on an emulated init node
-// that came 20 to 90 s after the worker's request (the 2026-11-29 bench),
-// all of it on the way to every Node Ready. The init node holds the
-// cluster CA anyway (the controller manager signs with its key), so its
-// firstboot does the same two steps with the same rules as soon as the
-// request exists: the request's content as the controller manager's
-// approver recognizes a kubelet's client certificate, the same
+// that comes tens of seconds after the worker's request, all of it on the
+// way to every Node Ready (make bench-cluster, docs/benchmarks.md). The
+// init node holds the cluster CA anyway (the controller manager signs
+// with its key), so its firstboot does the same two steps with the same
+// rules as soon as the request exists: the request's content as the
+// controller manager's approver recognizes a kubelet's client
+// certificate, the same
 // SubjectAccessReview of its maker, and a certificate as its signer makes
 // (lifetime, backdating, usages). k3s's server likewise signs its agents'
 // kubelet certificates itself.

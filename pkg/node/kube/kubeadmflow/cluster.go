@@ -125,8 +125,8 @@ func applyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config) 
 	}
 	// The kernel's modules and switches without a program each where it
 	// can: on a worker starved beside the init node every process
-	// started costs seconds (this step took 51 s there, 4 s on the init
-	// node; bench of 2026-11-28). The modules: the overlay
+	// started costs seconds (this step takes ten times as long there as
+	// on the init node: docs/benchmarks.md). The modules: the overlay
 	// snapshotter's, kube-proxy's bridge netfilter, flannel's VXLAN.
 	for _, m := range []string{"overlay", "br_netfilter", "vxlan"} {
 		if _, err := os.Stat(h.Path("/sys/module/" + m)); err == nil {

@@ -53,8 +53,8 @@ func waitForAPI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 // step's last rule, after the token, its CSRs' rules and their automatic
 // approval), and the node's own token authenticates (it may read Nodes:
 // its Node, or that there is none). The signature on cluster-info, the
-// controller manager's, came 70 s after the step in the bench of
-// 2026-11-28, all of it on the worker's path.
+// controller manager's, can come a minute after the step, all of it on
+// the worker's path (docs/benchmarks.md).
 func waitForJoinable(ctx context.Context, h *Flow, c *machineconfig.Config, timeout time.Duration) error {
 	url := "https://" + c.Cluster.APIEndpoint() + clusterInfoPath
 	probe, closeProbe := h.Probe(c.Cluster.CACert)
@@ -174,9 +174,9 @@ func waitForLocalAPI(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 // waitForRuntime waits until containerd answers the CRI the way kubeadm's
 // CRI and ContainerRuntimeVersion preflight checks ask (see cri.Check),
 // each question with runtimeCallTimeout. kubeadm gives those checks a
-// fixed two seconds, which an emulated node short of CPU misses: the bench
-// lost 80 s to a preflight retry that way. They are warnings for kubeadm
-// (ignorePreflight) because this step asked first.
+// fixed two seconds, which an emulated node short of CPU misses, and a
+// missed check costs a retry of the whole preflight. They are warnings
+// for kubeadm (ignorePreflight) because this step asked first.
 func waitForRuntime(ctx context.Context, h *Flow, _ *machineconfig.Config) error {
 	deadline := h.Now().Add(runtimeWaitTimeout)
 	for {

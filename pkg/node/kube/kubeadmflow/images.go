@@ -22,11 +22,9 @@ const imagePullTimeout = 15 * time.Minute
 // containerd's store from the boot on (pkg/node/images/imageseed). A bundled
 // image's pull unpacks nothing (its layers are the
 // slot's, linked by the node's snapshotter), but its manifest and config
-// reads and containerd's metadata writes still cost CPU under TCG: 0.7
-// to 1.2 s each two at a time, 1.4 to 2.6 s each four at a time. The
-// eight images took 3.8 to 6.3 s two at a time on 2026-11-29's host, and
-// 4.1 to 4.7 s four at a time (make bench-cluster, three runs): no gain
-// on a control plane's two CPUs.
+// reads and containerd's metadata writes still cost CPU under TCG, and
+// four at a time take each twice as long as two, for no gain on a
+// control plane's two CPUs (make bench-cluster, docs/benchmarks.md).
 const PullsAtOnce = 2
 
 // controlPlaneRepositories are the repositories of the Kubernetes bundle
@@ -69,11 +67,10 @@ func controlPlaneImages(h *Flow) ([]string, error) {
 // images it covers the pod network's.
 //
 // Workers have no such step (their images are the slot's too), and
-// joiners do not pull before the API answers: in the 2026-11-25 bench,
-// before the images were registered at boot, a worker pulling (one vCPU, sharing
-// the host with the init node forming the cluster) took 49, 543 and
-// 603 s for three images the init node pulled in 2 to 33 s, and its join
-// waited behind them.
+// joiners do not pull before the API answers: a worker that pulls (one
+// vCPU, sharing the host with the init node forming the cluster) takes
+// many times as long as the init node for the same images, and its join
+// waits behind them (docs/benchmarks.md).
 func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	refs, err := controlPlaneImages(h)
 	if err != nil {

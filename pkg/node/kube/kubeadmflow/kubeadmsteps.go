@@ -60,8 +60,8 @@ func ignoredChecks(c *machineconfig.Cluster) []string {
 // no configuration extends, to be scheduled and complete. On the first
 // control plane's trial boot its own control plane has just restarted
 // and the node is cordoned, so the Job runs on another node, and on an
-// emulated cluster that took longer than the minute (make e2e-upgrade,
-// 2026-11-27: "did not complete in 1m0s", and the trial failed). The
+// emulated cluster that takes longer than the minute ("did not complete
+// in 1m0s", and the trial fails: docs/operations/qemu-ci.md). The
 // rollout has checked much of what the Job would: the node's drain was
 // served by the API and the controllers, and a node before it in the
 // rollout passed its health gate on the new release.
@@ -106,10 +106,8 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// ("failed to wait for apiserver being healthy"): its next
 			// start then waits out its own lease (60 s, see
 			// kubeadmconfig.LeaderElectionArgs) before signing
-			// cluster-info or any kubelet's CSR. The 2026-11-28 bench
-			// saw it start again 10 s after the API was ready, and the
-			// worker wait a minute for cluster-info's signature, and
-			// another for its CSR.
+			// cluster-info or any kubelet's CSR, and the worker waits
+			// a minute for each (docs/benchmarks.md).
 			replacing(k("init", "phase", "control-plane", "apiserver"), "init phase control-plane all"),
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
@@ -144,9 +142,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// plane's static pods only once the local etcd member
 			// exists: written before, kube-apiserver crash-loops
 			// against a missing etcd for as long as the node waits for
-			// the join lock (e2e-ha run 5: a waiting 1-vCPU joiner
-			// took a whole host core that way, starving the members
-			// that were joining).
+			// the join lock, and under TCG a waiting joiner takes a
+			// whole host core that way, starving the members that are
+			// joining (docs/operations/qemu-ci.md).
 			k("join", "phase", "control-plane-prepare", "certs"),
 			k("join", "phase", "control-plane-prepare", "kubeconfig"),
 			{name: stepStaleNode, own: waitForStaleNode},
@@ -157,8 +155,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// added before either starts lose the quorum), and a new
 			// member's first minutes (catching up, then its
 			// kube-apiserver starting) are the heaviest of the join.
-			// In e2e-ha run 6, cp-3 started its kube-apiserver while
-			// cp-2's member was added, and the API stalled for good.
+			// A member's kube-apiserver starting while the next
+			// member is added stalls the API for good
+			// (docs/operations/qemu-ci.md).
 			oneAtATime(k("join", "phase", "etcd-join")),
 			oneAtATime(k("join", "phase", "control-plane-prepare", "control-plane")),
 			oneAtATime(k("join", "phase", "kubelet-wait-bootstrap")),
@@ -272,8 +271,7 @@ func saveProgress(h *Flow, p *nodestate.KubeadmProgress, step string) error {
 // control plane), that kubeadm is want, the version of the slot's bundle. A
 // worker runs no kubeadm to join (its steps are in process) and skips
 // the check: starting kubeadm costs a couple of CPU seconds, and a worker
-// beside a busy init node gets a tenth of a core (2026-11-28 bench: its
-// step "container runtime", which ran the check, took 24 s).
+// beside a busy init node gets a tenth of a core (docs/benchmarks.md).
 func checkKubeadmVersion(ctx context.Context, h *Flow, cl *machineconfig.Cluster, want string) error {
 	if !cl.IsControlPlane() {
 		return nil
@@ -546,8 +544,9 @@ const kubeletCSRWindow = 15 * time.Minute
 
 // signKubeletCSRs starts, on the init node that has just made the cluster
 // joinable, the signer of kubelets' client certificate requests
-// (csrsigner) for kubeletCSRWindow: a worker's kubelet waited 20 to 90 s
-// for the controller manager to sign its request (2026-11-29 bench). The
+// (csrsigner) for kubeletCSRWindow: a worker's kubelet waits tens of
+// seconds for the controller manager to sign its request
+// (docs/benchmarks.md). The
 // admin may make SubjectAccessReviews since upload-config. A node whose
 // firstboot restarts after the step leaves the signing to the controller
 // manager.

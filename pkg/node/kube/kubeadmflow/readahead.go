@@ -13,7 +13,7 @@ import (
 // plugins. The slot is a compressed squashfs: a program's first start
 // pages it in and decompresses it, and on a worker starved beside the init
 // node that start is on the path to its Node (the kubelet's first log
-// line came 23 s after its exec in the bench of 2026-11-28).
+// line comes tens of seconds after its exec: docs/benchmarks.md).
 func readAheadPrograms(h *Flow) []string {
 	paths := []string{layout.KubeletProgram, layout.ShimProgram, layout.RuncProgram}
 	for _, p := range []string{"flannel", "bridge", "host-local", "loopback", "portmap"} {

@@ -337,8 +337,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 // A release the API times out is retried: the next node need not wait out
-// the Lease's duration (e2e-ha run 6: cp-3's one release attempt failed, and
-// cp-2 waited for the Lease to expire).
+// the Lease's duration.
 func TestReleaseRetries(t *testing.T) {
 	store := newFakeStore()
 	events, report := recordEvents()

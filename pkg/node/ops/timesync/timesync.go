@@ -66,8 +66,8 @@ func Phase(h *host.Host, sync Sync, report host.Reporter) phase.Phase {
 // planes ("time synced"): just before its cluster step that checks a
 // certificate (the API's), not in the time phase. What it does before
 // (its registry's files, the kernel's switches) needs no true time and, on
-// a worker starved beside the init node, costs as long as chrony takes to
-// follow (18.8 s of waiting in the time phase, bench of 2026-11-28).
+// a worker starved beside the init node, would wait as long as chrony
+// takes to follow (make bench-cluster, docs/benchmarks.md).
 // Control planes wait in the time phase: a joiner issues its registry
 // certificate next.
 func SyncedPhase(h *host.Host, sync Sync, report host.Reporter) phase.Phase {
