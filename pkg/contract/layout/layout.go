@@ -48,6 +48,13 @@ const (
 	// a key it trusts for bundles (the signature covers index.json, so
 	// the annotation too); otherwise a side-load never moves a tag.
 	BundleReplacesAnnotation = "dev.terrarium.replaces"
+	// BundleGenerationAnnotation, a whole number above 0 beside
+	// BundleReplacesAnnotation (imagebuild bundle disk --generation), is
+	// the bundle's generation: a node records for each tag the highest
+	// generation that set it and refuses a replacing bundle at or below
+	// it, so an older signed bundle cannot be played again to move a tag
+	// back. Signed with index.json, like the annotation it goes with.
+	BundleGenerationAnnotation = "dev.terrarium.generation"
 	// BundleRepositoryAnnotation on an index.json entry of a bundle's OCI
 	// layout (the slot's, a side-load disk's) records the manifest under
 	// a repository by digest alone, without a tag: how imagebuild carries
@@ -299,6 +306,19 @@ const (
 	// exists).
 	KubernetesPKIDir = "/etc/kubernetes/pki"
 	EtcdManifest     = "/etc/kubernetes/manifests/etcd.yaml"
+	// The control plane's hardening files (docs/security.md), written by
+	// firstboot before kubeadm runs, root's alone (0600), and mounted
+	// read-only into kube-apiserver: the EncryptionConfiguration of
+	// Secrets in etcd (only when the cluster config holds a key), the
+	// audit Policy, and the AdmissionConfiguration of Pod Security.
+	EncryptionConfigFile = "/etc/kubernetes/encryption-config.yaml"
+	AuditPolicyFile      = "/etc/kubernetes/audit-policy.yaml"
+	AdmissionConfigFile  = "/etc/kubernetes/admission-config.yaml"
+	// AuditLogDir holds kube-apiserver's audit log, AuditLogFile, on STATE
+	// through /var (0700; the API server rotates and compresses it into
+	// audit-<time>.log.gz beside it).
+	AuditLogDir  = "/var/log/kubernetes/audit"
+	AuditLogFile = AuditLogDir + "/audit.log"
 	// EtcdSnapshotDir holds a control plane's scheduled etcd snapshots
 	// (etcd-<time>.db, plain: they stay on the node like etcd's data),
 	// and BackupDir the encrypted backups `firstboot backup` writes.

@@ -29,6 +29,9 @@ type Cache struct {
 	log    *slog.Logger
 	bundle Store // the slot's bundle (WithBundle), or nil
 
+	// sideloadMu makes side-loads one at a time (tagGenerationsFile).
+	sideloadMu sync.Mutex
+
 	mu      sync.RWMutex // guards entries and cat
 	entries []v1.Descriptor
 	cat     *catalog

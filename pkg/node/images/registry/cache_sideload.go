@@ -42,6 +42,9 @@ type ReplacedTag struct {
 	Ref string  `json:"ref"` // "host/path:tag"
 	Old v1.Hash `json:"old"`
 	New v1.Hash `json:"new"`
+	// Generation is the bundle's (layout.BundleGenerationAnnotation),
+	// now the highest the node applied to the tag.
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 // AddOption is an option of Sideload (and AddLayout).
@@ -91,10 +94,12 @@ func (c *Cache) AddLayout(ctx context.Context, dir string, opts ...AddOption) ([
 // skipped. A name:tag the cache holds with another digest is refused
 // (ErrSideloadMovesTag), unless the layout is signed (SignedBy) and its
 // index.json entry says it replaces it (layout.BundleReplacesAnnotation
-// "true"): then the tag moves, and Sideloaded.Replaced names the old
-// digest. With SignedBy, index.json must carry a bundle signature
-// (layout.BundleIndexSignature) by one of the keys, checked on the very
-// bytes that are then used (ErrSideloadUnsigned).
+// "true") with a generation (layout.BundleGenerationAnnotation) above the
+// last one the node applied to that tag (ErrSideloadReplayed otherwise):
+// then the tag moves, the generation is recorded (tagGenerationsFile), and
+// Sideloaded.Replaced names the old digest. With SignedBy, index.json must
+// carry a bundle signature (layout.BundleIndexSignature) by one of the
+// keys, checked on the very bytes that are then used (ErrSideloadUnsigned).
 //
 // Before it writes anything it reads every manifest and adds up what the
 // cache lacks: more than the cache's file system has free beyond the
@@ -125,7 +130,15 @@ func (c *Cache) Sideload(ctx context.Context, dir string, opts ...AddOption) (Si
 		}
 		res.Signed = true
 	}
+	// One side-load at a time: its generations are checked, then
+	// recorded, with no other in between.
+	c.sideloadMu.Lock()
+	defer c.sideloadMu.Unlock()
 	plan, err := c.planLayout(ctx, dir, idx, res.Signed)
+	if err != nil {
+		return Sideloaded{}, err
+	}
+	applied, generations, err := c.planGenerations(dir, plan, res.Signed)
 	if err != nil {
 		return Sideloaded{}, err
 	}
@@ -166,11 +179,18 @@ func (c *Cache) Sideload(ctx context.Context, dir string, opts ...AddOption) (Si
 			}
 			res.Added = append(res.Added, n.ref())
 			if n.was != (v1.Hash{}) && n.was != p.desc.Digest {
-				res.Replaced = append(res.Replaced, ReplacedTag{Ref: n.ref(), Old: n.was, New: p.desc.Digest})
+				gen, _ := parseGeneration(p.desc.Annotations[layout.BundleGenerationAnnotation])
+				res.Replaced = append(res.Replaced, ReplacedTag{Ref: n.ref(), Old: n.was, New: p.desc.Digest, Generation: gen})
 			}
 		}
 	}
+	undo, err := c.recordGenerations(applied, generations)
+	if err != nil {
+		cp.rollback()
+		return Sideloaded{}, fmt.Errorf("add layout %s: %w", dir, err)
+	}
 	if err := c.record(recs...); err != nil {
+		undo()
 		cp.rollback()
 		return Sideloaded{}, fmt.Errorf("add layout %s: %w", dir, err)
 	}
@@ -264,11 +284,11 @@ func (c *Cache) planLayout(ctx context.Context, dir string, idx *v1.IndexManifes
 func moveFix(signed, markedUnsigned bool) string {
 	if signed {
 		return "give the new image another tag, or mark the tag replaced in the bundle: " +
-			"imagebuild bundle disk --sign KEY --replace-tags REPOSITORY:TAG"
+			"imagebuild bundle disk --sign KEY --replace-tags REPOSITORY:TAG --generation N"
 	}
 	fix := "give the new image another tag; only a bundle signed by a key this node trusts for bundles may replace a tag, " +
 		"and this node takes bundles unsigned because it trusts no key: add one to its trustedKeys with purposes: [bundle], " +
-		"then side-load 'imagebuild bundle disk --sign KEY --replace-tags REPOSITORY:TAG'"
+		"then side-load 'imagebuild bundle disk --sign KEY --replace-tags REPOSITORY:TAG --generation N'"
 	if markedUnsigned {
 		fix = "the bundle marks it replaced (" + layout.BundleReplacesAnnotation + "), which counts only in a signed bundle; " + fix
 	}

@@ -16,6 +16,12 @@ var ErrUnknownRepository = fmt.Errorf("repository %w", ErrNotFound)
 // digest.
 var ErrDigestMismatch = errors.New("content does not match its digest")
 
+// ErrPeerBlobTooLarge is matched by errors for a blob a peer sends whose
+// size no manifest in the cache gives, when it is larger than the
+// server's limit for such a blob (WithPeerBlobLimit).
+var ErrPeerBlobTooLarge = errors.New("a blob whose size is not known is capped (WithPeerBlobLimit): " +
+	"pull the image's manifest through this node, so that the blob's size is known")
+
 // Errors refusing a side-loaded layout (Cache.AddLayout). Each refuses the
 // whole layout: nothing is added to the cache.
 var (
@@ -47,6 +53,11 @@ var (
 	// already has with another digest, and is not a signed bundle that
 	// says it replaces it (layout.BundleReplacesAnnotation).
 	ErrSideloadMovesTag = errors.New("a side-load does not move a tag the node already has to another digest")
+	// ErrSideloadReplayed: a signed bundle replaces a tag
+	// (layout.BundleReplacesAnnotation) without a generation
+	// (layout.BundleGenerationAnnotation) above the one the node last
+	// applied to that tag: it may be an older bundle played again.
+	ErrSideloadReplayed = errors.New("a signed bundle that replaces a tag needs a generation above the last one this node applied to it")
 	// ErrSideloadTooDeep: an image index of the layout nests indexes
 	// deeper than sideloadMaxDepth.
 	ErrSideloadTooDeep = errors.New("nests image indexes deeper than a side-load disk may " +

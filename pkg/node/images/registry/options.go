@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
 
 // Option configures New, OpenLayout or OpenCache. WithLogger applies to all
@@ -21,6 +23,9 @@ type options struct {
 	peerTLS       *tls.Config
 	verifiedLimit int
 	bundle        Store
+	peerSpace     diskspace.FS
+	peerReserve   uint64
+	peerBlobMax   int64
 	serverOnly    []string // server options given, to reject them for stores
 	cacheOnly     []string // cache options given, to reject them elsewhere
 }
@@ -28,7 +33,7 @@ type options struct {
 const defaultVerifiedLimit = 1 << 16
 
 func applyOptions(opts []Option) (*options, error) {
-	o := &options{verifiedLimit: defaultVerifiedLimit}
+	o := &options{verifiedLimit: defaultVerifiedLimit, peerBlobMax: DefaultPeerBlobLimit}
 	for _, opt := range opts {
 		if err := opt(o); err != nil {
 			return nil, err
@@ -110,6 +115,33 @@ func WithPeers(peers []string, tlsConfig *tls.Config) Option {
 			o.peers = append(o.peers, u)
 		}
 		o.peerTLS = tlsConfig
+		return nil
+	}
+}
+
+// WithPeerSpace makes the server ask fs (nil: the kernel's statfs, also
+// the default) for the cache's free space before it writes a blob fetched
+// from a peer, and keep reserve bytes of it free (default 0): a blob that
+// does not fit is refused, with the sizes (diskspace.ErrNoSpace).
+func WithPeerSpace(fs diskspace.FS, reserve uint64) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithPeerSpace")
+		o.peerSpace, o.peerReserve = fs, reserve
+		return nil
+	}
+}
+
+// WithPeerBlobLimit caps a blob fetched from a peer when no manifest in the
+// cache gives its size (default DefaultPeerBlobLimit): longer is refused
+// (ErrPeerBlobTooLarge). A blob a cached manifest lists is read to exactly
+// its descriptor's size instead.
+func WithPeerBlobLimit(n int64) Option {
+	return func(o *options) error {
+		o.serverOnly = append(o.serverOnly, "WithPeerBlobLimit")
+		if n < 1 {
+			return fmt.Errorf("WithPeerBlobLimit: %d is not positive", n)
+		}
+		o.peerBlobMax = n
 		return nil
 	}
 }

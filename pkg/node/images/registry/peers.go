@@ -175,12 +175,14 @@ func (s *Server) pullManifest(ctx context.Context, name, ns, repo, ref string) (
 }
 
 // pullBlob fetches a blob from the first peer that has an intact copy into
-// the cache. Concurrent requests for the same blob share one fetch.
+// the cache. Concurrent requests for the same blob share one fetch. How
+// much it reads from a peer is bounded (see pullBlobFrom).
 func (s *Server) pullBlob(ctx context.Context, name, ns string, d v1.Hash) error {
 	return s.fetches.do(ctx, d.String(), func() error {
+		size := s.cache.blobSize(s.fullRepo(ctx, name, ns), d)
 		var errs []error
 		for _, base := range s.peers.bases {
-			err := s.pullBlobFrom(ctx, base, name, ns, d)
+			err := s.pullBlobFrom(ctx, base, name, ns, d, size)
 			if err == nil {
 				s.stats.peerFetches.Add(1)
 				s.verify.markGood("cache@" + d.String())
@@ -191,18 +193,6 @@ func (s *Server) pullBlob(ctx context.Context, name, ns string, d v1.Hash) error
 		}
 		return errors.Join(errs...)
 	})
-}
-
-func (s *Server) pullBlobFrom(ctx context.Context, base *url.URL, name, ns string, d v1.Hash) error {
-	resp, err := s.peers.get(ctx, base, name, ns, "blobs", d.String(), "")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := s.cache.put(ctx, d, resp.ContentLength, resp.Body); err != nil {
-		return fmt.Errorf("peer %s: %w", base.Host, err)
-	}
-	return nil
 }
 
 func (s *Server) logPeerError(err error, what, ref string) {

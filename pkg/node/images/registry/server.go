@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
 
 // Server serves its stores over the pull side of the OCI Distribution API,
@@ -22,6 +24,10 @@ type Server struct {
 	stats   counters
 	// subjects remembers the subjects of manifests, for the referrers API.
 	subjects *subjectMemo
+	// What a blob from a peer may take (WithPeerSpace, WithPeerBlobLimit).
+	peerSpace   diskspace.FS
+	peerReserve uint64
+	peerBlobMax int64
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -48,7 +54,8 @@ func New(opts ...Option) (*Server, error) {
 	if len(o.peers) > 0 && o.cache == nil {
 		return nil, errors.New("registry: WithPeers needs WithCache to keep what it fetches")
 	}
-	s := &Server{log: o.log, cache: o.cache, subjects: newSubjectMemo(subjectMemoMax)}
+	s := &Server{log: o.log, cache: o.cache, subjects: newSubjectMemo(subjectMemoMax),
+		peerSpace: o.peerSpace, peerReserve: o.peerReserve, peerBlobMax: o.peerBlobMax}
 	s.verify = newVerifier(o.verifiedLimit, &s.stats)
 	for i, st := range o.stores {
 		if c, ok := st.(*Cache); ok && c == o.cache {

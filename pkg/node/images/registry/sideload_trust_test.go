@@ -29,15 +29,31 @@ func signLayout(t *testing.T, dir string, key ed25519.PrivateKey) {
 }
 
 // replacingLayout is a side-load layout holding img as ref, its entry
-// marked replacing (clayout.BundleReplacesAnnotation) when replaces is set.
+// marked replacing (clayout.BundleReplacesAnnotation) when replaces is set,
+// with generation 1.
 func replacingLayout(t *testing.T, ref string, img v1.Image, replaces bool) string {
+	t.Helper()
+	if replaces {
+		return generationLayout(t, ref, img, "1")
+	}
+	return generationLayout(t, ref, img, "")
+}
+
+// generationLayout is a side-load layout holding img as ref; with a
+// generation ("": none), its entry says it replaces the tag, with that
+// generation (clayout.BundleGenerationAnnotation; "-" marks it replacing
+// without one).
+func generationLayout(t *testing.T, ref string, img v1.Image, generation string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "disk")
 	p, err := layout.Write(dir, empty.Index)
 	require.NoError(t, err)
 	ann := refAnnotations(ref)
-	if replaces {
+	if generation != "" {
 		ann[clayout.BundleReplacesAnnotation] = "true"
+	}
+	if generation != "" && generation != "-" {
+		ann[clayout.BundleGenerationAnnotation] = generation
 	}
 	require.NoError(t, p.AppendImage(img, layout.WithAnnotations(ann)))
 	return dir
@@ -110,7 +126,7 @@ func TestSideloadTagMoves(t *testing.T) {
 				assert.Empty(t, res.Replaced)
 				return
 			}
-			assert.Equal(t, []ReplacedTag{{Ref: extraRef, Old: digestOf(t, old), New: digestOf(t, img)}}, res.Replaced)
+			assert.Equal(t, []ReplacedTag{{Ref: extraRef, Old: digestOf(t, old), New: digestOf(t, img), Generation: 1}}, res.Replaced)
 			assert.True(t, res.Signed)
 			assert.Equal(t, pub, res.Signer)
 			reopened, err := OpenCache(c.Dir())
