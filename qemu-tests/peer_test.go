@@ -66,15 +66,24 @@ func lastLine(out string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// sandboxes are the services that get systemd's sandbox and the highest
-// exposure `systemd-analyze security` may give each (both were 9.6,
-// UNSAFE, before they had one).
-var sandboxes = map[string]float64{"terrarium-registry.service": 3.0, "terrarium-apilb.service": 1.5}
+// sandboxes are Terrarium's services, every one of them, and the highest
+// exposure `systemd-analyze security` may give each (docs/architecture.md,
+// "Service sandboxes", has each one's figure before and after its
+// sandbox): a unit whose sandbox loosens fails, and so does a unit with
+// no bound.
+var sandboxes = map[string]float64{
+	"terrarium-registry.service":      3.0,
+	"terrarium-apilb.service":         1.5,
+	"terrarium-firstboot.service":     6.8,
+	"terrarium-snapshotter.service":   2.8,
+	"terrarium-unpack-window.service": 1.5,
+}
 
 var exposureRE = regexp.MustCompile(`Overall exposure level for (\S+): ([0-9.]+)`)
 
-// checkSandboxes asks the node's systemd how exposed each sandboxed
-// service is (a service that does not run is judged by its unit).
+// checkSandboxes asks the node's systemd how exposed each of Terrarium's
+// services is (a service that does not run is judged by its unit), and
+// which services it has.
 func checkSandboxes(t *testing.T, c *sshClient) {
 	t.Helper()
 	var units []string
@@ -82,6 +91,13 @@ func checkSandboxes(t *testing.T, c *sshClient) {
 		units = append(units, u)
 	}
 	sort.Strings(units)
+	listed, err := c.read("systemctl list-unit-files --no-legend --no-pager --type=service 'terrarium-*'")
+	require.NoError(t, err, "systemctl list-unit-files: %s", listed)
+	for _, line := range strings.Split(strings.TrimSpace(listed), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			assert.Contains(t, sandboxes, f[0], "the node has %s, which has no exposure bound", f[0])
+		}
+	}
 	out, err := c.read("systemd-analyze security --no-pager " + strings.Join(units, " "))
 	require.NoError(t, err, "systemd-analyze security: %s", out)
 	got := map[string]float64{}
@@ -99,11 +115,22 @@ func checkSandboxes(t *testing.T, c *sshClient) {
 	}
 }
 
+// TestSandboxBoundsCoverEveryUnit: every service unit the image carries
+// has an exposure bound (no VM: the units in os/overlay).
+func TestSandboxBoundsCoverEveryUnit(t *testing.T) {
+	units, err := filepath.Glob("../os/overlay/etc/systemd/system/terrarium-*.service")
+	require.NoError(t, err)
+	require.NotEmpty(t, units)
+	for _, u := range units {
+		assert.Contains(t, sandboxes, filepath.Base(u), "%s has no exposure bound in sandboxes", u)
+	}
+}
+
 // TestPeerPull: a worker pulls an image that only the control-plane node
 // has — side-loaded there from a TERRA-BUNDLE stick — through the peer
 // registry over mutual TLS on a private link between the two VMs; a pull
-// without a client certificate is refused; both services' sandboxes are
-// within their exposure bounds.
+// without a client certificate is refused; every Terrarium service runs
+// within its sandbox's exposure bound.
 func TestPeerPull(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
@@ -165,7 +192,9 @@ func TestPeerPull(t *testing.T) {
 	assert.Regexp(t, `certificate required|bad certificate|handshake`, out)
 	t.Logf("a pull without a client certificate: %s", lastLine(out))
 	c := dialSSH(ctx, t, cpPort, key)
-	c.run("systemctl is-active terrarium-registry.service")
+	// Each sandboxed service does its work: firstboot provisioned and
+	// watches, the snapshotter served containerd, the registry the pull.
+	c.run("systemctl is-active terrarium-registry.service terrarium-firstboot.service terrarium-snapshotter.service terrarium-unpack-window.service")
 	checkSandboxes(t, c)
 	for _, vm := range []*qemu.VM{cpVM, wVM} {
 		require.NoError(t, vm.Quit(ctx))

@@ -43,17 +43,18 @@ func buildUpgrade(ctx context.Context, t *testing.T, b upgradeBuild, out string)
 	return filepath.Join(out, "terrarium-"+b.Version+".upgrade")
 }
 
-// upgradeStick makes an ext4 stick labelled label holding file.
+// upgradeStick makes a FAT32 stick labelled label (cut to FAT's 11
+// characters) holding file: a node mounts only FAT, exFAT or ISO 9660
+// from a stick (pkg/node/config/media).
 func upgradeStick(ctx context.Context, t *testing.T, label, file, img string) string {
 	t.Helper()
-	dir := filepath.Join(filepath.Dir(img), strings.TrimSuffix(filepath.Base(img), ".img")+".d")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	require.NoError(t, os.Link(file, filepath.Join(dir, filepath.Base(file))))
 	fi, err := os.Stat(file)
 	require.NoError(t, err)
-	size := fi.Size()/(1<<20) + 64
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", label, "-d", dir, img, strconv.FormatInt(size, 10)+"M").CombinedOutput()
-	require.NoError(t, err, "mkfs.ext4: %s", out)
+	kib := (fi.Size()>>20 + 64) << 10
+	out, err := exec.CommandContext(ctx, "mkfs.fat", "-C", "-F", "32", "-n", label[:min(len(label), 11)], img, strconv.FormatInt(kib, 10)).CombinedOutput()
+	require.NoError(t, err, "mkfs.fat: %s", out)
+	out, err = exec.CommandContext(ctx, "mcopy", "-i", img, file, "::").CombinedOutput()
+	require.NoError(t, err, "mcopy: %s", out)
 	return img
 }
 

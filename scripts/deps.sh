@@ -15,6 +15,10 @@ pkgs=(
   mtools              # mcopy: files into the ESPs
   xorriso             # hybrid ISO
   e2fsprogs           # debugfs/e2fsck for inspecting STATE in tests
+  exfatprogs          # mkfs.exfat: sticks the node accepts (pkg/node/config/media tests)
+  btrfs-progs         # mkfs.btrfs, xfsprogs, ntfs-3g: filesystems a stick is refused
+  xfsprogs            #   for, made by the real formatters in the media tests
+  ntfs-3g
   zstd
   skopeo              # a real registry client for the registry tests
   containerd          # ctr: containerd pulling through our registry in tests

@@ -20,10 +20,22 @@ func bundleCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bundle", Short: "Bundles of container images"}
 	var out, cacheDir, keyPath string
 	var replaceTags []string
+	var generation uint64
 	disk := &cobra.Command{
 		Use:   "disk BUNDLE.yaml",
-		Short: "Write a TERRA-BUNDLE disk (ext4 with an OCI layout) that nodes add to their registry cache",
-		Args:  cobra.ExactArgs(1),
+		Short: "Write a TERRA-BUNDLE disk (FAT32 with an OCI layout) that nodes add to their registry cache",
+		Long: `Writes a TERRA-BUNDLE disk (FAT32 with an OCI layout) that nodes add to their
+registry cache when it is attached. A node that trusts any key takes it only
+signed (--sign) by a key it trusts for bundles. A side-load never moves a tag
+a node has to another image, unless the signed bundle names the tag in
+--replace-tags with the bundle's --generation: a node records, per tag, the
+highest generation that moved it and refuses a bundle at or below it, so an
+older stick played again cannot move the tag back. Number a tag's bundles
+upwards (1, 2, …); the node's refusal names the generation it needs.`,
+		Example: `  imagebuild bundle disk my-apps.yaml --sign lab/secrets.yaml -o my-apps.img
+  imagebuild bundle disk my-apps.yaml --sign lab/secrets.yaml \
+    --replace-tags quay.io/terrarium/sideloaded:1.0 --generation 2 -o my-apps.img`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			var key ed25519.PrivateKey
@@ -34,7 +46,7 @@ func bundleCmd() *cobra.Command {
 				}
 				key = k
 			}
-			m, err := bundledisk.Write(cmd.Context(), args[0], out, bundledisk.Signing{Key: key, ReplaceTags: replaceTags},
+			m, err := bundledisk.Write(cmd.Context(), args[0], out, bundledisk.Signing{Key: key, ReplaceTags: replaceTags, Generation: generation},
 				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithLogger(log))
 			if err != nil {
 				return err
@@ -42,7 +54,7 @@ func bundleCmd() *cobra.Command {
 			for _, img := range m.Images {
 				mark := ""
 				if slices.Contains(replaceTags, img.Name) {
-					mark = "  (replaces the image a node has under this name)"
+					mark = fmt.Sprintf("  (replaces the image a node has under this name, generation %d)", generation)
 				}
 				fmt.Printf("  %-50s %s%s\n", img.Name, img.Digest, mark)
 			}
@@ -58,7 +70,8 @@ func bundleCmd() *cobra.Command {
 	disk.Flags().StringVarP(&out, "out", "o", "bundle.img", "disk image to write")
 	disk.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache")
 	disk.Flags().StringVar(&keyPath, "sign", "", "sign the bundle with this key: a .key file from config keygen, or a cluster's secrets file; a node that trusts any key takes only bundles signed by a key it trusts for bundles")
-	disk.Flags().StringSliceVar(&replaceTags, "replace-tags", nil, "images of the bundle (host/path:tag, comma-separated or repeated) that replace the image a node holds under that name; needs --sign (without it a side-load never moves a tag)")
+	disk.Flags().StringSliceVar(&replaceTags, "replace-tags", nil, "images of the bundle (host/path:tag, comma-separated or repeated) that replace the image a node holds under that name; needs --sign (without it a side-load never moves a tag) and --generation")
+	disk.Flags().Uint64Var(&generation, "generation", 0, "the bundle's generation, signed with --replace-tags (which needs it): a node refuses a bundle whose generation is not above the highest that already moved the tag, so an older bundle cannot be played again; number a tag's bundles upwards (1, 2, …)")
 	cmd.AddCommand(disk)
 	return cmd
 }

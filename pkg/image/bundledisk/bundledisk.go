@@ -1,12 +1,15 @@
-// Package bundledisk writes side-load disks: an ext4 filesystem labelled
-// TERRA-BUNDLE holding one OCI layout, which a node's registry verifies and
-// adds to its cache when the disk is attached (at boot or later).
+// Package bundledisk writes side-load disks: a FAT32 filesystem labelled
+// TERRA-BUNDL (TERRA-BUNDLE cut to FAT's 11 characters) holding one OCI
+// layout, which a node's registry verifies and adds to its cache when the
+// disk is attached (at boot or later). FAT because a node mounts only FAT,
+// exFAT or ISO 9660 from a disk a person attaches (pkg/node/config/media).
 package bundledisk
 
 import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -14,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -25,8 +29,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 )
 
-// Label is the filesystem label the registry looks for.
-const Label = layout.LabelBundle
+// Label is the filesystem label the registry looks for, as FAT holds it.
+const Label = layout.LabelBundleFAT
 
 // Signing is how Write signs a disk.
 type Signing struct {
@@ -40,14 +44,35 @@ type Signing struct {
 	// that only in a disk signed by a key it trusts for bundles, so they
 	// need Key.
 	ReplaceTags []string
+	// Generation is the bundle's generation, signed beside each replaced
+	// tag (layout.BundleGenerationAnnotation); ReplaceTags need it. A node
+	// records the highest generation that set each tag and refuses a
+	// replacing bundle at or below it, so an older bundle played again
+	// cannot move a tag back: number a tag's bundles upwards.
+	Generation uint64
+}
+
+// check refuses a Signing a node would not honour.
+func (s Signing) check() error {
+	switch {
+	case len(s.ReplaceTags) > 0 && s.Key == nil:
+		return fmt.Errorf("replacing tags (%s) needs a signed disk: a node honours it only in a bundle signed by a key it trusts for bundles; sign it (--sign KEY)",
+			strings.Join(s.ReplaceTags, ", "))
+	case len(s.ReplaceTags) > 0 && s.Generation == 0:
+		return fmt.Errorf("replacing tags (%s) needs the bundle's generation (--generation N): a node records the highest generation that moved each tag "+
+			"and refuses a bundle at or below it, so an older bundle cannot be played again to move a tag back; "+
+			"give a number above that of every bundle signed before for these tags (1 for the first)", strings.Join(s.ReplaceTags, ", "))
+	case len(s.ReplaceTags) == 0 && s.Generation != 0:
+		return fmt.Errorf("--generation %d is the generation of the tags a bundle replaces, and it replaces none: name them with --replace-tags", s.Generation)
+	}
+	return nil
 }
 
 // Write resolves the bundle file's images and writes the disk image to
 // out, signed as s says. Nothing is left at out when it fails.
 func Write(ctx context.Context, bundleFile, out string, s Signing, opts ...bundle.Option) (bundle.Manifest, error) {
-	if len(s.ReplaceTags) > 0 && s.Key == nil {
-		return bundle.Manifest{}, fmt.Errorf("replacing tags (%s) needs a signed disk: a node honours it only in a bundle signed by a key it trusts for bundles; sign it (--sign KEY)",
-			strings.Join(s.ReplaceTags, ", "))
+	if err := s.check(); err != nil {
+		return bundle.Manifest{}, err
 	}
 	b, err := bundle.Parse(bundleFile)
 	if err != nil {
@@ -68,7 +93,7 @@ func Write(ctx context.Context, bundleFile, out string, s Signing, opts ...bundl
 		return m, err
 	}
 	if len(s.ReplaceTags) > 0 {
-		if err := markReplacing(layoutDir, s.ReplaceTags); err != nil {
+		if err := markReplacing(layoutDir, s.ReplaceTags, s.Generation); err != nil {
 			return m, err
 		}
 	}
@@ -82,15 +107,17 @@ func Write(ctx context.Context, bundleFile, out string, s Signing, opts ...bundl
 		}
 	}
 	if err := mkfs(ctx, layoutDir, out+".partial"); err != nil {
-		os.Remove(out + ".partial")
+		_ = os.Remove(out + ".partial")
 		return m, err
 	}
 	return m, atomicfile.Replace(out+".partial", out)
 }
 
 // markReplacing annotates the index.json entries named in names with
-// layout.BundleReplacesAnnotation; every name must be one of the layout's.
-func markReplacing(dir string, names []string) error {
+// layout.BundleReplacesAnnotation and the generation
+// (layout.BundleGenerationAnnotation); every name must be one of the
+// layout's.
+func markReplacing(dir string, names []string, generation uint64) error {
 	path := filepath.Join(dir, "index.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -115,6 +142,7 @@ func markReplacing(dir string, names []string) error {
 			idx.Manifests[i].Annotations = map[string]string{}
 		}
 		idx.Manifests[i].Annotations[layout.BundleReplacesAnnotation] = "true"
+		idx.Manifests[i].Annotations[layout.BundleGenerationAnnotation] = strconv.FormatUint(generation, 10)
 		delete(want, name)
 	}
 	if len(want) > 0 {
@@ -131,34 +159,55 @@ func markReplacing(dir string, names []string) error {
 	return nil
 }
 
-// mkfs makes an ext4 image holding dir's content at its root.
+// maxFATFile is the largest file FAT32 holds.
+const maxFATFile = 1<<32 - 1
+
+// clusterSlack bounds what a file or directory takes on FAT32 beyond its
+// size: up to one cluster (mkfs.fat makes them 32 KiB at most).
+const clusterSlack = 32 << 10
+
+// mkfs makes a FAT32 image labelled Label holding dir's content at its
+// root (mkfs.fat, mcopy -s).
 func mkfs(ctx context.Context, dir, img string) error {
-	var size int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	size := int64(0)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
-			size += info.Size()
+		info, err := d.Info()
+		if err != nil {
+			return err
 		}
+		if info.Mode().IsRegular() && info.Size() > maxFATFile {
+			rel, _ := filepath.Rel(dir, p)
+			return fmt.Errorf("bundle disk: %s is %d bytes, more than a FAT32 file holds (4 GiB)", rel, info.Size())
+		}
+		size += info.Size() + clusterSlack
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	mib := (size*5/4)>>20 + 32
-	f, err := os.Create(img)
+	// The FATs and reserved sectors (about 0.1% and 16 KiB) with room to
+	// spare, and FAT32's least size.
+	mib := max(size*21/20>>20+32, 64)
+	if err := os.Remove(img); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	mkfs := exec.CommandContext(ctx, "mkfs.fat", "-C", "-F", "32", "-n", Label, img, strconv.FormatInt(mib<<10, 10))
+	if b, err := mkfs.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.fat for bundle disk (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(mib << 20); err != nil {
-		f.Close()
-		return err
+	args := []string{"-s", "-m", "-i", img}
+	for _, e := range entries {
+		args = append(args, filepath.Join(dir, e.Name()))
 	}
-	f.Close()
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", Label, "-d", dir, "-E", "root_owner=0:0", "-O", "^has_journal", img)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.ext4 for bundle disk: %w: %s", err, b)
+	if b, err := exec.CommandContext(ctx, "mcopy", append(args, "::")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("mcopy for bundle disk (run `make deps`): %w: %s", err, strings.TrimSpace(string(b)))
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,10 +86,7 @@ func TestDiskCarriesReferrers(t *testing.T) {
 	assert.Equal(t, bundle.ReferrerRecord{Digest: sig.Digest.String(), MediaType: string(types.OCIManifestSchema1), ArtifactType: cosignSigType},
 		m.Images[0].Referrers[0])
 
-	extracted := filepath.Join(dir, "extracted")
-	require.NoError(t, os.Mkdir(extracted, 0o755))
-	out, err := exec.Command("debugfs", "-R", "rdump / "+extracted, disk).CombinedOutput()
-	require.NoError(t, err, "debugfs rdump (run make deps): %s", out)
+	extracted := extractFAT(t, disk, dir)
 
 	cache, err := registry.OpenCache(t.TempDir())
 	require.NoError(t, err)

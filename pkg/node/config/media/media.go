@@ -1,14 +1,16 @@
 // Package media finds the sticks a person inserts into a running node by
 // their filesystem label and mounts them for one job: a support bundle
 // written to a TERRA-SUPPORT stick, an upgrade file read from another. A
-// medium is mounted only for the job (nosuid, nodev, noexec), synced and
-// unmounted after it, so that pulling the stick afterwards loses nothing.
+// medium is mounted only if its own first bytes show a filesystem the
+// policy allows for the job (FAT or exFAT; ISO 9660 when only read:
+// Allowed), as that filesystem, only for the job (nosuid, nodev, noexec;
+// read-only unless written), and synced and unmounted after it whatever
+// the job did, so that pulling the stick afterwards loses nothing.
 package media
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,56 +99,50 @@ func DiskSeq(root, dev string) string {
 	return ""
 }
 
-// filesystems are tried in order; ISO 9660 is read-only.
-var filesystems = []string{"vfat", "exfat", "ext4", "iso9660"}
-
-// errNoFilesystem: no filesystem Terrarium reads mounted.
-var errNoFilesystem = errors.New("no FAT, exFAT, ext4 or ISO 9660 filesystem")
-
 // ErrWriteProtected: a medium the node must write to is read-only.
 var ErrWriteProtected = errors.New("the medium is write-protected (read-only); use a writable stick")
 
-// Use mounts the medium with the first filesystem that takes it.
-func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) error {
+// Use mounts the medium as the filesystem its first bytes show, if the
+// policy allows it for the job (Allowed, Mount), and after fn, whatever
+// fn did (an error, a panic), syncs and unmounts it.
+func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) (ferr error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	dir := filepath.Join(b.Dir, filepath.Base(m.Device))
 	mnt := b.Host.Path(dir)
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return err
 	}
-	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-	if !writable {
-		flags |= unix.MS_RDONLY
+	a := Read
+	if writable {
+		a = Write
 	}
+	if _, err := Mount(b.Host.Path(m.Device), m, mnt, a); err != nil {
+		return err
+	}
+	defer func() {
+		if err := release(mnt); err != nil && ferr == nil {
+			ferr = err
+		}
+	}()
+	return fn(dir)
+}
+
+// release makes what was written to the medium mounted on mnt durable and
+// unmounts it; a mount still busy is detached, so that none is left
+// behind, and reported.
+func release(mnt string) error {
 	var errs []error
-	mounted := false
-	for _, fs := range filesystems {
-		if err := ctx.Err(); err != nil {
-			return err
+	if d, err := os.Open(mnt); err == nil {
+		if err := unix.Syncfs(int(d.Fd())); err != nil {
+			errs = append(errs, &os.PathError{Op: "syncfs", Path: mnt, Err: err})
 		}
-		if fs == "iso9660" && writable {
-			continue
-		}
-		data := ""
-		if fs == "vfat" || fs == "exfat" {
-			data = "umask=0077"
-		}
-		if err := unix.Mount(b.Host.Path(m.Device), mnt, fs, flags, data); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", fs, err))
-			continue
-		}
-		mounted = true
-		break
+		d.Close()
 	}
-	if !mounted && writable && errors.Is(errors.Join(errs...), unix.EROFS) {
-		return fmt.Errorf("mount %s (%s): %w", m.Device, m.Label, ErrWriteProtected)
+	if err := unix.Unmount(mnt, 0); err != nil {
+		errs = append(errs, &os.PathError{Op: "unmount", Path: mnt, Err: err})
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
 	}
-	if !mounted {
-		return fmt.Errorf("mount %s (%s): %w: %w", m.Device, m.Label, errNoFilesystem, errors.Join(errs...))
-	}
-	ferr := fn(dir)
-	unix.Sync()
-	if err := unix.Unmount(mnt, 0); err != nil && ferr == nil {
-		ferr = &os.PathError{Op: "unmount", Path: mnt, Err: err}
-	}
-	return ferr
+	return errors.Join(errs...)
 }

@@ -53,8 +53,8 @@ type Config struct {
 	// (machineconfig.Config.BundleKeys): only a bundle signed by one of
 	// them may replace a tag the node has.
 	BundleKeys []string `json:"bundleKeys,omitempty"`
-	// StateReserveBytes is the free space a side-load leaves on
-	// TERRA-STATE for etcd (machineconfig.Config.StateReserveBytes); 0:
+	// StateReserveBytes is the free space a side-load, or a blob fetched
+	// from a peer, leaves on TERRA-STATE for etcd (machineconfig.Config.StateReserveBytes); 0:
 	// machineconfig.DefaultStateReserveMiB.
 	StateReserveBytes uint64 `json:"stateReserveBytes,omitempty"`
 
@@ -137,7 +137,8 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if len(cfg.Peers) > 0 {
-		opts = append(opts, registry.WithPeers(cfg.PeerURLs(), cfg.peerTLS(pool)))
+		// What the peers send keeps the side-loads' reserve on STATE.
+		opts = append(opts, registry.WithPeers(cfg.PeerURLs(), cfg.peerTLS(pool)), registry.WithPeerSpace(nil, cfg.stateReserve()))
 	}
 	srv, err := registry.New(opts...)
 	if err != nil {
@@ -211,7 +212,8 @@ func PeerFetcher(path string) (*registry.Fetcher, error) {
 	return registry.NewFetcher(cfg.PeerURLs(), cfg.peerTLS(pool))
 }
 
-// stateReserve is the reserve a side-load keeps on TERRA-STATE.
+// stateReserve is the reserve a side-load, or a blob from a peer, keeps
+// on TERRA-STATE.
 func (c Config) stateReserve() uint64 {
 	if c.StateReserveBytes == 0 {
 		return machineconfig.DefaultStateReserveMiB << 20

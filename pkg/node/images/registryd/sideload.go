@@ -19,13 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Labels of a side-load disk: ext4 and ISO 9660 hold the full name, FAT
+// Labels of a side-load disk: exFAT and ISO 9660 hold the full name, FAT
 // truncates it to 11 characters.
 var bundleLabels = []string{layout.LabelBundle, layout.LabelBundleFAT}
-
-// mountFlags mount a side-load disk: never written, and nothing on it is a
-// device, runs, or gains privileges.
-const mountFlags = unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOSUID
 
 // sideloader is what the side-loader needs of the cache.
 type sideloader interface {
@@ -60,8 +56,8 @@ type SideLoader struct {
 
 	// predatesTrust: registry.json is an older firstboot's (Run).
 	predatesTrust bool
-	// mount and unmount default to mount(2) with mountFlags and
-	// umount(2); tests replace them.
+	// mount and unmount default to mountReadOnly and umount(2); tests
+	// replace them.
 	mount   func(dev, dir string) error
 	unmount func(dir string) error
 }
@@ -103,7 +99,8 @@ func (s *SideLoader) take(ctx context.Context, dev string, cache sideloader) {
 		s.say("this node trusts no key: took an UNSIGNED bundle from %s; add a key trusted for bundles to trustedKeys to require signatures", dev)
 	}
 	for _, r := range res.Replaced {
-		s.say("bundle disk %s replaced %s: it was %s, now %s (the bundle is signed by key %s and says it replaces it)", dev, r.Ref, r.Old, r.New, res.Signer.ID())
+		s.say("bundle disk %s replaced %s: it was %s, now %s (the bundle is signed by key %s and says it replaces it, at generation %d)",
+			dev, r.Ref, r.Old, r.New, res.Signer.ID(), r.Generation)
 	}
 	signed := ""
 	if res.Signed {
@@ -187,14 +184,14 @@ func (s *SideLoader) load(ctx context.Context, dev string, cache sideloader) (re
 	return res, nil
 }
 
-// mountReadOnly mounts dev on dir with mountFlags, trying the file systems
-// a bundle disk may have.
+// mountReadOnly mounts the side-load disk dev (its link by label) on dir
+// as media allows a medium that is only read: FAT, exFAT or ISO 9660, as
+// its first bytes show, read-only, nodev, nosuid, noexec.
 func mountReadOnly(dev, dir string) error {
-	var err error
-	for _, fs := range []string{"ext4", "iso9660", "vfat"} {
-		if err = unix.Mount(dev, dir, fs, mountFlags, ""); err == nil {
-			return nil
-		}
+	real, err := filepath.EvalSymlinks(dev)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("mount read-only: %w", err)
+	_, err = media.Mount(real, media.Medium{Device: real, Label: filepath.Base(dev)}, dir, media.Read)
+	return err
 }

@@ -27,6 +27,7 @@ import (
 
 	contract "github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
@@ -39,7 +40,25 @@ const (
 // A side-load disk is mounted read-only, without devices, programs or
 // set-uid bits.
 func TestSideloadMountFlags(t *testing.T) {
-	assert.Equal(t, uintptr(unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_NOSUID), uintptr(mountFlags))
+	assert.Equal(t, uintptr(unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_NOSUID), media.MountFlags(media.Read))
+}
+
+// TestSideloadRefusesExt4: a bundle disk of ext4 (what `imagebuild bundle
+// disk` wrote before it wrote FAT32) is refused by name before the kernel
+// is asked to mount it, and says how to make one the node takes.
+func TestSideloadRefusesExt4(t *testing.T) {
+	disk := filepath.Join(t.TempDir(), "sdc")
+	sb := make([]byte, 4096)
+	sb[0x438], sb[0x439], sb[0x460] = 0x53, 0xef, 0x40 // ext's magic, extents
+	require.NoError(t, os.WriteFile(disk, sb, 0o600))
+	labels := t.TempDir()
+	require.NoError(t, os.Symlink(disk, filepath.Join(labels, contract.LabelBundle)))
+	var console consoleBuffer
+	sl := &SideLoader{LabelDir: labels, MountDir: filepath.Join(t.TempDir(), "mnt"), Console: &console, Log: slog.New(slog.DiscardHandler)}
+	sl.take(context.Background(), filepath.Join(labels, contract.LabelBundle), nil)
+	assert.Equal(t, "terrarium: bundle disk "+filepath.Join(labels, contract.LabelBundle)+" refused, nothing was added to the cache (the registry keeps serving): "+
+		"the stick "+disk+" (TERRA-BUNDLE) holds an ext4 filesystem; the node reads only FAT, exFAT or ISO 9660 sticks, so that its kernel never parses another filesystem made by whoever holds the stick: "+
+		"write the disk again with `imagebuild bundle disk` (FAT32) and copy it to the stick\n", console.String())
 }
 
 // consoleBuffer collects console lines written by the side-loader.
@@ -70,6 +89,17 @@ func writeLayout(t *testing.T, dir string, imgs map[string]v1.Image) {
 			"org.opencontainers.image.ref.name": ref, "io.containerd.image.name": ref,
 		})))
 	}
+}
+
+// writeReplacing writes a layout in dir holding img as ref, its entry
+// saying it replaces the tag at generation.
+func writeReplacing(t *testing.T, dir, ref string, img v1.Image, generation string) {
+	t.Helper()
+	p, err := layout.Write(dir, empty.Index)
+	require.NoError(t, err)
+	require.NoError(t, p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": ref, contract.BundleReplacesAnnotation: "true", contract.BundleGenerationAnnotation: generation,
+	})))
 }
 
 // signDisk signs the layout in dir for bundles with key.
@@ -123,6 +153,9 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 		before func(t *testing.T, cacheDir string)
 		space  diskspace.FS // what the side-loader sees of STATE
 		text   []string     // more the console says
+		// says is the refusal's own text on the console and in the log,
+		// when it is not want's.
+		says string
 	}{{
 		name: "index.json is a symlink to /dev/zero",
 		disk: func(t *testing.T, dir string) {
@@ -196,6 +229,25 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 		config: `{"requireSignedBundles": true, "bundleKeys": ["` + trusted.String() + `"]}`,
 		text:   []string{" in the bundle", "--replace-tags"},
 	}, {
+		name: "a signed bundle replaying an older generation",
+		before: func(t *testing.T, cacheDir string) {
+			c, err := registry.OpenCache(cacheDir)
+			require.NoError(t, err)
+			newer := filepath.Join(t.TempDir(), "newer")
+			writeReplacing(t, newer, "quay.io/extra/app:1", randomImage(t), "3")
+			signDisk(t, newer, key)
+			_, err = c.Sideload(context.Background(), newer, registry.SignedBy([]signature.PublicKey{trusted}))
+			require.NoError(t, err)
+		},
+		disk: func(t *testing.T, dir string) {
+			writeReplacing(t, dir, "quay.io/extra/app:1", moved, "2")
+			signDisk(t, dir, key)
+		},
+		want:   registry.ErrSideloadReplayed,
+		config: `{"requireSignedBundles": true, "bundleKeys": ["` + trusted.String() + `"]}`,
+		says: "replacing quay.io/extra/app:1 is refused: its generation 2 is not above 3, which this node already applied; " +
+			"sign a new bundle with --generation 4 or higher",
+	}, {
 		name: "too little space on STATE beside the reserve",
 		disk: func(t *testing.T, dir string) {
 			writeLayout(t, dir, map[string]v1.Image{"quay.io/extra/app:1": randomImage(t)})
@@ -254,7 +306,11 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			t.Log(out)
 			assert.Equal(t, 1, strings.Count(out, "refused, nothing was added"), "reported once")
 			assert.Equal(t, int32(1), mounts.Load(), "mounted once")
-			assert.Contains(t, out, tc.want.Error())
+			says := tc.want.Error()
+			if tc.says != "" {
+				says = tc.says
+			}
+			assert.Contains(t, out, says)
 			for _, w := range tc.text {
 				assert.Contains(t, out, w)
 			}
@@ -263,7 +319,7 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			require.NoError(t, err)
 			if assert.Len(t, recs, 1) {
 				assert.Equal(t, SideloadRefused, recs[0].Outcome)
-				assert.Contains(t, recs[0].Error, tc.want.Error(), "the log records why")
+				assert.Contains(t, recs[0].Error, says, "the log records why")
 				assert.Empty(t, recs[0].Added)
 			}
 

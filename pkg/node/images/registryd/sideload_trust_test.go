@@ -61,7 +61,7 @@ func TestSideloadTakes(t *testing.T) {
 		config: trusts, sign: true, replaces: true, had: old,
 		console: []string{
 			"bundle disk %[1]s replaced " + ref + ": it was " + digest(t, old).String() + ", now " + digest(t, img).String() +
-				" (the bundle is signed by key " + pub.ID() + " and says it replaces it)",
+				" (the bundle is signed by key " + pub.ID() + " and says it replaces it, at generation 1)",
 			"bundle disk %[1]s added 1 images to the cache (signed by key " + pub.ID() + "): [" + ref + "]",
 		},
 	}} {
@@ -80,6 +80,7 @@ func TestSideloadTakes(t *testing.T) {
 			ann := map[string]string{"org.opencontainers.image.ref.name": ref}
 			if tc.replaces {
 				ann[contract.BundleReplacesAnnotation] = "true"
+				ann[contract.BundleGenerationAnnotation] = "1"
 			}
 			require.NoError(t, p.AppendImage(img, layout.WithAnnotations(ann)))
 			if tc.sign {
@@ -133,7 +134,7 @@ func TestSideloadTakes(t *testing.T) {
 				assert.Empty(t, rec.Signer)
 			}
 			if tc.had != nil {
-				assert.Equal(t, []registry.ReplacedTag{{Ref: ref, Old: digest(t, old), New: digest(t, img)}}, rec.Replaced,
+				assert.Equal(t, []registry.ReplacedTag{{Ref: ref, Old: digest(t, old), New: digest(t, img), Generation: 1}}, rec.Replaced,
 					"the log records the digest the tag had")
 			} else {
 				assert.Empty(t, rec.Replaced)
