@@ -4,6 +4,8 @@ package qemutests
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -259,6 +261,13 @@ spec:
 	}
 	t.Logf("Service %s on %s answered %q from %s", ip, w.name, strings.TrimSpace(got), cp.name)
 
+	// The hardened cluster (docs/security.md): a Secret is encrypted in
+	// etcd, its creation is in the audit log without its body, and a
+	// privileged pod is refused in default.
+	secret := checkSecretEncrypted(t, ssh)
+	checkAuditLine(t, ssh, secret)
+	checkPodSecurityRefuses(t, ssh)
+
 	// The site loses power, and the config sticks are gone when it comes
 	// back: each node boots from its stored state and rejoins.
 	for _, n := range []*clusterNode{w, cp} {
@@ -279,6 +288,8 @@ spec:
 		t.Fatalf("after the power cut without sticks, nodes are not both Ready:\n%s", nodes)
 	}
 	t.Logf("after the power cut, without sticks:\n%s", nodes)
+	// The audit line written before the cut is still on STATE.
+	checkAuditLine(t, ssh, secret)
 	// What the worker's health gate waited on, and its pods' restarts
 	// (a pod in CrashLoopBackOff waits out its back-off).
 	waited := regexp.MustCompile(`[^\n]*(health|pod network|waiting)[^\n]*`).FindAllString(w.vm.Console(), -1)
@@ -388,4 +399,123 @@ func checkUpgradeRBAC(ctx context.Context, t *testing.T, w *clusterNode, key ssh
 		assert.Regexp(t, `Forbidden.*User "system:node:w-1" cannot `+tc.verb+` resource "configmaps"`, out, tc.what)
 		t.Logf("w-1 refused %s: %s", tc.what, strings.TrimSpace(out))
 	}
+}
+
+// e2eSecret is a Secret the test created, and its value in plain text.
+type e2eSecret struct{ name, plain string }
+
+// etcdctlAsAPIServer reads the control plane's etcd as kube-apiserver
+// does, with its etcd client certificate
+// (pkg/node/kube/etcdmember.ClientFlags).
+const etcdctlAsAPIServer = "etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt " +
+	"--cert=/etc/kubernetes/pki/apiserver-etcd-client.crt --key=/etc/kubernetes/pki/apiserver-etcd-client.key"
+
+// checkSecretEncrypted creates a Secret with kubectl and reads it raw
+// from etcd on the control plane: secretbox's prefix, never the value.
+func checkSecretEncrypted(t *testing.T, ssh *sshClient) e2eSecret {
+	t.Helper()
+	s := e2eSecret{name: "e2e-at-rest", plain: fmt.Sprintf("terrarium-plain-%d", time.Now().UnixNano())}
+	if out, err := ssh.read("kubectl create secret generic " + s.name + " --from-literal=value=" + s.plain); err != nil {
+		t.Fatalf("kubectl create secret %s: %v\n%s", s.name, err, out)
+	}
+	out, err := ssh.sudoTry(etcdctlAsAPIServer + " get /registry/secrets/default/" + s.name + " --print-value-only > /tmp/e2e-secret.raw && " +
+		"echo size=$(stat -c %s /tmp/e2e-secret.raw) && echo prefix=$(head -c 21 /tmp/e2e-secret.raw) && " +
+		"echo plain=$(grep -a -c '" + s.plain + "' /tmp/e2e-secret.raw)")
+	if err != nil {
+		t.Fatalf("etcdctl get of Secret %s on the control plane: %v\n%s", s.name, err, out)
+	}
+	t.Logf("Secret %s in etcd: %s", s.name, strings.Join(strings.Fields(out), " "))
+	if strings.Contains(out, "size=0") {
+		t.Fatalf("etcd holds nothing at /registry/secrets/default/%s:\n%s", s.name, out)
+	}
+	if !strings.Contains(out, "prefix=k8s:enc:secretbox:v1:") {
+		t.Errorf("Secret %s is not encrypted in etcd: its value does not start with k8s:enc:secretbox:v1: (no EncryptionConfiguration in effect?):\n%s", s.name, out)
+	}
+	if !strings.Contains(out, "plain=0") {
+		t.Errorf("etcd holds Secret %s's value %q in plain text:\n%s", s.name, s.plain, out)
+	}
+	return s
+}
+
+// checkAuditLine finds the audit event of the Secret's creation by the
+// admin (kubeadm's admin.conf, the admin user's kubeconfig) on the
+// control plane: metadata only, never the Secret's body.
+func checkAuditLine(t *testing.T, ssh *sshClient, s e2eSecret) {
+	t.Helper()
+	const log = "/var/log/kubernetes/audit/audit.log"
+	var out string
+	var err error
+	for try := 0; try < 10; try++ {
+		out, err = ssh.sudoTry("grep -F '\"name\":\"" + s.name + "\"' " + log + " | grep -F '\"verb\":\"create\"' || true")
+		if err == nil && strings.Contains(out, `"resource":"secrets"`) {
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if err != nil {
+		t.Errorf("reading the audit log %s on the control plane: %v\n%s", log, err, out)
+		return
+	}
+	var found bool
+	for _, line := range strings.Split(out, "\n") {
+		var ev struct {
+			Level     string                                     `json:"level"`
+			Verb      string                                     `json:"verb"`
+			User      struct{ Username string }                  `json:"user"`
+			ObjectRef struct{ Resource, Namespace, Name string } `json:"objectRef"`
+			Request   json.RawMessage                            `json:"requestObject"`
+			Response  json.RawMessage                            `json:"responseObject"`
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(line)), &ev) != nil || ev.ObjectRef.Resource != "secrets" || ev.ObjectRef.Name != s.name {
+			continue
+		}
+		found = true
+		if ev.User.Username != "kubernetes-admin" || ev.Verb != "create" || ev.ObjectRef.Namespace != "default" {
+			t.Errorf("the audit event of Secret %s's creation names user %q, verb %q, namespace %q; want kubernetes-admin, create, default:\n%s",
+				s.name, ev.User.Username, ev.Verb, ev.ObjectRef.Namespace, line)
+		}
+		if ev.Level != "Metadata" || len(ev.Request) > 0 || len(ev.Response) > 0 || strings.Contains(line, s.plain) ||
+			strings.Contains(line, base64.StdEncoding.EncodeToString([]byte(s.plain))) {
+			t.Errorf("the audit event of Secret %s's creation records more than metadata (level %s, a request or response body, or the value):\n%s", s.name, ev.Level, line)
+		}
+	}
+	if !found {
+		t.Errorf("the audit log %s on the control plane has no event for `kubectl create secret generic %s`:\n%s", log, s.name, out)
+		return
+	}
+	t.Logf("audit log: the creation of Secret %s by kubernetes-admin is recorded, metadata only", s.name)
+}
+
+// checkPodSecurityRefuses: a privileged pod that mounts the host's root
+// is refused in default by Pod Security admission at baseline.
+func checkPodSecurityRefuses(t *testing.T, ssh *sshClient) {
+	t.Helper()
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: e2e-privileged}
+spec:
+  containers:
+    - name: root
+      image: registry.k8s.io/pause:3.10.2
+      securityContext: {privileged: true}
+      volumeMounts: [{name: host, mountPath: /host}]
+  volumes:
+    - name: host
+      hostPath: {path: /}
+`
+	out, err := ssh.read("cat > /tmp/e2e-privileged.yaml <<'EOF'\n" + pod + "EOF\nkubectl apply -f /tmp/e2e-privileged.yaml")
+	if err == nil {
+		_, _ = ssh.read("kubectl delete pod e2e-privileged --wait=false")
+		t.Errorf("a privileged pod with hostPath / was admitted in default; Pod Security should enforce baseline:\n%s", out)
+		return
+	}
+	for _, want := range []string{`violates PodSecurity "baseline:latest"`, "privileged", "hostPath volumes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the privileged pod was refused, but not by Pod Security at baseline (no %q in the answer):\n%s", want, out)
+		}
+	}
+	if got, _ := ssh.read("kubectl get pod e2e-privileged -o name"); strings.Contains(got, "pod/e2e-privileged") {
+		t.Errorf("the refused pod exists: %s", got)
+	}
+	t.Logf("Pod Security refused the privileged pod: %s", strings.TrimSpace(out))
 }

@@ -24,13 +24,14 @@ func clusterConfigCmd() *cobra.Command {
 		cps, workers []string
 		sshKeys      []string
 		adminName    string
+		podSecurity  string
 	)
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		Short: "Generate a cluster's secrets and one machine config and config disk per node",
 		Long: `Generates (or reuses) the cluster's secrets — cluster, front-proxy and etcd CAs,
 the service-account key, a bootstrap token, the certificate key, the config
-signing key — and writes a machine config, its signature (NODE.yaml.sig) and a
+signing key, the key Secrets are encrypted with in etcd — and writes a machine config, its signature (NODE.yaml.sig) and a
 TERRA-CONFIG disk holding both for every node. Boot every node from the same
 image with its own disk, in any order: they form the cluster by themselves.
 Every node trusts the signing key: sign a later config change with
@@ -47,6 +48,11 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 			}
 			if o.Topology.Workers, err = parseNodes("--worker", workers); err != nil {
 				return err
+			}
+			if podSecurity != "" {
+				if o.Topology.PodSecurity, err = machineconfig.ParsePodSecurity(podSecurity); err != nil {
+					return fmt.Errorf("--pod-security: %w", err)
+				}
 			}
 			if len(sshKeys) > 0 {
 				a := &machineconfig.Admin{Name: adminName}
@@ -82,6 +88,10 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 			if w.SigningKeyAdded {
 				fmt.Printf("secrets: %s had no config signing key (made before there was one): added one and saved it.\n", w.SecretsPath)
 			}
+			if w.SecretsEncryptionKeyAdded {
+				fmt.Printf("secrets: %s had no secrets encryption key (made before there was one): added one and saved it.\n"+
+					"  A cluster formed from these configs encrypts its Secrets in etcd; one already formed keeps them as they are.\n", w.SecretsPath)
+			}
 			fmt.Printf("CA hash %s; bootstrap token expires %s\n", w.CACertHash, w.TokenExpires.Format(time.RFC3339))
 			fmt.Printf("configs signed with key %s (%s), which every node trusts: sign later changes with\n  imagebuild config sign --key %s NODE.yaml\n\n",
 				w.SigningKey.ID(), w.SigningKey, w.SecretsPath)
@@ -106,6 +116,7 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.StringVar(&o.Topology.PodCIDR, "pod-cidr", "", "pod network (default "+machineconfig.DefaultPodCIDR+")")
 	f.StringVar(&o.Topology.ServiceCIDR, "service-cidr", "", "service network (default "+machineconfig.DefaultServiceCIDR+")")
 	f.StringSliceVar(&o.Topology.IgnorePreflightErrors, "ignore-preflight-errors", nil, "kubeadm preflight checks to report as warnings on every node (e.g. NumCPU for 1-CPU lab control planes)")
+	f.StringVar(&podSecurity, "pod-security", "", "Pod Security admission levels as MODE=LEVEL pairs, MODE enforce, audit or warn, LEVEL privileged, baseline or restricted (default "+machineconfig.DefaultPodSecurity().String()+")")
 	f.StringArrayVar(&sshKeys, "ssh-key", nil, "authorized_keys file for the admin user (repeat)")
 	f.StringVar(&adminName, "admin", machineconfig.DefaultAdminName, "admin user name")
 	f.StringVar(&o.SecretsPath, "secrets", "", "cluster secrets file, reused when it exists (default OUT/secrets.yaml)")

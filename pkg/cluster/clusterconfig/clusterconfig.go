@@ -42,6 +42,10 @@ type Topology struct {
 	// IgnorePreflightErrors: kubeadm preflight checks every node reports
 	// as warnings (see machineconfig.Cluster).
 	IgnorePreflightErrors []string
+	// PodSecurity are the cluster's Pod Security admission levels, in the
+	// control planes' configs; nil leaves them out (the defaults,
+	// machineconfig.DefaultPodSecurity).
+	PodSecurity *machineconfig.PodSecurity
 }
 
 // Role of node i in the ordered list ControlPlanes+Workers.
@@ -173,6 +177,10 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 				ServiceAccount: machineconfig.KeyPair{Cert: s.ServiceAccount.Pub, Key: s.ServiceAccount.Key},
 				CertificateKey: s.CertificateKey,
 			}
+			// Only the API servers encrypt and admit; workers never
+			// hold the key.
+			c.Cluster.SecretsEncryptionKey = s.SecretsEncryptionKey
+			c.Cluster.PodSecurity = t.PodSecurity
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

@@ -44,8 +44,11 @@ type Written struct {
 	// SigningKeyAdded is set when the secrets file predated the config
 	// signing key and Write added one to it.
 	SigningKeyAdded bool
-	TokenExpires    time.Time
-	CACertHash      string
+	// SecretsEncryptionKeyAdded is set when the secrets file predated the
+	// secrets encryption key and Write added one to it.
+	SecretsEncryptionKeyAdded bool
+	TokenExpires              time.Time
+	CACertHash                string
 	// SigningKey is the public half of the key every config is signed with.
 	SigningKey signature.PublicKey
 	Nodes      []WrittenNode
@@ -66,7 +69,8 @@ type WrittenNode struct {
 // Write loads or creates the cluster secrets, renders every node's
 // machine config and writes it, with its signature by the cluster's config
 // signing key and a config disk holding both, to OutDir. Secrets from
-// before the signing key get one, and are saved with it. The secrets file
+// before the signing key or the secrets encryption key get one, and are
+// saved with it. The secrets file
 // is written 0600. Each output is written whole or not at all
 // (configdisk and the secrets write temporary files and rename them).
 func Write(o WriteOptions) (*Written, error) {
@@ -92,6 +96,9 @@ func Write(o WriteOptions) (*Written, error) {
 	if w.SigningKeyAdded, err = s.EnsureSigningKey(nil); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
+	if w.SecretsEncryptionKeyAdded, err = s.EnsureSecretsEncryptionKey(nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
 	if err := s.CheckExpiry(o.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
@@ -103,7 +110,7 @@ func Write(o WriteOptions) (*Written, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
-	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded {
+	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded || w.SecretsEncryptionKeyAdded {
 		if err := clustersecrets.Save(o.SecretsPath, s); err != nil {
 			return nil, err
 		}

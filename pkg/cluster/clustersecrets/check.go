@@ -15,8 +15,9 @@ import (
 // clock: apiVersion and kind, the cluster name, that every certificate and
 // key is one PEM block that parses, that each key matches its certificate,
 // that the CAs are CAs and distinct, the format of the bootstrap token's ID
-// and secret, that the certificate key is 64 lowercase hex digits, and that
-// the config signing key, when there is one, is an ed25519 key.
+// and secret, that the certificate key is 64 lowercase hex digits, that
+// the config signing key, when there is one, is an ed25519 key, and that
+// the secrets encryption key, when there is one, is 32 bytes of base64.
 //
 // It returns nil or a strictyaml.Problems listing every problem found, one
 // per line, each naming its field by path (e.g. "$.etcdCA.key: ...").
@@ -124,6 +125,12 @@ func (s *Secrets) problems(structure, expiry bool, now time.Time) strictyaml.Pro
 		// EnsureSigningKey on their next write.
 		if _, err := signature.ParsePrivateKey([]byte(s.SigningKey)); err != nil {
 			ps.Addf(root.Field("signingKey"), "%v", err)
+		}
+	}
+	if structure && s.SecretsEncryptionKey != "" {
+		// Absent is allowed, as for signingKey.
+		if msg := encryptionKeyProblem(s.SecretsEncryptionKey); msg != "" {
+			ps.Addf(root.Field("secretsEncryptionKey"), "%s", msg)
 		}
 	}
 	return ps

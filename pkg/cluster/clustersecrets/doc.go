@@ -22,6 +22,12 @@
 // with configs from before then trust no key, so their configs can only
 // change by re-enrolling them (`firstboot reset`).
 //
+// The secrets encryption key (secretsEncryptionKey: 32 bytes, base64),
+// with which the control planes encrypt Secrets in etcd, came later still
+// and is handled the same way: a file without it loads,
+// EnsureSecretsEncryptionKey adds one, and `imagebuild config cluster`
+// saves it. Only configs made after that carry it.
+//
 // Checking is split by whether it depends on the clock:
 //
 //   - Secrets.Validate checks the document itself: kind and apiVersion, that

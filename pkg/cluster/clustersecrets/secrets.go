@@ -94,6 +94,12 @@ type Secrets struct {
 	// signature). Files written before the key existed lack it: Load
 	// accepts them, and EnsureSigningKey adds one.
 	SigningKey string `yaml:"signingKey,omitempty"`
+	// SecretsEncryptionKey is the key the control planes encrypt the
+	// cluster's Secrets with in etcd: 32 random bytes, standard base64
+	// (see machineconfig.Cluster.SecretsEncryptionKey). Files written
+	// before the key existed lack it: Load accepts them, and
+	// EnsureSecretsEncryptionKey adds one.
+	SecretsEncryptionKey string `yaml:"secretsEncryptionKey,omitempty"`
 }
 
 // KeyPair is a certificate and its private key, both PEM. The certificate is
@@ -141,9 +147,11 @@ type BootstrapToken struct {
 // to the second.
 //
 // The config signing key is ed25519, stored as PKCS#8 "PRIVATE KEY" PEM.
+// The secrets encryption key is 32 random bytes, stored as base64.
 //
 // random supplies the serial numbers, the bootstrap token, the
-// certificate key and the signing key, and nil means crypto/rand.Reader.
+// certificate key, the signing key and the secrets encryption key, and nil
+// means crypto/rand.Reader.
 // It is also handed to CA and service-account key generation, but since
 // Go 1.26 crypto/ecdsa and crypto/rsa ignore it and always use the
 // system's secure source (tests can make that deterministic with
@@ -199,6 +207,9 @@ func Generate(clusterName string, now time.Time, tokenTTL time.Duration, random 
 	}
 	s.CertificateKey = hex.EncodeToString(key)
 	if _, err := s.EnsureSigningKey(random); err != nil {
+		return nil, fmt.Errorf("generate cluster secrets: %w", err)
+	}
+	if _, err := s.EnsureSecretsEncryptionKey(random); err != nil {
 		return nil, fmt.Errorf("generate cluster secrets: %w", err)
 	}
 	if err := s.Validate(); err != nil {

@@ -66,6 +66,15 @@ type Cluster struct {
 	// PKI holds the CA keys; control-plane nodes (init and controlplane)
 	// only.
 	PKI *ClusterPKI `yaml:"pki,omitempty"`
+	// SecretsEncryptionKey is the key the control planes encrypt Secrets
+	// with in etcd (secretbox): 32 random bytes, standard base64.
+	// Control-plane nodes only; `imagebuild config cluster` keeps it with
+	// the cluster's secrets. Absent: Secrets are stored in plain text
+	// (configs made before there was a key).
+	SecretsEncryptionKey string `yaml:"secretsEncryptionKey,omitempty"`
+	// PodSecurity are the cluster's Pod Security admission levels, set by
+	// the control planes. Absent: DefaultPodSecurity.
+	PodSecurity *PodSecurity `yaml:"podSecurity,omitempty"`
 	// IgnorePreflightErrors are kubeadm preflight checks reported as
 	// warnings instead of stopping the node (kubeadm's check names, e.g.
 	// NumCPU for a control plane with one CPU in a lab). Empty: every
@@ -292,6 +301,7 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 	} else if c.PKI != nil {
 		ps.Addf(p.Field("pki"), "workers carry no CA keys; remove pki from a worker's config")
 	}
+	validateHardening(ps, p, c)
 	if c.Backup != nil {
 		if c.IsControlPlane() {
 			validateBackup(ps, p.Field("backup"), *c.Backup)

@@ -8,8 +8,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
 )
 
-// Install, on a node booted live from the hybrid ISO, installs Terrarium
-// onto a disk and reboots into it (docs/operations/usb-nuc.md). A node
+// Install asks a node booted live from the hybrid ISO to install Terrarium
+// onto a disk and reboot into it (docs/operations/usb-nuc.md). A node
 // running from a disk ignores it.
 type Install struct {
 	// Disk selects the target disk. Every field given must match; when

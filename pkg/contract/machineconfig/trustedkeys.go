@@ -17,12 +17,12 @@ import (
 type KeyPurpose string
 
 const (
-	// PurposeConfig: signed changes of this node's machine config.
+	// PurposeConfig is for signed changes of this node's machine config.
 	PurposeConfig KeyPurpose = "config"
-	// PurposeBundle: side-load bundles (TERRA-BUNDLE sticks, imagebuild
+	// PurposeBundle is for side-load bundles (TERRA-BUNDLE sticks, imagebuild
 	// bundle disk --sign), and the tags they may move.
 	PurposeBundle KeyPurpose = "bundle"
-	// PurposeUpgrade: OS upgrade files and the cluster's upgrade rollouts.
+	// PurposeUpgrade is for OS upgrade files and the cluster's upgrade rollouts.
 	PurposeUpgrade KeyPurpose = "upgrade"
 )
 

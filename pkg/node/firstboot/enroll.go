@@ -391,7 +391,8 @@ func (r *runner) refuse(from, why string) {
 }
 
 // immutableChanges refuses changes to what defines a formed node: its
-// cluster, role, node IP and the cluster CA, and a cluster node's name.
+// cluster, role, node IP, the cluster CA and secrets encryption key, and
+// a cluster node's name.
 // `firstboot reset` re-enrolls a node that must change them.
 func immutableChanges(old, next *machineconfig.Config) error {
 	var bad []string
@@ -415,6 +416,12 @@ func immutableChanges(old, next *machineconfig.Config) error {
 		}
 		if oc.CACert != nc.CACert || oc.CACertHash != nc.CACertHash {
 			bad = append(bad, "cluster.caCert: the cluster CA")
+		}
+		// The key is never quoted. A new key would leave the Secrets
+		// etcd holds unreadable at kube-apiserver's next start; rotating
+		// it (both keys, every Secret rewritten) is not done by a change.
+		if oc.SecretsEncryptionKey != nc.SecretsEncryptionKey {
+			bad = append(bad, "cluster.secretsEncryptionKey: the key the cluster's Secrets are encrypted with in etcd")
 		}
 		if old.Hostname != next.Hostname {
 			bad = append(bad, fmt.Sprintf("hostname: %q -> %q (a cluster node's name is its Node's)", old.Hostname, next.Hostname))

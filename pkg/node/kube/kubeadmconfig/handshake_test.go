@@ -83,8 +83,8 @@ func BenchmarkMutualTLSHandshake(b *testing.B) {
 				if err := <-done; err != nil {
 					b.Fatalf("server handshake: %v", err)
 				}
-				c.Close()
-				s.Close()
+				_ = c.Close()
+				_ = s.Close()
 			}
 		})
 	}

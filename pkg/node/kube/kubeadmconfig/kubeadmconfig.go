@@ -75,6 +75,7 @@ func Render(in Input) ([]byte, error) {
 	// still renders its configuration on every boot to verify it: a TTL of
 	// a second, never zero, which kubeadm reads as "never expires".
 	ttl := max(c.TokenExpires.Sub(in.Now).Truncate(time.Second), time.Second)
+	encrypt := c.SecretsEncryptionKey != ""
 	data := map[string]any{
 		"C":                   c,
 		"NodeName":            in.NodeName,
@@ -85,7 +86,11 @@ func Render(in Input) ([]byte, error) {
 		"TokenTTL":            ttl.String(),
 		"ControlPlane":        c.IsControlPlane(),
 		"PodResolvConf":       in.PodResolvConf,
-		"LeaderElection":      LeaderElectionArgs,
+		"ControllerArgs":      argsYAML("    ", controllerArgs()),
+		"APIServerArgs":       argsYAML("    ", apiServerArgs(encrypt)),
+		"APIServerVolumes":    volumesYAML("    ", apiServerVolumes(encrypt)),
+		"Encrypt":             encrypt,
+		"KubeletHardening":    kubeletHardening,
 		"Etcd":                EtcdArgs,
 		"PatchesDir":          PatchesDir,
 		"DNSDomain":           DNSDomain,
@@ -144,6 +149,21 @@ networking:
   dnsDomain: {{.DNSDomain}}
 apiServer:
   certSANs: ["127.0.0.1"{{range .C.ControlPlanes}}, "{{.}}"{{end}}]
+  # Hardened beyond kubeadm's defaults (docs/security.md): Pod Security
+  # admission at the cluster config's levels, an audit log on TERRA-STATE
+  # rotated by size and age, no profiling, service-account tokens that
+  # expire when they say, strong TLS only. Joining control planes get
+  # this from the kubeadm-config ConfigMap and write the files it names
+  # themselves.
+{{- if .Encrypt}}
+  # Secrets are encrypted in etcd (encryption-provider-config).
+{{- else}}
+  # Secrets are NOT encrypted in etcd: the cluster config holds no key.
+{{- end}}
+  extraArgs:
+{{.APIServerArgs}}
+  extraVolumes:
+{{.APIServerVolumes}}
 # etcd's heartbeats and elections timed for slow, loaded members (see
 # EtcdArgs); joining control planes get this from the kubeadm-config
 # ConfigMap.
@@ -156,11 +176,13 @@ etcd:
 # renewal waits on a busy etcd (a USB stick, a loaded host, emulation) exits
 # and restarts, and its controllers (the CSR signer that joins nodes among
 # them) never run long enough. The cost: a control-plane failover takes up
-# to a minute instead of 15 s.
+# to a minute instead of 15 s. Both without profiling, on loopback only.
 controllerManager:
-  extraArgs: {{.LeaderElection}}
+  extraArgs:
+{{.ControllerArgs}}
 scheduler:
-  extraArgs: {{.LeaderElection}}
+  extraArgs:
+{{.ControllerArgs}}
 `
 
 // LeaderElectionArgs are the controller manager's and the scheduler's
@@ -221,6 +243,7 @@ cgroupDriver: systemd
 containerRuntimeEndpoint: "{{.CRISocket}}"
 resolvConf: "{{.PodResolvConf}}"
 serializeImagePulls: false
+{{.KubeletHardening -}}
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration

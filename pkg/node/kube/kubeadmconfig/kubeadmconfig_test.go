@@ -1,6 +1,7 @@
 package kubeadmconfig
 
 import (
+	"encoding/base64"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -18,23 +21,54 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
+// testKey is a secrets encryption key: 32 bytes, base64.
+var testKey = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+
+// cluster is a node's cluster section as imagebuild config cluster makes
+// it: control planes hold the secrets encryption key.
 func cluster(role, ip string) *machineconfig.Cluster {
-	return &machineconfig.Cluster{
+	c := &machineconfig.Cluster{
 		Name: "lab", Role: role, NodeIP: ip, ControlPlanes: []string{"10.77.0.10", "10.77.0.11"},
 		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12",
 		Token: "abcdef.0123456789abcdef", TokenExpires: now.Add(24 * time.Hour),
 		CACertHash: "sha256:" + strings.Repeat("ab", 32),
 	}
+	if c.IsControlPlane() {
+		c.SecretsEncryptionKey = testKey
+	}
+	return c
+}
+
+// golden compares got with testdata/name, which -update rewrites.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got), "differs from %s (run with -update to accept)", path)
 }
 
 func TestRender(t *testing.T) {
-	for _, tt := range []struct{ name, role, ip string }{
-		{"init", machineconfig.RoleInit, "10.77.0.10"},
-		{"controlplane", machineconfig.RoleControlPlane, "10.77.0.11"},
-		{"worker", machineconfig.RoleWorker, "10.77.0.20"},
+	for _, tt := range []struct {
+		name, role, ip string
+		noKey          bool
+	}{
+		{"init", machineconfig.RoleInit, "10.77.0.10", false},
+		// A cluster config from before the secrets encryption key.
+		{"init-no-encryption-key", machineconfig.RoleInit, "10.77.0.10", true},
+		{"controlplane", machineconfig.RoleControlPlane, "10.77.0.11", false},
+		{"worker", machineconfig.RoleWorker, "10.77.0.20", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Render(Input{Cluster: cluster(tt.role, tt.ip), NodeName: "node-" + tt.name, KubernetesVersion: "v1.36.3", PodResolvConf: "/etc/terrarium/pod-resolv.conf", Now: now})
+			c := cluster(tt.role, tt.ip)
+			if tt.noKey {
+				c.SecretsEncryptionKey = ""
+			}
+			got, err := Render(Input{Cluster: c, NodeName: "node-" + strings.TrimSuffix(tt.name, "-no-encryption-key"), KubernetesVersion: "v1.36.3", PodResolvConf: "/etc/terrarium/pod-resolv.conf", Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,19 +89,7 @@ func TestRender(t *testing.T) {
 			if strings.Join(kinds, ",") != want {
 				t.Errorf("documents %v, want %s", kinds, want)
 			}
-			golden := filepath.Join("testdata", tt.name+".yaml")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wantBytes, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != string(wantBytes) {
-				t.Errorf("differs from %s (run with -update to accept):\n%s", golden, got)
-			}
+			golden(t, tt.name+".yaml", got)
 		})
 	}
 }

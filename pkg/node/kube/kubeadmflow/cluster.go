@@ -152,6 +152,14 @@ func applyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config) 
 	}
 	lbChanged := false
 	for _, p := range sortedKeys(files) {
+		if p == ClusterCAFile {
+			// PKI, root's alone; the others are read by the balancer's
+			// dynamic user, containerd and pods.
+			if err := writeWithMode(h, p, []byte(files[p]), ownerOnly); err != nil {
+				return err
+			}
+			continue
+		}
 		w, err := h.WriteIfChanged(p, []byte(files[p]), 0o644)
 		if err != nil {
 			return err
@@ -184,13 +192,14 @@ func verifyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config)
 }
 
 // pkiFiles are the CA files kubeadm finds pre-seeded on control planes,
-// with their modes: keys are readable by root only.
+// with their modes: every one readable by root only, the certificates
+// too (the CIS benchmark's 1.1.20; nothing but root reads them).
 func pkiFiles(c *machineconfig.Cluster) map[string]os.FileMode {
 	return map[string]os.FileMode{
-		"ca.crt": 0o644, "ca.key": 0o600,
-		"front-proxy-ca.crt": 0o644, "front-proxy-ca.key": 0o600,
-		"etcd/ca.crt": 0o644, "etcd/ca.key": 0o600,
-		"sa.pub": 0o644, "sa.key": 0o600,
+		"ca.crt": 0o600, "ca.key": 0o600,
+		"front-proxy-ca.crt": 0o600, "front-proxy-ca.key": 0o600,
+		"etcd/ca.crt": 0o600, "etcd/ca.key": 0o600,
+		"sa.pub": 0o600, "sa.key": 0o600,
 	}
 }
 
@@ -210,7 +219,7 @@ func applyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) e
 	}
 	content := pkiContent(c.Cluster)
 	for name, mode := range pkiFiles(c.Cluster) {
-		if _, err := h.WriteIfChanged(filepath.Join(KubernetesPKIDir, name), []byte(content[name]), mode); err != nil {
+		if err := writeWithMode(h, filepath.Join(KubernetesPKIDir, name), []byte(content[name]), mode); err != nil {
 			return err
 		}
 	}
@@ -236,8 +245,8 @@ func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) 
 		if string(b) != content[name] {
 			return fmt.Errorf("%s/%s differs from the machine config", KubernetesPKIDir, name)
 		}
-		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != mode {
-			return fmt.Errorf("%s/%s has mode %v, want %v", KubernetesPKIDir, name, fi.Mode().Perm(), mode)
+		if err := checkMode(h, filepath.Join(KubernetesPKIDir, name), mode); err != nil {
+			return err
 		}
 	}
 	if fi, err := os.Stat(h.Path(KubernetesPKIDir)); err != nil || fi.Mode().Perm() != 0o700 {
@@ -273,11 +282,11 @@ func bundleImages(h *Flow) ([]string, error) {
 	return names, nil
 }
 
-// bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
-// the tag of its kube-apiserver image.
 // KubernetesVersion is the Kubernetes version of the slot's bundle.
 func (f *Flow) KubernetesVersion() (string, error) { return bundleKubernetesVersion(f) }
 
+// bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
+// the tag of its kube-apiserver image.
 func bundleKubernetesVersion(h *Flow) (string, error) {
 	names, err := bundleImages(h)
 	if err != nil {
@@ -327,9 +336,12 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 	}
 	if c.Cluster.IsControlPlane() {
 		for name, p := range kubeadmconfig.Patches() {
-			if _, err := h.WriteIfChanged(filepath.Join(kubeadmconfig.PatchesDir, name), p, 0o644); err != nil {
+			if err := writeWithMode(h, filepath.Join(kubeadmconfig.PatchesDir, name), p, ownerOnly); err != nil {
 				return err
 			}
+		}
+		if err := applyControlPlaneFiles(h, c.Cluster); err != nil {
+			return err
 		}
 	}
 	if c.Cluster.Role == machineconfig.RoleInit {
@@ -337,17 +349,17 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 		if err != nil {
 			return err
 		}
-		if _, err := h.WriteIfChanged(FlannelManifest, m, 0o644); err != nil {
+		if err := writeWithMode(h, FlannelManifest, m, ownerOnly); err != nil {
 			return err
 		}
 		dns, err := addons.CoreDNSConfig(kubeadmconfig.DNSDomain)
 		if err != nil {
 			return err
 		}
-		if _, err := h.WriteIfChanged(CoreDNSManifest, dns, 0o644); err != nil {
+		if err := writeWithMode(h, CoreDNSManifest, dns, ownerOnly); err != nil {
 			return err
 		}
-		if _, err := h.WriteIfChanged(UpgradesManifest, addons.Upgrades, 0o644); err != nil {
+		if err := writeWithMode(h, UpgradesManifest, addons.Upgrades, ownerOnly); err != nil {
 			return err
 		}
 	}
@@ -375,6 +387,12 @@ func verifyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) 
 			if got, err := os.ReadFile(h.Path(f)); err != nil || string(got) != string(p) {
 				return fmt.Errorf("kubeadm patch %s is missing or differs from this image's", f)
 			}
+			if err := checkMode(h, f, ownerOnly); err != nil {
+				return err
+			}
+		}
+		if err := verifyControlPlaneFiles(h, c.Cluster); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -393,7 +411,7 @@ func flannelImage(h *Flow) string {
 	return addons.DefaultFlannelImage
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -76,10 +76,11 @@ func startKubelet(ctx context.Context, h *Flow, c *machineconfig.Config, api API
 		data []byte
 		mode os.FileMode
 	}{
-		{KubeletConfigFile, config, 0o644},
-		{kubeletInstanceFile, []byte("containerRuntimeEndpoint: " + strconv.Quote(kubeadmconfig.CRISocket) + "\n"), 0o644},
-		{KubeletFlagsFile, kubeletFlags(cl), 0o644},
-		{BootstrapKubeconfig, joinKubeconfig(cl), 0o600},
+		// Root's alone, unlike kubeadm's 0644 (docs/security.md).
+		{KubeletConfigFile, config, ownerOnly},
+		{kubeletInstanceFile, []byte("containerRuntimeEndpoint: " + strconv.Quote(kubeadmconfig.CRISocket) + "\n"), ownerOnly},
+		{KubeletFlagsFile, kubeletFlags(cl), ownerOnly},
+		{BootstrapKubeconfig, joinKubeconfig(cl), ownerOnly},
 	} {
 		if _, err := h.WriteIfChanged(f.path, f.data, f.mode); err != nil {
 			return err
@@ -93,7 +94,7 @@ func startKubelet(ctx context.Context, h *Flow, c *machineconfig.Config, api API
 	}
 	ca := filepath.Join(KubernetesPKIDir, "ca.crt")
 	if _, err := os.Stat(h.Path(ca)); errors.Is(err, os.ErrNotExist) {
-		if _, err := h.WriteIfChanged(ca, []byte(cl.CACert), 0o644); err != nil {
+		if _, err := h.WriteIfChanged(ca, []byte(cl.CACert), ownerOnly); err != nil {
 			return err
 		}
 	}

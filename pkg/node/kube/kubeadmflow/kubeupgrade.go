@@ -496,7 +496,10 @@ func restoreEtcdAfterRollback(ctx context.Context, f *Flow, c *machineconfig.Con
 			break
 		}
 		if !f.Now().Before(deadline) {
-			return fmt.Errorf("etcd did not stop within %s after its manifest was removed (running %t, %v)", etcdStopWait, running, err)
+			if err != nil {
+				return fmt.Errorf("etcd did not stop within %s after its manifest was removed: %w", etcdStopWait, err)
+			}
+			return fmt.Errorf("etcd did not stop within %s after its manifest was removed: it still runs", etcdStopWait)
 		}
 		select {
 		case <-ctx.Done():

@@ -70,12 +70,12 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 		defer mu.Unlock()
 		line := strings.TrimSpace(name + " " + strings.Join(args, " "))
 		cmds = append(cmds, line)
-		switch {
-		case name == "kubectl":
+		switch name {
+		case "kubectl":
 			return []byte("apiServer: {}\nkind: ClusterConfiguration\nkubernetesVersion: " + clusterVersion + "\n"), nil
-		case name == "etcdctl":
+		case "etcdctl":
 			return nil, os.WriteFile(args[len(args)-1], []byte("snapshot"), 0o600)
-		case name == "etcdutl":
+		case "etcdutl":
 			for _, a := range args {
 				if dir, ok := strings.CutPrefix(a, "--data-dir="); ok {
 					return nil, os.MkdirAll(filepath.Join(dir, "member"), 0o700)

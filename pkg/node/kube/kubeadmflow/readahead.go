@@ -43,7 +43,7 @@ func readAhead(ctx context.Context, paths []string) int64 {
 				break
 			}
 		}
-		f.Close()
+		_ = f.Close() // read only
 		if ctx.Err() != nil {
 			break
 		}

@@ -63,7 +63,7 @@ func withJoinClient(h *Flow, cl *machineconfig.Cluster, fn func(api APIClient) e
 	if _, err := h.WriteIfChanged(JoinKubeconfig, joinKubeconfig(cl), 0o600); err != nil {
 		return err
 	}
-	defer os.Remove(h.Path(JoinKubeconfig))
+	defer func() { _ = os.Remove(h.Path(JoinKubeconfig)) }() // under /run: gone at the next boot if not now
 	api, err := h.API(JoinKubeconfig)
 	if err != nil {
 		return err

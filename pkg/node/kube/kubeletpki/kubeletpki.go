@@ -40,7 +40,7 @@ func Repair(h *host.Host, console io.Writer) ([]string, error) {
 	var done []string
 	say := func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
-		fmt.Fprintf(console, "terrarium: %s\n", line)
+		_, _ = fmt.Fprintf(console, "terrarium: %s\n", line) // the returned lines say it too
 		done = append(done, line)
 	}
 	crt, key := filepath.Join(dir, servingCert), filepath.Join(dir, servingKey)
@@ -71,7 +71,7 @@ func Repair(h *host.Host, console io.Writer) ([]string, error) {
 		return done, nil
 	}
 	tmp := current + ".repair"
-	os.Remove(tmp)
+	_ = os.Remove(tmp) // a leftover of an interrupted repair; Symlink fails if it stays
 	if err := os.Symlink(good, tmp); err != nil {
 		return done, fmt.Errorf("repair the kubelet's client certificate: %w", err)
 	}

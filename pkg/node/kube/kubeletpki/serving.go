@@ -47,7 +47,9 @@ func EnsureServing(h *host.Host, name string) (bool, error) {
 	if err := atomicfile.WriteFile(key, keyPEM, 0o600); err != nil {
 		return false, fmt.Errorf("the kubelet's serving key: %w", err)
 	}
-	if err := atomicfile.WriteFile(crt, certPEM, 0o644); err != nil {
+	// Root's alone like every key and certificate of the node
+	// (docs/security.md); only the kubelet reads it.
+	if err := atomicfile.WriteFile(crt, certPEM, 0o600); err != nil {
 		return false, fmt.Errorf("the kubelet's serving certificate: %w", err)
 	}
 	return true, nil

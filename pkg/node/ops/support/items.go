@@ -115,6 +115,7 @@ func (c *collector) items() []item {
 		c.kubectl("kubernetes/nodes.txt", "get", "nodes", "-o", "wide"),
 		c.kubectl("kubernetes/pods.txt", "get", "pods", "-A", "-o", "wide"),
 		c.kubectl("kubernetes/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp"),
+		c.newestLog("kubernetes/audit.log", layout.AuditLogDir, auditLogCap),
 		c.file("registry/config.json", layout.RegistryConfigFile),
 		c.file("registry/sideloads.jsonl", layout.RegistrySideloadLog),
 		c.get("registry/v2.txt", "/v2/"),
@@ -205,6 +206,63 @@ func (c *collector) listing(name, dir string) item {
 			fmt.Fprintf(&b, "%s %12d %s\n", fi.ModTime().UTC().Format(time.RFC3339), fi.Size(), e.Name())
 		}
 		return []byte(b.String()), nil
+	}}
+}
+
+// auditLogCap is as much of the API server's audit log as a bundle
+// holds: its newest events (metadata only, a few hundred bytes each).
+const auditLogCap = 4 << 20
+
+// newestLog is the end of the newest uncompressed file in dir, up to
+// limit bytes (and MaxBytes), from a line's start: the audit log
+// kube-apiserver is writing, not the rotated, gzipped ones beside it.
+func (c *collector) newestLog(name, dir string, limit int) item {
+	limit = min(limit, c.opts.MaxBytes)
+	return item{name: name, source: fmt.Sprintf("the last %d bytes of the newest file in %s", limit, dir), tail: true, collect: func(context.Context) ([]byte, error) {
+		entries, err := os.ReadDir(c.h.Path(dir))
+		if errors.Is(err, fs.ErrNotExist) {
+			return []byte(dir + " does not exist on this node (only control planes keep an audit log)\n"), nil
+		}
+		if err != nil {
+			return nil, hostPathError(err, dir)
+		}
+		var newest fs.FileInfo
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil || !fi.Mode().IsRegular() || strings.HasSuffix(e.Name(), ".gz") {
+				continue
+			}
+			if newest == nil || fi.ModTime().After(newest.ModTime()) {
+				newest = fi
+			}
+		}
+		if newest == nil {
+			return []byte(dir + " holds no log yet\n"), nil
+		}
+		p := filepath.Join(dir, newest.Name())
+		f, err := os.Open(c.h.Path(p))
+		if err != nil {
+			return nil, hostPathError(err, p)
+		}
+		defer f.Close()
+		// Room for the line that says what was left out, within limit.
+		keep := int64(max(limit-256, 0))
+		skipped := max(newest.Size()-keep, 0)
+		if _, err := f.Seek(skipped, io.SeekStart); err != nil {
+			return nil, hostPathError(err, p)
+		}
+		data, err := io.ReadAll(io.LimitReader(f, keep))
+		if err != nil {
+			return nil, hostPathError(err, p)
+		}
+		if skipped > 0 {
+			// From the first whole line.
+			if i := bytes.IndexByte(data, '\n'); i >= 0 {
+				data = data[i+1:]
+			}
+			data = append(fmt.Appendf(nil, "[... %s: the first %d bytes left out ...]\n", p, newest.Size()-int64(len(data))), data...)
+		}
+		return data, nil
 	}}
 }
 

@@ -1,0 +1,73 @@
+package clusterconfig
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// parsed is node's config as Write wrote it into dir.
+func parsed(t *testing.T, dir, node string) *machineconfig.Config {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, node+".yaml"))
+	require.NoError(t, err)
+	c, err := machineconfig.Parse(node, data)
+	require.NoError(t, err)
+	return c
+}
+
+// The control planes carry the secrets encryption key of the cluster's
+// secrets and the Pod Security levels; the worker neither.
+func TestSecretsEncryptionKeyAndPodSecurityPerRole(t *testing.T) {
+	dir := t.TempDir()
+	secretsPath := filepath.Join(dir, "secrets.yaml")
+	topo := topology()
+	topo.PodSecurity = &machineconfig.PodSecurity{Enforce: machineconfig.PodSecurityRestricted}
+	_, err := Write(WriteOptions{Topology: topo, ClusterName: "lab", SecretsPath: secretsPath, OutDir: dir, TokenTTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	s, err := clustersecrets.Load(secretsPath)
+	require.NoError(t, err)
+	require.NotEmpty(t, s.SecretsEncryptionKey)
+	for _, n := range []string{"cp-1", "cp-2"} {
+		cl := parsed(t, dir, n).Cluster
+		assert.Equal(t, s.SecretsEncryptionKey, cl.SecretsEncryptionKey, n)
+		assert.Equal(t, machineconfig.PodSecurity{Enforce: "restricted", Audit: "restricted", Warn: "restricted"}, cl.PodSecurityLevels(), n)
+	}
+	w := parsed(t, dir, "w-1").Cluster
+	assert.Empty(t, w.SecretsEncryptionKey, "a worker holds the key")
+	assert.Nil(t, w.PodSecurity)
+	data, err := os.ReadFile(filepath.Join(dir, "w-1.yaml"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), s.SecretsEncryptionKey)
+}
+
+// Secrets saved before the secrets encryption key existed get one on the
+// next run, saved and used from then on; nothing else changes.
+func TestOldSecretsGetSecretsEncryptionKey(t *testing.T) {
+	dir := t.TempDir()
+	secretsPath := filepath.Join(dir, "secrets.yaml")
+	s, err := clustersecrets.Generate("lab", now, 24*time.Hour, nil)
+	require.NoError(t, err)
+	s.SecretsEncryptionKey = ""
+	require.NoError(t, clustersecrets.Save(secretsPath, s))
+
+	w := writeAll(t, filepath.Join(dir, "a"), secretsPath, false)
+	assert.True(t, w.SecretsEncryptionKeyAdded)
+	assert.False(t, w.SigningKeyAdded)
+	loaded, err := clustersecrets.Load(secretsPath)
+	require.NoError(t, err)
+	require.NotEmpty(t, loaded.SecretsEncryptionKey, "the added key was not saved")
+	assert.Equal(t, loaded.SecretsEncryptionKey, parsed(t, filepath.Join(dir, "a"), "cp-1").Cluster.SecretsEncryptionKey)
+	assert.Equal(t, s.SigningKey, loaded.SigningKey)
+
+	again := writeAll(t, filepath.Join(dir, "b"), secretsPath, false)
+	assert.False(t, again.SecretsEncryptionKeyAdded)
+	assert.Equal(t, loaded.SecretsEncryptionKey, parsed(t, filepath.Join(dir, "b"), "cp-2").Cluster.SecretsEncryptionKey)
+}

@@ -1,0 +1,282 @@
+package kubeadmconfig
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+)
+
+// The audit log's rotation (kube-apiserver's --audit-log-* flags): at most
+// AuditLogMaxBackups rotated files of AuditLogMaxSizeMB each, gzipped,
+// none older than AuditLogMaxAgeDays, so it can never fill TERRA-STATE.
+const (
+	AuditLogMaxAgeDays = 7
+	AuditLogMaxBackups = 10
+	AuditLogMaxSizeMB  = 50
+)
+
+// TLSCipherSuites are the only suites the API server and the kubelets
+// offer for TLS 1.2 (TLS 1.3 has its own, all strong): ECDHE for forward
+// secrecy with AEAD ciphers only. ECDSA for the API server's and the
+// kubelets' serving certificates (ECDSA P-256, see EncryptionAlgorithm),
+// RSA for a kubelet whose serving certificate the kubelet made itself
+// (RSA 2048).
+const TLSCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384," +
+	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256," +
+	"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
+
+// TLSMinVersion is the oldest TLS the API server and the kubelets speak.
+const TLSMinVersion = "VersionTLS12"
+
+// PodSecurityExemptNamespaces are the namespaces Pod Security admission
+// leaves alone: the add-ons' own, whose pods need the host (kube-proxy,
+// flannel, the static pods' mirrors).
+func PodSecurityExemptNamespaces() []string { return []string{"kube-system", "kube-flannel"} }
+
+// arg is one kube-apiserver, controller manager or scheduler flag, as
+// kubeadm's extraArgs list it.
+type arg struct{ name, value string }
+
+// volume is one of kubeadm's extraVolumes: a host path in the static pod.
+type volume struct {
+	name, path, pathType string
+	readOnly             bool
+}
+
+// apiServerArgs are kube-apiserver's flags beyond kubeadm's defaults
+// (docs/security.md); encrypt adds the EncryptionConfiguration.
+func apiServerArgs(encrypt bool) []arg {
+	args := []arg{
+		{"admission-control-config-file", layout.AdmissionConfigFile},
+		// kubeadm's default already; said here so that no later change
+		// of kubeadm's drops it unnoticed.
+		{"enable-admission-plugins", "NodeRestriction"},
+		{"audit-policy-file", layout.AuditPolicyFile},
+		{"audit-log-path", layout.AuditLogFile},
+		{"audit-log-maxage", fmt.Sprint(AuditLogMaxAgeDays)},
+		{"audit-log-maxbackup", fmt.Sprint(AuditLogMaxBackups)},
+		{"audit-log-maxsize", fmt.Sprint(AuditLogMaxSizeMB)},
+		{"audit-log-compress", "true"},
+	}
+	if encrypt {
+		args = append(args, arg{"encryption-provider-config", layout.EncryptionConfigFile})
+	}
+	return append(args,
+		arg{"profiling", "false"},
+		// A service-account token lives as long as it says (an hour for
+		// a pod's), not a year as kube-apiserver grants by default for
+		// clients that never reread their token.
+		arg{"service-account-extend-token-expiration", "false"},
+		arg{"service-account-lookup", "true"},
+		arg{"tls-cipher-suites", TLSCipherSuites},
+		arg{"tls-min-version", TLSMinVersion},
+	)
+}
+
+// apiServerVolumes are the host paths apiServerArgs name.
+func apiServerVolumes(encrypt bool) []volume {
+	vs := []volume{
+		{"admission-config", layout.AdmissionConfigFile, "File", true},
+		{"audit-policy", layout.AuditPolicyFile, "File", true},
+		{"audit-log", layout.AuditLogDir, "DirectoryOrCreate", false},
+	}
+	if encrypt {
+		vs = append(vs, volume{"encryption-config", layout.EncryptionConfigFile, "File", true})
+	}
+	return vs
+}
+
+// leaderElectionArgs are LeaderElectionArgs as a list.
+func leaderElectionArgs() []arg {
+	return []arg{{"leader-elect-lease-duration", "60s"}, {"leader-elect-renew-deadline", "40s"}, {"leader-elect-retry-period", "10s"}}
+}
+
+// controllerArgs are the controller manager's and the scheduler's flags:
+// their leader election (LeaderElectionArgs), no profiling endpoint, and
+// their ports on loopback only (kubeadm's default, said here).
+func controllerArgs() []arg {
+	return append(leaderElectionArgs(), arg{"profiling", "false"}, arg{"bind-address", "127.0.0.1"})
+}
+
+// argsYAML renders args as kubeadm's extraArgs, one flag a line under
+// indent.
+func argsYAML(indent string, args []arg) string {
+	var b strings.Builder
+	for _, a := range args {
+		fmt.Fprintf(&b, "%s- {name: %s, value: %q}\n", indent, a.name, a.value)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// volumesYAML renders vs as kubeadm's extraVolumes, the host path mounted
+// at the same path in the pod.
+func volumesYAML(indent string, vs []volume) string {
+	var b strings.Builder
+	for _, v := range vs {
+		fmt.Fprintf(&b, "%s- {name: %s, hostPath: %s, mountPath: %s, readOnly: %t, pathType: %s}\n", indent, v.name, v.path, v.path, v.readOnly, v.pathType)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// ControlPlaneFiles are the files a control plane's kube-apiserver reads
+// (layout.AuditPolicyFile, AdmissionConfigFile, and EncryptionConfigFile
+// when the cluster config holds a key), by path. Firstboot writes them,
+// root's alone, before kubeadm runs.
+func ControlPlaneFiles(c *machineconfig.Cluster) (map[string][]byte, error) {
+	files := map[string][]byte{
+		layout.AuditPolicyFile:     []byte(auditPolicy),
+		layout.AdmissionConfigFile: AdmissionConfig(c.PodSecurityLevels()),
+	}
+	if c.SecretsEncryptionKey != "" {
+		enc, err := EncryptionConfig(c.SecretsEncryptionKey)
+		if err != nil {
+			return nil, err
+		}
+		files[layout.EncryptionConfigFile] = enc
+	}
+	return files, nil
+}
+
+// EncryptionConfig is the EncryptionConfiguration of Secrets with key (32
+// bytes, base64): written with secretbox (XSalsa20-Poly1305; aescbc is
+// weaker, KMS needs a service this cluster has none of), read with
+// secretbox and then as plain text, so that Secrets stored before the key
+// (a restore from an older backup) stay readable until rewritten. The
+// key's name is derived from it, so that a second key (a rotation) gets
+// another name.
+func EncryptionConfig(key string) ([]byte, error) {
+	b, err := base64.StdEncoding.Strict().DecodeString(key)
+	if err != nil || len(b) != machineconfig.SecretsEncryptionKeyBytes {
+		return nil, fmt.Errorf("the secrets encryption key is not %d bytes of base64", machineconfig.SecretsEncryptionKeyBytes)
+	}
+	sum := sha256.Sum256(b)
+	return []byte(`# Written by Terrarium firstboot from the machine config; kube-apiserver reads it.
+apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets]
+    providers:
+      - secretbox:
+          keys:
+            - name: key-` + hex.EncodeToString(sum[:4]) + `
+              secret: ` + key + `
+      - identity: {}
+`), nil
+}
+
+// AdmissionConfig is the AdmissionConfiguration of Pod Security admission
+// at the levels ps (the latest version of each), the add-ons' namespaces
+// exempt.
+func AdmissionConfig(ps machineconfig.PodSecurity) []byte {
+	return []byte(`# Written by Terrarium firstboot from the machine config; kube-apiserver reads it.
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: PodSecurity
+    configuration:
+      apiVersion: pod-security.admission.config.k8s.io/v1
+      kind: PodSecurityConfiguration
+      defaults:
+        enforce: "` + ps.Enforce + `"
+        enforce-version: latest
+        audit: "` + ps.Audit + `"
+        audit-version: latest
+        warn: "` + ps.Warn + `"
+        warn-version: latest
+      exemptions:
+        usernames: []
+        runtimeClasses: []
+        namespaces: [` + strings.Join(PodSecurityExemptNamespaces(), ", ") + `]
+`)
+}
+
+// auditPolicy records who did what, never what they wrote or read.
+// Metadata is the most it records: RequestResponse (or Request) would
+// keep every object written, and encoding them costs kube-apiserver CPU
+// that an emulated or small control plane does not have; the first
+// matching rule decides.
+const auditPolicy = `# Written by Terrarium firstboot; kube-apiserver reads it (docs/security.md).
+apiVersion: audit.k8s.io/v1
+kind: Policy
+# Each request once, when its answer is known.
+omitStages: [RequestReceived]
+rules:
+  # Secrets, ConfigMaps and tokens: who touched which, never their bodies.
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: [secrets, configmaps, serviceaccounts/token]
+      - group: authentication.k8s.io
+        resources: [tokenreviews]
+  # Noisy read-only system traffic.
+  - level: None
+    users: ["system:kube-proxy", "system:serviceaccount:kube-system:kube-proxy"]
+    verbs: [watch]
+    resources:
+      - group: ""
+        resources: [endpoints, services, services/status]
+      - group: discovery.k8s.io
+        resources: [endpointslices]
+  - level: None
+    userGroups: ["system:nodes"]
+    verbs: [get, list, watch]
+    resources:
+      - group: ""
+        resources: [nodes, nodes/status]
+  - level: None
+    nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version"]
+  - level: None
+    resources:
+      - group: ""
+        resources: [events]
+      - group: events.k8s.io
+        resources: [events]
+  # Heartbeats: every node's lease and the controllers' leader election,
+  # renewed every 10 s; they say nothing about who did what.
+  - level: None
+    userGroups: ["system:nodes"]
+    verbs: [get, update]
+    resources:
+      - group: coordination.k8s.io
+        resources: [leases]
+  - level: None
+    users: ["system:kube-controller-manager", "system:kube-scheduler"]
+    verbs: [get, update]
+    resources:
+      - group: coordination.k8s.io
+        resources: [leases]
+  # Everything else: who, what, when, and the answer's status.
+  - level: Metadata
+`
+
+// kubeletHardening is the kubelet's configuration beyond kubeadm's
+// defaults (docs/security.md), in the KubeletConfiguration document.
+const kubeletHardening = `# Hardened (docs/security.md); kubeadm's defaults already, said here: the
+# read-only port off, anonymous requests refused, requests authenticated
+# and authorized by the API server (which kubeadm lets reach the kubelet:
+# kubeadm:apiserver-kubelet-client).
+readOnlyPort: 0
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+authorization:
+  mode: Webhook
+# Every container under the runtime's default seccomp profile unless its
+# pod says otherwise (the static pods already ask for it).
+seccompDefault: true
+# Deprecated and without effect in this kubelet; the CIS benchmark still
+# reads it.
+streamingConnectionIdleTimeout: 5m0s
+tlsCipherSuites: [` + TLSCipherSuites + `]
+tlsMinVersion: ` + TLSMinVersion + `
+podPidsLimit: 4096
+makeIPTablesUtilChains: true
+eventRecordQPS: 5
+`

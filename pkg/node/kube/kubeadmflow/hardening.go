@@ -1,0 +1,99 @@
+package kubeadmflow
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+)
+
+// ownerOnly is the mode of every file this package writes for the
+// kubelet, kubeadm and the control plane: kubeconfigs, manifests, PKI,
+// configuration (docs/security.md).
+const ownerOnly os.FileMode = 0o600
+
+// StepSecretsEncryption is the report of a control plane whose config
+// holds no secrets encryption key.
+const StepSecretsEncryption = "secrets encryption"
+
+// NoEncryptionKey is what a control plane says, once, when its cluster
+// config holds no secrets encryption key.
+const NoEncryptionKey = "Secrets are NOT encrypted at rest in etcd: this cluster config has no cluster.secretsEncryptionKey " +
+	"(it was made before there was one); `imagebuild config cluster --secrets SECRETS` adds the key to the secrets file " +
+	"and to the configs it writes, and a cluster formed from those encrypts its Secrets"
+
+// writeWithMode writes data to p with mode, and gives a file that held
+// data already that mode too: one a node formed by an earlier release
+// wrote with a looser mode.
+func writeWithMode(h *Flow, p string, data []byte, mode os.FileMode) error {
+	if _, err := h.WriteIfChanged(p, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(h.Path(p), mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: p, Err: err}
+	}
+	return nil
+}
+
+// checkMode says what is wrong when p does not have mode.
+func checkMode(h *Flow, p string, mode os.FileMode) error {
+	fi, err := os.Stat(h.Path(p))
+	if err != nil {
+		return &os.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if fi.Mode().Perm() != mode {
+		return fmt.Errorf("%s has mode %v, want %v", p, fi.Mode().Perm(), mode)
+	}
+	return nil
+}
+
+// applyControlPlaneFiles writes what kube-apiserver reads beside its
+// flags (the audit policy, Pod Security's admission configuration, and
+// the encryption configuration when the config holds a key), root's
+// alone, and makes the audit log's directory on STATE. The init node's
+// ClusterConfiguration names them, and joining control planes take it
+// from the cluster: every control plane writes them before kubeadm runs.
+func applyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
+	files, err := kubeadmconfig.ControlPlaneFiles(c)
+	if err != nil {
+		return err
+	}
+	for _, p := range sortedKeys(files) {
+		if err := writeWithMode(h, p, files[p], ownerOnly); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(h.Path(layout.AuditLogDir), 0o700); err != nil {
+		return fmt.Errorf("the audit log's directory: %w", err)
+	}
+	if err := os.Chmod(h.Path(layout.AuditLogDir), 0o700); err != nil {
+		return fmt.Errorf("the audit log's directory: %w", err)
+	}
+	if c.SecretsEncryptionKey == "" {
+		h.Report.Report(StepSecretsEncryption, "off", NoEncryptionKey)
+	}
+	return nil
+}
+
+// verifyControlPlaneFiles checks what applyControlPlaneFiles writes.
+func verifyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
+	files, err := kubeadmconfig.ControlPlaneFiles(c)
+	if err != nil {
+		return err
+	}
+	for _, p := range sortedKeys(files) {
+		got, err := os.ReadFile(h.Path(p))
+		if err != nil {
+			return &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if string(got) != string(files[p]) {
+			return fmt.Errorf("%s differs from the machine config", p)
+		}
+		if err := checkMode(h, p, ownerOnly); err != nil {
+			return err
+		}
+	}
+	return checkMode(h, layout.AuditLogDir, 0o700)
+}
