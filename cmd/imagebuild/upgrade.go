@@ -146,10 +146,12 @@ func writeForce(ctx context.Context, w io.Writer, path string, key ed25519.Priva
 	if err := os.WriteFile(out, b, 0o644); err != nil {
 		return fmt.Errorf("force upgrade: %w", err)
 	}
-	fmt.Fprintf(w, "wrote %s: %s, signed by key %s\n", out, in, signature.PublicKeyOf(key).ID())
-	if pub := signature.PublicKeyOf(key); pub != signer {
-		fmt.Fprintf(w, "note: the upgrade file is signed by key %s and the instruction by key %s: the nodes must trust both for upgrades\n", signer.ID(), pub.ID())
+	pub := signature.PublicKeyOf(key)
+	msg := fmt.Sprintf("wrote %s: %s, signed by key %s\n", out, in, pub.ID())
+	if pub != signer {
+		msg += fmt.Sprintf("note: the upgrade file is signed by key %s and the instruction by key %s: the nodes must trust both for upgrades\n", signer.ID(), pub.ID())
 	}
-	fmt.Fprintf(w, "put it beside %s on the TERRA-UPGRADE stick (or beside the file for firstboot upgrade)\n", path)
-	return nil
+	msg += fmt.Sprintf("put it beside %s on the TERRA-UPGRADE stick (or beside the file for firstboot upgrade)\n", path)
+	_, err = io.WriteString(w, msg)
+	return err
 }

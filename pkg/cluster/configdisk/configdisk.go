@@ -46,7 +46,7 @@ func WriteSigned(path string, config, sig []byte) error {
 		return fmt.Errorf("write config disk %s: %s: %w", path, SignatureFileName, errSignatureSize(len(sig)))
 	}
 	tmp := path + ".partial"
-	os.Remove(tmp)
+	_ = os.Remove(tmp) // a leftover of an interrupted write; diskfs.Create refuses one that stays
 	err := write(tmp, config, sig)
 	if err == nil {
 		err = freeRootCluster(tmp)
@@ -57,18 +57,22 @@ func WriteSigned(path string, config, sig []byte) error {
 		err = os.Chmod(tmp, 0o600)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write config disk %s: %w", path, err)
 	}
 	return atomicfile.Replace(tmp, path)
 }
 
-func write(path string, config, sig []byte) error {
+func write(path string, config, sig []byte) (err error) {
 	d, err := diskfs.Create(path, Size, diskfs.SectorSizeDefault)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() {
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	fs, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat16, VolumeLabel: layout.LabelConfigFAT, Reproducible: true})
 	if err != nil {
 		return err
@@ -88,7 +92,7 @@ func writeFile(fs filesystem.FileSystem, name string, data []byte) error {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close()
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	if err := f.Close(); err != nil {

@@ -88,8 +88,8 @@ func write(path string, perm os.FileMode, fill func(w io.Writer) error, sync boo
 	done := false
 	defer func() { // also when fill panics
 		if !done {
-			f.Close()
-			os.Remove(f.Name())
+			_ = f.Close()
+			_ = os.Remove(f.Name())
 		}
 	}()
 	err = fill(f)
@@ -108,7 +108,7 @@ func write(path string, perm os.FileMode, fill func(w io.Writer) error, sync boo
 	done = true
 	if !sync {
 		if err := os.Rename(f.Name(), path); err != nil {
-			os.Remove(f.Name())
+			_ = os.Remove(f.Name())
 			return &os.PathError{Op: opWrite, Path: path, Err: err}
 		}
 		return nil
@@ -122,7 +122,7 @@ func write(path string, perm os.FileMode, fill func(w io.Writer) error, sync boo
 // removed.
 func Replace(tmp, path string) error {
 	if err := syncFile(tmp); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return &os.PathError{Op: opReplace, Path: path, Err: err}
 	}
 	return commit(opReplace, tmp, path)
@@ -142,7 +142,7 @@ func SyncFile(path string) error {
 // commit renames the synced file tmp over path and syncs the directory.
 func commit(op, tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return &os.PathError{Op: op, Path: path, Err: err}
 	}
 	if err := SyncDir(filepath.Dir(path)); err != nil {

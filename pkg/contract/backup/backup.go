@@ -27,20 +27,22 @@ import (
 )
 
 const (
-	// APIVersion and Kind identify a backup's manifest.
+	// APIVersion is the schema version of a backup's manifest.
 	APIVersion = "terrarium.dev/v1alpha1"
-	Kind       = "ClusterBackup"
+	// Kind is the kind of a backup's manifest.
+	Kind = "ClusterBackup"
 
 	// Suffix ends a backup's file name.
 	Suffix = ".age"
 	// Prefix starts a backup's file name.
 	Prefix = "terrarium-backup-"
 
-	// ManifestName and SnapshotName are the archive's two fixed members;
-	// PKIDir holds the rest.
+	// ManifestName is one of the archive's two fixed members.
 	ManifestName = "manifest.json"
+	// SnapshotName is the other fixed member.
 	SnapshotName = "snapshot.db"
-	PKIDir       = "pki"
+	// PKIDir holds the archive's other members.
+	PKIDir = "pki"
 
 	// MaxSnapshot bounds the snapshot read from a backup: etcd's largest
 	// supported database (its quota's ceiling) is 8 GiB.
@@ -161,9 +163,9 @@ func (m *Manifest) check() error {
 	return nil
 }
 
-func (f File) check(max int64) error {
-	if f.Size <= 0 || f.Size > max {
-		return fmt.Errorf("size %d is outside 1..%d", f.Size, max)
+func (f File) check(limit int64) error {
+	if f.Size <= 0 || f.Size > limit {
+		return fmt.Errorf("size %d is outside 1..%d", f.Size, limit)
 	}
 	if !sha256RE.MatchString(f.SHA256) {
 		return fmt.Errorf("sha256 %q is not 64 hex digits", f.SHA256)

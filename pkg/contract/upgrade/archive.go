@@ -14,9 +14,6 @@ import (
 // to whole blocks, and two zero blocks end the archive.
 const blockSize = 512
 
-// endSize is the length of the end-of-archive marker.
-const endSize = 2 * blockSize
-
 // memberHeader returns the tar header Write gives a member.
 func memberHeader(name string, size int64, mtime time.Time) *tar.Header {
 	return &tar.Header{
@@ -43,9 +40,6 @@ func headerBlock(name string, size int64, mtime time.Time) ([]byte, error) {
 
 // padding is the number of zero bytes after n bytes of data.
 func padding(n int64) int64 { return -n & (blockSize - 1) }
-
-// memberSize is the room a member of n data bytes takes in the archive.
-func memberSize(n int64) int64 { return blockSize + n + padding(n) }
 
 // signatureDomain starts the data an upgrade manifest's signature covers.
 // Package signature signs with a domain of its own, meant for machine

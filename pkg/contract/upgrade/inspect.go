@@ -40,7 +40,7 @@ func Inspect(ctx context.Context, w io.Writer, path string, trusted []signature.
 	}
 	v, err := f.Verify(ctx, keys)
 	if err != nil {
-		fmt.Fprintf(w, "NOT VERIFIED\n")
+		_, _ = io.WriteString(w, "NOT VERIFIED\n") // err says why, and matters more
 		return err
 	}
 	var total int64
@@ -64,8 +64,8 @@ func Inspect(ctx context.Context, w io.Writer, path string, trusted []signature.
 
 // describe prints the manifest and the key the signature names.
 func describe(w io.Writer, m Manifest, signer signature.PublicKey, signerErr error) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	var b strings.Builder
+	row := func(k, v string) { fmt.Fprintf(&b, "%s\t%s\n", k, v) }
 	row("format", fmt.Sprint(m.FormatVersion))
 	row("version", m.Version)
 	row("upgrades from", m.MinFromVersion+" or later")
@@ -78,9 +78,13 @@ func describe(w io.Writer, m Manifest, signer signature.PublicKey, signerErr err
 	} else {
 		row("signed by", fmt.Sprintf("key %s (%s), not yet verified", signer.ID(), signer))
 	}
-	fmt.Fprintf(tw, "parts:\n")
+	b.WriteString("parts:\n")
 	for _, p := range m.Parts {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\tsha256 %s\n", p.Name, p.Role, humanSize(p.Size), p.Size, p.SHA256)
+		fmt.Fprintf(&b, "  %s\t%s\t%s\t%d bytes\tsha256 %s\n", p.Name, p.Role, humanSize(p.Size), p.Size, p.SHA256)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if _, err := io.WriteString(tw, b.String()); err != nil {
+		return err
 	}
 	return tw.Flush()
 }

@@ -49,7 +49,7 @@ type Instruction struct {
 // Action is what an instruction asks.
 type Action string
 
-// ActionForce: install the upgrade whatever the node's refusals that
+// ActionForce asks to install the upgrade whatever the node's refusals that
 // force overrides (never an incompatible one, nor one that breaks
 // Kubernetes' version skew).
 const ActionForce Action = "force"

@@ -17,7 +17,7 @@ var (
 		"and kubeadm cannot downgrade a cluster; use an upgrade with this Kubernetes or a newer one")
 	// ErrKubernetesSkipsMinor means the upgrade's Kubernetes is more than
 	// one minor version ahead of the node's (or of another major).
-	ErrKubernetesSkipsMinor = errors.New("Kubernetes upgrades one minor version at a time; " +
+	ErrKubernetesSkipsMinor = errors.New("a Kubernetes upgrade goes one minor version at a time; " +
 		"install an upgrade with the next minor version first")
 	// ErrAPIServersBehind means an API server of the cluster runs an
 	// older Kubernetes than the upgrade would give this node: a worker's

@@ -38,7 +38,7 @@ func Check(installed release.Release, m Manifest, p Policy) error {
 	}
 	have, err := parseVersion(installed.Version)
 	if err != nil {
-		return fmt.Errorf("upgrade to %s over installed version %s: %w", m.Version, err, ErrInstalledVersion)
+		return fmt.Errorf("upgrade to %s over installed version %w: %w", m.Version, err, ErrInstalledVersion)
 	}
 	want, err := parseVersion(m.Version)
 	if err != nil {

@@ -230,7 +230,9 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 			return struct{}{}, "", err
 		}
 		if !s.WantsOutput(spec.OutputRaw) { // raw is the intermediate of every other format
-			os.Remove(disk.path)
+			if err := os.Remove(disk.path); err != nil {
+				return struct{}{}, "", err
+			}
 		}
 		return struct{}{}, "", man.write(filepath.Join(opt.OutDir, "manifest.json"))
 	}); err != nil {

@@ -127,6 +127,6 @@ func imageProgress(w io.Writer) bundle.ProgressFunc {
 			return
 		}
 		reported[image] = true
-		fmt.Fprintf(w, "      %-48s %8.1f MiB\n", image, float64(total)/(1<<20))
+		_, _ = fmt.Fprintf(w, "      %-48s %8.1f MiB\n", image, float64(total)/(1<<20)) // progress only
 	}
 }

@@ -32,6 +32,7 @@
 package bundle
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -199,7 +200,7 @@ func Parse(path string) (*Bundle, error) {
 	b.dir, b.file = abs, path
 	b.setDefaults()
 	if err := b.Validate(); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			err = p.WithLines(data)
 		}
 		return nil, fileError(path, err)
@@ -208,7 +209,7 @@ func Parse(path string) (*Bundle, error) {
 }
 
 func fileError(path string, err error) error {
-	if p, ok := err.(strictyaml.Problems); ok {
+	if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 		return p.WithFile(path)
 	}
 	return fmt.Errorf("bundle %s: %w", path, err)

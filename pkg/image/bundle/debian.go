@@ -165,7 +165,9 @@ func debEntries(ctx context.Context, deb string) ([]tarEntry, error) {
 		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
 	}
 	entries, rerr := readTar(stdout, deb)
-	io.Copy(io.Discard, stdout)
+	// Drain what readTar left so dpkg-deb never blocks on a full pipe;
+	// an error here surfaces as dpkg-deb's own through Wait.
+	_, _ = io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, strings.TrimSpace(stderr.String()))
 	}
@@ -210,7 +212,7 @@ func readTar(r io.Reader, label string) ([]tarEntry, error) {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {

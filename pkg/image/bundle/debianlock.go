@@ -108,7 +108,7 @@ func readPackagesIndexes(dir string) (map[string]DebianPackage, error) {
 			return nil, err
 		}
 		err = parsePackagesIndex(fh, out)
-		fh.Close()
+		_ = fh.Close() // read only, to its end
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", f, err)
 		}
@@ -157,8 +157,6 @@ func parsePackagesIndex(r io.Reader, out map[string]DebianPackage) error {
 	return sc.Err()
 }
 
-// fetchDeb returns the path of the locked .deb p in the cache, fetching it
-// from mirror the first time and verifying its sha256.
 // FetchDeb returns the cached .deb of p, fetching it from mirror (and
 // checking its sha256) when the cache does not hold it yet.
 func FetchDeb(ctx context.Context, c *cache.Cache, client *http.Client, mirror string, p DebianPackage) (string, error) {

@@ -123,10 +123,10 @@ func TestLayoutSourceCarriesReferrers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			entries := map[string]any{"quay.io/x/app:1": app}
-			switch {
-			case tt.ref == "":
+			switch tt.ref {
+			case "":
 				entries = map[string]any{"": app}
-			case tt.ref == "quay.io/x/multi:1":
+			case "quay.io/x/multi:1":
 				entries = map[string]any{tt.ref: multi}
 			default:
 				entries["quay.io/x/other:1"] = other

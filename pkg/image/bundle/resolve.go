@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -66,7 +67,7 @@ func Resolve(ctx context.Context, b *Bundle, opts ...Option) ([]Resolved, error)
 	bb := *b
 	bb.setDefaults()
 	if err := bb.Validate(); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			return nil, p.WithFile(b.label())
 		}
 		return nil, err

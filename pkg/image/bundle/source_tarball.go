@@ -75,7 +75,7 @@ func (s *tarballSource) fetchOCI(ctx context.Context, open tarball.Opener) (arti
 	if err != nil {
 		return artifact{}, nil, err
 	}
-	done := func() { os.RemoveAll(tmp) }
+	done := func() { _ = os.RemoveAll(tmp) } // scratch space: a leftover wastes disk, nothing more
 	if err := unpackLayout(ctx, open, tmp); err != nil {
 		done()
 		return artifact{}, nil, fmt.Errorf("unpack OCI archive: %w", err)
@@ -102,10 +102,10 @@ func tarOpener(p string) tarball.Opener {
 		}
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			f.Close()
+			_ = f.Close() // read only
 			return nil, fmt.Errorf("gzip: %w", err)
 		}
-		return readCloser{Reader: zr, close: func() error { zr.Close(); return f.Close() }}, nil
+		return readCloser{Reader: zr, close: func() error { return errors.Join(zr.Close(), f.Close()) }}, nil
 	}
 }
 
@@ -190,7 +190,7 @@ func extractFile(ctx context.Context, r io.Reader, dst string) error {
 		return err
 	}
 	if _, err := copyCtx(ctx, f, r); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

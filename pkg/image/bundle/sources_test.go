@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"github.com/stretchr/testify/require"
 )
 
 func layoutBundle(t *testing.T, dir, ref, pin string) *Bundle {
@@ -75,31 +76,34 @@ func TestLayoutSourceMalformed(t *testing.T) {
 	blobPath := func(dir string, h v1.Hash) string { return filepath.Join(dir, "oci", "blobs", h.Algorithm, h.Hex) }
 	tests := []struct {
 		name    string
-		break_  func(t *testing.T, dir string)
+		damage  func(t *testing.T, dir string)
 		wantErr []string
 	}{
-		{name: "no layout", break_: func(t *testing.T, dir string) { os.RemoveAll(filepath.Join(dir, "oci")) },
+		{name: "no layout", damage: func(t *testing.T, dir string) { require.NoError(t, os.RemoveAll(filepath.Join(dir, "oci"))) },
 			wantErr: []string{"not an OCI image layout", "has no index.json"}},
-		{name: "no index.json", break_: func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "oci", "index.json")) },
+		{name: "no index.json", damage: func(t *testing.T, dir string) { require.NoError(t, os.Remove(filepath.Join(dir, "oci", "index.json"))) },
 			wantErr: []string{"not an OCI image layout", "has no index.json"}},
-		{name: "missing manifest", break_: func(t *testing.T, dir string) { os.Remove(blobPath(dir, digestOf(t, img))) },
+		{name: "missing manifest", damage: func(t *testing.T, dir string) { require.NoError(t, os.Remove(blobPath(dir, digestOf(t, img)))) },
 			wantErr: []string{"missing blob"}},
-		{name: "missing layer", break_: func(t *testing.T, dir string) {
-			layers, _ := img.Layers()
-			os.Remove(blobPath(dir, digestOf(t, layers[0])))
+		{name: "missing layer", damage: func(t *testing.T, dir string) {
+			layers, err := img.Layers()
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(blobPath(dir, digestOf(t, layers[0]))))
 		}, wantErr: []string{"quay.io/x/app:1: layout ./oci: blob sha256:", "is missing"}},
-		{name: "corrupt layer", break_: func(t *testing.T, dir string) {
-			layers, _ := img.Layers()
+		{name: "corrupt layer", damage: func(t *testing.T, dir string) {
+			layers, err := img.Layers()
+			require.NoError(t, err)
 			p := blobPath(dir, digestOf(t, layers[0]))
-			data, _ := os.ReadFile(p)
-			os.WriteFile(p, bytes.Repeat([]byte{'x'}, len(data)), 0o644)
+			data, err := os.ReadFile(p)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(p, bytes.Repeat([]byte{'x'}, len(data)), 0o644))
 		}, wantErr: []string{"content does not match its descriptor"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeTestLayout(t, filepath.Join(dir, "oci"), map[string]any{"": img})
-			tt.break_(t, dir)
+			tt.damage(t, dir)
 			_, err := Resolve(context.Background(), layoutBundle(t, dir, "", ""), WithCacheDir(t.TempDir()))
 			wantErr(t, err, tt.wantErr...)
 		})
@@ -253,8 +257,9 @@ func writeDockerArchive(t *testing.T, dir string, tag name.Tag, img v1.Image, gz
 	if gz {
 		var zbuf bytes.Buffer
 		zw := gzip.NewWriter(&zbuf)
-		zw.Write(data)
-		zw.Close()
+		_, err := zw.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
 		data = zbuf.Bytes()
 	}
 	if err := os.WriteFile(filepath.Join(dir, "z.tar"), data, 0o644); err != nil {

@@ -68,7 +68,7 @@ func WriteLayout(ctx context.Context, dir string, images []Resolved, opts ...Opt
 		err = replaceDir(partial, dir)
 	}
 	if err != nil {
-		os.RemoveAll(partial)
+		_ = os.RemoveAll(partial)
 		return Manifest{}, fmt.Errorf("write image layout %s: %w", dir, err)
 	}
 	o.log.Info("wrote image layout", "dir", dir, "images", len(m.Images), "blobs", m.Blobs, "bytes", m.Size)

@@ -72,12 +72,12 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 		return "", false, fmt.Errorf("cache %s: %w", kind, err)
 	}
 	if err := fill(ctx, tmp); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		return "", false, err
 	}
 	final := c.Path(kind, key)
 	if err := os.Rename(tmp, final); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		if p, ok := c.Lookup(kind, key); ok { // a concurrent build won
 			return p, true, nil
 		}

@@ -51,9 +51,9 @@ func Plan(imageID string, parts []Partition) ([]Placed, int64) {
 func WriteRaw(ctx context.Context, path, imageID string, parts []Partition) ([]Placed, error) {
 	placed, size := Plan(imageID, parts)
 	tmp := path + ".partial"
-	os.Remove(tmp)
+	_ = os.Remove(tmp) // a leftover of an interrupted run; diskfs.Create fails if it stays
 	if err := writeRaw(ctx, tmp, imageID, placed, size); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return nil, err
 	}
 	if err := atomicfile.Replace(tmp, path); err != nil {
@@ -82,7 +82,7 @@ func writeRaw(ctx context.Context, path, imageID string, placed []Placed, size i
 		})
 	}
 	if err := d.Partition(table); err != nil {
-		d.Close()
+		_ = d.Close()
 		return fmt.Errorf("write GPT to %s: %w", path, err)
 	}
 	if err := d.Close(); err != nil {
@@ -142,10 +142,10 @@ func copyInto(ctx context.Context, f *os.File, p Placed) error {
 // ConvertQCOW2 writes a qcow2 copy of a raw image with qemu-img.
 func ConvertQCOW2(ctx context.Context, raw, out string) error {
 	tmp := out + ".partial"
-	os.Remove(tmp)
+	_ = os.Remove(tmp) // a leftover of an interrupted run; qemu-img overwrites one that stays
 	cmd := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, tmp)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("qemu-img convert %s to qcow2: %w: %s", filepath.Base(raw), err, b)
 	}
 	return atomicfile.Replace(tmp, out)

@@ -20,7 +20,7 @@ func Draw(placed []Placed, diskSize int64) string {
 			fill = "."
 		}
 		bar.WriteString(strings.Repeat(fill, w-1) + "|")
-		names.WriteString(fmt.Sprintf("%-*s", w, p.Label))
+		fmt.Fprintf(&names, "%-*s", w, p.Label)
 	}
 	var b strings.Builder
 	b.WriteString(bar.String() + "  + TERRA-STATE (created on first boot, fills the disk)\n")

@@ -152,7 +152,7 @@ func stageFiles(imagePath string, c Contents, epoch time.Time) (string, int64, e
 		src := files[name]
 		dst := filepath.Join(stage, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			os.RemoveAll(stage)
+			_ = os.RemoveAll(stage)
 			return "", 0, err
 		}
 		n, err := int64(len(src)), error(nil)
@@ -162,7 +162,7 @@ func stageFiles(imagePath string, c Contents, epoch time.Time) (string, int64, e
 			err = os.WriteFile(dst, []byte(src), 0o644)
 		}
 		if err != nil {
-			os.RemoveAll(stage)
+			_ = os.RemoveAll(stage)
 			return "", 0, fmt.Errorf("%s: %w", name, err)
 		}
 		total += n
@@ -174,7 +174,7 @@ func stageFiles(imagePath string, c Contents, epoch time.Time) (string, int64, e
 		return os.Chtimes(p, epoch, epoch)
 	})
 	if err != nil {
-		os.RemoveAll(stage)
+		_ = os.RemoveAll(stage)
 		return "", 0, err
 	}
 	return stage, total, nil
@@ -207,7 +207,7 @@ func makeFAT(ctx context.Context, imagePath string, size int64, fatArgs []string
 	mcopy := exec.CommandContext(ctx, "mcopy", append(cp, "::")...)
 	mcopy.Env = env
 	if b, err := mcopy.CombinedOutput(); err != nil {
-		os.Remove(imagePath)
+		_ = os.Remove(imagePath)
 		if strings.Contains(string(b), "Disk full") {
 			return fmt.Errorf("the files do not fit in %d MiB once the filesystem's own tables are counted; make it larger (disk.espSizeMiB)", size>>20)
 		}
@@ -230,11 +230,11 @@ func copyFile(src, dst string) (int64, error) {
 	}
 	n, err := io.Copy(out, in)
 	if err != nil {
-		out.Close()
+		_ = out.Close()
 		return 0, err
 	}
 	if n == 0 {
-		out.Close()
+		_ = out.Close()
 		return 0, fmt.Errorf("%s is empty", src)
 	}
 	return n, out.Close()

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,7 +70,7 @@ func Load(ctx context.Context, dir string) (*Component, error) {
 	}
 	c := &Component{Dir: abs}
 	if err := strictyaml.Unmarshal(data, &c.Config); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			return nil, p.WithLines(data).WithFile(cfgPath)
 		}
 		return nil, fmt.Errorf("%s: %w", cfgPath, err)
@@ -183,7 +184,7 @@ func firstDuplicate(names []string) int {
 }
 
 func stderrOf(err error) string {
-	if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok && len(ee.Stderr) > 0 {
 		return "\n" + strings.TrimSpace(string(ee.Stderr))
 	}
 	return ""

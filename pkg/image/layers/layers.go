@@ -144,11 +144,11 @@ func unpackLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, target string)
 		_, err = io.Copy(h, rc)
 	}
 	if err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		return 0, fmt.Errorf("unpack layer %s: %w", diffID, err)
 	}
 	if got := (v1.Hash{Algorithm: diffID.Algorithm, Hex: fmt.Sprintf("%x", h.Sum(nil))}); got != diffID {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		return 0, fmt.Errorf("unpack layer %s: its content is %s", diffID, got)
 	}
 	if err := os.Rename(tmp, target); err != nil {

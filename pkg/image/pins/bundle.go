@@ -19,7 +19,7 @@ import (
 func (v *Versions) WriteBundle(ctx context.Context, componentsDir, bundlesDir string, log *slog.Logger, opts ...bundle.Option) (string, []bundle.Resolved, error) {
 	final := filepath.Join(bundlesDir, v.BundleFile())
 	partial := final + ".partial"
-	defer os.Remove(partial)
+	defer func() { _ = os.Remove(partial) }() // gone once renamed into place
 	render := func(p Pinned, what string) (*bundle.Bundle, error) {
 		text, err := v.RenderBundle(componentsDir, bundlesDir, p)
 		if err != nil {

@@ -6,6 +6,7 @@ package pins
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"os"
@@ -52,7 +53,7 @@ func Load(dir string) (*Versions, error) {
 	}
 	var v Versions
 	if err := strictyaml.Unmarshal(data, &v); err != nil {
-		if ps, ok := err.(strictyaml.Problems); ok {
+		if ps, ok := errors.AsType[strictyaml.Problems](err); ok {
 			return nil, ps.WithLines(data).WithFile(p)
 		}
 		return nil, fmt.Errorf("%s: %w", p, err)

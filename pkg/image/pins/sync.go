@@ -3,6 +3,7 @@ package pins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -235,7 +236,7 @@ func goCmd(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	out, err := cmd.Output()
 	if err != nil {
 		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			msg = "\n" + strings.TrimSpace(string(ee.Stderr))
 		}
 		return nil, fmt.Errorf("go %s (in %s): %w%s", strings.Join(args, " "), dir, err, msg)

@@ -44,7 +44,7 @@ func (s *Stages) Start(name string) {
 		s.draw("…")
 		return
 	}
-	fmt.Fprintf(s.w, "[%d/%d] %s\n", s.done+1, s.total, name)
+	_, _ = fmt.Fprintf(s.w, "[%d/%d] %s\n", s.done+1, s.total, name) // progress only, as below
 }
 
 // Done ends the current stage; note says what happened ("cached", a size).
@@ -53,14 +53,14 @@ func (s *Stages) Done(note string) {
 	d := s.now().Sub(s.start).Round(100 * time.Millisecond)
 	if s.tty {
 		s.draw("")
-		fmt.Fprintf(s.w, "\r\033[K  ✓ %-28s %8s  %s\n", s.name, d, note)
+		_, _ = fmt.Fprintf(s.w, "\r\033[K  ✓ %-28s %8s  %s\n", s.name, d, note)
 		return
 	}
-	fmt.Fprintf(s.w, "[%d/%d] %s: done in %s %s\n", s.done, s.total, s.name, d, note)
+	_, _ = fmt.Fprintf(s.w, "[%d/%d] %s: done in %s %s\n", s.done, s.total, s.name, d, note)
 }
 
 func (s *Stages) draw(suffix string) {
 	const width = 24
 	filled := width * s.done / max(s.total, 1)
-	fmt.Fprintf(s.w, "\r\033[K[%s%s] %d/%d %s %s", strings.Repeat("█", filled), strings.Repeat("░", width-filled), s.done, s.total, s.name, suffix)
+	_, _ = fmt.Fprintf(s.w, "\r\033[K[%s%s] %d/%d %s %s", strings.Repeat("█", filled), strings.Repeat("░", width-filled), s.done, s.total, s.name, suffix)
 }

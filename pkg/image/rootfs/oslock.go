@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -81,7 +82,7 @@ func ReadOSLock(path string) (*OSLock, error) {
 	}
 	var l OSLock
 	if err := strictyaml.Unmarshal(data, &l); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			return nil, p.WithFile(path)
 		}
 		return nil, fmt.Errorf("OS lock %s: %w", path, err)

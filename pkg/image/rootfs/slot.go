@@ -227,7 +227,7 @@ func moveToVar(root *os.Root) error {
 		var entries []os.DirEntry
 		if err == nil {
 			entries, err = dir.ReadDir(-1)
-			dir.Close()
+			_ = dir.Close() // read only
 		}
 		if err != nil && !os.IsNotExist(err) {
 			return err
@@ -341,7 +341,7 @@ func copyFile(root *os.Root, name string, r io.Reader, mode os.FileMode) error {
 		return err
 	}
 	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -619,7 +619,7 @@ func TestBuildSlotOverlayThroughALink(t *testing.T) {
 	in := slotInputs(t, fakeBase(t, "base-overlay-link", slotTree()))
 	link := filepath.Join(t.TempDir(), "overlay")
 	require.NoError(t, os.Symlink(in.Overlay, link))
-	real := in.Overlay
+	target := in.Overlay
 	in.Overlay = link
 	c, err := cache.New(t.TempDir())
 	require.NoError(t, err)
@@ -628,7 +628,7 @@ func TestBuildSlotOverlayThroughALink(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "from the overlay\n", readFile(t, inRoot(unsquash(t, image), "etc/terrarium/overlay.txt")))
 
-	writeFiles(t, real, map[string]string{"etc/terrarium/overlay.txt": "changed behind the link\n"})
+	writeFiles(t, target, map[string]string{"etc/terrarium/overlay.txt": "changed behind the link\n"})
 	image, _, err = BuildSlot(context.Background(), c, in, epoch, discard)
 	require.NoError(t, err)
 	assert.Equal(t, "changed behind the link\n", readFile(t, inRoot(unsquash(t, image), "etc/terrarium/overlay.txt")))

@@ -126,9 +126,10 @@ func Build(in Inputs) (*cdx.BOM, error) {
 	bom.Components = &comps
 	// The serial number is the content's: the same image, the same BOM.
 	sum := sha256.New()
-	fmt.Fprintf(sum, "%s\x00%s\x00%s\x00", in.Name, in.Version, bom.Metadata.Timestamp)
+	// A hash never fails a write.
+	_, _ = fmt.Fprintf(sum, "%s\x00%s\x00%s\x00", in.Name, in.Version, bom.Metadata.Timestamp)
 	for _, c := range comps {
-		fmt.Fprintf(sum, "%s\x00", c.BOMRef)
+		_, _ = fmt.Fprintf(sum, "%s\x00", c.BOMRef)
 	}
 	b := sum.Sum(nil)
 	b[6], b[8] = b[6]&0x0f|0x50, b[8]&0x3f|0x80 // a name-based (v5-shaped) UUID

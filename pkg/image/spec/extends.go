@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -33,7 +34,7 @@ func (s *Spec) extend(data []byte) (*Spec, error) {
 	check := *base
 	check.setDefaults()
 	if err := check.Validate(); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			err = p.WithLines(baseData).WithFile(basePath)
 		}
 		return nil, fmt.Errorf("extends %q: %w", s.Extends, err)

@@ -5,6 +5,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,7 +99,6 @@ type Spec struct {
 	dir string
 }
 
-// OS is the root filesystem's content.
 // Component installs programs of a component (a nested Go module under
 // components/, see pkg/image/gobuild) into the slot.
 type Component struct {
@@ -111,6 +111,7 @@ type Component struct {
 	Dir string `yaml:"dir"`
 }
 
+// OS is the root filesystem's content.
 type OS struct {
 	Suite  string `yaml:"suite"`
 	Mirror string `yaml:"mirror,omitempty"`
@@ -182,7 +183,7 @@ func Parse(path string) (*Spec, error) {
 	}
 	s.setDefaults()
 	if err := s.Validate(); err != nil {
-		if p, ok := err.(strictyaml.Problems); ok {
+		if p, ok := errors.AsType[strictyaml.Problems](err); ok {
 			err = p.WithLines(data)
 		}
 		return nil, fileError(path, err)
@@ -209,8 +210,10 @@ func load(path string) (*Spec, []byte, error) {
 	return &s, data, nil
 }
 
+// fileError names path in err. Only this file's own problems are err
+// itself; problems err wraps (an extended spec's) name their file already.
 func fileError(path string, err error) error {
-	if p, ok := err.(strictyaml.Problems); ok {
+	if p, ok := err.(strictyaml.Problems); ok { //nolint:errorlint // err itself, see above
 		return p.WithFile(path)
 	}
 	return fmt.Errorf("build spec %s: %w", path, err)

@@ -65,7 +65,7 @@ func MakeCompressed(ctx context.Context, dir, out string, epoch time.Time, c Com
 		return err
 	}
 	tmp := out + ".partial"
-	os.Remove(tmp)
+	_ = os.Remove(tmp) // a leftover of an interrupted run; -noappend overwrites one that stays
 	ts := strconv.FormatInt(epoch.Unix(), 10)
 	args := append([]string{dir, tmp, "-noappend"}, comp...)
 	args = append(args, "-b", BlockSize,
@@ -78,7 +78,7 @@ func MakeCompressed(ctx context.Context, dir, out string, epoch time.Time, c Com
 		}
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("mksquashfs %s: %w: %s", dir, err, b)
 	}
 	return atomicfile.Replace(tmp, out)

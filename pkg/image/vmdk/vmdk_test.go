@@ -279,7 +279,7 @@ func TestWriteErrors(t *testing.T) {
 			if r == nil {
 				r = bytes.NewReader(raw)
 			}
-			if size == 0 && tt.want != ErrSize {
+			if size == 0 && !errors.Is(tt.want, ErrSize) {
 				size = int64(len(raw))
 			}
 			_, err := Write(ctx, w, r, size, tt.opts...)

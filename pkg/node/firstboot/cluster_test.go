@@ -226,6 +226,15 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	// PKI pre-seeded, keys owner-only; kubeadm's config pinned to the bundle.
 	assert.Equal(t, os.FileMode(0o600), mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.key")), "ca.key mode")
 	assert.Equal(t, os.FileMode(0o700), mode(t, e.path(kubeadmflow.KubernetesPKIDir)), "pki dir mode")
+	assert.Equal(t, os.FileMode(0o600), mode(t, e.path(kubeadmflow.KubernetesPKIDir+"/ca.crt")), "ca.crt mode")
+	// kube-apiserver's files before kubeadm runs, root's alone: the
+	// config of `imagebuild config cluster` holds a key, so Secrets are
+	// encrypted.
+	for _, f := range []string{layout.EncryptionConfigFile, layout.AuditPolicyFile, layout.AdmissionConfigFile} {
+		assert.Equal(t, os.FileMode(0o600), mode(t, e.path(f)), "%s mode", f)
+	}
+	assert.Equal(t, os.FileMode(0o700), mode(t, e.path(layout.AuditLogDir)), "audit log dir mode")
+	assert.NotContains(t, console, kubeadmflow.NoEncryptionKey)
 	cfg := e.read(kubeadmflow.KubeadmConfigFile)
 	for _, want := range []string{`kubernetesVersion: "v1.36.3"`, `controlPlaneEndpoint: "127.0.0.1:7445"`, `advertiseAddress: "10.77.0.10"`} {
 		assert.Contains(t, cfg, want, "kubeadm.yaml")
@@ -234,7 +243,9 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	assert.Contains(t, cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`, "kubeadm.yaml does not point at the patches")
 	for name, want := range kubeadmconfig.Patches() {
 		assert.Equal(t, string(want), e.read(filepath.Join(kubeadmconfig.PatchesDir, name)), "patch %s", name)
+		assert.Equal(t, os.FileMode(0o600), mode(t, e.path(filepath.Join(kubeadmconfig.PatchesDir, name))), "patch %s mode", name)
 	}
+	assert.Contains(t, cfg, `{name: encryption-provider-config, value: "`+layout.EncryptionConfigFile+`"}`)
 	assert.Contains(t, e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`)
 	flannelManifest := e.read(kubeadmflow.FlannelManifest)
 	assert.Contains(t, flannelManifest, `"Network": "10.244.0.0/16"`)
@@ -311,6 +322,12 @@ func TestWorkerJoins(t *testing.T) {
 	assert.False(t, e.exists(kubeadmflow.JoinKubeconfig), "the join kubeconfig is gone")
 	assert.False(t, e.exists(kubeadmflow.KubernetesPKIDir+"/ca.key"), "a worker got the CA key")
 	assert.False(t, e.exists(kubeadmconfig.PatchesDir), "a worker got the control plane's kubeadm patches")
+	for _, f := range []string{layout.EncryptionConfigFile, layout.AuditPolicyFile, layout.AdmissionConfigFile} {
+		assert.False(t, e.exists(f), "a worker got kube-apiserver's %s", f)
+	}
+	for _, f := range []string{kubeadmflow.KubeletConfigFile, kubeadmflow.KubeletFlagsFile, kubeadmflow.KubernetesPKIDir + "/ca.crt", kubeadmflow.ClusterCAFile} {
+		assert.Equal(t, os.FileMode(0o600), mode(t, e.path(f)), "%s mode", f)
+	}
 	assert.NotContains(t, e.read(kubeadmflow.KubeadmConfigFile), "patches:", "a worker got the control plane's kubeadm patches")
 	assert.Contains(t, console, "kubelet TLS bootstrap: done", "the console does not show the TLS bootstrap step")
 	assert.Contains(t, e.read(kubeadmflow.KubeadmConfigFile), "caCertHashes: [\"sha256:", "join config does not pin the CA")

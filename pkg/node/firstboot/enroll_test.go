@@ -285,6 +285,9 @@ func TestImmutableFieldsRefused(t *testing.T) {
 		{"node IP", "cluster.nodeIP", func(c *machineconfig.Config) { c.Cluster.NodeIP = "10.77.0.21" }},
 		{"CA", "cluster.caCert", func(c *machineconfig.Config) { c.Cluster.CACertHash += "0" }},
 		{"name", "hostname", func(c *machineconfig.Config) { c.Hostname = "w-9" }},
+		{"secrets encryption key", "cluster.secretsEncryptionKey: the key the cluster's Secrets are encrypted with in etcd", func(c *machineconfig.Config) {
+			c.Cluster.SecretsEncryptionKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := parse(t, worker)
@@ -293,6 +296,7 @@ func TestImmutableFieldsRefused(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Contains(t, err.Error(), "firstboot reset")
+			assert.NotContains(t, err.Error(), "MDEyMzQ1Njc4", "the key is quoted")
 		})
 	}
 	t.Run("a new token is not a new node", func(t *testing.T) {

@@ -160,7 +160,7 @@ func (h *Host) WriteIfChanged(p string, data []byte, mode os.FileMode) (bool, er
 	return true, nil
 }
 
-// ErrDiffers: a file's content is not what the config renders.
+// ErrDiffers means a file's content is not what the config renders.
 var ErrDiffers = errors.New("differs from the machine config")
 
 // FilesMatch checks that every file holds the content given (path to

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// ErrNoUser: the account files name no such user.
+// ErrNoUser means the account files name no such user.
 var ErrNoUser = errors.New("no such user")
 
 // User is an account of /etc/passwd.

@@ -9,6 +9,7 @@ package bootinit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,7 +65,7 @@ func New(console io.Writer) *Init {
 }
 
 func (in *Init) say(format string, args ...any) {
-	fmt.Fprintf(in.console, "terrarium-init: "+format+"\n", args...)
+	_, _ = fmt.Fprintf(in.console, "terrarium-init: "+format+"\n", args...) // nowhere else to report to
 }
 
 type step struct {
@@ -89,7 +90,9 @@ func (in *Init) Run(ctx context.Context) error {
 		steps = in.liveSteps()
 	} else {
 		// Booted from a disk: a handover from the ISO (if any) worked.
-		efiboot.Own{Dir: in.efivars, Name: efiboot.HandoverVar}.Delete()
+		if err := (efiboot.Own{Dir: in.efivars, Name: efiboot.HandoverVar}).Delete(); err != nil {
+			in.say("clearing the ISO's handover mark: %v (continuing)", err)
+		}
 	}
 	if err := in.runSteps(ctx, steps); err != nil {
 		return err
@@ -303,7 +306,7 @@ func (in *Init) loadModules(context.Context) error {
 		switch {
 		case err == nil:
 			loaded++
-		case err == unix.EEXIST:
+		case errors.Is(err, unix.EEXIST):
 		default:
 			failed++
 			in.say("module %s: %v (continuing)", name, err)

@@ -174,7 +174,7 @@ func (in *Init) tryGrowStateFS(dev, mnt string) error {
 		return err
 	}
 	blockSize, blocks, err := ext4Size(f)
-	f.Close()
+	_ = f.Close() // read only
 	if err != nil {
 		return fmt.Errorf("%s: %w", dev, err)
 	}

@@ -396,7 +396,7 @@ func (in *Init) handOver(ctx context.Context, medium string) error {
 	disk := disks[names[0]]
 	mark := efiboot.Own{Dir: in.efivars, Name: efiboot.HandoverVar}
 	if _, tried, _ := mark.Get(); tried {
-		mark.Delete()
+		in.clearHandover(mark)
 		in.say("the firmware did not boot the installed Terrarium on %s after the last handover: running live from the ISO instead (put that disk first in the firmware's boot order)", disk.dev())
 		return nil
 	}
@@ -415,9 +415,17 @@ func (in *Init) handOver(ctx context.Context, medium string) error {
 			err = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 		}
 	}
-	mark.Delete()
+	in.clearHandover(mark)
 	in.say("Terrarium is installed on %s, but the boot cannot be handed over to it (%v): running live from the ISO instead", disk.dev(), err)
 	return nil
+}
+
+// clearHandover removes the handover mark, so that the next boot from the
+// ISO tries the handover again; a mark left behind makes that boot run live.
+func (in *Init) clearHandover(mark efiboot.Own) {
+	if err := mark.Delete(); err != nil {
+		in.say("clearing the handover mark: %v (continuing)", err)
+	}
 }
 
 // espPartition reads the EFI partition's place and GUID from the disk's

@@ -107,12 +107,12 @@ func openGPT(disk *diskInfo) (*dfsdisk.Disk, *gpt.Table, error) {
 	}
 	pt, err := d.GetPartitionTable()
 	if err != nil {
-		d.Close()
+		_ = d.Close()
 		return nil, nil, fmt.Errorf("read GPT of %s: %w", disk.dev(), err)
 	}
 	table, ok := pt.(*gpt.Table)
 	if !ok {
-		d.Close()
+		_ = d.Close()
 		return nil, nil, fmt.Errorf("%s has no GPT", disk.dev())
 	}
 	return d, table, nil
@@ -133,7 +133,9 @@ func (in *Init) writeStatePartition(ctx context.Context, disk *diskInfo, d *dfsd
 	if err == nil {
 		err = f.Sync()
 	}
-	f.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("mark new TERRA-STATE on %s: %w", disk.dev(), err)
 	}
@@ -274,7 +276,11 @@ func (in *Init) layoutState(ctx context.Context, mnt string, fresh bool) error {
 	}
 	in.say("seeding /var on TERRA-STATE from the image")
 	tmp := varDir + ".seeding"
-	os.RemoveAll(tmp)
+	// A leftover of an interrupted seeding must go: cp -a into an existing
+	// directory would nest the copy as tmp/var.
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("remove the interrupted copy of /var %s: %w", tmp, err)
+	}
 	cmd := exec.CommandContext(ctx, "/bin/busybox", "cp", "-a", filepath.Join(in.sysroot, "var"), tmp)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("copy /var to STATE: %w: %s", err, strings.TrimSpace(string(out)))
@@ -303,7 +309,7 @@ func (in *Init) chrootRun(ctx context.Context, name string, args ...string) erro
 	var bound []string
 	defer func() {
 		for i := len(bound) - 1; i >= 0; i-- {
-			unix.Unmount(bound[i], unix.MNT_DETACH)
+			_ = unix.Unmount(bound[i], unix.MNT_DETACH) // lazy: fails only for a path not mounted
 		}
 	}()
 	for _, m := range []string{"/dev", "/proc", "/sys"} {

@@ -7,7 +7,6 @@
 package efiboot
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -63,28 +62,26 @@ func (o LoadOption) Marshal() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dp bytes.Buffer
+	le := binary.LittleEndian
 	// Hard Drive Media Device Path: type 4, subtype 1, 42 bytes.
-	dp.Write([]byte{0x04, 0x01, 42, 0})
-	binary.Write(&dp, binary.LittleEndian, o.Partition.Number)
-	binary.Write(&dp, binary.LittleEndian, o.Partition.Start)
-	binary.Write(&dp, binary.LittleEndian, o.Partition.Size)
-	dp.Write(guid[:])
-	dp.Write([]byte{0x02, 0x02}) // GPT, GUID signature
+	dp := []byte{0x04, 0x01, 42, 0}
+	dp = le.AppendUint32(dp, o.Partition.Number)
+	dp = le.AppendUint64(dp, o.Partition.Start)
+	dp = le.AppendUint64(dp, o.Partition.Size)
+	dp = append(dp, guid[:]...)
+	dp = append(dp, 0x02, 0x02) // GPT, GUID signature
 	// File Path Media Device Path: type 4, subtype 4.
 	path := ucs2(o.Path)
-	binary.Write(&dp, binary.LittleEndian, [2]byte{0x04, 0x04})
-	binary.Write(&dp, binary.LittleEndian, uint16(4+len(path)))
-	dp.Write(path)
+	dp = append(dp, 0x04, 0x04)
+	dp = le.AppendUint16(dp, uint16(4+len(path)))
+	dp = append(dp, path...)
 	// End of Hardware Device Path.
-	dp.Write([]byte{0x7f, 0xff, 0x04, 0x00})
+	dp = append(dp, 0x7f, 0xff, 0x04, 0x00)
 
-	var b bytes.Buffer
-	binary.Write(&b, binary.LittleEndian, uint32(loadOptionActive))
-	binary.Write(&b, binary.LittleEndian, uint16(dp.Len()))
-	b.Write(ucs2(o.Description))
-	b.Write(dp.Bytes())
-	return b.Bytes(), nil
+	b := le.AppendUint32(nil, loadOptionActive)
+	b = le.AppendUint16(b, uint16(len(dp)))
+	b = append(b, ucs2(o.Description)...)
+	return append(b, dp...), nil
 }
 
 // ParseDescription returns a load option's description (the part a boot
@@ -263,7 +260,7 @@ func writeVar(p, name string, data []byte) error {
 		return fmt.Errorf("efi variable %s: %w", name, err)
 	}
 	if _, err := f.Write(buf); err != nil {
-		f.Close()
+		_ = f.Close()
 		return fmt.Errorf("efi variable %s: %w", name, err)
 	}
 	return f.Close()

@@ -62,7 +62,7 @@ type Result struct {
 	BootOption int // the Boot#### number, or -1 when Boot was nil
 }
 
-// ErrNotEmpty: the target holds data and the config does not allow
+// ErrNotEmpty means the target holds data and the config does not allow
 // wiping it.
 var ErrNotEmpty = errors.New("the install target holds data")
 

@@ -60,7 +60,7 @@ func ParseSums(b []byte) (map[string]string, error) {
 	return out, nil
 }
 
-// ErrMediumCorrupt: a file on the medium does not match its sha256.
+// ErrMediumCorrupt means a file on the medium does not match its sha256.
 var ErrMediumCorrupt = errors.New("the installation medium is corrupt")
 
 // Verify hashes the head and the slot against SHA256SUMS and returns the

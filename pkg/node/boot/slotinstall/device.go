@@ -51,12 +51,12 @@ func (b byPartLabel) OpenSlot(ctx context.Context, slot layout.Slot) (SlotDevice
 		return nil, err
 	}
 	p := filepath.Join(b.dir, slot.Label())
-	real, err := filepath.EvalSymlinks(p)
+	dev, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return nil, fmt.Errorf("slot %s's partition: %w (is there a partition labelled %s on the boot disk?)", slot, err, slot.Label())
 	}
-	if other, err := filepath.EvalSymlinks(filepath.Join(b.dir, slot.Other().Label())); err == nil && other == real {
-		return nil, fmt.Errorf("%s and %s are both %s: %w", slot.Label(), slot.Other().Label(), real, ErrSameDevice)
+	if other, err := filepath.EvalSymlinks(filepath.Join(b.dir, slot.Other().Label())); err == nil && other == dev {
+		return nil, fmt.Errorf("%s and %s are both %s: %w", slot.Label(), slot.Other().Label(), dev, ErrSameDevice)
 	}
 	f, err := os.OpenFile(p, os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC, 0)
 	if err != nil {

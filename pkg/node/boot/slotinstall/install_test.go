@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,7 +136,7 @@ func TestInstallAgain(t *testing.T) {
 				require.ErrorIs(t, err, tt.want)
 				assert.Equal(t, before, n.snapshot(), "nothing written")
 				assert.Equal(t, layout.SlotB, res.Slot)
-				if tt.want == upgrade.ErrAlreadyInstalled {
+				if errors.Is(tt.want, upgrade.ErrAlreadyInstalled) {
 					assert.Contains(t, err.Error(), "slot b holds it")
 					assert.NotEmpty(t, res.Entry)
 				}

@@ -124,7 +124,7 @@ func serve(t *testing.T, r *runtime, is ...*images) string {
 	for _, i := range is {
 		runtimeapi.RegisterImageServiceServer(s, i)
 	}
-	go s.Serve(l)
+	go func() { _ = s.Serve(l) }() // nil once Stop stops it; a failure shows as the client's
 	t.Cleanup(s.Stop)
 	return sock
 }
@@ -263,7 +263,7 @@ func dial(t *testing.T, ep string) (*Client, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c, ctx

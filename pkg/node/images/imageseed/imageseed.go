@@ -222,12 +222,12 @@ func openDB(ctx context.Context, o Options) (*metadata.DB, *bolt.DB, error) {
 	}
 	cs, err := local.NewStore(o.ContentDir)
 	if err != nil {
-		bdb.Close()
+		_ = bdb.Close()
 		return nil, nil, fmt.Errorf("open containerd's content store %s: %w", o.ContentDir, err)
 	}
 	db := metadata.NewDB(bdb, cs, map[string]snapshots.Snapshotter{o.SnapshotterName: o.Snapshotter})
 	if err := db.Init(ctx); err != nil {
-		bdb.Close()
+		_ = bdb.Close()
 		return nil, nil, fmt.Errorf("open containerd's metadata store %s: %w", o.MetaDB, err)
 	}
 	return db, bdb, nil

@@ -71,7 +71,7 @@ func newNode(t *testing.T, imgs map[string]v1.ImageIndex, plain map[string]v1.Im
 	require.NoError(t, err)
 	n.sn, err = snapshotter.New(t.TempDir(), n.slotLayers, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	t.Cleanup(func() { n.sn.Close() })
+	t.Cleanup(func() { _ = n.sn.Close() })
 	return n
 }
 
@@ -82,7 +82,7 @@ func openStore(t *testing.T, n node) *metadata.DB {
 	o := n.options()
 	bdb, err := bolt.Open(o.MetaDB, 0o644, &bolt.Options{Timeout: time.Second, NoFreelistSync: true})
 	require.NoError(t, err)
-	t.Cleanup(func() { bdb.Close() })
+	t.Cleanup(func() { _ = bdb.Close() })
 	cs, err := local.NewStore(o.ContentDir)
 	require.NoError(t, err)
 	db := metadata.NewDB(bdb, cs, map[string]snapshots.Snapshotter{"terrarium": n.sn})

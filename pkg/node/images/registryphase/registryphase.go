@@ -129,24 +129,23 @@ func verifyRegistry(ctx context.Context, h *host.Host, c *machineconfig.Config) 
 		return err
 	}
 	if issuesRegistryCert(c) {
-		w, err := ensureRegistryCertCheck(h, c)
-		if err != nil || w {
-			return fmt.Errorf("the registry's certificate does not fit the cluster CA and address: %v", err)
+		if err := registryCertMisfit(h, c); err != nil {
+			return fmt.Errorf("the registry's certificate does not fit the cluster CA and address: %w", err)
 		}
 	}
 	return nil
 }
 
-// ensureRegistryCertCheck reports whether the issued certificate needs
-// replacing, without replacing it.
-func ensureRegistryCertCheck(h *host.Host, c *machineconfig.Config) (bool, error) {
+// registryCertMisfit says why the issued certificate needs replacing, or
+// returns nil when it fits, without replacing it.
+func registryCertMisfit(h *host.Host, c *machineconfig.Config) error {
 	ca, err := x509CA(c)
 	if err != nil {
-		return false, err
+		return err
 	}
 	ap, err := netip.ParseAddrPort(c.Registry.Listen)
 	if err != nil {
-		return false, err
+		return err
 	}
-	return registryCertFits(h, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem", ca, ap.Addr()) != nil, nil
+	return registryCertFits(h, registryPKIDir+"/registry.pem", registryPKIDir+"/registry-key.pem", ca, ap.Addr())
 }

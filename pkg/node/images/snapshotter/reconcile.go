@@ -163,7 +163,7 @@ func copyLayer(src, dst string) error {
 		return err
 	}
 	if err := fs.CopyDir(tmp, src); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("keep layer %s: %w", src, err)
 	}
 	if err := syncTree(tmp); err != nil {

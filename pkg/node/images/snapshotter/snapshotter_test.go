@@ -49,7 +49,7 @@ func newSnapshotter(t *testing.T, layersDir string) (*Snapshotter, string) {
 	root := t.TempDir()
 	sn, err := New(root, layersDir, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	t.Cleanup(func() { sn.Close() })
+	t.Cleanup(func() { _ = sn.Close() })
 	return sn, root
 }
 
@@ -91,7 +91,7 @@ func TestSlotLayersAreSnapshotsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	mnt := t.TempDir()
 	require.NoError(t, mount.All(mounts, mnt))
-	defer mount.UnmountAll(mnt, 0)
+	defer func() { assert.NoError(t, mount.UnmountAll(mnt, 0)) }()
 	got, err := os.ReadFile(filepath.Join(mnt, "a"))
 	require.NoError(t, err)
 	assert.Equal(t, "from A", string(got))

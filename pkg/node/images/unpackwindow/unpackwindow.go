@@ -128,7 +128,7 @@ func Repair(h *host.Host, console io.Writer) (bool, error) {
 		if _, err := os.Lstat(store); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
+		_, _ = fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
 			"removing %s, which may hold torn images: they come again from this slot\n",
 			filepath.Join(layout.StateMount, layout.StateUnpackWindow), dir)
 		if err := removeStore(store); err != nil {
@@ -191,13 +191,13 @@ func CloseAtShutdown(ctx context.Context, h *host.Host, console io.Writer) (bool
 	}
 	for i, s := range states {
 		if s != "inactive" && s != "failed" {
-			fmt.Fprintf(console, "terrarium: %s is %s, so it may still unpack images: the image unpack window stays open\n", units[i], s)
+			_, _ = fmt.Fprintf(console, "terrarium: %s is %s, so it may still unpack images: the image unpack window stays open\n", units[i], s)
 			return false, nil
 		}
 	}
 	closed, err := Close(h)
 	if closed && err == nil {
-		fmt.Fprintf(console, "terrarium: containerd has stopped; what it unpacked this boot is synced to TERRA-STATE and the image unpack window is closed\n")
+		_, _ = fmt.Fprintf(console, "terrarium: containerd has stopped; what it unpacked this boot is synced to TERRA-STATE and the image unpack window is closed\n")
 	}
 	return closed, err
 }

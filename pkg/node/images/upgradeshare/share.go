@@ -44,7 +44,7 @@ const (
 	FileMediaType types.MediaType = "application/vnd.terrarium.upgrade.v1.file"
 	// emptyMediaType and emptyJSON are OCI's empty descriptor.
 	emptyMediaType types.MediaType = "application/vnd.oci.empty.v1+json"
-	emptyJSON                      = "{}"
+	emptyJSON      string          = "{}"
 )
 
 // MaxFileSize bounds an upgrade file fetched from a peer.
@@ -253,7 +253,7 @@ func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit i
 		return v1.Hash{}, 0, err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // gone once renamed
+	defer func() { _ = os.Remove(tmp) }() // gone once renamed
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: io.LimitReader(r, limit+1)})
 	if cerr := f.Close(); err == nil {
@@ -278,7 +278,7 @@ func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit i
 	return d, n, nil
 }
 
-// ErrDigest: content is not what its digest says.
+// ErrDigest means content is not what its digest says.
 var ErrDigest = errors.New("content does not match its digest")
 
 func digestOf(h hash.Hash) v1.Hash {

@@ -221,7 +221,7 @@ func (b *Balancer) ServeListener(ctx context.Context, l net.Listener) error {
 	defer wg.Wait() // runs last: after cancel has stopped everything
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { l.Close() })
+	stop := context.AfterFunc(ctx, func() { _ = l.Close() }) // unblocks Accept
 	defer stop()
 	defer l.Close()
 
@@ -425,7 +425,7 @@ func (b *Balancer) dial(ctx context.Context) (*backend, net.Conn, error) {
 // handle proxies one client connection until either side is done or ctx is.
 func (b *Balancer) handle(ctx context.Context, client net.Conn) {
 	defer client.Close()
-	stopClient := context.AfterFunc(ctx, func() { client.Close() })
+	stopClient := context.AfterFunc(ctx, func() { _ = client.Close() })
 	defer stopClient()
 
 	be, upstream, err := b.dial(ctx)
@@ -445,7 +445,7 @@ func (b *Balancer) handle(ctx context.Context, client net.Conn) {
 	}
 	defer b.release(be)
 	defer upstream.Close()
-	stopUpstream := context.AfterFunc(ctx, func() { upstream.Close() })
+	stopUpstream := context.AfterFunc(ctx, func() { _ = upstream.Close() })
 	defer stopUpstream()
 
 	b.mu.Lock()
@@ -481,6 +481,6 @@ func finish(dst, src net.Conn, err error) {
 			return
 		}
 	}
-	dst.Close()
-	src.Close()
+	_ = dst.Close() // the copy is over either way
+	_ = src.Close()
 }

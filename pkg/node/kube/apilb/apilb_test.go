@@ -63,7 +63,7 @@ func newAPIServerOn(t *testing.T, name string, ln net.Listener) *apiServer {
 		fmt.Fprint(w, name)
 	})
 	a.srv = httptest.NewUnstartedServer(mux)
-	a.srv.Listener.Close()
+	_ = a.srv.Listener.Close()
 	a.srv.Listener = ln
 	// Probes cut off when a server or the balancer stops are expected.
 	a.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -98,7 +98,7 @@ func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 			mu.Lock()
 			if stopped {
 				mu.Unlock()
-				c.Close()
+				_ = c.Close()
 				continue
 			}
 			conns[c] = true
@@ -110,11 +110,11 @@ func newTCPServer(t *testing.T, handle func(net.Conn)) string {
 		}
 	})
 	t.Cleanup(func() {
-		ln.Close()
+		_ = ln.Close()
 		mu.Lock()
 		stopped = true
 		for c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 		mu.Unlock()
 		wg.Wait()
@@ -264,7 +264,7 @@ func openID(t *testing.T, lbAddr string) (string, net.Conn) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", lbAddr, prompt)
 	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true})
 	require.NoError(t, tc.SetDeadline(time.Now().Add(waitLong)))
 	req, err := http.NewRequest(http.MethodGet, "https://kubernetes/id", nil)
@@ -349,7 +349,7 @@ func TestFewestConnections(t *testing.T) {
 	closed := 0
 	for i, c := range conns {
 		if ids[i] == "a" && closed < 2 {
-			c.Close()
+			_ = c.Close()
 			closed++
 			continue
 		}
@@ -368,7 +368,7 @@ func TestFewestConnections(t *testing.T) {
 	}
 
 	for _, c := range left {
-		c.Close()
+		_ = c.Close()
 	}
 	waitFor(t, "all connections released", func() bool {
 		for _, s := range b.Status() {
@@ -440,7 +440,7 @@ func TestAllBackendsDown(t *testing.T) {
 		c, err := net.DialTimeout("tcp", lb, prompt)
 		require.NoError(t, err)
 		expectClosed(t, c)
-		c.Close()
+		_ = c.Close()
 	}
 	_, err := getID(apiClient(lb))
 	require.Error(t, err, "GET through balancer succeeded with every backend down")
@@ -485,7 +485,7 @@ func TestBeforeFirstProbe(t *testing.T) {
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err, "read echo through balancer: %v", err)
 		assert.Equal(t, msg, string(got), "echo %q, want %q", got, msg)
-		c.Close()
+		_ = c.Close()
 	}
 
 	b.mu.Lock()
@@ -545,7 +545,7 @@ func TestServeShutdown(t *testing.T) {
 	assert.Zero(t, n, "ActiveConns after Serve returned = %d, want 0", n)
 	c2, err := net.DialTimeout("tcp", listen, prompt)
 	if err == nil {
-		c2.Close()
+		_ = c2.Close()
 	}
 	assert.Error(t, err, "the balancer's address still accepts connections after Serve returned")
 }
@@ -672,6 +672,8 @@ func TestNewDefaults(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	// The probe must not go through a proxy whatever the environment says.
-	os.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+	if err := os.Setenv("HTTPS_PROXY", "http://127.0.0.1:1"); err != nil {
+		panic(err)
+	}
 	os.Exit(m.Run())
 }

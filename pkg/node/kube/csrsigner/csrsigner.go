@@ -225,7 +225,7 @@ func kubeletClientRequest(req *x509.CertificateRequest, usages []string) error {
 		return errors.New("a kubelet client certificate has no alternative names")
 	}
 	if !strings.HasPrefix(req.Subject.CommonName, "system:node:") {
-		return errors.New("common name does not start with system:node:")
+		return errors.New(`common name does not start with "system:node:"`)
 	}
 	set := slices.Compact(slices.Sorted(slices.Values(usages)))
 	if !slices.Equal(set, clientUsages) && !slices.Equal(set, clientUsagesNoRSA) {

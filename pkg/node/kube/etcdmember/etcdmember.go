@@ -37,11 +37,11 @@ const (
 	commandTimeout = 2 * time.Minute
 )
 
-// ErrQuorumLost: too few members answer for etcd to change its
+// ErrQuorumLost means too few members answer for etcd to change its
 // membership. Only a restore from a backup brings such a cluster back.
 var ErrQuorumLost = errors.New("etcd has lost its quorum")
 
-// ErrNoMember: no member has the name asked for (a worker has none).
+// ErrNoMember means no member has the name asked for (a worker has none).
 var ErrNoMember = errors.New("no etcd member is named")
 
 // Member is one member of the cluster's etcd.

@@ -41,7 +41,7 @@ func applyAPI(t *testing.T, refuse string) (*Client, func() []applied) {
 			http.Error(w, `{"kind":"Status","message":"DaemonSet.apps is invalid"}`, http.StatusUnprocessableEntity)
 			return
 		}
-		w.Write(b)
+		_, _ = w.Write(b) // a failed write fails the client's request
 	})
 	c := adminClient(t, mux)
 	return c, func() []applied {

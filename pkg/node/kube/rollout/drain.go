@@ -47,7 +47,7 @@ func (o *DrainOptions) defaults() {
 	}
 }
 
-// ErrDrainTimeout: pods were still on the node when the drain's time ran
+// ErrDrainTimeout means pods were still on the node when the drain's time ran
 // out.
 var ErrDrainTimeout = errors.New("pods are still on the node")
 

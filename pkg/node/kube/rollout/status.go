@@ -88,7 +88,7 @@ func (s *Status) Forget(digest string) bool {
 	return len(s.Bad) != n
 }
 
-// ErrNoStatusObject: the node's status object does not exist yet. A node
+// ErrNoStatusObject means the node's status object does not exist yet. A node
 // may not create it (its rights name the object; creating is not naming):
 // a control plane does, with the node's rights, when it sees the node.
 var ErrNoStatusObject = errors.New("this node's upgrade status object does not exist yet; a control plane creates it (and this node's right to write it) within a minute of seeing the node")

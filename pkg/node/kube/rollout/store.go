@@ -82,8 +82,8 @@ func decode(data string) (Record, error) {
 // maxAttempts bounds Update's retries on conflicting writers.
 const maxAttempts = 8
 
-// ErrUnchanged, returned by Update's change, leaves the record unwritten
-// without an error: there was nothing to change.
+// ErrUnchanged is what Update's change returns to leave the record
+// unwritten without an error: there was nothing to change.
 var ErrUnchanged = errors.New("nothing to change in the upgrade record")
 
 // Update changes the cluster's record with change and writes it back,

@@ -29,7 +29,7 @@ type Verified struct {
 	UnsignedForce bool
 }
 
-// ErrUnverified: the rollout's instructions do not verify, or say
+// ErrUnverified means the rollout's instructions do not verify, or say
 // something else than the record; the node acts on nothing in it.
 var ErrUnverified = errors.New("the rollout's instructions do not verify, so this node does not act on them")
 

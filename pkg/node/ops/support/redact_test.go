@@ -122,7 +122,7 @@ func TestConfigSecretsAndRedactConfig(t *testing.T) {
 	require.NoError(t, err)
 	cfg := parseStored(t, c.configs["cp-1"])
 	s := c.secrets
-	assert.Equal(t, []string{s.Token(), s.BootstrapToken.Secret, s.CA.Key, s.FrontProxyCA.Key, s.EtcdCA.Key, s.ServiceAccount.Key, s.CertificateKey}, ConfigSecrets(cfg))
+	assert.Equal(t, []string{s.Token(), s.BootstrapToken.Secret, s.CA.Key, s.FrontProxyCA.Key, s.EtcdCA.Key, s.ServiceAccount.Key, s.CertificateKey, s.SecretsEncryptionKey}, ConfigSecrets(cfg))
 
 	before, err := cfg.Marshal()
 	require.NoError(t, err)
@@ -136,6 +136,7 @@ func TestConfigSecretsAndRedactConfig(t *testing.T) {
 	assert.Equal(t, describedMarker(s.CA.Key, "227 B: PEM EC PRIVATE KEY"), red.Cluster.PKI.CAKey)
 	assert.Equal(t, describedMarker(s.Token(), "bootstrap token, id "+s.BootstrapToken.ID), red.Cluster.Token)
 	assert.Equal(t, describedMarker(s.CertificateKey, "64 hex digits"), red.Cluster.PKI.CertificateKey)
+	assert.Equal(t, describedMarker(s.SecretsEncryptionKey, "44 B, one line of text"), red.Cluster.SecretsEncryptionKey)
 	data, err := red.Marshal()
 	require.NoError(t, err)
 	for _, n := range needles(ConfigSecrets(cfg)...) {

@@ -359,7 +359,7 @@ func (t Tracking) String() string {
 	return fmt.Sprintf("%s (stratum %d), offset %+.6f s", t.Source, t.Stratum, t.Offset.Seconds())
 }
 
-// ErrNoChrony: the image carries no chrony; the node keeps its own clock.
+// ErrNoChrony means the image carries no chrony; the node keeps its own clock.
 var ErrNoChrony = errors.New("this image has no chrony (" + daemon + ")")
 
 // Track asks chrony about the clock.

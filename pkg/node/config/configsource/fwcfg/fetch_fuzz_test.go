@@ -37,8 +37,8 @@ func newFuzzEntry(tb testing.TB, root, name string) *fuzzEntry {
 	e.size, err = os.Create(filepath.Join(e.dir, "size"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
-		e.raw.Close()
-		e.size.Close()
+		require.NoError(tb, e.raw.Close())
+		require.NoError(tb, e.size.Close())
 	})
 	return e
 }

@@ -58,7 +58,7 @@ func TestFetchNoMachineYAML(t *testing.T) {
 	require.NoError(t, err)
 	_, err = d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeFat16, VolumeLabel: layout.LabelConfigFAT})
 	require.NoError(t, err)
-	d.Close()
+	require.NoError(t, d.Close())
 
 	// The disk is there but holds no config: an error, not absence.
 	_, err = Provider{Dir: dir}.Fetch(context.Background())

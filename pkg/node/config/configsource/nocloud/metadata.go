@@ -31,7 +31,7 @@ func ParseMetaData(data []byte) (cloudinit.MetaData, error) {
 	}
 	keys, err := publicKeys(&m.PublicKeys)
 	if err != nil {
-		return cloudinit.MetaData{}, fmt.Errorf("meta-data is %w: public-keys: %s (line %d)", cloudinit.ErrMalformed, err, m.PublicKeys.Line)
+		return cloudinit.MetaData{}, fmt.Errorf("meta-data is %w: public-keys: %w (line %d)", cloudinit.ErrMalformed, err, m.PublicKeys.Line)
 	}
 	return cloudinit.MetaData{
 		InstanceID:    strings.TrimSpace(m.InstanceID),

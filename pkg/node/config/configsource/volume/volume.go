@@ -49,7 +49,7 @@ func Open(dev string) (v *Volume, err error) {
 	}
 	fs, err := filesystemOf(d)
 	if err != nil {
-		d.Close()
+		_ = d.Close()
 		return nil, fmt.Errorf("%s: no FAT or ISO9660 filesystem: %w", dev, err)
 	}
 	return &Volume{dev: dev, disk: d, fs: fs}, nil
