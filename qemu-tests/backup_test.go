@@ -70,8 +70,7 @@ func TestClusterBackupRestore(t *testing.T) {
 	}
 	destroy := func(nodes ...*clusterNode) {
 		for _, n := range nodes {
-			require.NoError(t, n.vm.Kill())
-			n.vm.Wait(ctx)
+			cutPower(ctx, t, n.vm)
 			require.NoError(t, os.Remove(n.m.disk), "the VM's disk is destroyed with it")
 		}
 	}

@@ -86,7 +86,9 @@ func writeResult(t *testing.T, r clusterResult) {
 		if len(r.WorkerContainers) > 0 {
 			tl += "\n" + containerTimeline(r, "worker", r.WorkerContainers)
 		}
-		os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644)
+		if err := os.WriteFile(filepath.Join(dir, r.Method+"-timeline.txt"), []byte(tl), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("timelines:\n%s", tl)
 	}
 }
@@ -676,7 +678,11 @@ spec:
 			// The worker's side: a baseline worker can lack flannel's
 			// lease file though its flannel pod is Ready.
 			wwhy, wwerr := worker.sudoTry("ls -la /run/flannel /etc/cni/net.d; crictl ps -a 2>&1 | head -20; journalctl -u kubelet --no-pager 2>&1 | tail -n 40")
-			return 0, 0, fmt.Errorf("the first Deployment did not run on the worker in 15 min: %v\n%s\ncontrol plane (%v):\n%s\nworker (%v):\n%s", err, out, werr, why, wwerr, wwhy)
+			diag := fmt.Sprintf("%s\ncontrol plane (%v):\n%s\nworker (%v):\n%s", out, werr, why, wwerr, wwhy)
+			if err != nil {
+				return 0, 0, fmt.Errorf("the first Deployment did not run on the worker in 15 min: %w\n%s", err, diag)
+			}
+			return 0, 0, fmt.Errorf("the first Deployment did not run on the worker in 15 min:\n%s", diag)
 		}
 		time.Sleep(2 * time.Second)
 	}

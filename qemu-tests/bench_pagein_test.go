@@ -160,7 +160,7 @@ func parsePageIn(out string) map[string][]float64 {
 func slotDir(t *testing.T, m *machine, dir string) string {
 	t.Helper()
 	raw, p := m.flatten("slot.raw", layout.LabelSlotA)
-	defer os.Remove(raw)
+	defer removeScratch(t, raw) // now: flatten's cleanup comes late
 	dest := filepath.Join(t.TempDir(), "tree")
 	offset := strconv.FormatInt(int64(p.Start)*layout.SectorSize, 10)
 	out, err := exec.Command("unsquashfs", "-no-progress", "-o", offset, "-d", dest, raw, dir).CombinedOutput()

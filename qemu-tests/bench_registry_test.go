@@ -49,7 +49,9 @@ func BenchmarkBundleReadyVsImport(b *testing.B) {
 		b.ReportMetric(importMs, "ms-ctr-import")
 		b.ReportMetric(importMs/readyMs, "x-faster")
 		b.ReportMetric(0, "ns/op")
-		vm.Close()
+		if err := vm.Close(); err != nil {
+			b.Fatal(err)
+		}
 		cancel()
 	}
 }

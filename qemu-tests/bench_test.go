@@ -94,7 +94,9 @@ func bootOnce(b *testing.B, image string) boot {
 		}
 		r.at = append(r.at, time.Since(start))
 	}
-	vm.Close()
+	if err := vm.Close(); err != nil {
+		b.Fatal(err)
+	}
 	ps := vm.ProcessState()
 	if ps == nil {
 		b.Fatal("QEMU's process state is unknown after Close")

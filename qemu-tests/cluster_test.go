@@ -164,10 +164,7 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("init node never reached its images step: %v", err)
 	}
 	t.Logf("%s: power cut during pull images, %s after power-on", cp.name, time.Since(start).Round(time.Second))
-	if err := cp.vm.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cp.vm.Wait(ctx)
+	cutPower(ctx, t, cp.vm)
 	cp.vm = bootCP()
 	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`containerd was unpacking images .* removing /var/lib/containerd`)); err != nil {
 		t.Fatalf("after a power cut during the pulls, containerd's store was not dropped: %v", err)
@@ -179,10 +176,7 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("init node never reached kubelet-start: %v", err)
 	}
 	t.Logf("%s: power cut during kubelet-start, %s after power-on", cp.name, time.Since(start).Round(time.Second))
-	if err := cp.vm.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cp.vm.Wait(ctx)
+	cutPower(ctx, t, cp.vm)
 	cp.vm = bootCP()
 	if _, err := cp.vm.Expect(ctx, regexp.MustCompile(`init phase kubelet-start: started`)); err != nil {
 		t.Fatalf("after the power cut, the init node did not resume at kubelet-start: %v", err)
@@ -271,10 +265,7 @@ spec:
 	// The site loses power, and the config sticks are gone when it comes
 	// back: each node boots from its stored state and rejoins.
 	for _, n := range []*clusterNode{w, cp} {
-		if err := n.vm.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		n.vm.Wait(ctx)
+		cutPower(ctx, t, n.vm)
 	}
 	restart := time.Now()
 	linkCap2 := filepath.Join(work, "link-after-cut.pcap")

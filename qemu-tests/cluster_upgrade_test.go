@@ -83,7 +83,7 @@ func (a *availability) watch(ctx context.Context, urls []string, every time.Dura
 				for try := 0; try < 3; try++ {
 					if resp, err := client.Get(u); err == nil {
 						b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
-						resp.Body.Close()
+						_ = resp.Body.Close() // read as far as it tells
 						if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "echo" {
 							answered <- true
 							return

@@ -127,8 +127,7 @@ func TestFwCfgEnrollment(t *testing.T) {
 	assert.Equal(t, "ci-node", s.Hostname)
 	assert.Contains(t, s.Enrolled, "from QEMU fw_cfg (opt/dev.terrarium/config)")
 	assert.Equal(t, "local clock (a standalone node has no time source)", s.Time)
-	require.NoError(t, vm.Kill())
-	vm.Wait(ctx)
+	cutPower(ctx, t, vm)
 
 	m.rtcBase = "1990-01-01T00:00:00"
 	vm = m.boot(ctx)

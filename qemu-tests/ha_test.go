@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -196,10 +198,11 @@ func TestClusterHA(t *testing.T) {
 	}
 	ssh.output("kubectl get node cp-2", regexp.MustCompile(`cp-2\s+Ready`))
 	t.Logf("etcd members with the new cp-2:\n%s", members)
-	replVM.Quit(ctx)
+	// Stopped, and their captures closed, before the captures are read.
+	require.NoError(t, replVM.Quit(ctx), "the new cp-2")
 	for i, n := range nodes {
 		if i != 1 {
-			n.vm.Quit(ctx)
+			require.NoError(t, n.vm.Quit(ctx), n.name)
 		}
 	}
 	pkts := checkCapture(t, linkCap, clusterSubnet)

@@ -19,6 +19,15 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
+// removeScratch removes a scratch file of the test's, which may be gone
+// already.
+func removeScratch(t testing.TB, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("remove %s: %v", path, err)
+	}
+}
+
 // stateDisk is a stopped machine's TERRA-STATE, copied to a raw file of
 // its own for inspection with debugfs (read-only).
 type stateDisk struct {
@@ -33,11 +42,11 @@ type stateDisk struct {
 func (m *machine) flatten(name, label string) (raw string, part *gpt.Partition) {
 	m.t.Helper()
 	raw = filepath.Join(m.dir, name)
-	os.Remove(raw)
+	removeScratch(m.t, raw) // a leftover of an earlier run
 	if out, err := exec.Command("qemu-img", "convert", "-O", "raw", m.disk, raw).CombinedOutput(); err != nil {
 		m.t.Fatalf("qemu-img convert: %v: %s", err, out)
 	}
-	m.t.Cleanup(func() { os.Remove(raw) })
+	m.t.Cleanup(func() { removeScratch(m.t, raw) })
 	d, err := diskfs.Open(raw, diskfs.WithOpenMode(diskfs.ReadOnly))
 	if err != nil {
 		m.t.Fatal(err)
@@ -61,7 +70,7 @@ func (m *machine) flatten(name, label string) (raw string, part *gpt.Partition) 
 func (m *machine) partitionOffset(label string) int64 {
 	m.t.Helper()
 	raw, p := m.flatten("gpt.raw", label)
-	os.Remove(raw)
+	removeScratch(m.t, raw)
 	return int64(p.Start) * layout.SectorSize
 }
 
@@ -72,13 +81,13 @@ func (m *machine) inspectState() *stateDisk {
 	// The partition alone, sparse: e2fsprogs' journal recovery does not
 	// honour an "?offset=" on the device name (debugfs journal_run says
 	// "Bad magic number in super-block" and exits 0).
-	os.Remove(s.raw)
+	removeScratch(m.t, s.raw) // a leftover of an earlier run
 	opts := fmt.Sprintf("driver=raw,offset=%d,size=%d,file.driver=file,file.filename=%s", int64(p.Start)*layout.SectorSize, s.size, disk)
 	if out, err := exec.Command("qemu-img", "convert", "--image-opts", opts, "-O", "raw", s.raw).CombinedOutput(); err != nil {
 		m.t.Fatalf("qemu-img convert TERRA-STATE out of %s: %v: %s", disk, err, out)
 	}
-	os.Remove(disk)
-	m.t.Cleanup(func() { os.Remove(s.raw) })
+	removeScratch(m.t, disk)
+	m.t.Cleanup(func() { removeScratch(m.t, s.raw) })
 	s.replayJournal()
 	return s
 }

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
@@ -158,9 +160,22 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		if m.t.Failed() {
 			m.t.Logf("console log: %s", vm.ConsoleLog())
 		}
-		vm.Close()
+		if err := vm.Close(); err != nil {
+			m.t.Errorf("close QEMU: %v", err)
+		}
 	})
 	return vm
+}
+
+// cutPower kills vm, as a power cut would, and waits until QEMU is gone.
+// Killed, QEMU's exit is an error (signal: killed): what fails the test
+// is a wait that ends with QEMU still there.
+func cutPower(ctx context.Context, t testing.TB, vm *qemu.VM) {
+	t.Helper()
+	require.NoError(t, vm.Kill())
+	if err := vm.Wait(ctx); vm.Running() {
+		t.Fatalf("QEMU still runs after SIGKILL: %v", err)
+	}
 }
 
 func (m *machine) extraArgs() []string {

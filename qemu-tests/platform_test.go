@@ -345,7 +345,7 @@ func runChannel(t *testing.T, i int, c channel) {
 		f, err := os.Open(raw)
 		require.NoError(t, err)
 		_, err = io.ReadFull(f, head)
-		f.Close()
+		_ = f.Close() // read only
 		require.NoError(t, err)
 		assert.Equal(t, make([]byte, 1<<20), head, "the disk is still empty")
 		checkCapture(t, m.capture, testSubnet)

@@ -90,7 +90,7 @@ func TestPowerCuts(t *testing.T) {
 		m := newMachine(t, image)
 		// A trial's disk (~1 GB once formed) goes when the trial ends:
 		// twenty of them would fill a small disk.
-		defer os.Remove(m.disk)
+		defer removeScratch(t, m.disk)
 		m.asSoloInit()
 		disk := configAttached(m.configDisk("config.img", config))
 		start := time.Now()
@@ -112,8 +112,7 @@ func TestPowerCuts(t *testing.T) {
 			} else {
 				r.doing = "booting (no step yet)"
 			}
-			require.NoError(t, vm.Quit(ctx), "power cut")
-			vm.Wait(ctx)
+			require.NoError(t, vm.Quit(ctx), "power cut") // Quit waits for QEMU to exit
 			r.cut, r.cutAt = true, cutAt
 			start = time.Now()
 			vm = m.boot(ctx, disk)

@@ -111,7 +111,7 @@ func trySSHAs(ctx context.Context, t testing.TB, port int, key sshKey, user stri
 	for ctx.Err() == nil {
 		c, err := ssh.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), cfg)
 		if err == nil {
-			t.Cleanup(func() { c.Close() })
+			t.Cleanup(func() { _ = c.Close() }) // the VM may be gone by then: nothing to report
 			return &sshClient{t: t, c: c}, nil
 		}
 		last = err

@@ -200,8 +200,7 @@ func TestUpgradeFromStick(t *testing.T) {
 	// 0.2.1: the power is cut while it is written; 0.2.0 boots again.
 	plug("v021")
 	expectWithin(ctx, t, vm, step, `upgrade: writing: rootfs \d+%`)
-	require.NoError(t, vm.Kill())
-	vm.Wait(ctx)
+	cutPower(ctx, t, vm)
 	vm = m.boot(ctx)
 	s = expectStatus(ctx, t, vm, "verified", "failed")
 	assert.Equal(t, "0.2.0", s.Version, "the old version boots after a cut during the write")

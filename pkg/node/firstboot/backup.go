@@ -116,14 +116,14 @@ func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
 	s, err := etcdbackup.Take(ctx, r.o.Host, keep, etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
 	if err != nil {
 		r.snapshotFailed = now
-		r.step("etcd snapshot", "failed", err.Error())
+		r.note("etcd snapshot", "failed", err.Error())
 		r.say("backup: the scheduled etcd snapshot failed (next try in %s): %v", snapshotRetry, err)
 		r.status.Backup = "the last snapshot failed: " + err.Error()
 		r.publish()
 		return
 	}
 	r.snapshotFailed = time.Time{}
-	r.step("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", s.Path, s.Size>>10, keep))
+	r.note("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", s.Path, s.Size>>10, keep))
 	r.status.Backup = backupStatus(s, interval, keep)
 	r.publish()
 }
@@ -152,10 +152,10 @@ func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config
 		return err
 	})
 	if err != nil {
-		r.step("backup", "failed", err.Error())
+		r.note("backup", "failed", err.Error())
 		r.say("backup: nothing written to %s: %v", m.Device, err)
 		return
 	}
-	r.step("backup", "written", res.String())
+	r.note("backup", "written", res.String())
 	r.say("backup: wrote %s to the %s stick; it may be removed", res, layout.LabelBackup)
 }

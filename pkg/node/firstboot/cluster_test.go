@@ -393,7 +393,9 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	}
 	held, _ := e.leases.get(kubeadmflow.JoinLockName)
 	held.Holder = ""
-	e.leases.swap(held)
+	if _, err := e.leases.swap(held); err != nil {
+		t.Fatalf("release the join lock: %v", err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
@@ -521,7 +523,10 @@ func TestNodeWaitsForItsPodNetwork(t *testing.T) {
 func TestPodNetworkNeverUp(t *testing.T) {
 	e, _ := clusterEnv(t, "")
 	e.running = func(name string) bool { return name != "kube-flannel" }
-	e.run(clusterConfig(t, "w-1"))
+	err := e.run(clusterConfig(t, "w-1"))
+	if err == nil || !strings.Contains(err.Error(), "pod network is not") {
+		t.Fatalf("Run = %v, want the pod network's health check failed", err)
+	}
 	st := e.status()
 	if st.Healthy == nil || *st.Healthy {
 		t.Fatalf("healthy without flannel: %+v", st)

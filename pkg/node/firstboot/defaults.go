@@ -124,8 +124,10 @@ func (c Consoles) Write(p []byte) (int, error) {
 		if err != nil {
 			continue
 		}
-		f.Write([]byte(strings.ReplaceAll(string(p), "\n", "\r\n")))
-		f.Close()
+		// Best effort, console by console: one that takes nothing must
+		// not keep the message from the others.
+		_, _ = f.Write([]byte(strings.ReplaceAll(string(p), "\n", "\r\n")))
+		_ = f.Close()
 	}
 	return len(p), nil
 }

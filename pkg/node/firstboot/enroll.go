@@ -38,11 +38,11 @@ func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, err
 	p := storedConfigPath(r.o.Host)
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, err)
+		return nil, fmt.Errorf("%w: %w; `firstboot reset` re-enrolls the node", errStoredConfig, err)
 	}
 	cfg, err := machineconfig.Parse(p, data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, err)
+		return nil, fmt.Errorf("%w: %w; `firstboot reset` re-enrolls the node", errStoredConfig, err)
 	}
 	if !e.Accepts(cfg.Digest()) {
 		return nil, fmt.Errorf("%w: %s has digest %s, the journal says %s; `firstboot reset` re-enrolls the node", errStoredConfig, p, cfg.Digest(), e.Digest)
@@ -61,7 +61,7 @@ func (r *runner) settleStored(cfg *machineconfig.Config) error {
 		did, serr = j.Enrollment.Settle(cfg.Digest())
 	})
 	if serr != nil {
-		return fmt.Errorf("%w: %v; `firstboot reset` re-enrolls the node", errStoredConfig, serr)
+		return fmt.Errorf("%w: %w; `firstboot reset` re-enrolls the node", errStoredConfig, serr)
 	}
 	if err != nil {
 		return fmt.Errorf("settle the stored config's commit: %w", err)
@@ -205,9 +205,9 @@ func fingerprint(found *configsource.Found, err error) string {
 	h := sha256.New()
 	switch {
 	case err != nil:
-		fmt.Fprintf(h, "error\x00%s", err)
+		_, _ = fmt.Fprintf(h, "error\x00%s", err) // a hash never fails a write
 	case found != nil:
-		fmt.Fprintf(h, "found\x00%s\x00%d\x00", found.Source, len(found.Config))
+		_, _ = fmt.Fprintf(h, "found\x00%s\x00%d\x00", found.Source, len(found.Config))
 		h.Write(found.Config)
 		h.Write([]byte{0})
 		h.Write(found.Signature)
@@ -380,7 +380,7 @@ func (r *runner) refuse(from, why string) {
 	}
 	// Recorded before it is said: whoever reads the console can rely on
 	// the journal.
-	r.step("config change", "refused", from+": "+why)
+	r.note("config change", "refused", from+": "+why)
 	r.say("config change from %s REFUSED: nothing changed, this node keeps its enrolled config. Why:", from)
 	for _, line := range strings.Split(why, "\n") {
 		r.say("  %s", line)
@@ -471,11 +471,11 @@ func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) er
 		healthy := herr == nil
 		r.status.Healthy = &healthy
 		if herr != nil {
-			r.step("health", "failed", herr.Error())
+			r.note("health", "failed", herr.Error())
 			r.status.Message = herr.Error()
 			r.say("%v", herr)
 		} else {
-			r.step("health", "passed", "")
+			r.note("health", "passed", "")
 		}
 		r.publish()
 	}
@@ -494,14 +494,14 @@ func RunPhase(ctx context.Context, o Options, name string) error {
 		if p.Name != name {
 			continue
 		}
-		if err := p.Verify(ctx, cfg); err == nil {
+		verr := p.Verify(ctx, cfg)
+		if verr == nil {
 			r.say("%s: already as desired", name)
 			return r.step(name, "verified", "run alone")
-		} else {
-			r.say("%s: %v; applying", name, err)
 		}
+		r.say("%s: %v; applying", name, verr)
 		if err := p.Apply(ctx, cfg); err != nil {
-			r.step(name, "failed", err.Error())
+			r.note(name, "failed", err.Error())
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		r.say("%s: applied", name)

@@ -257,7 +257,7 @@ func TestKernelLinkNameIsInvalidOnPredictableSlot(t *testing.T) {
 
 func TestPasswdUnreadableIsInvalid(t *testing.T) {
 	e := newEnv(t)
-	os.Remove(e.path("/etc/passwd"))
+	require.NoError(t, os.Remove(e.path("/etc/passwd")))
 	e.mkdir("/etc/passwd")
 	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(StateConfigInvalid)), context.Canceled)
 	assert.Contains(t, e.status().Message, "admin.name: cannot check")

@@ -816,8 +816,8 @@ func (e *env) runUntil(o Options, done func(s *Status) bool) error {
 			e.t.Fatalf("Run returned before its status said so: %v\n%s", err, e.console.String())
 		case <-limit:
 			cancel()
-			<-ran
-			e.t.Fatalf("Run's status never got there in a minute; last: %+v", e.statusIfAny())
+			err := <-ran
+			e.t.Fatalf("Run's status never got there in a minute (Run: %v); last: %+v", err, e.statusIfAny())
 		case <-tick.C:
 			if s := e.statusIfAny(); s != nil && done(s) {
 				cancel()

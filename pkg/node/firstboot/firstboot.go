@@ -165,7 +165,7 @@ func newRunner(o Options) (*runner, error) {
 func journalPath() string { return layout.StateMount + "/" + layout.StateJournal }
 
 func (r *runner) say(format string, args ...any) {
-	fmt.Fprintf(r.o.Console, "terrarium: "+format+"\n", args...)
+	_, _ = fmt.Fprintf(r.o.Console, "terrarium: "+format+"\n", args...) // the log below keeps it
 	r.o.Log.Info(fmt.Sprintf(format, args...))
 }
 
@@ -196,6 +196,14 @@ func (r *runner) step(name, result, detail string) error {
 	return r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) {
 		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: name, Result: result, Detail: detail, At: at})
 	})
+}
+
+// note records a step that what the node does next does not depend on: a
+// journal write that fails is logged, and the node goes on.
+func (r *runner) note(name, result, detail string) {
+	if err := r.step(name, result, detail); err != nil {
+		r.o.Log.Warn("journal: step not recorded", "step", name, "result", result, "detail", detail, "err", err)
+	}
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -255,7 +263,9 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 		return err
 	}
 	if err := r.apply(ctx, cfg, mode); err != nil {
-		r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Result = "failed" })
+		if rerr := r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Result = "failed" }); rerr != nil {
+			r.o.Log.Warn("journal: boot result not recorded", "mode", mode, "result", "failed", "err", rerr)
+		}
 		r.status.State, r.status.Message = StateFailed, err.Error()
 		r.publish()
 		return err
@@ -303,13 +313,15 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 		return ch.cfg
 	}
 	r.say("the config change from %s FAILED (%v); restoring the enrolled config", ch.from, err)
-	r.step("config change", "failed", err.Error())
+	r.note("config change", "failed", err.Error())
 	if rerr := r.apply(ctx, stored, "provision"); rerr != nil {
 		r.say("restoring the enrolled config failed too: %v", rerr)
 		r.status.State, r.status.Message = StateFailed, rerr.Error()
 	} else {
 		r.say("the enrolled config is in place again: nothing of the change remains")
-		r.applied(stored, "verify", StateVerified)
+		if aerr := r.applied(stored, "verify", StateVerified); aerr != nil {
+			r.o.Log.Warn("journal: restored config not recorded", "digest", stored.Digest(), "result", StateVerified, "err", aerr)
+		}
 		r.status.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
 	}
 	return stored
@@ -421,7 +433,7 @@ func (r *runner) reportConfigProblem(problem string) {
 			r.say("  %s", line)
 		}
 	}
-	r.step("config", "waiting", r.status.Message)
+	r.note("config", "waiting", r.status.Message)
 	r.publish()
 }
 
@@ -441,7 +453,7 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 			}
 		}
 		if err := p.Apply(ctx, cfg); err != nil {
-			r.step(p.Name, "failed", err.Error())
+			r.note(p.Name, "failed", err.Error())
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
 		result := "applied"
@@ -491,7 +503,7 @@ func (r *runner) watchHost(cfg *machineconfig.Config) {
 // report lets long phases report their steps: each goes to the journal,
 // the console and the published status.
 func (r *runner) report(step, result, detail string) {
-	r.step(step, result, detail)
+	r.note(step, result, detail)
 	if detail != "" {
 		r.say("%s: %s: %s", step, result, detail)
 	} else {

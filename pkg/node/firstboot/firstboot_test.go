@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -181,12 +182,18 @@ func TestFirstRunProvisions(t *testing.T) {
 	if e.exists(layout.StateMount + "/" + layout.StateTerrarium + "/.health") {
 		t.Error("health probe left on TERRA-STATE")
 	}
-	filepath.WalkDir(e.root, func(p string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(e.root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
 		if strings.HasSuffix(p, ".tmp") {
 			t.Errorf("temporary file left: %s", p)
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSecondBootVerifies(t *testing.T) {
@@ -776,7 +783,9 @@ func TestSlotFromCmdline(t *testing.T) {
 func TestRunErrors(t *testing.T) {
 	t.Run("no release.json", func(t *testing.T) {
 		e := newEnv(t)
-		os.Remove(e.path(layout.ReleaseFile))
+		if err := os.Remove(e.path(layout.ReleaseFile)); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.run(fullConfig); err == nil || !strings.Contains(err.Error(), "release") {
 			t.Errorf("Run = %v", err)
 		}
@@ -900,4 +909,21 @@ func TestClockBehindTheJournalIsStepped(t *testing.T) {
 	e.console.Reset()
 	require.NoError(t, e.run(minimalConfig))
 	assert.Contains(t, e.console.String(), "time: stepped: the clock read 2025-03-01T00:00:01Z, before the last step this node recorded; stepped forward to "+last.UTC().Format(time.RFC3339))
+}
+
+// A step whose journal write fails is logged at Warn, saying what it
+// recorded, and the node goes on.
+func TestUnrecordedStepIsLogged(t *testing.T) {
+	e := newEnv(t)
+	var logged strings.Builder
+	o := e.optionsWith(noStick())
+	o.Log = slog.New(slog.NewTextHandler(&logged, nil))
+	r, err := newRunner(o)
+	require.NoError(t, err)
+	// A directory where the journal goes: it cannot be written.
+	require.NoError(t, os.RemoveAll(r.state.Path()))
+	require.NoError(t, os.MkdirAll(filepath.Join(r.state.Path(), "x"), 0o755))
+	r.note("backup", "written", "backup.tar")
+	assert.Contains(t, logged.String(), "level=WARN")
+	assert.Contains(t, logged.String(), `msg="journal: step not recorded" step=backup result=written detail=backup.tar`)
 }

@@ -25,12 +25,12 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 	}
 	for _, p := range r.phases(cfg) {
 		if err := p.Verify(ctx, cfg); err != nil {
-			return fmt.Errorf("%w: %s: %v", errUnhealthy, p.Name, err)
+			return fmt.Errorf("%w: %s: %w", errUnhealthy, p.Name, err)
 		}
 	}
 	probe := r.o.Host.Path(layout.StateMount + "/" + layout.StateTerrarium + "/.health")
 	if err := os.WriteFile(probe, []byte(r.bootID), 0o644); err != nil {
-		return fmt.Errorf("%w: TERRA-STATE is not writable: %v", errUnhealthy, err)
+		return fmt.Errorf("%w: TERRA-STATE is not writable: %w", errUnhealthy, err)
 	}
 	return os.Remove(probe)
 }
@@ -40,33 +40,33 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	healthy := err == nil
 	r.status.Healthy = &healthy
 	if !healthy {
-		r.step("health", "failed", err.Error())
+		r.note("health", "failed", err.Error())
 		r.status.Message = err.Error()
 		r.status.Blessed = "not blessed"
 		r.say("%v", err)
 		return r.notBlessed(ctx, err)
 	}
-	r.step("health", "passed", "")
+	r.note("health", "passed", "")
 	r.status.Time = r.timeSource(ctx, cfg)
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
-		r.step("images durable", "failed", err.Error())
+		r.note("images durable", "failed", err.Error())
 		r.status.Message = err.Error()
 		r.publish()
 		return err
 	} else if closed {
-		r.step("images durable", "synced", "")
+		r.note("images durable", "synced", "")
 	}
 	res, err := r.o.BootLoader.Bless(ctx, r.slot)
 	if err != nil {
-		r.step("bless", "failed", err.Error())
+		r.note("bless", "failed", err.Error())
 		r.status.Blessed = "bless failed: " + err.Error()
 		r.publish()
 		return fmt.Errorf("bless slot %s: %w", r.slot, err)
 	}
 	r.status.Blessed = string(res)
-	r.step("bless", string(res), "")
+	r.note("bless", string(res), "")
 	// No longer a trial: the registry lets go of the slot it fell back to,
 	// which the next upgrade may write.
 	if err := os.Remove(r.o.Host.Path(layout.RunTrialBoot)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -83,7 +83,7 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 		// Not an error of firstboot's: restarting it would only try the
 		// same install again. The node waits, live, for a person.
 		r.status.State, r.status.Message = StateFailed, "install: "+err.Error()
-		r.step("install", "failed", err.Error())
+		r.note("install", "failed", err.Error())
 		r.say("install failed:")
 		for _, line := range strings.Split(err.Error(), "\n") {
 			r.say("  %s", line)
@@ -93,7 +93,7 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 		<-ctx.Done()
 		return nil
 	}
-	r.step("install", "installed", res.Target.String())
+	r.note("install", "installed", res.Target.String())
 	r.status.State, r.status.Message = StateInstalled, "installed onto "+res.Target.String()
 	r.publish()
 	r.say("installed Terrarium %s onto %s (slot A sha256 %s, read back from the disk); rebooting into it", r.rel.Version, res.Target, res.SlotSHA256)

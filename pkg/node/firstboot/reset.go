@@ -46,9 +46,14 @@ var ErrResetDeclined = errors.New("reset not confirmed: nothing was changed")
 // enrolls again from the first valid config its sources offer.
 func Reset(ctx context.Context, o ResetOptions) error {
 	h := o.Host
-	fmt.Fprint(o.Out, resetSummary(h))
+	// Nothing is erased without saying what.
+	if _, err := fmt.Fprint(o.Out, resetSummary(h)); err != nil {
+		return fmt.Errorf("say what a reset erases (nothing was changed): %w", err)
+	}
 	if !o.Yes {
-		fmt.Fprintf(o.Out, "Type %q to erase TERRA-STATE and reboot: ", ResetWord)
+		if _, err := fmt.Fprintf(o.Out, "Type %q to erase TERRA-STATE and reboot: ", ResetWord); err != nil {
+			return fmt.Errorf("ask to confirm the reset (nothing was changed): %w", err)
+		}
 		line, _ := bufio.NewReader(o.In).ReadString('\n')
 		if strings.TrimSpace(line) != ResetWord {
 			return ErrResetDeclined
@@ -61,11 +66,13 @@ func Reset(ctx context.Context, o ResetOptions) error {
 	if err := atomicfile.WriteFile(p, []byte("requested at "+h.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record the reset request: %w", err)
 	}
-	fmt.Fprintln(o.Out, "reset requested: TERRA-STATE is erased on the next boot")
+	// The request is recorded: it stands, and the reboot goes ahead,
+	// whether or not these lines reach the person.
+	_, _ = fmt.Fprintln(o.Out, "reset requested: TERRA-STATE is erased on the next boot")
 	if o.Reboot == nil {
 		return nil
 	}
-	fmt.Fprintln(o.Out, "rebooting")
+	_, _ = fmt.Fprintln(o.Out, "rebooting")
 	return o.Reboot(ctx)
 }
 

@@ -500,7 +500,7 @@ func (r *runner) refuseTurn(ctx context.Context, api RolloutAPI, me string, ro *
 	if err := r.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail); err != nil {
 		return
 	}
-	r.step("rollout", "refused", why.Error())
+	r.note("rollout", "refused", why.Error())
 	r.say("rollout of %s refused on this node, nothing was done: %v", ro.Version, why)
 }
 
@@ -514,7 +514,7 @@ func (r *runner) endTurn(ctx context.Context, api RolloutAPI, me string, ro *rol
 	if err := r.setPhase(ctx, api, me, ro, phase, detail); err != nil {
 		return false
 	}
-	r.step("rollout", phase, detail)
+	r.note("rollout", phase, detail)
 	r.say("rollout: this node is %s (%s)", phase, detail)
 	return true
 }
@@ -542,7 +542,7 @@ func (r *runner) reportRollback(ctx context.Context, api RolloutAPI, me string, 
 		r.o.Log.Warn("rollout: report the rollback", "err", err)
 		return false
 	}
-	r.step("rollout", rollout.NodeRolledBack, u.Reason)
+	r.note("rollout", rollout.NodeRolledBack, u.Reason)
 	r.say("rollout: this node is %s (%s)", rollout.NodeRolledBack, u.Reason)
 	return true
 }
@@ -561,7 +561,7 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
 			detail += " (and uncordoning failed: " + uerr.Error() + ")"
 		}
-		r.step("rollout", rollout.NodeFailed, detail)
+		r.note("rollout", rollout.NodeFailed, detail)
 		r.say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = r.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
@@ -569,7 +569,7 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 	if err := r.setPhase(ctx, api, me, ro, rollout.NodeDraining, ""); err != nil {
 		return
 	}
-	r.step("rollout", rollout.NodeDraining, ro.Version)
+	r.note("rollout", rollout.NodeDraining, ro.Version)
 	d := r.o.Rollout.Drain
 	d.Report = func(line string) { r.say("rollout: %s", line) }
 	if err := rollout.Drain(ctx, api, me, d); err != nil {

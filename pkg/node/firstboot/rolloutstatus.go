@@ -42,9 +42,13 @@ func UpgradeStatus(ctx context.Context, o UpgradeStatusOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "this node  %s %s\n", rel.Name, rel.Version)
+	var b strings.Builder
+	fmt.Fprintf(&b, "this node  %s %s\n", rel.Name, rel.Version)
 	if u := j.Upgrade; u != nil {
-		fmt.Fprintf(o.Out, "           last upgrade: %s\n", describeUpgrade(u))
+		fmt.Fprintf(&b, "           last upgrade: %s\n", describeUpgrade(u))
+	}
+	if _, err := io.WriteString(o.Out, b.String()); err != nil {
+		return err
 	}
 	if o.API == nil {
 		return nil
@@ -52,18 +56,17 @@ func UpgradeStatus(ctx context.Context, o UpgradeStatusOptions) error {
 	api, err := o.API()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		fmt.Fprintln(o.Out, "cluster    this node has not joined a cluster")
-		return nil
+		_, werr := io.WriteString(o.Out, "cluster    this node has not joined a cluster\n")
+		return werr
 	case err != nil:
-		fmt.Fprintf(o.Out, "cluster    not reachable as this node: %v\n", err)
-		return nil
+		_, werr := fmt.Fprintf(o.Out, "cluster    not reachable as this node: %v\n", err)
+		return werr
 	}
 	rec, err := rollout.Load(ctx, api)
 	if err != nil {
 		return err
 	}
-	writeRecord(o.Out, rec)
-	return nil
+	return writeRecord(o.Out, rec)
 }
 
 func describeUpgrade(u *nodestate.Upgrade) string {
@@ -82,57 +85,70 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
 
 // writeRecord draws the cluster's record: the rollout with a bar and a
 // row per node in upgrade order, then the bad marks.
-func writeRecord(w io.Writer, rec rollout.Record) {
+func writeRecord(w io.Writer, rec rollout.Record) error {
+	var b strings.Builder
+	if rec.Rollout == nil {
+		b.WriteString("cluster    no upgrade has rolled out\n")
+	} else if err := drawRollout(&b, rec); err != nil {
+		return err
+	}
+	for _, bad := range rec.Bad {
+		fmt.Fprintf(&b, "bad        %s rolled back on %s at %s: %s (not installed again without a signed force instruction)\n", bad.Version, bad.Node, stamp(bad.At), bad.Reason)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// drawRollout draws rec's rollout: what it installs, a bar, and a table
+// of its nodes.
+func drawRollout(b *strings.Builder, rec rollout.Record) error {
 	ro := rec.Rollout
-	if ro == nil {
-		fmt.Fprintln(w, "cluster    no upgrade has rolled out")
-	} else {
-		kube := ""
-		if ro.Kubernetes != "" {
-			kube = " (Kubernetes " + ro.Kubernetes + ")"
-		}
-		fmt.Fprintf(w, "rollout    %s%s, started by %s at %s: %s\n", ro.Version, kube, ro.StartedBy, stamp(ro.StartedAt), ro.Phase)
-		if f := describeForce(rec); f != "" {
-			fmt.Fprintf(w, "           forced: %s\n", f)
-		}
-		if ro.Reason != "" {
-			fmt.Fprintf(w, "           stopped: %s\n", ro.Reason)
-		}
-		done := 0
-		for _, n := range ro.Nodes {
-			if n.Phase == rollout.NodeDone {
-				done++
-			}
-		}
-		const width = 24
-		filled := 0
-		if len(ro.Nodes) > 0 {
-			filled = done * width / len(ro.Nodes)
-		}
-		fmt.Fprintf(w, "           [%s%s] %d of %d nodes done\n", strings.Repeat("█", filled), strings.Repeat("░", width-filled), done, len(ro.Nodes))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "           NODE\tROLE\tPHASE\tSINCE\tDETAIL")
-		turn, _ := rec.Turn()
-		for _, n := range ro.Nodes {
-			role := "worker"
-			if n.ControlPlane {
-				role = "control plane"
-			}
-			since := "-"
-			if !n.At.IsZero() {
-				since = stamp(n.At)
-			}
-			phase := n.Phase
-			if n.Name == turn.Name && ro.Phase == rollout.Rolling {
-				phase += " ◀"
-			}
-			fmt.Fprintf(tw, "           %s\t%s\t%s\t%s\t%s\n", n.Name, role, phase, since, n.Detail)
-		}
-		tw.Flush()
+	kube := ""
+	if ro.Kubernetes != "" {
+		kube = " (Kubernetes " + ro.Kubernetes + ")"
 	}
-	for _, b := range rec.Bad {
-		fmt.Fprintf(w, "bad        %s rolled back on %s at %s: %s (not installed again without a signed force instruction)\n", b.Version, b.Node, stamp(b.At), b.Reason)
+	fmt.Fprintf(b, "rollout    %s%s, started by %s at %s: %s\n", ro.Version, kube, ro.StartedBy, stamp(ro.StartedAt), ro.Phase)
+	if f := describeForce(rec); f != "" {
+		fmt.Fprintf(b, "           forced: %s\n", f)
 	}
+	if ro.Reason != "" {
+		fmt.Fprintf(b, "           stopped: %s\n", ro.Reason)
+	}
+	done := 0
+	for _, n := range ro.Nodes {
+		if n.Phase == rollout.NodeDone {
+			done++
+		}
+	}
+	const width = 24
+	filled := 0
+	if len(ro.Nodes) > 0 {
+		filled = done * width / len(ro.Nodes)
+	}
+	fmt.Fprintf(b, "           [%s%s] %d of %d nodes done\n", strings.Repeat("█", filled), strings.Repeat("░", width-filled), done, len(ro.Nodes))
+	var rows strings.Builder
+	rows.WriteString("           NODE\tROLE\tPHASE\tSINCE\tDETAIL\n")
+	turn, _ := rec.Turn()
+	for _, n := range ro.Nodes {
+		role := "worker"
+		if n.ControlPlane {
+			role = "control plane"
+		}
+		since := "-"
+		if !n.At.IsZero() {
+			since = stamp(n.At)
+		}
+		phase := n.Phase
+		if n.Name == turn.Name && ro.Phase == rollout.Rolling {
+			phase += " ◀"
+		}
+		fmt.Fprintf(&rows, "           %s\t%s\t%s\t%s\t%s\n", n.Name, role, phase, since, n.Detail)
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	if _, err := io.WriteString(tw, rows.String()); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 // describeForce says what forces the rollout, "" when nothing does. The

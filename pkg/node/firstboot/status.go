@@ -80,8 +80,10 @@ func (r *runner) publish() {
 		r.o.Log.Error("read back status", "err", err)
 		return
 	}
-	fmt.Fprint(r.o.Console, Banner(r.status))
-	fmt.Fprintf(r.o.Console, "terrarium-status: %s", written)
+	// The console is for whoever looks; status.json, written above, is
+	// the record.
+	_, _ = fmt.Fprint(r.o.Console, Banner(r.status))
+	_, _ = fmt.Fprintf(r.o.Console, "terrarium-status: %s", written)
 }
 
 func addresses() []string {

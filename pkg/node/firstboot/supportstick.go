@@ -45,11 +45,11 @@ func (r *runner) serveSupportStick(ctx context.Context) {
 		return err
 	})
 	if err != nil {
-		r.step("support bundle", "failed", err.Error())
+		r.note("support bundle", "failed", err.Error())
 		r.say("support: no bundle written to %s: %v", m.Device, err)
 		return
 	}
 	detail := fmt.Sprintf("%s: %d files, %d redactions", name, len(sum.Files), sum.Redactions)
-	r.step("support bundle", "written", detail)
+	r.note("support bundle", "written", detail)
 	r.say("support: wrote %s to the %s stick; it may be removed", detail, layout.LabelSupport)
 }

@@ -113,7 +113,7 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 		r.say("recording the rolled-back upgrade: %v", err)
 	}
 	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
-	r.step("upgrade", "rolled back", msg)
+	r.note("upgrade", "rolled back", msg)
 	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
 	r.status.Message = msg
 }
@@ -179,7 +179,7 @@ func (r *runner) commitUpgrade() {
 	if err := r.flow.ForgetBeforeUpgrade(); err != nil {
 		r.say("removing the Kubernetes files kept before the upgrade: %v", err)
 	}
-	r.step("upgrade", "committed", fmt.Sprintf("from %s to %s", u.From, u.To))
+	r.note("upgrade", "committed", fmt.Sprintf("from %s to %s", u.From, u.To))
 	r.say("upgraded from %s to %s: slot %s is healthy and blessed", u.From, u.To, r.slot)
 }
 
@@ -340,12 +340,12 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		r.say("upgrade: %s", detail)
 		return UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
 	case err == nil && published != "":
-		r.step("upgrade", outcomePublished, published)
+		r.note("upgrade", outcomePublished, published)
 		r.say("upgrade: %s", published)
 		r.publish()
 		return UpgradeResult{Outcome: outcomePublished, Detail: published}
 	case err != nil:
-		r.step("upgrade", "refused", err.Error())
+		r.note("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.status.Message = "upgrade refused: " + err.Error()
 		r.publish()
@@ -356,7 +356,7 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
 		r.say("recording the upgrade: %v", err)
 	}
-	r.step("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
+	r.note("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
 	tries := fmt.Sprintf("%d tries", res.Tries)
 	if res.Tries == 1 {
 		tries = "1 try"

@@ -216,29 +216,29 @@ func TestUpgradeRequest(t *testing.T) {
 	go func() { done <- Run(ctx, o) }()
 	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == StateVerified }, 10*time.Second, time.Millisecond)
 
-	ask := func(path string, force, noReboot bool) (UpgradeResult, error, string) {
+	ask := func(path string, force, noReboot bool) (UpgradeResult, string, error) {
 		var out strings.Builder
 		res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: path, Force: force, NoReboot: noReboot, Wait: 10 * time.Second, Poll: time.Millisecond})
-		return res, err, out.String()
+		return res, out.String(), err
 	}
-	_, err, _ = ask("/home/admin/untrusted/terrarium-1.3.0.upgrade", false, false)
+	_, _, err = ask("/home/admin/untrusted/terrarium-1.3.0.upgrade", false, false)
 	assert.ErrorIs(t, err, ErrUpgradeRefused)
 	assert.ErrorContains(t, err, "not trusted")
 	assert.Empty(t, inst.calls(), "nothing written")
 
-	res, err, out := ask("/home/admin/terrarium-1.3.0.upgrade", false, true)
+	res, out, err := ask("/home/admin/terrarium-1.3.0.upgrade", false, true)
 	require.NoError(t, err)
 	assert.Equal(t, UpgradeResult{ID: res.ID, Outcome: "installed", Detail: res.Detail, Version: "1.3.0", Slot: "b"}, res)
 	assert.Contains(t, out, "1.3.0 installed into slot b; the next boot tries it")
 	assert.Zero(t, e.rebootCount(), "--no-reboot")
 
-	_, err, _ = ask("/home/admin/terrarium-1.5.0.upgrade", false, true)
+	_, _, err = ask("/home/admin/terrarium-1.5.0.upgrade", false, true)
 	assert.ErrorIs(t, err, ErrUpgradeRefused)
 	assert.ErrorContains(t, err, "rolled back on this node before")
-	_, err, _ = ask("/home/admin/terrarium-1.5.0.upgrade", true, true)
+	_, _, err = ask("/home/admin/terrarium-1.5.0.upgrade", true, true)
 	require.NoError(t, err, "--force installs it all the same")
 
-	res, err, _ = ask("/home/admin/terrarium-1.4.0.upgrade", false, false)
+	res, _, err = ask("/home/admin/terrarium-1.4.0.upgrade", false, false)
 	require.NoError(t, err)
 	assert.Equal(t, "installed", res.Outcome)
 	assert.Equal(t, []string{"1.3.0", "1.5.0", "1.4.0"}, inst.calls())
@@ -246,7 +246,7 @@ func TestUpgradeRequest(t *testing.T) {
 	assert.Equal(t, "firstboot upgrade /home/admin/terrarium-1.4.0.upgrade", e.journal().Upgrade.Source)
 	assert.NoFileExists(t, e.path(upgradeRequestPath()), "the request is taken")
 
-	_, err, _ = ask("/home/admin/missing.upgrade", false, false)
+	_, _, err = ask("/home/admin/missing.upgrade", false, false)
 	assert.ErrorContains(t, err, "no such file", "refused by the command, nothing asked")
 	cancel()
 	require.NoError(t, <-done)

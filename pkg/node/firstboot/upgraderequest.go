@@ -148,7 +148,7 @@ type UpgradeOptions struct {
 	Wait, Poll time.Duration
 }
 
-// ErrUpgradeRefused: the node refused the upgrade and wrote nothing.
+// ErrUpgradeRefused means the node refused the upgrade and wrote nothing.
 var ErrUpgradeRefused = errors.New("upgrade refused, nothing was written")
 
 // RequestUpgrade asks the running node to install an upgrade file and
@@ -176,7 +176,9 @@ func RequestUpgrade(ctx context.Context, o UpgradeOptions) (UpgradeResult, error
 	if err := atomicfile.WriteFile(h.Path(upgradeRequestPath()), append(b, '\n'), 0o600); err != nil {
 		return UpgradeResult{}, fmt.Errorf("record the upgrade request: %w", err)
 	}
-	fmt.Fprintf(o.Out, "asked the node to install %s; it checks the signature and every part before it writes anything (the console shows its progress)\n", abs)
+	// The request is recorded: the node acts on it whatever these lines
+	// show, and the error returned says how it went.
+	_, _ = fmt.Fprintf(o.Out, "asked the node to install %s; it checks the signature and every part before it writes anything (the console shows its progress)\n", abs)
 	deadline := time.NewTimer(o.Wait)
 	defer deadline.Stop()
 	for {
@@ -188,9 +190,9 @@ func RequestUpgrade(ctx context.Context, o UpgradeOptions) (UpgradeResult, error
 				case outcomeRefused:
 					return res, fmt.Errorf("%w: %s", ErrUpgradeRefused, res.Detail)
 				case outcomeInstalled:
-					fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
+					_, _ = fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
 				default:
-					fmt.Fprintln(o.Out, res.Detail)
+					_, _ = fmt.Fprintln(o.Out, res.Detail)
 				}
 				return res, nil
 			}

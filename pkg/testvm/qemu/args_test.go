@@ -258,16 +258,24 @@ func TestPrepareDirVars(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "machine")
 			if tt.existing != nil {
-				os.MkdirAll(dir, 0o755)
-				os.WriteFile(filepath.Join(dir, VarsFile), tt.existing, 0o644)
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, VarsFile), tt.existing, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			sock := filepath.Join(dir, QMPSocket)
 			cfg, err := Config{Dir: dir, OVMFVars: template}.withDefaults()
 			if err != nil {
 				t.Fatal(err)
 			}
-			os.MkdirAll(dir, 0o755)
-			os.WriteFile(sock, nil, 0o644) // stale socket from an earlier run
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(sock, nil, 0o644); err != nil { // stale socket from an earlier run
+				t.Fatal(err)
+			}
 			if err := prepareDir(cfg); err != nil {
 				t.Fatalf("prepareDir: %v", err)
 			}

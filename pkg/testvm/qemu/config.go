@@ -86,6 +86,7 @@ type Config struct {
 // Bus is how a disk is attached.
 type Bus int
 
+// The buses a disk attaches to.
 const (
 	BusVirtio Bus = iota // virtio-blk-pci (default)
 	BusUSB               // usb-storage on the qemu-xhci controller
@@ -136,6 +137,7 @@ const (
 	// no DHCP, no router, no route out. One VM listens on Peer
 	// (127.0.0.1:port), the other connects to it.
 	NetListen
+	// NetConnect is the end of a NetListen link that connects to Peer.
 	NetConnect
 	// NetMulticast joins any number of VMs on one private Ethernet segment
 	// (UDP multicast on the host's loopback, group:port in Peer, e.g.
@@ -287,7 +289,7 @@ func (n Network) validate() error {
 			return fmt.Errorf("MAC %q: want xx:xx:xx:xx:xx:xx", n.MAC)
 		}
 		if (n.Mode == NetRestricted) != (n.Peer == "") {
-			return errors.New("Peer is needed by (only) NetListen, NetConnect and NetMulticast")
+			return errors.New("a Peer is needed by NetListen, NetConnect and NetMulticast, and by no other mode")
 		}
 	default:
 		return fmt.Errorf("unknown mode %d", int(n.Mode))

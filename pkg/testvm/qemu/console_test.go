@@ -26,10 +26,19 @@ func pipeConsole(t *testing.T) (*console, *io.PipeWriter, *bytes.Buffer) {
 		c.readFrom(pr)
 	}()
 	t.Cleanup(func() {
-		pw.Close()
+		_ = pw.Close() // an io.PipeWriter's Close never fails
 		<-done
 	})
 	return c, pw, raw
+}
+
+// send writes s to the console's pipe. It may be called from any
+// goroutine.
+func send(t *testing.T, w io.Writer, s string) {
+	t.Helper()
+	if _, err := io.WriteString(w, s); err != nil {
+		t.Errorf("write to the console: %v", err)
+	}
 }
 
 func shortCtx(t *testing.T, d time.Duration) context.Context {
@@ -40,7 +49,7 @@ func shortCtx(t *testing.T, d time.Duration) context.Context {
 
 func TestExpectCursor(t *testing.T) {
 	c, w, _ := pipeConsole(t)
-	io.WriteString(w, "step 1 ok\nstep 2 ok\n")
+	send(t, w, "step 1 ok\nstep 2 ok\n")
 	ctx := shortCtx(t, 2*time.Second)
 	re := regexp.MustCompile(`step (\d) ok`)
 	for _, want := range []string{"1", "2"} {
@@ -55,7 +64,7 @@ func TestExpectCursor(t *testing.T) {
 	// Output already consumed is not matched again; new output is.
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		io.WriteString(w, "step 3 ok\n")
+		send(t, w, "step 3 ok\n")
 	}()
 	if _, m, err := c.expect(ctx, re); err != nil || m[1] != "3" {
 		t.Fatalf("third expect: %v %v", m, err)
@@ -91,10 +100,10 @@ func TestExpectStripsEscapes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, w, raw := pipeConsole(t)
 			if tt.chunks == 0 {
-				io.WriteString(w, tt.input)
+				send(t, w, tt.input)
 			} else {
 				for i := 0; i < len(tt.input); i += tt.chunks {
-					io.WriteString(w, tt.input[i:min(i+tt.chunks, len(tt.input))])
+					send(t, w, tt.input[i:min(i+tt.chunks, len(tt.input))])
 				}
 			}
 			_, m, err := c.expect(shortCtx(t, 2*time.Second), regexp.MustCompile(tt.re))
@@ -105,7 +114,7 @@ func TestExpectStripsEscapes(t *testing.T) {
 				t.Errorf("match %q, want %q", m[0], tt.want)
 			}
 			// Make sure all input has been processed before comparing.
-			io.WriteString(w, "#sync")
+			send(t, w, "#sync")
 			if _, _, err := c.expect(shortCtx(t, 2*time.Second), regexp.MustCompile(`#sync`)); err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +130,7 @@ func TestExpectStripsEscapes(t *testing.T) {
 
 func TestExpectAnyEarliestWins(t *testing.T) {
 	c, w, _ := pipeConsole(t)
-	io.WriteString(w, "Kernel panic - not syncing\nlogin: \n")
+	send(t, w, "Kernel panic - not syncing\nlogin: \n")
 	ctx := shortCtx(t, 2*time.Second)
 	login := regexp.MustCompile(`login: `)
 	panicRE := regexp.MustCompile(`Kernel panic - (.*)`)
@@ -157,10 +166,10 @@ func TestExpectTimeoutCarriesTail(t *testing.T) {
 
 func TestExpectVMExited(t *testing.T) {
 	c, w, _ := pipeConsole(t)
-	io.WriteString(w, "booting\n")
+	send(t, w, "booting\n")
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		w.Close()
+		_ = w.Close() // an io.PipeWriter's Close never fails
 		c.finish("QEMU exited (exit status 1)")
 	}()
 	start := time.Now()

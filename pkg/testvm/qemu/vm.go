@@ -68,8 +68,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		return nil, fmt.Errorf("qemu start: %w", err)
 	}
 	if _, err := v.QMP(ctx); err != nil {
-		err = v.startFailure(err)
-		v.Close()
+		err = errors.Join(v.startFailure(err), v.Close())
 		return nil, fmt.Errorf("qemu start: %w", err)
 	}
 	return v, nil
@@ -115,17 +114,21 @@ func (v *VM) launch() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logFile, "\n--- %s: %s ---\n", time.Now().Format(time.RFC3339), strings.Join(v.argv, " "))
+	if _, err := fmt.Fprintf(logFile, "\n--- %s: %s ---\n", time.Now().Format(time.RFC3339), strings.Join(v.argv, " ")); err != nil {
+		_ = logFile.Close() // err says why
+		return fmt.Errorf("console log: %w", err)
+	}
+	// On the error paths below, err says why: the closes only tidy up.
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		logFile.Close()
-		inR.Close()
-		inW.Close()
+		_ = logFile.Close()
+		_ = inR.Close()
+		_ = inW.Close()
 		return err
 	}
 	cmd := exec.Command(v.argv[0], v.argv[1:]...)
@@ -133,12 +136,13 @@ func (v *VM) launch() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	v.log.Debug("starting qemu", "argv", v.argv)
 	err = cmd.Start()
-	inR.Close()
-	outW.Close()
+	// The child has its own copies of these ends, or no child was started.
+	_ = inR.Close()
+	_ = outW.Close()
 	if err != nil {
-		logFile.Close()
-		inW.Close()
-		outR.Close()
+		_ = logFile.Close()
+		_ = inW.Close()
+		_ = outR.Close()
 		return err
 	}
 	v.cmd, v.stdin, v.logFile = cmd, inW, logFile
@@ -159,10 +163,10 @@ func (v *VM) reap(outR *os.File, readerDone <-chan struct{}) {
 	select {
 	case <-readerDone:
 	case <-time.After(2 * time.Second): // a leftover child holds the pipe
-		outR.Close()
+		_ = outR.Close() // ends the reader; the Close below then says so again
 		<-readerDone
 	}
-	outR.Close()
+	_ = outR.Close() // read only, and read to its end
 	v.waitErr = err
 	v.log.Debug("qemu exited", "state", v.cmd.ProcessState.String())
 	why := "QEMU exited (" + v.cmd.ProcessState.String() + ")"
@@ -266,10 +270,10 @@ func (v *VM) Close() error {
 		c := v.qmp
 		v.mu.Unlock()
 		if c != nil {
-			c.Close()
+			err = errors.Join(err, c.Close())
 		}
 		v.stdinMu.Lock()
-		v.stdin.Close()
+		err = errors.Join(err, v.stdin.Close())
 		v.stdinMu.Unlock()
 		err = errors.Join(err, v.logFile.Close())
 	})

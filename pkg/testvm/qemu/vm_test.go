@@ -41,8 +41,7 @@ func TestStartReportsEarlyExit(t *testing.T) {
 			start := time.Now()
 			vm, err := Start(ctx, tt.cfg)
 			if err == nil {
-				vm.Close()
-				t.Fatal("Start succeeded")
+				t.Fatalf("Start succeeded (Close: %v)", vm.Close())
 			}
 			t.Logf("Start: %v", err)
 			for _, want := range tt.wants {
@@ -62,7 +61,11 @@ func TestExpectReturnsWhenVMDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	vm := startVM(ctx, t, Config{Dir: t.TempDir()})
-	time.AfterFunc(time.Second, func() { vm.Kill() })
+	time.AfterFunc(time.Second, func() {
+		if err := vm.Kill(); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	})
 	start := time.Now()
 	_, err := vm.Expect(ctx, regexp.MustCompile(`this never appears`))
 	if err == nil || !strings.Contains(err.Error(), "QEMU exited (signal: killed)") {

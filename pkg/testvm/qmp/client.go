@@ -57,12 +57,12 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Client, erro
 		done:    make(chan struct{}),
 	}
 	if err := c.readGreeting(ctx); err != nil {
-		conn.Close()
+		_ = conn.Close() // err says why
 		return nil, fmt.Errorf("qmp greeting from %s: %w", socketPath, err)
 	}
 	go c.readLoop()
 	if err := c.Execute(ctx, "qmp_capabilities", nil, nil); err != nil {
-		c.Close()
+		_ = c.Close() // err says why
 		return nil, err
 	}
 	c.log.Debug("qmp connected", "socket", socketPath, "qemu", c.greeting.Version.String())
@@ -80,7 +80,7 @@ func dialRetry(ctx context.Context, path string, every time.Duration) (net.Conn,
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+			return nil, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
 	}
@@ -88,10 +88,12 @@ func dialRetry(ctx context.Context, path string, every time.Duration) (net.Conn,
 
 // readGreeting reads the greeting synchronously, honouring ctx.
 func (c *Client) readGreeting(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { c.conn.SetReadDeadline(time.Unix(1, 0)) })
+	// A deadline fails to be set only on a closed conn, whose reads fail
+	// anyway.
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer func() {
 		stop()
-		c.conn.SetReadDeadline(time.Time{})
+		_ = c.conn.SetReadDeadline(time.Time{})
 	}()
 	var m message
 	if err := c.dec.Decode(&m); err != nil {
@@ -160,8 +162,11 @@ func (c *Client) write(ctx context.Context, b []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
-		c.conn.SetWriteDeadline(dl)
-		defer c.conn.SetWriteDeadline(time.Time{})
+		if err := c.conn.SetWriteDeadline(dl); err != nil {
+			return err
+		}
+		// It fails only on a closed conn, whose writes fail anyway.
+		defer func() { _ = c.conn.SetWriteDeadline(time.Time{}) }()
 	}
 	_, err := c.conn.Write(b)
 	return err
@@ -229,7 +234,7 @@ func (c *Client) deliverEvent(ev Event) {
 func (c *Client) shutdown(readErr error) {
 	c.mu.Lock()
 	if c.closeErr == nil {
-		c.closeErr = fmt.Errorf("%w: %v", ErrClosed, readErr)
+		c.closeErr = fmt.Errorf("%w: %w", ErrClosed, readErr)
 	}
 	for id, ch := range c.pending {
 		ch <- response{err: c.closeErr}
@@ -238,7 +243,7 @@ func (c *Client) shutdown(readErr error) {
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
-	c.conn.Close()
+	_ = c.conn.Close() // its reads have ended (Close may have closed it already)
 	close(c.events)
 	close(c.done)
 }

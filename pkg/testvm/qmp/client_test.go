@@ -70,7 +70,9 @@ func (s *fakeServer) listen() {
 		}
 	}()
 	s.t.Cleanup(func() {
-		ln.Close()
+		if err := ln.Close(); err != nil {
+			s.t.Errorf("close the fake server: %v", err)
+		}
 		s.wg.Wait()
 	})
 }
@@ -109,7 +111,11 @@ func dial(t *testing.T, s *fakeServer, opts ...Option) *Client {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return c
 }
 

@@ -15,7 +15,8 @@ func eventHandler(w *fakeConn, cmd string, args, id json.RawMessage) {
 	var a struct {
 		Names string `json:"names"`
 	}
-	json.Unmarshal(args, &a)
+	// Only emit and emit-later have arguments: the others' leave Names "".
+	_ = json.Unmarshal(args, &a)
 	switch cmd {
 	case "emit":
 		for _, n := range strings.Split(a.Names, ",") {
@@ -85,7 +86,9 @@ func TestWaitEventFunc(t *testing.T) {
 	}
 	ev, err := c.WaitEventFunc(testCtx(t), func(e Event) bool {
 		var d struct{ Device string }
-		json.Unmarshal(e.Data, &d)
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Errorf("event %s: %v", e.Name, err)
+		}
 		return d.Device == "X-dev"
 	})
 	if err != nil || ev.Name != "X" {
@@ -128,7 +131,9 @@ func TestEventsChannel(t *testing.T) {
 			t.Fatalf("no event %s on channel", want)
 		}
 	}
-	c.Close()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := <-c.Events(); ok {
 		t.Error("events channel not closed after Close")
 	}
@@ -140,10 +145,15 @@ func TestConnectionDrop(t *testing.T) {
 		setup func(c *Client)
 	}{
 		{name: "server drops connection", setup: func(c *Client) {
-			go c.Execute(context.Background(), "drop", nil, nil)
+			// It fails with ErrClosed, as the pending call checks.
+			go func() { _ = c.Execute(context.Background(), "drop", nil, nil) }()
 		}},
 		{name: "client closes", setup: func(c *Client) {
-			time.AfterFunc(50*time.Millisecond, func() { c.Close() })
+			time.AfterFunc(50*time.Millisecond, func() {
+				if err := c.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
 		}},
 	}
 	for _, tt := range tests {
@@ -184,7 +194,9 @@ func TestEventBeforeDropStillDelivered(t *testing.T) {
 	if err := c.Execute(testCtx(t), "emit", map[string]string{"names": "SHUTDOWN"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Execute(testCtx(t), "drop", nil, nil)
+	if err := c.Execute(testCtx(t), "drop", nil, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("drop: %v, want ErrClosed", err)
+	}
 	<-c.Done()
 	if _, err := c.WaitEvent(testCtx(t), "SHUTDOWN"); err != nil {
 		t.Fatalf("SHUTDOWN received before the drop should still be returned: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,9 @@ func startQEMU(t *testing.T) (string, *os.Process, <-chan error) {
 		exited <- err
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
+		if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Errorf("kill QEMU: %v", err)
+		}
 		<-done
 		if t.Failed() {
 			t.Logf("QEMU stderr:\n%s", stderr.String())
@@ -166,7 +169,7 @@ func TestRealQEMUKilled(t *testing.T) {
 		waited <- err
 	}()
 	require.NoError(t, proc.Kill())
-	<-exited
+	require.Error(t, <-exited, "QEMU was killed")
 	select {
 	case err := <-waited:
 		require.ErrorIs(t, err, ErrClosed)

@@ -60,7 +60,9 @@ func Run(ctx context.Context, o Options, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer vm.Close()
-	fmt.Fprintf(out, "QEMU started (TCG, UEFI); console log %s; Ctrl-C stops the machine\n", vm.ConsoleLog())
+	if _, err := fmt.Fprintf(out, "QEMU started (TCG, UEFI); console log %s; Ctrl-C stops the machine\n", vm.ConsoleLog()); err != nil {
+		return err
+	}
 	go typeInto(vm, in)
 	return stream(ctx, vm, out)
 }
@@ -92,8 +94,8 @@ func stream(ctx context.Context, vm *qemu.VM, out io.Writer) error {
 		case <-ctx.Done():
 			return vm.Quit(context.Background())
 		case <-vm.Exited():
-			io.Copy(out, f)
-			return nil
+			_, err := io.Copy(out, f) // what it wrote last
+			return err
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

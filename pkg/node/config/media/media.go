@@ -99,7 +99,7 @@ func DiskSeq(root, dev string) string {
 	return ""
 }
 
-// ErrWriteProtected: a medium the node must write to is read-only.
+// ErrWriteProtected means a medium the node must write to is read-only.
 var ErrWriteProtected = errors.New("the medium is write-protected (read-only); use a writable stick")
 
 // Use mounts the medium as the filesystem its first bytes show, if the
@@ -138,7 +138,7 @@ func release(mnt string) error {
 		if err := unix.Syncfs(int(d.Fd())); err != nil {
 			errs = append(errs, &os.PathError{Op: "syncfs", Path: mnt, Err: err})
 		}
-		d.Close()
+		_ = d.Close() // opened only for syncfs, checked above
 	}
 	if err := unix.Unmount(mnt, 0); err != nil {
 		errs = append(errs, &os.PathError{Op: "unmount", Path: mnt, Err: err})

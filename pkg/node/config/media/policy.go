@@ -65,8 +65,8 @@ func mountData(fs Filesystem) string {
 	return ""
 }
 
-// ErrFilesystemRefused: a medium's filesystem is not one the node mounts
-// for the job (Allowed).
+// ErrFilesystemRefused means a medium's filesystem is not one the node
+// mounts for the job (Allowed).
 var ErrFilesystemRefused = errors.New("filesystem refused")
 
 // RefusedError says which medium was refused, what it holds and how to
@@ -115,7 +115,7 @@ func Mount(dev string, m Medium, dir string, a Access) (Filesystem, error) {
 		return Unknown, fmt.Errorf("the stick %s (%s): %w", m.Device, m.Label, err)
 	}
 	fs, err := Probe(f)
-	f.Close()
+	_ = f.Close() // read only
 	if err != nil {
 		return Unknown, fmt.Errorf("the stick %s (%s): %w", m.Device, m.Label, err)
 	}

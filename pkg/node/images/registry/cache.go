@@ -193,8 +193,9 @@ func (c *Cache) put(ctx context.Context, d v1.Hash, size int64, r io.Reader) (bo
 	ok := false
 	defer func() {
 		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			// The blob failed already: what is left of it goes.
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
 		}
 	}()
 	var src io.Reader = ctxReader{ctx: ctx, r: r}
@@ -373,7 +374,7 @@ func (c *Cache) writeFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name()) // err says why; OpenCache clears tmpDir of one that stays
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return atomicfile.Replace(tmp.Name(), path)

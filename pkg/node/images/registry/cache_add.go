@@ -148,11 +148,11 @@ func (cp *copier) manifestAt(ctx context.Context, desc v1.Descriptor, depth int)
 		return nil, cp.openError(desc.Digest, err)
 	}
 	if content.Size > limit {
-		content.Close()
+		_ = content.Close() // read only
 		return nil, fmt.Errorf("%s: manifest of %d bytes, more than %d: %w", cp.where(desc.Digest), content.Size, limit, cp.limits.tooLarge)
 	}
 	raw, err := io.ReadAll(io.LimitReader(content.Body, limit+1))
-	content.Close()
+	_ = content.Close() // read only, and read whole: err says whether it was
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cp.where(desc.Digest), err)
 	}

@@ -192,11 +192,11 @@ func openFile(path string) (*Content, error) {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("stat blob: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("blob %s is not a regular file: %w", path, ErrNotFound)
 	}
 	return &Content{Body: f, Size: fi.Size(), Path: path}, nil

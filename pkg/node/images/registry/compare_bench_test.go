@@ -2,7 +2,6 @@ package registry
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -87,8 +86,8 @@ func makeBlobSet(b *testing.B, dir string) *blobSet {
 	idx, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []map[string]any{{
 		"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": len(man),
 		"annotations": map[string]string{"org.opencontainers.image.ref.name": "localhost/" + s.repo + ":v1"}}}})
-	os.WriteFile(filepath.Join(dir, "index.json"), idx, 0o644)
-	os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644)
+	must(b, os.WriteFile(filepath.Join(dir, "index.json"), idx, 0o644))
+	must(b, os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644))
 	return s
 }
 
@@ -105,7 +104,7 @@ func pushToDistribution(b *testing.B, base string, s *blobSet) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // the header is the answer
 		loc := resp.Header.Get("Location")
 		if loc == "" {
 			b.Fatalf("distribution upload: %s", resp.Status)
@@ -118,11 +117,11 @@ func pushToDistribution(b *testing.B, base string, s *blobSet) {
 		req.ContentLength = fi.Size()
 		req.Header.Set("Content-Type", "application/octet-stream")
 		resp, err = http.DefaultClient.Do(req)
-		f.Close()
+		_ = f.Close() // read only, and closed by Do already
 		if err != nil {
 			b.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // the status is the answer
 		if resp.StatusCode != http.StatusCreated {
 			b.Fatalf("distribution PUT %s: %s", d, resp.Status)
 		}
@@ -155,14 +154,15 @@ func setupCompare(b *testing.B) (*blobSet, servers) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go Serve(context.Background(), ln, srv)
-	// distribution
-	dln, _ := net.Listen("tcp", "127.0.0.1:0")
+	serveUntilCleanup(b, ln, srv)
+	// distribution, on a port free a moment ago
+	dln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(b, err)
 	daddr := dln.Addr().String()
-	dln.Close()
+	must(b, dln.Close())
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: false\nhttp:\n  addr: %s\n", filepath.Join(dir, "dist"), daddr)
 	cfgPath := filepath.Join(dir, "config.yml")
-	os.WriteFile(cfgPath, []byte(cfg), 0o644)
+	must(b, os.WriteFile(cfgPath, []byte(cfg), 0o644))
 	cmd := exec.Command(dist, "serve", cfgPath)
 	// No tracing exporter: it would retry a collector that is not there.
 	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none")
@@ -172,7 +172,7 @@ func setupCompare(b *testing.B) (*blobSet, servers) {
 	base := "http://" + daddr
 	for i := 0; ; i++ {
 		if resp, err := http.Get(base + "/v2/"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // an answer is all it waits for
 			break
 		}
 		if i > 100 {
@@ -181,7 +181,12 @@ func setupCompare(b *testing.B) (*blobSet, servers) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	pushToDistribution(b, base, s)
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) })
+	b.Cleanup(func() {
+		// Killed: its exit status says nothing; the directory is scratch.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	})
 	return s, servers{terrarium: "http://" + ln.Addr().String(), distribution: base}
 }
 
@@ -191,7 +196,7 @@ func get(b *testing.B, c *http.Client, url string, want int64) {
 		b.Fatal(err)
 	}
 	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close() // read only
 	if err != nil || resp.StatusCode != 200 || n != want {
 		b.Fatalf("GET %s: %s, %d bytes, %v", url, resp.Status, n, err)
 	}

@@ -28,7 +28,11 @@ func startContainerd(t *testing.T) *containerd {
 	needTool(t, "ctr")
 	dir, err := os.MkdirTemp("", "ctrd") // short: unix socket paths are limited
 	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	})
 	c := &containerd{sock: filepath.Join(dir, "c.sock"), log: &lockedBuffer{}}
 	cfg := fmt.Sprintf(`version = 2
 root = %q

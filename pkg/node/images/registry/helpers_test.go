@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -146,6 +147,20 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serveUntilCleanup serves h on ln until the test ends; a Serve that
+// fails or does not shut down cleanly fails the test.
+func serveUntilCleanup(t testing.TB, ln net.Listener, h http.Handler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, ln, h) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func digestOf(t testing.TB, x interface{ Digest() (v1.Hash, error) }) v1.Hash {

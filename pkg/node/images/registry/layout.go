@@ -40,7 +40,7 @@ func OpenLayout(dir string, opts ...Option) (Store, error) {
 	}
 	idx, _, err := readLayoutIndex(ld, indexMax)
 	if err != nil {
-		ld.Close()
+		_ = ld.Close() // a directory, read only
 		return nil, err
 	}
 	// The store keeps ld open for as long as it serves.

@@ -98,15 +98,15 @@ func (l *layoutDir) open(name string, limit int64) (*Content, error) {
 		return nil, l.fail(name, err)
 	}
 	if fi, err = f.Stat(); err != nil {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("stat %s: %w", l.path(name), err)
 	}
 	if !fi.Mode().IsRegular() {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("%s: %s %w", l.path(name), kindOf(fi.Mode()), ErrSideloadNotRegular)
 	}
 	if limit >= 0 && fi.Size() > limit {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("%s: %d bytes, more than %d: %w", l.path(name), fi.Size(), limit, ErrSideloadTooLarge)
 	}
 	return &Content{Body: f, Size: fi.Size(), Path: l.path(name)}, nil

@@ -77,7 +77,7 @@ func (l *liveLayout) store() (Store, error) {
 		// A request may still be reading through the old root: it is
 		// closed once such a request is long done (files opened from it
 		// stay readable in any case).
-		time.AfterFunc(retireAfter, func() { old.dir.Close() })
+		time.AfterFunc(retireAfter, func() { _ = old.dir.Close() }) // a directory, read only
 	}
 	l.current, l.seen = s, stamp
 	return s, nil

@@ -355,7 +355,7 @@ func checkCacheIntact(t *testing.T, dir string) {
 		f, err := os.Open(filepath.Join(blobs, e.Name()))
 		require.NoError(t, err)
 		d, _, err := v1.SHA256(f)
-		f.Close()
+		_ = f.Close() // read only
 		require.NoError(t, err)
 		if d.Hex != e.Name() {
 			t.Fatalf("the cache holds %s, which is %s", e.Name(), d)

@@ -81,7 +81,7 @@ func (p *peerClient) getQuery(ctx context.Context, base *url.URL, name, kind, re
 	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
+		_ = resp.Body.Close() // drained above; the status is the error
 		err := fmt.Errorf("peer %s: GET %s: %s", base.Host, u.Path, resp.Status)
 		if resp.StatusCode == http.StatusNotFound {
 			err = fmt.Errorf("%w: %w", err, ErrNotFound)

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -63,9 +62,7 @@ func BenchmarkPeerServing(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	go Serve(ctx, tls.NewListener(ln, pki.server), srv)
+	serveUntilCleanup(b, tls.NewListener(ln, pki.server), srv)
 	ours := ln.Addr().String()
 
 	// distribution v3, the same certificates, the same images.
@@ -74,7 +71,9 @@ func BenchmarkPeerServing(b *testing.B) {
 		b.Fatal(err)
 	}
 	theirs := dln.Addr().String()
-	dln.Close()
+	if err := dln.Close(); err != nil { // free for distribution
+		b.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`version: 0.1
 log:
   level: error
@@ -97,7 +96,10 @@ http:
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill() // killed: its exit status says nothing
+		_ = cmd.Wait()
+	})
 	waitTLS(b, theirs, pki.client)
 	p, err := layout.FromPath(bundleDir)
 	if err != nil {
@@ -220,12 +222,8 @@ func bundleRefs(b *testing.B, dir string) []bundleRef {
 // pullAll has clients clients, each with its own connections, pull every
 // image at once, and returns the bytes one client read.
 func pullAll(b *testing.B, addr string, refs []bundleRef, tlsConfig *tls.Config, clients int) int64 {
-	type result struct {
-		n   int64
-		err error
-	}
 	var wg sync.WaitGroup
-	results := make(chan result, clients)
+	results := make(chan int64, clients)
 	errs := make(chan error, clients)
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
@@ -257,7 +255,9 @@ func pullAll(b *testing.B, addr string, refs []bundleRef, tlsConfig *tls.Config,
 						return
 					}
 					k, err := io.Copy(io.Discard, rc)
-					rc.Close()
+					if cerr := rc.Close(); err == nil {
+						err = cerr
+					}
 					if err != nil {
 						errs <- fmt.Errorf("pull %s: %w", ref, err)
 						return
@@ -265,7 +265,7 @@ func pullAll(b *testing.B, addr string, refs []bundleRef, tlsConfig *tls.Config,
 					n += k
 				}
 			}
-			results <- result{n: n}
+			results <- n
 		}()
 	}
 	wg.Wait()
@@ -275,8 +275,8 @@ func pullAll(b *testing.B, addr string, refs []bundleRef, tlsConfig *tls.Config,
 		b.Fatal(err)
 	}
 	var read int64
-	for r := range results {
-		read = max(read, r.n)
+	for n := range results {
+		read = max(read, n)
 	}
 	return read
 }
@@ -339,7 +339,7 @@ func waitTLS(b *testing.B, addr string, tlsConfig *tls.Config) {
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}, Timeout: 2 * time.Second}
 	for i := 0; ; i++ {
 		if resp, err := c.Get("https://" + addr + "/v2/"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // an answer is all it waits for
 			return
 		}
 		if i > 100 {

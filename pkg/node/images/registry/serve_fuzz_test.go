@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,10 +41,10 @@ type fuzzLayout struct {
 	tags  map[string][]v1.Hash
 	repos []string
 
-	config, layer, referrer          v1.Hash
-	index, ociImage, dockerImage     v1.Hash
-	brokenLayer, brokenManifest      v1.Hash
-	brokenLayerImg, brokenLayerBlobs v1.Hash
+	config, layer, referrer      v1.Hash
+	index, ociImage, dockerImage v1.Hash
+	brokenLayer, brokenManifest  v1.Hash
+	brokenLayerImg               v1.Hash
 }
 
 type fuzzContent struct {
@@ -431,7 +432,7 @@ func (l *fuzzLayout) checkContent(t *testing.T, req *http.Request, res *http.Res
 			mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 			for {
 				p, err := mr.NextPart()
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {

@@ -192,7 +192,7 @@ func TestSideloadUnsignedSaysWhy(t *testing.T) {
 // img, 2 an index of that index, and so on.
 func nestedIndex(t *testing.T, img v1.Image, levels int) v1.ImageIndex {
 	t.Helper()
-	var idx v1.ImageIndex = mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: img})
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: img})
 	for range levels - 1 {
 		idx = mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: idx})
 	}

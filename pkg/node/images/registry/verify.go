@@ -122,7 +122,7 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 			if ok {
 				return false, nil
 			}
-			c.Close()
+			_ = c.Close() // read only
 			return false, fmt.Errorf("%s: %w", want, ErrDigestMismatch)
 		}
 		var busy bool
@@ -138,13 +138,13 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 		case <-f.done:
 			if f.err == nil || errors.Is(f.err, ErrDigestMismatch) {
 				if f.err != nil {
-					c.Close()
+					_ = c.Close() // read only
 				}
 				return false, f.err
 			}
 			// The other request failed for its own reasons: try ourselves.
 		case <-ctx.Done():
-			c.Close()
+			_ = c.Close() // read only
 			return false, ctx.Err()
 		}
 	}
@@ -158,7 +158,7 @@ func (v *verifier) verify(ctx context.Context, key string, c *Content, want v1.H
 		}
 	}
 	if f.err != nil {
-		c.Close()
+		_ = c.Close() // read only
 	}
 	return true, f.err
 }
@@ -194,7 +194,7 @@ func (v *verifier) hashDetached(key string, f *flight, c *Content, want v1.Hash,
 	f.err = err
 	close(f.done)
 	if f.abandoned {
-		c.Close()
+		_ = c.Close() // read only
 	}
 }
 

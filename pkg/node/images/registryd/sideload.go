@@ -110,11 +110,11 @@ func (s *SideLoader) take(ctx context.Context, dev string, cache sideloader) {
 }
 
 func diskID(dev string) string {
-	real, err := filepath.EvalSymlinks(dev)
+	target, err := filepath.EvalSymlinks(dev)
 	if err != nil {
 		return ""
 	}
-	f, err := os.Open(real)
+	f, err := os.Open(target)
 	if err != nil {
 		return ""
 	}
@@ -122,14 +122,14 @@ func diskID(dev string) string {
 	size, _ := f.Seek(0, io.SeekEnd)
 	// The disk's sequence number tells a disk from the next one under the
 	// same name and of the same size.
-	return fmt.Sprintf("%s:%d#%s", real, size, media.DiskSeq("/", real))
+	return fmt.Sprintf("%s:%d#%s", target, size, media.DiskSeq("/", target))
 }
 
 func (s *SideLoader) say(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	s.Log.Info("registry: " + msg)
 	if s.Console != nil {
-		fmt.Fprintf(s.Console, "terrarium: %s\n", msg)
+		_, _ = fmt.Fprintf(s.Console, "terrarium: %s\n", msg) // the log above keeps it
 	}
 }
 
@@ -188,10 +188,10 @@ func (s *SideLoader) load(ctx context.Context, dev string, cache sideloader) (re
 // as media allows a medium that is only read: FAT, exFAT or ISO 9660, as
 // its first bytes show, read-only, nodev, nosuid, noexec.
 func mountReadOnly(dev, dir string) error {
-	real, err := filepath.EvalSymlinks(dev)
+	target, err := filepath.EvalSymlinks(dev)
 	if err != nil {
 		return err
 	}
-	_, err = media.Mount(real, media.Medium{Device: real, Label: filepath.Base(dev)}, dir, media.Read)
+	_, err = media.Mount(target, media.Medium{Device: target, Label: filepath.Base(dev)}, dir, media.Read)
 	return err
 }

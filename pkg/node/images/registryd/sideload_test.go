@@ -262,7 +262,7 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 			writeLayout(t, dir, nil)
 			p, err := layout.FromPath(dir)
 			require.NoError(t, err)
-			var idx v1.ImageIndex = mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: randomImage(t)})
+			idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: randomImage(t)})
 			for range 4 {
 				idx = mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: idx})
 			}
@@ -328,7 +328,7 @@ func TestRefusedDiskKeepsServing(t *testing.T) {
 				host, name, _ := strings.Cut(repo, "/")
 				resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/manifests/%s?ns=%s", addr, name, tag, host))
 				require.NoError(t, err)
-				resp.Body.Close()
+				_ = resp.Body.Close() // only the status and headers count
 				d, err := img.Digest()
 				require.NoError(t, err)
 				assert.Equal(t, http.StatusOK, resp.StatusCode, ref)

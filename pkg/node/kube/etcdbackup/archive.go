@@ -130,7 +130,7 @@ func Restore(ctx context.Context, h *host.Host, c *machineconfig.Config, file st
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	m, err := backup.Extract(f, pass, unpacked)
-	f.Close()
+	_ = f.Close() // read only
 	if err != nil {
 		return nil, fmt.Errorf("restore: %s: %w", file, err)
 	}

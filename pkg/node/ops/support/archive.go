@@ -82,21 +82,29 @@ func (c *collector) index(s Summary, members []member) member {
 	for _, m := range members {
 		redactions += m.file.Redactions
 	}
-	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "role\t%s\n", role(c.config))
-	fmt.Fprintf(tw, "secrets\t%d known to the node, replaced by [REDACTED sha256:<first 8 hex digits of their SHA-256>]\n", s.Secrets)
-	fmt.Fprintln(tw, "\tin node/machine.yaml followed by what each was: [REDACTED sha256:…, 227 B: PEM EC PRIVATE KEY]")
-	fmt.Fprintf(tw, "redactions\t%d\n", redactions)
-	_ = tw.Flush()
+	var about strings.Builder
+	fmt.Fprintf(&about, "role\t%s\n", role(c.config))
+	fmt.Fprintf(&about, "secrets\t%d known to the node, replaced by [REDACTED sha256:<first 8 hex digits of their SHA-256>]\n", s.Secrets)
+	about.WriteString("\tin node/machine.yaml followed by what each was: [REDACTED sha256:…, 227 B: PEM EC PRIVATE KEY]\n")
+	fmt.Fprintf(&about, "redactions\t%d\n", redactions)
+	writeTable(&buf, about.String())
 	buf.WriteString("\n")
-	tw = tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tBYTES\tREDACTIONS\tSOURCE\tERROR")
+	var list strings.Builder
+	list.WriteString("MEMBER\tBYTES\tREDACTIONS\tSOURCE\tERROR\n")
 	for _, m := range members {
 		f := m.file
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", f.Name, f.Size, f.Redactions, f.Source, oneLine(f.Err))
+		fmt.Fprintf(&list, "%s\t%d\t%d\t%s\t%s\n", f.Name, f.Size, f.Redactions, f.Source, oneLine(f.Err))
 	}
-	_ = tw.Flush()
+	writeTable(&buf, list.String())
 	return c.redacted(indexName, "this bundle", buf.Bytes(), nil)
+}
+
+// writeTable aligns the tab-separated cells of rows into buf.
+func writeTable(buf *bytes.Buffer, rows string) {
+	tw := tabwriter.NewWriter(buf, 0, 4, 2, ' ', 0)
+	// Into a bytes.Buffer: neither write can fail.
+	_, _ = io.WriteString(tw, rows)
+	_ = tw.Flush()
 }
 
 // role says what the stored config makes the node.
