@@ -72,10 +72,12 @@ func lastLine(out string) string {
 // sandbox): a unit whose sandbox loosens fails, and so does a unit with
 // no bound.
 var sandboxes = map[string]float64{
-	"terrarium-registry.service":      3.0,
-	"terrarium-apilb.service":         1.5,
-	"terrarium-firstboot.service":     6.8,
-	"terrarium-snapshotter.service":   2.8,
+	"terrarium-registry.service":  3.0,
+	"terrarium-apilb.service":     1.5,
+	"terrarium-firstboot.service": 6.8,
+	// Not sandboxed yet: its sandbox kept containerd from starting after a
+	// power cut during the first pulls (make e2e), see architecture.md.
+	"terrarium-snapshotter.service":   9.8,
 	"terrarium-unpack-window.service": 1.5,
 }
 
