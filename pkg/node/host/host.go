@@ -144,10 +144,17 @@ func LastLines(s string, n int) string {
 }
 
 // WriteIfChanged writes a file atomically, only when its content differs;
-// it reports whether it wrote.
+// it reports whether it wrote. A file that holds the content already but
+// has another mode (one an earlier release wrote looser) gets mode, and
+// counts as unchanged.
 func (h *Host) WriteIfChanged(p string, data []byte, mode os.FileMode) (bool, error) {
 	full := h.Path(p)
 	if old, err := os.ReadFile(full); err == nil && string(old) == string(data) {
+		if fi, err := os.Stat(full); err == nil && fi.Mode().Perm() != mode.Perm() {
+			if err := os.Chmod(full, mode); err != nil {
+				return false, &os.PathError{Op: "chmod", Path: p, Err: err}
+			}
+		}
 		return false, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {

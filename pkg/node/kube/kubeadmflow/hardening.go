@@ -24,17 +24,11 @@ const NoEncryptionKey = "Secrets are NOT encrypted at rest in etcd: this cluster
 	"(it was made before there was one); `imagebuild config cluster --secrets SECRETS` adds the key to the secrets file " +
 	"and to the configs it writes, and a cluster formed from those encrypts its Secrets"
 
-// writeWithMode writes data to p with mode, and gives a file that held
-// data already that mode too: one a node formed by an earlier release
-// wrote with a looser mode.
+// writeWithMode writes data to p with mode (WriteIfChanged also gives a
+// file that held data already that mode).
 func writeWithMode(h *Flow, p string, data []byte, mode os.FileMode) error {
-	if _, err := h.WriteIfChanged(p, data, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(h.Path(p), mode); err != nil {
-		return &os.PathError{Op: "chmod", Path: p, Err: err}
-	}
-	return nil
+	_, err := h.WriteIfChanged(p, data, mode)
+	return err
 }
 
 // checkMode says what is wrong when p does not have mode.
