@@ -25,6 +25,10 @@ pkgs=(
   gcc                 # cgo: runc (components/runc)
   pkg-config          # cgo: runc finds libseccomp
   libseccomp-dev      # runc's seccomp support
+  sbsigntool          # sbsign/sbverify: Secure Boot signatures on systemd-boot and the UKIs
+  efitools            # cert-to-efi-sig-list, sign-efi-sig-list: the tests' check of our .esl/.auth
+  binutils            # objdump: the tests' second reader of our UKIs
+  systemd-boot-efi    # a systemd-stub and systemd-boot for pkg/image/secureboot's tests
 )
 
 missing=()

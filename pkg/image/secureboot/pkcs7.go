@@ -1,0 +1,224 @@
+package secureboot
+
+import (
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/asn1"
+	"fmt"
+	"math/big"
+
+	"golang.org/x/crypto/cryptobyte"
+	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
+)
+
+// The object identifiers of a PKCS#7 SignedData (RFC 2315), as functions
+// so that no package variable can be changed.
+func oidData() asn1.ObjectIdentifier       { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1} }
+func oidSignedData() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2} }
+func oidSHA256() asn1.ObjectIdentifier     { return asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1} }
+func oidRSAEncryption() asn1.ObjectIdentifier {
+	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
+}
+func oidSHA256WithRSA() asn1.ObjectIdentifier {
+	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
+}
+
+// signedData is the part of a PKCS#7 SignedData that an authenticated
+// variable's signature needs: one signer, no authenticated attributes.
+type signedData struct {
+	certs     [][]byte // DER certificates carried along
+	issuer    []byte   // the signer's issuer, DER Name
+	serial    *big.Int // the signer's serial number
+	signature []byte   // RSA PKCS#1 v1.5 over SHA-256 of the content
+}
+
+// signPKCS7 signs content (detached) with k as a UEFI authenticated
+// variable's CertData: a DER SignedData without the ContentInfo around it,
+// SHA-256 and RSA, no authenticated attributes, the signer's certificate
+// included — what efitools' sign-efi-sig-list writes. RSA PKCS#1 v1.5 is
+// deterministic, so the same key, content and certificate give the same
+// bytes as efitools.
+func signPKCS7(content []byte, k *Key) ([]byte, error) {
+	sum := sha256.Sum256(content)
+	sig, err := rsa.SignPKCS1v15(rand.Reader, k.Private, crypto.SHA256, sum[:])
+	if err != nil {
+		return nil, fmt.Errorf("sign with the %s key: %w", k.Role, err)
+	}
+	return signedData{certs: [][]byte{k.Cert.Raw}, issuer: k.Cert.RawIssuer, serial: k.Cert.SerialNumber, signature: sig}.marshal()
+}
+
+func addAlgorithm(b *cryptobyte.Builder, oid asn1.ObjectIdentifier) {
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		b.AddASN1ObjectIdentifier(oid)
+		b.AddASN1NULL()
+	})
+}
+
+func (sd signedData) marshal() ([]byte, error) {
+	var b cryptobyte.Builder
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		b.AddASN1Int64(1)
+		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { addAlgorithm(b, oidSHA256()) })
+		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { b.AddASN1ObjectIdentifier(oidData()) })
+		if len(sd.certs) > 0 {
+			b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
+				for _, c := range sd.certs {
+					b.AddBytes(c)
+				}
+			})
+		}
+		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) {
+			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+				b.AddASN1Int64(1)
+				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+					b.AddBytes(sd.issuer)
+					b.AddASN1BigInt(sd.serial)
+				})
+				addAlgorithm(b, oidSHA256())
+				addAlgorithm(b, oidRSAEncryption())
+				b.AddASN1OctetString(sd.signature)
+			})
+		})
+	})
+	out, err := b.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("encode PKCS#7 SignedData: %w", err)
+	}
+	return out, nil
+}
+
+// readAlgorithm reads an AlgorithmIdentifier whose parameters are absent
+// or NULL.
+func readAlgorithm(s *cryptobyte.String) (asn1.ObjectIdentifier, bool) {
+	var alg cryptobyte.String
+	var oid asn1.ObjectIdentifier
+	if !s.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&oid) {
+		return nil, false
+	}
+	if !alg.Empty() {
+		var null cryptobyte.String
+		if !alg.ReadASN1(&null, cbasn1.NULL) || !null.Empty() || !alg.Empty() {
+			return nil, false
+		}
+	}
+	return oid, true
+}
+
+// parsePKCS7 reads a SignedData as signPKCS7 writes it, bare or inside a
+// ContentInfo (both occur in .auth files; firmware takes both): version 1,
+// SHA-256, detached data content, one signer without attributes. Errors
+// wrap ErrMalformed.
+func parsePKCS7(der []byte) (*signedData, error) {
+	bad := func(what string) (*signedData, error) {
+		return nil, fmt.Errorf("PKCS#7 SignedData: %w: %s", ErrMalformed, what)
+	}
+	in := cryptobyte.String(der)
+	var sd cryptobyte.String
+	if !in.ReadASN1(&sd, cbasn1.SEQUENCE) || !in.Empty() {
+		return bad("not one DER SEQUENCE")
+	}
+	if peek := sd; peek.PeekASN1Tag(cbasn1.OBJECT_IDENTIFIER) {
+		// A ContentInfo: signedData, [0] EXPLICIT SignedData.
+		var oid asn1.ObjectIdentifier
+		var wrapped cryptobyte.String
+		if !sd.ReadASN1ObjectIdentifier(&oid) || !oid.Equal(oidSignedData()) ||
+			!sd.ReadASN1(&wrapped, cbasn1.Tag(0).Constructed().ContextSpecific()) || !sd.Empty() ||
+			!wrapped.ReadASN1(&sd, cbasn1.SEQUENCE) || !wrapped.Empty() {
+			return bad("a ContentInfo that is not signedData")
+		}
+	}
+	var version int64
+	if !sd.ReadASN1Integer(&version) || version != 1 {
+		return bad("version is not 1")
+	}
+	var digests cryptobyte.String
+	if !sd.ReadASN1(&digests, cbasn1.SET) {
+		return bad("no digestAlgorithms")
+	}
+	if oid, ok := readAlgorithm(&digests); !ok || !oid.Equal(oidSHA256()) || !digests.Empty() {
+		return bad("digestAlgorithms is not SHA-256 alone")
+	}
+	var ci cryptobyte.String
+	var ctype asn1.ObjectIdentifier
+	if !sd.ReadASN1(&ci, cbasn1.SEQUENCE) || !ci.ReadASN1ObjectIdentifier(&ctype) || !ctype.Equal(oidData()) || !ci.Empty() {
+		return bad("contentInfo is not detached data")
+	}
+	out := &signedData{}
+	var certs cryptobyte.String
+	var hasCerts bool
+	if !sd.ReadOptionalASN1(&certs, &hasCerts, cbasn1.Tag(0).Constructed().ContextSpecific()) {
+		return bad("certificates")
+	}
+	for !certs.Empty() {
+		var c cryptobyte.String
+		if !certs.ReadASN1Element(&c, cbasn1.SEQUENCE) {
+			return bad("a certificate is not a SEQUENCE")
+		}
+		out.certs = append(out.certs, append([]byte(nil), c...))
+	}
+	if sd.PeekASN1Tag(cbasn1.Tag(1).Constructed().ContextSpecific()) {
+		return bad("CRLs are not supported")
+	}
+	var signers, si cryptobyte.String
+	if !sd.ReadASN1(&signers, cbasn1.SET) || !sd.Empty() {
+		return bad("signerInfos")
+	}
+	if !signers.ReadASN1(&si, cbasn1.SEQUENCE) || !signers.Empty() {
+		return bad("not exactly one signer")
+	}
+	if err := out.parseSigner(si); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parseSigner reads the one SignerInfo: version 1, issuer and serial,
+// SHA-256, no authenticated attributes, RSA, the signature.
+func (sd *signedData) parseSigner(si cryptobyte.String) error {
+	bad := func(what string) error {
+		return fmt.Errorf("PKCS#7 SignerInfo: %w: %s", ErrMalformed, what)
+	}
+	var version int64
+	var ias, issuer cryptobyte.String
+	sd.serial = new(big.Int)
+	if !si.ReadASN1Integer(&version) || version != 1 ||
+		!si.ReadASN1(&ias, cbasn1.SEQUENCE) || !ias.ReadASN1Element(&issuer, cbasn1.SEQUENCE) ||
+		!ias.ReadASN1Integer(sd.serial) || !ias.Empty() {
+		return bad("version or issuerAndSerialNumber")
+	}
+	sd.issuer = append([]byte(nil), issuer...)
+	if oid, ok := readAlgorithm(&si); !ok || !oid.Equal(oidSHA256()) {
+		return bad("digest is not SHA-256")
+	}
+	if si.PeekASN1Tag(cbasn1.Tag(0).Constructed().ContextSpecific()) {
+		return bad("authenticated attributes are not supported")
+	}
+	if oid, ok := readAlgorithm(&si); !ok || !(oid.Equal(oidRSAEncryption()) || oid.Equal(oidSHA256WithRSA())) {
+		return bad("signature is not RSA")
+	}
+	var sig cryptobyte.String
+	if !si.ReadASN1(&sig, cbasn1.OCTET_STRING) || !si.Empty() {
+		return bad("signature, or more after it")
+	}
+	sd.signature = append([]byte(nil), sig...)
+	return nil
+}
+
+// verify checks that cert made sd's signature over content.
+func (sd *signedData) verify(content []byte, cert *x509.Certificate) error {
+	pub, ok := cert.PublicKey.(*rsa.PublicKey)
+	if !ok {
+		return fmt.Errorf("%w: %s has no RSA key", ErrBadSignature, cert.Subject)
+	}
+	if string(sd.issuer) != string(cert.RawIssuer) || sd.serial.Cmp(cert.SerialNumber) != 0 {
+		return fmt.Errorf("%w: signed by another certificate than %s", ErrBadSignature, cert.Subject)
+	}
+	sum := sha256.Sum256(content)
+	if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sd.signature); err != nil {
+		return fmt.Errorf("%w: by %s: %w", ErrBadSignature, cert.Subject, err)
+	}
+	return nil
+}
