@@ -15,29 +15,61 @@ import (
 func configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Machine configs and config disks"}
 	var specPath string
+	var ignPath string
 	validate := &cobra.Command{
 		Use:   "validate MACHINE.yaml",
 		Short: "Check a machine config and list every problem",
 		Long: "Check a machine config and list every problem, including those of the image it lands on: " +
-			"its link naming (the kernel command line of --spec; without it, the default image's predictable names).",
+			"its link naming (the kernel command line of --spec; without it, the default image's predictable names), " +
+			"and its Ignition part (its ignition: field, or the file of --ignition) as the node checks it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return validateConfig(args[0], specPath)
+			return validateConfig(args[0], specPath, ignPath)
 		},
 	}
 	validate.Flags().StringVar(&specPath, "spec", "", "the build spec of the image the config lands on")
+	validate.Flags().StringVar(&ignPath, "ignition", "", ignitionFlagUsage)
 	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd(), kubeconfigCmd(), backupKeyCmd(), backupOpenCmd())
 	return cmd
 }
 
+// ignitionFlagUsage says what --ignition takes.
+const ignitionFlagUsage = "the node's Ignition part, from an Ignition config (JSON, spec 3.0 to 3.5), " +
+	"a Butane config (.bu, variant fcos or flatcar) or a Container Linux Config (Flatcar's ct YAML)"
+
 func configDiskCmd() *cobra.Command {
-	var out, key string
+	var out, key, ignPath string
 	cmd := &cobra.Command{
-		Use:   "disk MACHINE.yaml",
+		Use:   "disk MACHINE.yaml [--ignition CONFIG]",
 		Short: "Validate a machine config and write it, signed with --sign, to a TERRA-CONFIG disk image",
-		Args:  cobra.ExactArgs(1),
+		Long: `Validates a machine config and writes it to a TERRA-CONFIG disk image, signed
+with --sign. Its Ignition part (files, directories, links, users, groups and
+systemd units the node applies after its own phases) is the config's own
+ignition: field, or the file --ignition names, which may be:
+
+  - an Ignition config: JSON, spec 3.0.0 to 3.5.0, taken as it is;
+  - a Butane config (variant: fcos, versions 1.0.0 to 1.6.0, or variant:
+    flatcar, 1.0.0 and 1.1.0), translated as butane does; its local: files and
+    trees are read from the Butane file's directory;
+  - a Container Linux Config (Flatcar's YAML for ct), transpiled to Ignition 2.3
+    as ct does and converted to 3.0 with ign-converter.
+
+The kind is told from the content. The result goes on the disk as the machine
+config's ignition: field. Everything is checked as the node checks it before
+it applies anything: the translator's own report, and what Terrarium does not
+apply (storage.disks, raid, filesystems, luks, kernel arguments, remote
+sources, passwords; a CLC's etcd, flannel, docker, update, locksmith and
+networkd) is refused by name, each problem at its file, line and column.`,
+		Example: `  imagebuild config disk -o node-1.img machine.yaml
+  imagebuild config disk -o node-1.img --ignition node-1.bu machine.yaml
+  imagebuild config disk -o node-1.img --ignition flatcar.clc.yaml --sign node.key machine.yaml`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, signed, err := configsign.WriteDisk(args[0], out, key)
+			var opts []configsign.DiskOption
+			if ignPath != "" {
+				opts = append(opts, configsign.WithIgnition(ignPath))
+			}
+			cfg, signed, err := configsign.WriteDisk(args[0], out, key, opts...)
 			if err != nil {
 				return err
 			}
@@ -51,6 +83,7 @@ func configDiskCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "config.img", "config disk image to write")
 	cmd.Flags().StringVar(&key, "sign", "", "sign the config with this key (a .key file from config keygen, or a cluster's secrets file) and put the signature on the disk")
+	cmd.Flags().StringVar(&ignPath, "ignition", "", ignitionFlagUsage)
 	return cmd
 }
 
@@ -121,13 +154,22 @@ made by 'imagebuild config cluster'.`,
 }
 
 // validateConfig checks a machine config alone and against the image a
-// build spec makes.
-func validateConfig(path, specPath string) error {
+// build spec makes, with its Ignition part: its own, or the file at
+// ignPath when that is not "".
+func validateConfig(path, specPath, ignPath string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	c, err := machineconfig.Parse(path, data)
+	if err != nil {
+		return err
+	}
+	if ignPath != "" {
+		_, c, err = configsign.AddIgnition(path, c, ignPath)
+	} else {
+		err = configsign.CheckIgnition(path, data, c)
+	}
 	if err != nil {
 		return err
 	}

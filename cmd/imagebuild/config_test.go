@@ -20,9 +20,9 @@ func TestValidateChecksLinkNaming(t *testing.T) {
 	}
 	kernel, predictable := write("eth.yaml", "eth0"), write("en.yaml", "en*")
 	for _, specPath := range []string{"", "../../os/terrarium.yaml"} {
-		err := validateConfig(kernel, specPath)
+		err := validateConfig(kernel, specPath, "")
 		require.Error(t, err, "spec %q", specPath)
 		assert.Contains(t, err.Error(), kernel+`: $.network.interfaces[0].name: "eth0" is a kernel link name`)
-		assert.NoError(t, validateConfig(predictable, specPath))
+		assert.NoError(t, validateConfig(predictable, specPath, ""))
 	}
 }

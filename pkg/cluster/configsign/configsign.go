@@ -1,7 +1,9 @@
 // Package configsign is the build host's side of machine config signatures,
 // behind `imagebuild config sign`, `config disk --sign` and `config keygen`:
-// it validates a config before signing it, loads signing keys (a key file
-// or a cluster's secrets), and writes signature and key files atomically.
+// it validates a config before signing it (its Ignition part too, which
+// may come from a Butane or Container Linux Config file: ignition.go),
+// loads signing keys (a key file or a cluster's secrets), and writes
+// signature and key files atomically.
 // The format and the checks are package signature's.
 package configsign
 
@@ -65,10 +67,24 @@ func SignFile(path, keyPath, previous string) (*Signed, error) {
 
 // WriteDisk validates the machine config at path and writes the config
 // disk out holding it and, when keyPath is not empty, its signature by the
-// key at keyPath (see LoadKey). It returns the parsed config and, for a
-// signed disk, the Signed describing the signature (nil otherwise).
-func WriteDisk(path, out, keyPath string) (*machineconfig.Config, *Signed, error) {
+// key at keyPath (see LoadKey). The config's Ignition part, its own
+// ignition field or the file of WithIgnition, is checked as the node will
+// check it (CheckIgnition, AddIgnition). It returns the parsed config and,
+// for a signed disk, the Signed describing the signature (nil otherwise).
+func WriteDisk(path, out, keyPath string, opts ...DiskOption) (*machineconfig.Config, *Signed, error) {
+	o, err := makeDiskOptions(opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	data, cfg, err := readConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.ignition != "" {
+		data, cfg, err = AddIgnition(path, cfg, o.ignition)
+	} else {
+		err = CheckIgnition(path, data, cfg)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -75,8 +75,9 @@ type Config struct {
 	Cluster *Cluster `yaml:"cluster,omitempty"`
 	// Ignition is an Ignition v3 config (JSON, in a YAML block scalar)
 	// applied after the node's own phases: files, directories, links,
-	// users, groups and systemd units. The node validates it whole before
-	// applying anything (pkg/node/config/ignition); here it must be a JSON object.
+	// users, groups and systemd units. It is validated whole before
+	// anything is applied (pkg/contract/ignitionspec, on the build host and
+	// the node); here it must be a JSON object.
 	Ignition string `yaml:"ignition,omitempty"`
 	// Install, on a node booted live from the ISO, installs Terrarium onto
 	// the disk it selects and reboots into it; a node running from a disk

@@ -86,8 +86,8 @@ type Field struct {
 // Tang advertisements and thumbprints are public by design (clevis keeps
 // them in the clear in the LUKS header). Terrarium refuses most of
 // Ignition's storage sections, remote sources and passwords
-// (pkg/node/config/ignition), but a config that carries them is exactly the one
-// a support bundle is made for, so they are classified all the same.
+// (pkg/contract/ignitionspec), but a config that carries them is exactly the
+// one a support bundle is made for, so they are classified all the same.
 var fields = []Field{
 	{"$.apiVersion", Public},
 	{"$.kind", Public},

@@ -22,7 +22,7 @@ import (
 )
 
 // ignitionSpecs are the Ignition config types of every spec the node
-// takes (pkg/node/config/ignition), the newest last.
+// takes (pkg/contract/ignitionspec), the newest last.
 var ignitionSpecs = []reflect.Type{
 	reflect.TypeFor[ign30.Config](), reflect.TypeFor[ign31.Config](), reflect.TypeFor[ign32.Config](),
 	reflect.TypeFor[ign33.Config](), reflect.TypeFor[ign34.Config](), reflect.TypeFor[ign35.Config](),

@@ -5,6 +5,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/config/ignition"
 )
@@ -19,7 +20,7 @@ const IgnitionHostname = "terrarium"
 // IgnitionHostname, DHCP on every en* link (what Fedora CoreOS does
 // without network configuration) and the Ignition config.
 func parseConfig(source string, data []byte) (*machineconfig.Config, error) {
-	if !ignition.IsIgnition(data) {
+	if !ignitionspec.IsIgnition(data) {
 		return machineconfig.Parse(source+":machine.yaml", data)
 	}
 	doc := map[string]any{
@@ -37,11 +38,11 @@ func parseConfig(source string, data []byte) (*machineconfig.Config, error) {
 }
 
 // ignitionOf parses the config's Ignition part; nil when it has none.
-func ignitionOf(c *machineconfig.Config) (*ignition.Config, error) {
+func ignitionOf(c *machineconfig.Config) (*ignitionspec.Config, error) {
 	if c.Ignition == "" {
 		return nil, nil
 	}
-	ign, err := ignition.Parse([]byte(c.Ignition))
+	ign, err := ignitionspec.Parse([]byte(c.Ignition))
 	if err != nil {
 		return nil, fmt.Errorf("ignition: %w", err)
 	}
@@ -58,7 +59,7 @@ func (r *runner) admissibleIgnition(c *machineconfig.Config) error {
 	if err := ign.CheckMachineConfig(c); err != nil {
 		return fmt.Errorf("ignition: %w", err)
 	}
-	if err := ign.Check(r.o.Host); err != nil {
+	if err := ignition.Check(r.o.Host, ign); err != nil {
 		return fmt.Errorf("ignition: %w", err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -121,7 +122,7 @@ func (a *accounts) uidOwner(uid int) string {
 }
 
 // ids resolves an owner into numeric IDs.
-func (a *accounts) ids(o Owner) (uid, gid int, err error) {
+func (a *accounts) ids(o ignitionspec.Owner) (uid, gid int, err error) {
 	uid, gid = o.UID, o.GID
 	if o.User != "" {
 		u, ok := a.users[o.User]

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
 func (a *applier) groups(ctx context.Context) error {
@@ -77,7 +79,7 @@ func (a *applier) users(ctx context.Context) error {
 	return a.sudoers()
 }
 
-func useraddArgs(u User) []string {
+func useraddArgs(u ignitionspec.User) []string {
 	var args []string
 	if u.UID != nil {
 		args = append(args, "--uid", strconv.Itoa(*u.UID))
@@ -96,7 +98,7 @@ func useraddArgs(u User) []string {
 	if u.PrimaryGroup != "" {
 		args = append(args, "--gid", u.PrimaryGroup)
 	}
-	if u.makesUserGroup() {
+	if u.MakesUserGroup() {
 		args = append(args, "--user-group")
 	} else {
 		args = append(args, "--no-user-group")
@@ -118,7 +120,7 @@ func useraddArgs(u User) []string {
 
 // modifyUser brings an account Apply made before to what the config says
 // now, running usermod only when something differs.
-func (a *applier) modifyUser(ctx context.Context, acc *accounts, u User, e account) error {
+func (a *applier) modifyUser(ctx context.Context, acc *accounts, u ignitionspec.User, e account) error {
 	var args []string
 	if u.UID != nil && *u.UID != e.uid {
 		args = append(args, "--uid", strconv.Itoa(*u.UID))
@@ -157,7 +159,7 @@ func authorizedKeys(keys []string) []byte {
 
 // authorizeKeys writes a user's ~/.ssh/authorized_keys, owned by it. A
 // user without keys keeps what it has.
-func (a *applier) authorizeKeys(acc *accounts, u User) error {
+func (a *applier) authorizeKeys(acc *accounts, u ignitionspec.User) error {
 	if len(u.SSHAuthorizedKeys) == 0 {
 		return nil
 	}
@@ -181,7 +183,7 @@ func (a *applier) authorizeKeys(acc *accounts, u User) error {
 
 // sudoersRules lets the config's users in the sudo group run sudo without
 // a password, which they do not have; "" when none is in it.
-func (c *Config) sudoersRules() string {
+func sudoersRules(c *ignitionspec.Config) string {
 	var b strings.Builder
 	for _, u := range c.Users {
 		if slices.Contains(u.Groups, "sudo") {
@@ -192,7 +194,7 @@ func (c *Config) sudoersRules() string {
 }
 
 func (a *applier) sudoers() error {
-	rules := a.c.sudoersRules()
+	rules := sudoersRules(a.c)
 	if rules == "" {
 		if err := os.Remove(a.h.Path(SudoersFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

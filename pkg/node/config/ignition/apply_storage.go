@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
 // storage writes directories, then files, then links (each sorted by
@@ -35,7 +37,7 @@ func (a *applier) storage(ctx context.Context) error {
 	return nil
 }
 
-func (a *applier) directory(acc *accounts, d Directory) error {
+func (a *applier) directory(acc *accounts, d ignitionspec.Directory) error {
 	uid, gid, err := acc.ids(d.Owner)
 	if err != nil {
 		return err
@@ -53,7 +55,7 @@ func (a *applier) directory(acc *accounts, d Directory) error {
 	return setMeta(full, d.Mode, uid, gid)
 }
 
-func (a *applier) file(acc *accounts, f File) error {
+func (a *applier) file(acc *accounts, f ignitionspec.File) error {
 	uid, gid, err := acc.ids(f.Owner)
 	if err != nil {
 		return err
@@ -90,7 +92,7 @@ func (a *applier) file(acc *accounts, f File) error {
 	return setMeta(full, f.Mode, uid, gid)
 }
 
-func (a *applier) link(acc *accounts, l Link) error {
+func (a *applier) link(acc *accounts, l ignitionspec.Link) error {
 	uid, gid, err := acc.ids(l.Owner)
 	if err != nil {
 		return err

@@ -9,11 +9,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
-func mustParse(t *testing.T, data string) *Config {
+func mustParse(t *testing.T, data string) *ignitionspec.Config {
 	t.Helper()
-	c, err := Parse([]byte(data))
+	c, err := ignitionspec.Parse([]byte(data))
 	require.NoError(t, err)
 	return c
 }
@@ -40,8 +42,8 @@ func TestApplyThenVerify(t *testing.T) {
 	f := newFakeHost(t)
 	c := mustParse(t, fullConfig)
 
-	require.Error(t, c.Verify(ctx, f.Host), "verify before apply")
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.Error(t, Verify(ctx, f.Host, c), "verify before apply")
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{
 		"groupadd app",
 		"useradd --create-home --user-group --groups sudo,app --shell /bin/bash ops",
@@ -83,13 +85,13 @@ func TestApplyThenVerify(t *testing.T) {
 	assert.Equal(t, "[Service]\nLimitNOFILE=1048576\n", f.read("/etc/systemd/system/containerd.service.d/50-limits.conf"))
 	assert.NoFileExists(t, f.Path("/etc/systemd/system/containerd.service"), "the image's unit is not copied")
 
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 	assert.Empty(t, f.take(), "verify changes nothing")
 
 	// Again: nothing to do.
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Empty(t, f.take(), "a second apply runs no command")
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 // A changed drop-in restarts its unit only; a changed file of storage
@@ -97,26 +99,26 @@ func TestApplyThenVerify(t *testing.T) {
 func TestApplyRestartsOnlyTheUnitWhoseFilesChanged(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeHost(t)
-	require.NoError(t, mustParse(t, fullConfig).Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, mustParse(t, fullConfig)))
 	f.take()
 
 	changed := strings.Replace(fullConfig, "LimitNOFILE=1048576", "LimitNOFILE=65536", 1)
-	require.NoError(t, mustParse(t, changed).Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, mustParse(t, changed)))
 	assert.Equal(t, []string{"systemctl daemon-reload", "systemctl try-restart --no-block containerd.service"}, f.take())
 
 	// The enabled unit's own file changed: restarted and enabled again
 	// (its [Install] section may have changed).
 	changed = strings.Replace(changed, "Environment=A=1", "Environment=A=2", 1)
-	require.NoError(t, mustParse(t, changed).Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, mustParse(t, changed)))
 	assert.Equal(t, []string{"systemctl daemon-reload", "systemctl try-restart --no-block app.service", "systemctl reenable app.service"}, f.take())
 
 	// A file the config wrote before may change without overwrite.
 	changed = strings.Replace(changed, "listen%3D8080", "listen%3D9090", 1)
 	c := mustParse(t, changed)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Empty(t, f.take())
 	assert.Equal(t, "listen=9090\n", f.read("/etc/app/app.conf"))
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 // An apply cut short after a unit's files were written restarts it on the
@@ -125,20 +127,20 @@ func TestApplyResumesPendingRestarts(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeHost(t)
 	c := mustParse(t, fullConfig)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	f.take()
 
 	st, err := loadState(f.Host)
 	require.NoError(t, err)
 	st.Reload, st.Restart = true, []string{"containerd.service"}
 	require.NoError(t, st.save(f.Host))
-	err = c.Verify(ctx, f.Host)
+	err = Verify(ctx, f.Host, c)
 	require.ErrorIs(t, err, ErrDrift)
 	assert.Contains(t, err.Error(), "containerd.service wait for their restart")
 
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{"systemctl daemon-reload", "systemctl try-restart --no-block containerd.service"}, f.take())
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 func TestApplyMaskDisableAndUnmask(t *testing.T) {
@@ -150,20 +152,20 @@ func TestApplyMaskDisableAndUnmask(t *testing.T) {
 		{"name": "debug-shell.service", "mask": true},
 		{"name": "containerd.service", "enabled": false},
 		{"name": "getty@tty1.service", "enabled": true}]}}`)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{
 		"systemctl mask --now --no-block debug-shell.service",
 		"systemctl disable --now --no-block containerd.service",
 		"systemctl enable --now --no-block getty@tty1.service",
 	}, f.take())
-	require.NoError(t, c.Verify(ctx, f.Host))
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Empty(t, f.take())
 
 	c = mustParse(t, `{"ignition": {"version": "3.4.0"}, "systemd": {"units": [{"name": "debug-shell.service", "mask": false}]}}`)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{"systemctl unmask debug-shell.service"}, f.take())
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 // A file without contents is made empty when missing and otherwise keeps
@@ -174,13 +176,13 @@ func TestApplyFileWithoutContents(t *testing.T) {
 	f.write("/etc/kept", "keep me\n")
 	c := mustParse(t, `{"ignition": {"version": "3.4.0"}, "storage": {"files": [
 		{"path": "/etc/kept", "mode": 384}, {"path": "/var/new/empty", "group": {"id": 27}}]}}`)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, "keep me\n", f.read("/etc/kept"))
 	assert.Equal(t, fs.FileMode(0o600), f.mode("/etc/kept"))
 	assert.Equal(t, "", f.read("/var/new/empty"))
 	_, gid := f.owner("/var/new/empty")
 	assert.Equal(t, 27, gid)
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 func TestApplyOverwrite(t *testing.T) {
@@ -194,42 +196,42 @@ func TestApplyOverwrite(t *testing.T) {
 		"files": [{"path": "/etc/motd", "overwrite": true, "contents": {"source": "data:,new"}},
 		          {"path": "/etc/issue", "overwrite": true, "contents": {"source": "data:,issue"}}],
 		"links": [{"path": "/etc/link", "target": "/var/real", "overwrite": true}]}}`)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, "new", f.read("/etc/motd"))
 	assert.Equal(t, "issue", f.read("/etc/issue"))
 	assert.Equal(t, "x", f.read("/var/real"), "the link is replaced, not what it points to")
 	target, err := os.Readlink(f.Path("/etc/link"))
 	require.NoError(t, err)
 	assert.Equal(t, "/var/real", target)
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 // A changed account of the config is modified, not made again.
 func TestApplyModifiesItsUser(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeHost(t)
-	require.NoError(t, mustParse(t, fullConfig).Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, mustParse(t, fullConfig)))
 	f.take()
 	changed := strings.Replace(fullConfig, `"groups": ["sudo", "app"]`, `"groups": ["app"]`, 1)
 	c := mustParse(t, changed)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{"usermod --groups app ops"}, f.take())
 	assert.NoFileExists(t, f.Path(SudoersFile), "ops left the sudo group")
-	require.NoError(t, c.Verify(ctx, f.Host))
+	require.NoError(t, Verify(ctx, f.Host, c))
 }
 
 func TestVerifyFindsDrift(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeHost(t)
 	c := mustParse(t, fullConfig)
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	f.take()
 	f.write("/etc/app/app.conf", "edited\n")
 	require.NoError(t, os.Chmod(f.Path("/var/lib/app"), 0o755))
 	f.write("/home/ops/.ssh/authorized_keys", testKey1+"\n")
 	f.enabled["app.service"] = "disabled"
 
-	err := c.Verify(ctx, f.Host)
+	err := Verify(ctx, f.Host, c)
 	require.ErrorIs(t, err, ErrDrift)
 	for _, s := range []string{
 		"$.storage.files[1]: /etc/app/app.conf differs from the config",

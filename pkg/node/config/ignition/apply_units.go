@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"slices"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
 // unitFile is one file of a unit: its own, or a drop-in.
@@ -13,8 +15,8 @@ type unitFile struct {
 	contents []byte
 }
 
-// files are the files the config writes for u.
-func (u Unit) files() []unitFile {
+// unitFiles are the files the config writes for u.
+func unitFiles(u ignitionspec.Unit) []unitFile {
 	var out []unitFile
 	if u.Contents != "" {
 		out = append(out, unitFile{unitPath(u.Name), []byte(u.Contents)})
@@ -27,7 +29,7 @@ func (u Unit) files() []unitFile {
 
 // stopped says the config leaves u stopped (masked or disabled), so that
 // it is not restarted.
-func (u Unit) stopped() bool {
+func stopped(u ignitionspec.Unit) bool {
 	return isTrue(u.Mask) || (u.Enabled != nil && !*u.Enabled)
 }
 
@@ -56,7 +58,7 @@ func (a *applier) units(ctx context.Context) error {
 				return err
 			}
 		}
-		for _, f := range u.files() {
+		for _, f := range unitFiles(u) {
 			if _, err := a.h.WriteIfChanged(f.path, f.contents, 0o644); err != nil {
 				return err
 			}
@@ -86,7 +88,7 @@ func (a *applier) units(ctx context.Context) error {
 func (a *applier) changedUnits() []string {
 	var out []string
 	for _, u := range a.c.Units {
-		for _, f := range u.files() {
+		for _, f := range unitFiles(u) {
 			if old, err := os.ReadFile(a.h.Path(f.path)); err != nil || !bytes.Equal(old, f.contents) {
 				out = append(out, u.Name)
 				break
@@ -101,10 +103,10 @@ func (a *applier) changedUnits() []string {
 func (a *applier) restart(ctx context.Context) error {
 	for len(a.st.Restart) > 0 {
 		name := a.st.Restart[0]
-		i := slices.IndexFunc(a.c.Units, func(u Unit) bool { return u.Name == name })
+		i := slices.IndexFunc(a.c.Units, func(u ignitionspec.Unit) bool { return u.Name == name })
 		// A unit a former config changed, and this one no longer
 		// names, is restarted too.
-		if i < 0 || !a.c.Units[i].stopped() {
+		if i < 0 || !stopped(a.c.Units[i]) {
 			if err := a.h.Run(ctx, "systemctl", "try-restart", "--no-block", name); err != nil {
 				return err
 			}
@@ -122,7 +124,7 @@ func (a *applier) restart(ctx context.Context) error {
 // /dev/null); enablement is what the last apply did, as systemd would
 // have to be asked. An enabled unit whose files changed is enabled again,
 // for a changed [Install] section.
-func (a *applier) enablement(ctx context.Context, u Unit, changed bool) error {
+func (a *applier) enablement(ctx context.Context, u ignitionspec.Unit, changed bool) error {
 	masked := isMaskLink(a.h, u.Name)
 	if isTrue(u.Mask) {
 		if masked {

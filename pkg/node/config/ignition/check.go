@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -16,7 +17,7 @@ import (
 // Apply would stop halfway that the host can show beforehand. Its error
 // is Problems of kind ErrConflict, each at its JSON path in the config and
 // saying what to change.
-func (c *Config) Check(h *host.Host) error {
+func Check(h *host.Host, c *ignitionspec.Config) error {
 	st, err := loadState(h)
 	if err != nil {
 		return err
@@ -37,42 +38,31 @@ func (c *Config) Check(h *host.Host) error {
 type checker struct {
 	problems
 	h   *host.Host
-	c   *Config
+	c   *ignitionspec.Config
 	st  *state
 	acc *accounts
 }
 
 func (k *checker) conflict(at, format string, args ...any) {
-	k.add(ErrConflict, at, format, args...)
-}
-
-// madeGroup says the config makes a group of that name: in passwd.groups,
-// or as a user's own group.
-func (c *Config) madeGroup(name string) bool {
-	return slices.ContainsFunc(c.Groups, func(g Group) bool { return g.Name == name }) ||
-		slices.ContainsFunc(c.Users, func(u User) bool { return u.Name == name && u.makesUserGroup() })
-}
-
-func (c *Config) madeUser(name string) bool {
-	return slices.ContainsFunc(c.Users, func(u User) bool { return u.Name == name })
+	k.add(ignitionspec.ErrConflict, at, format, args...)
 }
 
 func (k *checker) groups() {
 	for _, g := range k.c.Groups {
-		at := field(g.at, "name")
+		at := field(g.At, "name")
 		if e, ok := k.acc.groups[g.Name]; ok {
 			// An existing group is fine as a group.
 			if g.GID != nil && *g.GID != e.gid {
-				k.conflict(field(g.at, "gid"), "group %s exists with gid %d; remove gid, or set it to %d", g.Name, e.gid, e.gid)
+				k.conflict(field(g.At, "gid"), "group %s exists with gid %d; remove gid, or set it to %d", g.Name, e.gid, e.gid)
 			}
 			continue
 		}
-		if _, ok := k.acc.users[g.Name]; ok && !k.c.madeUser(g.Name) {
+		if _, ok := k.acc.users[g.Name]; ok && !k.c.MakesUser(g.Name) {
 			k.conflict(at, "%q is already an account of this image (/etc/passwd), not a group; choose another name", g.Name)
 		}
 		if g.GID != nil {
 			if other := k.acc.groupName(*g.GID); other != "" {
-				k.conflict(field(g.at, "gid"), "gid %d is group %s's already; choose another, or remove gid", *g.GID, other)
+				k.conflict(field(g.At, "gid"), "gid %d is group %s's already; choose another, or remove gid", *g.GID, other)
 			}
 		}
 	}
@@ -84,8 +74,8 @@ func (k *checker) users() {
 	}
 }
 
-func (k *checker) user(u User) {
-	at := field(u.at, "name")
+func (k *checker) user(u ignitionspec.User) {
+	at := field(u.At, "name")
 	if !k.st.madeUser(u.Name) {
 		file, err := k.h.NameTaken(u.Name)
 		switch {
@@ -93,27 +83,27 @@ func (k *checker) user(u User) {
 			k.conflict(at, "cannot check %q against this image's accounts: %v", u.Name, err)
 		case file == "/etc/passwd":
 			k.conflict(at, "%q is already an account of this image (/etc/passwd); choose another name", u.Name)
-		case file != "" && u.makesUserGroup():
+		case file != "" && u.MakesUserGroup():
 			k.conflict(at, "%q is already a group of this image (%s), and useradd would make a group of that name; "+
 				"choose another name, or set primaryGroup: %s to make it the user's group", u.Name, file, u.Name)
 		}
 	}
 	if u.UID != nil {
 		if other := k.acc.uidOwner(*u.UID); other != "" && other != u.Name {
-			k.conflict(field(u.at, "uid"), "uid %d is account %s's already; choose another, or remove uid", *u.UID, other)
+			k.conflict(field(u.At, "uid"), "uid %d is account %s's already; choose another, or remove uid", *u.UID, other)
 		}
 	}
 	if u.PrimaryGroup != "" {
-		k.needGroup(field(u.at, "primaryGroup"), u.PrimaryGroup)
+		k.needGroup(field(u.At, "primaryGroup"), u.PrimaryGroup)
 	}
 	for i, g := range u.Groups {
-		k.needGroup(index(field(u.at, "groups"), i), g)
+		k.needGroup(index(field(u.At, "groups"), i), g)
 	}
 }
 
 // needGroup refuses a group that neither the host nor the config has.
 func (k *checker) needGroup(at, name string) {
-	if _, ok := k.acc.groups[name]; ok || k.c.madeGroup(name) {
+	if _, ok := k.acc.groups[name]; ok || k.c.MakesGroup(name) {
 		return
 	}
 	hint := "add it to passwd.groups"
@@ -124,8 +114,8 @@ func (k *checker) needGroup(at, name string) {
 }
 
 // needOwner refuses an owner the host will not have.
-func (k *checker) needOwner(at string, o Owner) {
-	if _, ok := k.acc.users[o.User]; o.User != "" && !ok && !k.c.madeUser(o.User) {
+func (k *checker) needOwner(at string, o ignitionspec.Owner) {
+	if _, ok := k.acc.users[o.User]; o.User != "" && !ok && !k.c.MakesUser(o.User) {
 		k.conflict(field(at, "user.name"), "user %s is not on this image; add it to passwd.users", o.User)
 	}
 	if o.Group != "" {
@@ -135,17 +125,17 @@ func (k *checker) needOwner(at string, o Owner) {
 
 func (k *checker) storage() {
 	for _, d := range k.c.Directories {
-		k.needOwner(d.at, d.Owner)
-		if fi := k.place(d.at, d.Path); fi != nil && !fi.IsDir() && !d.Overwrite {
-			k.conflict(field(d.at, "path"), "%s exists and is not a directory; remove it, or set overwrite: true", d.Path)
+		k.needOwner(d.At, d.Owner)
+		if fi := k.place(d.At, d.Path); fi != nil && !fi.IsDir() && !d.Overwrite {
+			k.conflict(field(d.At, "path"), "%s exists and is not a directory; remove it, or set overwrite: true", d.Path)
 		}
 	}
 	for _, f := range k.c.Files {
-		k.needOwner(f.at, f.Owner)
+		k.needOwner(f.At, f.Owner)
 		k.file(f)
 	}
 	for _, l := range k.c.Links {
-		k.needOwner(l.at, l.Owner)
+		k.needOwner(l.At, l.Owner)
 		k.link(l)
 	}
 }
@@ -184,9 +174,9 @@ func (k *checker) place(at, p string) fs.FileInfo {
 	return fi
 }
 
-func (k *checker) file(f File) {
-	fi := k.place(f.at, f.Path)
-	at := field(f.at, "path")
+func (k *checker) file(f ignitionspec.File) {
+	fi := k.place(f.At, f.Path)
+	at := field(f.At, "path")
 	switch {
 	case fi == nil:
 	case fi.IsDir():
@@ -208,9 +198,9 @@ func (k *checker) file(f File) {
 	}
 }
 
-func (k *checker) link(l Link) {
-	fi := k.place(l.at, l.Path)
-	at := field(l.at, "path")
+func (k *checker) link(l ignitionspec.Link) {
+	fi := k.place(l.At, l.Path)
+	at := field(l.At, "path")
 	switch {
 	case fi == nil:
 	case fi.IsDir():
@@ -233,8 +223,8 @@ func (k *checker) units() {
 	}
 }
 
-func (k *checker) unit(u Unit) {
-	at := field(u.at, "name")
+func (k *checker) unit(u ignitionspec.Unit) {
+	at := field(u.At, "name")
 	masked := isMaskLink(k.h, u.Name)
 	fi, err := os.Lstat(k.h.Path(unitPath(u.Name)))
 	exists := err == nil
@@ -254,7 +244,7 @@ func (k *checker) unit(u Unit) {
 	if len(u.Dropins) > 0 {
 		dir := path.Dir(dropinPath(u.Name, "x"))
 		if fi, err := os.Stat(k.h.Path(dir)); err == nil && !fi.IsDir() {
-			k.conflict(field(u.at, "dropins"), "%s is a file on this host; remove it", dir)
+			k.conflict(field(u.At, "dropins"), "%s is a file on this host; remove it", dir)
 		}
 	}
 }
@@ -273,7 +263,7 @@ func unitExists(h *host.Host, name string) bool {
 	if t, ok := templateOf(name); ok {
 		names = append(names, t)
 	}
-	for _, dir := range []string{UnitDir, "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"} {
+	for _, dir := range []string{ignitionspec.UnitDir, "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"} {
 		for _, n := range names {
 			if _, err := os.Stat(h.Path(path.Join(dir, n))); err == nil {
 				return true

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
 // Check names what does not fit the host, with the fix; Apply then writes
@@ -71,13 +71,13 @@ func TestCheckConflicts(t *testing.T) {
 				tt.setup(f)
 			}
 			c := mustParse(t, `{"ignition": {"version": "3.4.0"}, `+tt.json+`}`)
-			err := c.Check(f.Host)
+			err := Check(f.Host, c)
 			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrConflict)
+			assert.ErrorIs(t, err, ignitionspec.ErrConflict)
 			assert.Contains(t, err.Error(), tt.says)
 
 			passwd, group := f.read("/etc/passwd"), f.read("/etc/group")
-			require.ErrorIs(t, c.Apply(context.Background(), f.Host), ErrConflict)
+			require.ErrorIs(t, Apply(context.Background(), f.Host, c), ignitionspec.ErrConflict)
 			assert.Empty(t, f.take(), "no command after a failed check")
 			assert.Equal(t, passwd, f.read("/etc/passwd"))
 			assert.Equal(t, group, f.read("/etc/group"))
@@ -98,22 +98,9 @@ func TestCheckAccepts(t *testing.T) {
 		           "users": [{"name": "svc", "primaryGroup": "app", "groups": ["sudo"]}]},
 		"storage": {"files": [{"path": "/etc/motd", "contents": {"source": "data:,same"}},
 		                      {"path": "/var/lib/svc/x", "user": {"name": "svc"}, "group": {"name": "app"}}]}}`)
-	require.NoError(t, c.Check(f.Host))
-	require.NoError(t, c.Apply(ctx, f.Host))
+	require.NoError(t, Check(f.Host, c))
+	require.NoError(t, Apply(ctx, f.Host, c))
 	assert.Equal(t, []string{"groupadd app", "useradd --create-home --gid app --no-user-group --groups sudo svc"}, f.take())
-	require.NoError(t, c.Check(f.Host), "its own accounts")
-	require.NoError(t, c.Verify(ctx, f.Host))
-}
-
-// Beside a machine config, the config may not make its admin.
-func TestCheckMachineConfig(t *testing.T) {
-	c := mustParse(t, fullConfig)
-	assert.NoError(t, c.CheckMachineConfig(&machineconfig.Config{}))
-	assert.NoError(t, c.CheckMachineConfig(&machineconfig.Config{Admin: &machineconfig.Admin{Name: "admin"}}))
-	err := c.CheckMachineConfig(&machineconfig.Config{Admin: &machineconfig.Admin{Name: "ops"}})
-	require.ErrorIs(t, err, ErrConflict)
-	assert.Contains(t, err.Error(), "$.passwd.users[0].name: ops is the machine config's admin; list its keys under admin.sshAuthorizedKeys")
-	err = c.CheckMachineConfig(&machineconfig.Config{Admin: &machineconfig.Admin{Name: "app"}})
-	require.ErrorIs(t, err, ErrConflict)
-	assert.Contains(t, err.Error(), "$.passwd.groups[0].name: app is the machine config's admin")
+	require.NoError(t, Check(f.Host, c), "its own accounts")
+	require.NoError(t, Verify(ctx, f.Host, c))
 }

@@ -2,69 +2,18 @@ package ignition
 
 import (
 	"fmt"
-	"slices"
-	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 )
 
-// Problem is one thing wrong with a config (or with a host for it), at its
-// JSON path in the config ("$.storage.files[0].contents.source").
-type Problem struct {
-	// Path is where in the config; "$" is the whole document.
-	Path string
-	// Message says what is wrong and what to do instead.
-	Message string
-	// Err is the kind: ErrMalformed, ErrUnsupported, ErrConflict or
-	// ErrDrift.
-	Err error
-}
-
-func (p Problem) String() string { return p.Path + ": " + p.Message }
-
-// Problems is every problem found, in the order found. As an error it
-// lists them all, one a line, and matches (errors.Is) the kind of each.
-type Problems []Problem
-
-// Error lists the problems.
-func (ps Problems) Error() string {
-	var b strings.Builder
-	what := "problem"
-	if len(ps) != 1 {
-		what = "problems"
-	}
-	fmt.Fprintf(&b, "ignition config: %d %s:", len(ps), what)
-	for _, p := range ps {
-		b.WriteString("\n\t")
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// Unwrap returns the kinds of the problems, each once.
-func (ps Problems) Unwrap() []error {
-	var kinds []error
-	for _, p := range ps {
-		if !slices.Contains(kinds, p.Err) {
-			kinds = append(kinds, p.Err)
-		}
-	}
-	return kinds
-}
-
-// problems collects problems of one kind of check.
+// problems collects what Check or Verify finds, at the config's JSON
+// paths, as the ignitionspec.Problems that Parse's errors are too.
 type problems struct {
-	list Problems
+	list ignitionspec.Problems
 }
 
 func (ps *problems) add(kind error, at, format string, args ...any) {
-	ps.list = append(ps.list, Problem{Path: at, Message: fmt.Sprintf(format, args...), Err: kind})
-}
-
-func (ps *problems) unsupported(at, format string, args ...any) {
-	ps.add(ErrUnsupported, at, format, args...)
-}
-
-func (ps *problems) malformed(at, format string, args ...any) {
-	ps.add(ErrMalformed, at, format, args...)
+	ps.list = append(ps.list, ignitionspec.Problem{Path: at, Message: fmt.Sprintf(format, args...), Err: kind})
 }
 
 // err is the problems as an error, nil when there are none.
@@ -81,18 +30,4 @@ func field(at, key string) string { return at + "." + key }
 // index appends an index to a JSON path.
 func index(at string, i int) string { return fmt.Sprintf("%s[%d]", at, i) }
 
-// jsonPath renders the elements of a validation report's context (keys
-// and indexes) the way this package names paths: keys after dots, indexes
-// in brackets ("$.storage.files[0].path").
-func jsonPath(elems []any) string {
-	var b strings.Builder
-	b.WriteString("$")
-	for _, e := range elems {
-		if i, ok := e.(int); ok {
-			fmt.Fprintf(&b, "[%d]", i)
-		} else {
-			fmt.Fprintf(&b, ".%v", e)
-		}
-	}
-	return b.String()
-}
+func isTrue(b *bool) bool { return b != nil && *b }

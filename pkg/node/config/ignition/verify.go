@@ -9,13 +9,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/ignitionspec"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 // Verify checks that h is as c says, changing nothing: accounts, keys,
 // directories, files, links, unit files and each unit's enablement (asked
 // of systemctl is-enabled). Its error is Problems of kind ErrDrift.
-func (c *Config) Verify(ctx context.Context, h *host.Host) error {
+func Verify(ctx context.Context, h *host.Host, c *ignitionspec.Config) error {
 	acc, err := readAccounts(h)
 	if err != nil {
 		return err
@@ -31,7 +32,7 @@ func (c *Config) Verify(ctx context.Context, h *host.Host) error {
 	for _, u := range c.Users {
 		v.user(u)
 	}
-	v.content(SudoersFile, "$.passwd.users", []byte(c.sudoersRules()), c.sudoersRules() == "")
+	v.content(SudoersFile, "$.passwd.users", []byte(sudoersRules(c)), sudoersRules(c) == "")
 	for _, d := range c.Directories {
 		v.directory(d)
 	}
@@ -61,20 +62,20 @@ func (v *verifier) drift(at, format string, args ...any) {
 	v.add(ErrDrift, at, format, args...)
 }
 
-func (v *verifier) group(g Group) {
+func (v *verifier) group(g ignitionspec.Group) {
 	e, ok := v.acc.groups[g.Name]
 	switch {
 	case !ok:
-		v.drift(g.at, "group %s does not exist", g.Name)
+		v.drift(g.At, "group %s does not exist", g.Name)
 	case g.GID != nil && e.gid != *g.GID:
-		v.drift(g.at, "group %s has gid %d, not %d", g.Name, e.gid, *g.GID)
+		v.drift(g.At, "group %s has gid %d, not %d", g.Name, e.gid, *g.GID)
 	}
 }
 
-func (v *verifier) user(u User) {
+func (v *verifier) user(u ignitionspec.User) {
 	e, ok := v.acc.users[u.Name]
 	if !ok {
-		v.drift(u.at, "user %s does not exist", u.Name)
+		v.drift(u.At, "user %s does not exist", u.Name)
 		return
 	}
 	for _, d := range []struct{ what, want, got string }{
@@ -82,17 +83,17 @@ func (v *verifier) user(u User) {
 		{"primary group", u.PrimaryGroup, v.acc.groupName(e.gid)},
 	} {
 		if d.want != "" && d.want != d.got {
-			v.drift(u.at, "user %s has %s %q, not %q", u.Name, d.what, d.got, d.want)
+			v.drift(u.At, "user %s has %s %q, not %q", u.Name, d.what, d.got, d.want)
 		}
 	}
 	if u.UID != nil && e.uid != *u.UID {
-		v.drift(u.at, "user %s has uid %d, not %d", u.Name, e.uid, *u.UID)
+		v.drift(u.At, "user %s has uid %d, not %d", u.Name, e.uid, *u.UID)
 	}
 	if got, want := v.acc.supplementary(u.Name), sortedCopy(u.Groups); !slices.Equal(got, want) {
-		v.drift(field(u.at, "groups"), "user %s is in %v, not %v", u.Name, got, want)
+		v.drift(field(u.At, "groups"), "user %s is in %v, not %v", u.Name, got, want)
 	}
 	if len(u.SSHAuthorizedKeys) > 0 {
-		v.content(path.Join(e.home, ".ssh", "authorized_keys"), field(u.at, "sshAuthorizedKeys"), authorizedKeys(u.SSHAuthorizedKeys), false)
+		v.content(path.Join(e.home, ".ssh", "authorized_keys"), field(u.At, "sshAuthorizedKeys"), authorizedKeys(u.SSHAuthorizedKeys), false)
 	}
 }
 
@@ -113,7 +114,7 @@ func (v *verifier) content(p, at string, want []byte, absent bool) {
 
 // meta compares what is at p with its kind, mode and owner; it returns
 // what is there, nil when it differs.
-func (v *verifier) meta(at, p string, kind fs.FileMode, mode fs.FileMode, o Owner) fs.FileInfo {
+func (v *verifier) meta(at, p string, kind fs.FileMode, mode fs.FileMode, o ignitionspec.Owner) fs.FileInfo {
 	fi, err := os.Lstat(v.h.Path(p))
 	if err != nil {
 		v.drift(at, "%v", err)
@@ -147,28 +148,28 @@ func typeName(t fs.FileMode) string {
 	return t.String()
 }
 
-func (v *verifier) directory(d Directory) {
-	v.meta(d.at, d.Path, fs.ModeDir, d.Mode, d.Owner)
+func (v *verifier) directory(d ignitionspec.Directory) {
+	v.meta(d.At, d.Path, fs.ModeDir, d.Mode, d.Owner)
 }
 
-func (v *verifier) file(f File) {
-	if v.meta(f.at, f.Path, 0, f.Mode, f.Owner) != nil && f.HasContents {
-		v.content(f.Path, f.at, f.Contents, false)
+func (v *verifier) file(f ignitionspec.File) {
+	if v.meta(f.At, f.Path, 0, f.Mode, f.Owner) != nil && f.HasContents {
+		v.content(f.Path, f.At, f.Contents, false)
 	}
 }
 
-func (v *verifier) link(l Link) {
-	if v.meta(l.at, l.Path, fs.ModeSymlink, 0, l.Owner) == nil {
+func (v *verifier) link(l ignitionspec.Link) {
+	if v.meta(l.At, l.Path, fs.ModeSymlink, 0, l.Owner) == nil {
 		return
 	}
 	if target, err := os.Readlink(v.h.Path(l.Path)); err != nil || target != l.Target {
-		v.drift(l.at, "%s does not link to %s", l.Path, l.Target)
+		v.drift(l.At, "%s does not link to %s", l.Path, l.Target)
 	}
 }
 
-func (v *verifier) unit(ctx context.Context, u Unit) {
-	for _, f := range u.files() {
-		v.content(f.path, u.at, f.contents, false)
+func (v *verifier) unit(ctx context.Context, u ignitionspec.Unit) {
+	for _, f := range unitFiles(u) {
+		v.content(f.path, u.At, f.contents, false)
 	}
 	if u.Mask == nil && u.Enabled == nil {
 		return
@@ -176,7 +177,7 @@ func (v *verifier) unit(ctx context.Context, u Unit) {
 	out, err := v.h.Command(ctx, "systemctl", "is-enabled", u.Name)
 	state := strings.TrimSpace(string(out))
 	if state == "" && err != nil {
-		v.drift(u.at, "systemctl is-enabled %s: %v", u.Name, err)
+		v.drift(u.At, "systemctl is-enabled %s: %v", u.Name, err)
 		return
 	}
 	var ok bool
@@ -192,6 +193,6 @@ func (v *verifier) unit(ctx context.Context, u Unit) {
 		want, ok = "unmasked", state != "masked"
 	}
 	if !ok {
-		v.drift(u.at, "%s is %s, not %s", u.Name, state, want)
+		v.drift(u.At, "%s is %s, not %s", u.Name, state, want)
 	}
 }

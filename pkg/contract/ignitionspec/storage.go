@@ -1,4 +1,4 @@
-package ignition
+package ignitionspec
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func (m *mapper) storage(s types.Storage) ([]Directory, []File, []Link) {
 		m.checkPath(at, d.Path)
 		kinds[d.Path] = "directory"
 		dirs = append(dirs, Directory{
-			Path: d.Path, Mode: mode(d.Mode, defaultDirMode), Owner: m.owner(at, d.Node), Overwrite: isTrue(d.Overwrite), at: at,
+			Path: d.Path, Mode: mode(d.Mode, defaultDirMode), Owner: m.owner(at, d.Node), Overwrite: isTrue(d.Overwrite), At: at,
 		})
 	}
 	var files []File
@@ -54,7 +54,7 @@ func (m *mapper) storage(s types.Storage) ([]Directory, []File, []Link) {
 			m.unsupported(field(at, "append"), "Terrarium applies a config again at every boot, and an append would repeat; "+
 				"give the whole file as contents with overwrite: true, or use a drop-in directory (/etc/NAME.d)")
 		}
-		file := File{Path: f.Path, Mode: mode(f.Mode, defaultFileMode), Owner: m.owner(at, f.Node), Overwrite: isTrue(f.Overwrite), at: at}
+		file := File{Path: f.Path, Mode: mode(f.Mode, defaultFileMode), Owner: m.owner(at, f.Node), Overwrite: isTrue(f.Overwrite), At: at}
 		if f.Contents.Source != nil {
 			file.HasContents = true
 			file.Contents = m.contents(field(at, "contents"), f.Contents)
@@ -69,7 +69,7 @@ func (m *mapper) storage(s types.Storage) ([]Directory, []File, []Link) {
 		if isTrue(l.Hard) {
 			m.unsupported(field(at, "hard"), "Terrarium makes symbolic links only; a hard link cannot cross from the slot to /var")
 		}
-		link := Link{Path: l.Path, Owner: m.owner(at, l.Node), Overwrite: isTrue(l.Overwrite), at: at}
+		link := Link{Path: l.Path, Owner: m.owner(at, l.Node), Overwrite: isTrue(l.Overwrite), At: at}
 		if l.Target != nil {
 			link.Target = *l.Target
 		}

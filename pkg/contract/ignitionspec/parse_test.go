@@ -1,4 +1,4 @@
-package ignition
+package ignitionspec
 
 import (
 	"bytes"
@@ -88,7 +88,7 @@ func TestParseMapsWhatTerrariumApplies(t *testing.T) {
 	assert.Equal(t, "/bin/bash", u.Shell)
 
 	require.Len(t, c.Directories, 1)
-	assert.Equal(t, Directory{Path: "/var/lib/app", Mode: 0o750, Owner: Owner{User: "ops", Group: "app"}, at: "$.storage.directories[0]"}, c.Directories[0])
+	assert.Equal(t, Directory{Path: "/var/lib/app", Mode: 0o750, Owner: Owner{User: "ops", Group: "app"}, At: "$.storage.directories[0]"}, c.Directories[0])
 
 	require.Len(t, c.Files, 2)
 	// Sorted by path.

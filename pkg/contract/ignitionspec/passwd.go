@@ -1,4 +1,4 @@
-package ignition
+package ignitionspec
 
 import (
 	"path"
@@ -51,7 +51,7 @@ func (m *mapper) groups(in []types.PasswdGroup) []Group {
 		if g.Gid != nil {
 			m.checkID(field(at, "gid"), *g.Gid, false)
 		}
-		out = append(out, Group{Name: g.Name, GID: g.Gid, System: isTrue(g.System), at: at})
+		out = append(out, Group{Name: g.Name, GID: g.Gid, System: isTrue(g.System), At: at})
 	}
 	return out
 }
@@ -70,7 +70,7 @@ func (m *mapper) users(in []types.PasswdUser, groups []Group) []User {
 		user := User{
 			Name: u.Name, UID: u.UID, Gecos: str(u.Gecos), HomeDir: str(u.HomeDir), Shell: str(u.Shell),
 			PrimaryGroup: str(u.PrimaryGroup), NoCreateHome: isTrue(u.NoCreateHome), NoUserGroup: isTrue(u.NoUserGroup),
-			NoLogInit: isTrue(u.NoLogInit), System: isTrue(u.System), at: at,
+			NoLogInit: isTrue(u.NoLogInit), System: isTrue(u.System), At: at,
 		}
 		if u.UID != nil {
 			m.checkID(field(at, "uid"), *u.UID, false)
@@ -93,7 +93,7 @@ func (m *mapper) users(in []types.PasswdUser, groups []Group) []User {
 			user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, string(k))
 		}
 		m.checkHome(at, user)
-		if user.makesUserGroup() && slices.ContainsFunc(groups, func(g Group) bool { return g.Name == user.Name }) {
+		if user.MakesUserGroup() && slices.ContainsFunc(groups, func(g Group) bool { return g.Name == user.Name }) {
 			m.malformed(field(at, "name"), "passwd.groups makes a group %s too, and useradd would make the user's own; "+
 				"set primaryGroup: %s (or noUserGroup: true)", user.Name, user.Name)
 		}
@@ -102,8 +102,20 @@ func (m *mapper) users(in []types.PasswdUser, groups []Group) []User {
 	return out
 }
 
-// makesUserGroup says useradd makes a group named like the user.
-func (u User) makesUserGroup() bool { return u.PrimaryGroup == "" && !u.NoUserGroup }
+// MakesUserGroup says useradd makes a group named like the user.
+func (u User) MakesUserGroup() bool { return u.PrimaryGroup == "" && !u.NoUserGroup }
+
+// MakesGroup says the config makes a group of that name: in passwd.groups,
+// or as a user's own group.
+func (c *Config) MakesGroup(name string) bool {
+	return slices.ContainsFunc(c.Groups, func(g Group) bool { return g.Name == name }) ||
+		slices.ContainsFunc(c.Users, func(u User) bool { return u.Name == name && u.MakesUserGroup() })
+}
+
+// MakesUser says the config makes an account of that name.
+func (c *Config) MakesUser(name string) bool {
+	return slices.ContainsFunc(c.Users, func(u User) bool { return u.Name == name })
+}
 
 // checkHome refuses a home that cannot be made or hold the keys.
 func (m *mapper) checkHome(at string, u User) {

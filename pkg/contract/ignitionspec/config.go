@@ -1,8 +1,11 @@
-// Package ignition takes Ignition v3 configs (specs 3.0.0 to 3.5.0) the way
-// Fedora CoreOS and Flatcar users write them, and applies the part that
-// fits an appliance with a read-only root: files, directories and
-// symlinks under the writable trees, users with SSH keys, groups, and
-// systemd units with drop-ins.
+// Package ignitionspec is Terrarium's dialect of Ignition v3 (specs
+// 3.0.0 to 3.5.0, the way Fedora CoreOS and Flatcar users write them):
+// what of a config an appliance with a read-only root applies — files,
+// directories and symlinks under the writable trees, users with SSH keys,
+// groups, and systemd units with drop-ins — and the refusal of the rest.
+// Both sides read it: the build side checks a config before it writes a
+// config disk (pkg/contract/transpile), and the node applies the plan
+// (pkg/node/config/ignition). Nothing here touches a host.
 //
 // Parse reads a config with the Ignition library's own parser and
 // validation (github.com/coreos/ignition/v2, config/v3_5, which translates
@@ -12,25 +15,15 @@
 // every such path and what to do instead, never skipped in silence: disks,
 // RAID, file systems, LUKS, kernel arguments, remote sources (the node is
 // air-gapped: contents come as data: URLs), merged or replaced configs,
-// passwords (accounts log in with SSH keys only), appends and hard links.
-// The library's warnings are refused too: each is something that would
-// not be applied as written (an unknown key, a setuid bit, enabling a unit
-// that has no [Install] section).
+// passwords (accounts log in with SSH keys only), appends, hard links, and
+// paths Terrarium writes itself. The library's warnings are refused too:
+// each is something that would not be applied as written (an unknown key,
+// a setuid bit, enabling a unit that has no [Install] section).
 //
-// Check tells whether a Config fits a host (account names the image
-// already has, a file where a directory is needed); Apply checks, then
-// writes only what differs, runs daemon-reload only when a unit file
-// changed, restarts only the units whose own files changed, and enables
-// (and starts, as they would have started had Ignition run before the
-// first boot), disables, masks or unmasks as asked; Verify only looks. A
-// config is applied again at every boot: a second apply of the same
-// config runs no command. What a later config no longer names is left in
-// place.
-//
-// Users are made with useradd, their passwords locked; their SSH keys
-// become ~/.ssh/authorized_keys, and those in the sudo group may run sudo
-// without a password (SudoersFile), as the machine config's admin does.
-package ignition
+// CheckMachineConfig refuses what a config given beside a machine config
+// would fight it over. Whether a plan fits a given host is the node's
+// check, not this package's.
+package ignitionspec
 
 import (
 	"bytes"
@@ -81,8 +74,9 @@ type Directory struct {
 	Owner Owner
 	// Overwrite replaces a file or symlink at Path.
 	Overwrite bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // File is a regular file of storage.files.
@@ -97,10 +91,11 @@ type File struct {
 	Mode     fs.FileMode
 	Owner    Owner
 	// Overwrite replaces a file with other contents or a symlink at Path;
-	// without it, Check refuses them.
+	// without it, the node's check refuses them.
 	Overwrite bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // Link is a symbolic link of storage.links.
@@ -109,8 +104,9 @@ type Link struct {
 	Owner        Owner
 	// Overwrite replaces a file or another symlink at Path.
 	Overwrite bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // Group is a group of passwd.groups.
@@ -119,8 +115,9 @@ type Group struct {
 	// GID is the group's ID; nil lets groupadd choose.
 	GID    *int
 	System bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // User is an account of passwd.users. Its password is locked: it logs in
@@ -140,8 +137,9 @@ type User struct {
 	// NoCreateHome, NoUserGroup, NoLogInit and System are useradd's
 	// options of the same names.
 	NoCreateHome, NoUserGroup, NoLogInit, System bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // Unit is a systemd unit of systemd.units.
@@ -158,8 +156,9 @@ type Unit struct {
 	// Mask masks (and stops) the unit, or unmasks it; nil leaves it as
 	// it is.
 	Mask *bool
-	// at is its JSON path in the config, for errors.
-	at string
+	// At is its JSON path in the config ("$.storage.files[0]"), for
+	// errors; Parse sets it.
+	At string
 }
 
 // Dropin is a drop-in of a unit.

@@ -1,4 +1,4 @@
-package ignition
+package ignitionspec
 
 import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -17,13 +17,13 @@ func (c *Config) CheckMachineConfig(mc *machineconfig.Config) error {
 	admin := mc.Admin.Name
 	for _, u := range c.Users {
 		if u.Name == admin {
-			ps.add(ErrConflict, field(u.at, "name"), "%s is the machine config's admin; list its keys under admin.sshAuthorizedKeys there, "+
+			ps.add(ErrConflict, field(u.At, "name"), "%s is the machine config's admin; list its keys under admin.sshAuthorizedKeys there, "+
 				"or give this user another name", admin)
 		}
 	}
 	for _, g := range c.Groups {
 		if g.Name == admin {
-			ps.add(ErrConflict, field(g.at, "name"), "%s is the machine config's admin, whose group useradd makes; choose another name", admin)
+			ps.add(ErrConflict, field(g.At, "name"), "%s is the machine config's admin, whose group useradd makes; choose another name", admin)
 		}
 	}
 	return ps.err()

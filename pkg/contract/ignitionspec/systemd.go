@@ -1,7 +1,6 @@
-package ignition
+package ignitionspec
 
 import (
-	"path"
 	"regexp"
 	"strings"
 
@@ -21,7 +20,7 @@ func (m *mapper) units(in []types.Unit) []Unit {
 		if strings.HasPrefix(u.Name, "terrarium-") {
 			m.unsupported(field(at, "name"), "%s is one of Terrarium's own units; configure Terrarium with the machine config", u.Name)
 		}
-		unit := Unit{Name: u.Name, Contents: str(u.Contents), Enabled: u.Enabled, Mask: u.Mask, at: at}
+		unit := Unit{Name: u.Name, Contents: str(u.Contents), Enabled: u.Enabled, Mask: u.Mask, At: at}
 		for j, d := range u.Dropins {
 			dat := index(field(at, "dropins"), j)
 			m.checkUnitName(field(dat, "name"), d.Name)
@@ -43,9 +42,3 @@ func (m *mapper) checkUnitName(at, name string) {
 		m.malformed(at, "%q is not a unit file name", name)
 	}
 }
-
-// unitPath is where a unit's own file goes.
-func unitPath(name string) string { return path.Join(UnitDir, name) }
-
-// dropinPath is where a unit's drop-in goes.
-func dropinPath(unit, dropin string) string { return path.Join(UnitDir, unit+".d", dropin) }
