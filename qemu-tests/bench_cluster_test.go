@@ -511,7 +511,8 @@ mode: nftables
 	cpSSH, wSSH := dialSSH(ctx, t, cp.sshPort, key), dialSSH(ctx, t, w.sshPort, key)
 	cpSSH.run(prep)
 	wSSH.run(prep)
-	for name, p := range kubeadmconfig.Patches() {
+	// etcd as root, as a plain kubeadm node runs it.
+	for name, p := range kubeadmconfig.Patches(kubeadmconfig.EtcdUser{}) {
 		cpSSH.run("sudo mkdir -p " + kubeadmconfig.PatchesDir + " && sudo tee " + kubeadmconfig.PatchesDir + "/" + name + " >/dev/null <<'EOF'\n" + string(p) + "EOF\n")
 	}
 	cpSSH.run("cat > /tmp/kubeadm.yaml <<'EOF'\n" + cfg + "EOF\nsudo kubeadm init --config /tmp/kubeadm.yaml --ignore-preflight-errors=SystemVerification")

@@ -261,6 +261,7 @@ spec:
 	secret := checkSecretEncrypted(t, ssh)
 	checkAuditLine(t, ssh, secret)
 	checkPodSecurityRefuses(t, ssh)
+	checkNodeHardening(t, ssh, cp.name, w.name)
 
 	// The site loses power, and the config sticks are gone when it comes
 	// back: each node boots from its stored state and rejoins.
@@ -509,4 +510,46 @@ spec:
 		t.Errorf("the refused pod exists: %s", got)
 	}
 	t.Logf("Pod Security refused the privileged pod: %s", strings.TrimSpace(out))
+}
+
+// checkNodeHardening checks, on the control plane, what the CIS
+// benchmark asks of the nodes (docs/security.md): every kubelet serves
+// with a certificate of the cluster CA that a control plane approved
+// (the API server checks it: `kubectl logs` of the worker's pod works),
+// the worker carries its role label, etcd runs as its own user over a
+// data directory only it reads, kubeadm's files are root's alone, and the
+// kernel settings the kubelet protects are set.
+func checkNodeHardening(t *testing.T, ssh *sshClient, cp, worker string) {
+	t.Helper()
+	csrs := ssh.output(`kubectl get csr -o jsonpath='{range .items[?(@.spec.signerName=="kubernetes.io/kubelet-serving")]}{.spec.username} {.status.conditions[0].type} {.status.certificate}{"\n"}{end}' | cut -c1-80; echo end`, regexp.MustCompile(`end\s*$`))
+	for _, n := range []string{cp, worker} {
+		if !regexp.MustCompile(`system:node:` + n + ` Approved \S`).MatchString(csrs) {
+			t.Errorf("%s's kubelet has no approved and issued serving certificate:\n%s", n, csrs)
+		}
+	}
+	if out, err := ssh.read("kubectl logs pod/echo --tail=1"); err != nil {
+		t.Errorf("kubectl logs of a pod on %s (the API server checks its kubelet's serving certificate against the cluster CA): %v\n%s", worker, err, out)
+	}
+	workers, err := ssh.read("kubectl get nodes -l node-role.kubernetes.io/worker -o name")
+	if err != nil || !strings.Contains(workers, "node/"+worker) || strings.Contains(workers, "node/"+cp+"\n") {
+		t.Errorf("the nodes labelled node-role.kubernetes.io/worker are %q (%v); want %s and not %s", workers, err, worker, cp)
+	}
+	checks := []struct{ cmd, want string }{
+		{"ps -o user= -C etcd", "etcd"},
+		{"stat -c '%a %U:%G' /var/lib/etcd", "700 etcd:etcd"},
+		{"stat -c '%a %U:%G' /etc/kubernetes/pki/etcd/server.key", "600 etcd:etcd"},
+		{"stat -c '%a %U' /etc/kubernetes/admin.conf", "600 root"},
+		{"stat -c '%a %U' /etc/kubernetes/manifests/kube-apiserver.yaml", "600 root"},
+		{"stat -c '%a %U' /etc/kubernetes/pki/ca.crt", "600 root"},
+		{"stat -c '%a %U' /var/lib/kubelet/config.yaml", "600 root"},
+		{"stat -c '%a %U' /usr/lib/systemd/system/kubelet.service", "600 root"},
+		{"sysctl -n vm.overcommit_memory vm.panic_on_oom kernel.panic_on_oops kernel.keys.root_maxkeys | tr '\\n' ' '", "1 0 1 1000000"},
+	}
+	for _, c := range checks {
+		out, err := ssh.sudoTry(c.cmd)
+		if err != nil || strings.TrimSpace(out) != c.want {
+			t.Errorf("on %s, %s: got %q (%v), want %q", cp, c.cmd, strings.TrimSpace(out), err, c.want)
+		}
+	}
+	t.Logf("node hardening on %s: serving certificates approved, %s labelled worker, etcd as etcd, kubeadm's files 600", cp, worker)
 }

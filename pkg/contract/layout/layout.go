@@ -299,8 +299,13 @@ const (
 	ContainerdContentDir   = ContainerdRoot + "/io.containerd.content.v1.content"
 	ContainerdCRINamespace = "k8s.io"
 	// EtcdDataDir is the local etcd member's data (kubeadm's), on STATE
-	// through /var.
+	// through /var, the etcd user's alone (0700).
 	EtcdDataDir = "/var/lib/etcd"
+	// EtcdUser is the account etcd runs as on control planes, which owns
+	// its data directory and its own certificates. The image declares it
+	// in SysusersFile, its system users (sysusers.d(5)), with a fixed ID.
+	EtcdUser     = "etcd"
+	SysusersFile = "/usr/lib/sysusers.d/terrarium.conf"
 	// KubernetesPKIDir is kubeadm's PKI directory, and EtcdManifest the
 	// static pod its etcd phase writes (a control plane runs etcd once it
 	// exists).

@@ -74,7 +74,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	// v3: the bundle's layers unpacked into the slot (layout.SlotLayersDir).
 	// v4: 128 KiB squashfs blocks; /etc and /var marked updated.
 	// v5: lz4 (squashfs.LZ4), not zstd.
-	k := cache.NewKey("slot/v5").String("base", in.Base.Key).
+	// v6: the overlay's ModesFile and system users (sysusers.d) applied.
+	k := cache.NewKey("slot/v6").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)
@@ -149,6 +150,16 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte, e
 	if in.Overlay != "" {
 		if err := copyInto(ctx, root, in.Overlay, "."); err != nil {
 			return fmt.Errorf("copy overlay %s: %w", in.Overlay, err)
+		}
+		modes, err := readModes(in.Overlay)
+		if err != nil {
+			return err
+		}
+		if err := applyModes(root, in.Overlay, modes); err != nil {
+			return err
+		}
+		if err := makeUsers(ctx, rootDir, in.Overlay, epoch); err != nil {
+			return err
 		}
 	}
 	if err := installFile(root, in.Firstboot, "usr/bin/firstboot", 0o755); err != nil {
@@ -250,7 +261,8 @@ func moveToVar(root *os.Root) error {
 
 // copyInto copies the tree at src into root at dst (a path in the tree):
 // directories are merged, files and links replace what is there, modes
-// are kept, owners are root's. A path of src that movedToVar made a link
+// are kept, owners are root's. An overlay's ModesFile (dst ".") is not
+// copied. A path of src that movedToVar made a link
 // into /var is refused by name: /var is the node's writable state, which
 // hides what the image holds there. A src that is a symbolic link is the
 // tree it points to.
@@ -269,6 +281,9 @@ func copyInto(ctx context.Context, root *os.Root, src, dst string) error {
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
+		}
+		if rel == ModesFile && dst == "." {
+			return nil // says what the overlay's modes are; not a file of the image
 		}
 		if _, ok := movedToVar[filepath.ToSlash(rel)]; ok && dst == "." {
 			return fmt.Errorf("%s: /%s is a link into /var on the appliance (its writable state, which hides the image's copy); put these files under /usr or /etc", p, rel)

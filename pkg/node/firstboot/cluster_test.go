@@ -241,7 +241,7 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	}
 	// The control plane's probes are patched, and kubeadm is told where.
 	assert.Contains(t, cfg, `directory: "`+kubeadmconfig.PatchesDir+`"`, "kubeadm.yaml does not point at the patches")
-	for name, want := range kubeadmconfig.Patches() {
+	for name, want := range kubeadmconfig.Patches(kubeadmconfig.EtcdUser{UID: 232, GID: 232}) {
 		assert.Equal(t, string(want), e.read(filepath.Join(kubeadmconfig.PatchesDir, name)), "patch %s", name)
 		assert.Equal(t, os.FileMode(0o600), mode(t, e.path(filepath.Join(kubeadmconfig.PatchesDir, name))), "patch %s mode", name)
 	}

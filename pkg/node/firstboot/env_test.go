@@ -145,7 +145,7 @@ func newEnv(t *testing.T) *env {
 	e.setRelease(nil)
 	e.write("/proc/cmdline", "BOOT_IMAGE=/terrarium/a/vmlinuz root=PARTLABEL=TERRA-A ro terrarium.slot=a quiet\n")
 	e.setBootID("11111111-1111-1111-1111-111111111111")
-	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+	e.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\netcd:x:232:232:etcd:/var/lib/etcd:/usr/sbin/nologin\n")
 	e.write("/usr/sbin/chronyd", "") // the image carries chrony
 	e.write(layout.StateMount+"/"+layout.StateMarkerFile, "created=2025-06-01T11:59:00Z slot=a\n")
 	e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n")

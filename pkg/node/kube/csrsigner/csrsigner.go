@@ -1,6 +1,7 @@
-// Package csrsigner approves and signs kubelets' client certificate
-// requests on the init node while the cluster forms, before the controller
-// manager can.
+// Package csrsigner approves and signs kubelets' certificate requests on
+// control planes: their client certificates while the cluster forms,
+// before the controller manager can, and their serving certificates,
+// which nothing else in a kubeadm cluster approves.
 //
 // A joining kubelet asks for its client certificate with a
 // CertificateSigningRequest made with the node's bootstrap token. The
@@ -16,12 +17,22 @@
 // certificate, the same
 // SubjectAccessReview of its maker, and a certificate as its signer makes
 // (lifetime, backdating, usages). k3s's server likewise signs its agents'
-// kubelet certificates itself.
+// kubelet certificates itself. Whichever of the two comes first does each
+// step; the other finds it done (or its update conflicts) and leaves the
+// request alone.
 //
-// Whichever of the two comes first does each step; the other finds it done
-// (or its update conflicts) and leaves the request alone. The signer runs
-// for a formation's first minutes only: then the controller manager signs
-// (renewals among them).
+// A kubelet with serverTLSBootstrap asks for its serving certificate
+// (signer kubernetes.io/kubelet-serving) once its Node has addresses, and
+// serves nothing until it has one: the API server, which checks kubelets'
+// certificates against the cluster CA (--kubelet-certificate-authority),
+// reaches it for logs, exec and port-forward only then. The controller
+// manager signs such a request once approved, but approves none: the
+// signer approves one when its maker is the node it names
+// (system:node:<name>, in group system:nodes) and every name and address
+// it asks for is that node's own (its name, and the addresses its Node
+// reports), and signs it as the controller manager would. Any other
+// serving request is refused, with the reason in the log, and left to an
+// administrator (kubectl certificate approve).
 package csrsigner
 
 import (
@@ -41,8 +52,15 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
-// KubeletClientSigner is the signer name of kubelets' client certificates.
-const KubeletClientSigner = "kubernetes.io/kube-apiserver-client-kubelet"
+// The signer names of kubelets' client and serving certificates.
+const (
+	KubeletClientSigner  = "kubernetes.io/kube-apiserver-client-kubelet"
+	KubeletServingSigner = "kubernetes.io/kubelet-serving"
+)
+
+// ErrRefused is a kubelet serving certificate request the signer does not
+// approve; the error says why.
+var ErrRefused = errors.New("refused")
 
 // The controller manager's signing policy (kube-controller-manager's
 // --cluster-signing-duration default, its signer's backdating).
@@ -63,11 +81,14 @@ type API interface {
 	CanCreateCSRs(ctx context.Context, csr kubeclient.CSR, subresource string) (bool, error)
 	ApproveCSR(ctx context.Context, csr kubeclient.CSR, reason, message string) (kubeclient.CSR, error)
 	IssueCSR(ctx context.Context, csr kubeclient.CSR, certPEM []byte) error
+	// Node reads the Node a serving certificate request names.
+	Node(ctx context.Context, name string) (kubeclient.Node, error)
 }
 
 var _ API = (*kubeclient.Client)(nil)
 
-// Signer approves and signs kubelet client certificate requests.
+// Signer approves and signs kubelets' client and serving certificate
+// requests, one at a time (Run and Pass are not to run at once).
 type Signer struct {
 	API API
 	// CA and Key are the cluster CA's certificate and key.
@@ -78,6 +99,11 @@ type Signer struct {
 	Log *slog.Logger
 	// Retry is the pause after a failed list or watch.
 	Retry time.Duration
+
+	// refused are the requests whose refusal was logged, by name: the
+	// resource version logged. A pending request is seen again at every
+	// Pass until its kubelet gives up on it; it is logged once.
+	refused map[string]string
 }
 
 // Run handles every request there is and every one added, until ctx ends.
@@ -85,7 +111,7 @@ func (s *Signer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		list, rv, err := s.API.CSRs(ctx)
 		if err != nil {
-			s.Log.Warn("kubelet client certificates: list requests", "err", err)
+			s.Log.Warn("kubelet certificates: list requests", "err", err)
 			if !s.pause(ctx) {
 				break
 			}
@@ -101,7 +127,7 @@ func (s *Signer) Run(ctx context.Context) error {
 				break // list again
 			}
 			if err != nil && ctx.Err() == nil {
-				s.Log.Warn("kubelet client certificates: watch requests", "err", err)
+				s.Log.Warn("kubelet certificates: watch requests", "err", err)
 				if !s.pause(ctx) {
 					break
 				}
@@ -109,6 +135,21 @@ func (s *Signer) Run(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// Pass handles every request there is now, once: the slow way of a
+// signer that runs for good (AdmitNodes in kubeadmflow), where a watch
+// renewed every few seconds would cost the API server a request, and its
+// audit log a line, for requests that come a few times a year.
+func (s *Signer) Pass(ctx context.Context) error {
+	list, _, err := s.API.CSRs(ctx)
+	if err != nil {
+		return fmt.Errorf("kubelet certificates: %w", err)
+	}
+	for _, csr := range list {
+		s.handleLogged(ctx, csr)
+	}
+	return nil
 }
 
 func (s *Signer) pause(ctx context.Context) bool {
@@ -123,21 +164,41 @@ func (s *Signer) pause(ctx context.Context) bool {
 func (s *Signer) handleLogged(ctx context.Context, csr kubeclient.CSR) {
 	did, err := s.Handle(ctx, csr)
 	switch {
+	case errors.Is(err, ErrRefused) && s.refused[csr.Name] == csr.ResourceVersion:
+	case errors.Is(err, ErrRefused):
+		if s.refused == nil {
+			s.refused = map[string]string{}
+		}
+		s.refused[csr.Name] = csr.ResourceVersion
+		s.Log.Warn("kubelet certificates: request refused; kubectl certificate approve it if it is right", "request", csr.Name, "signer", csr.SignerName, "user", csr.Username, "reason", err)
 	case err != nil && !errors.Is(err, kubeclient.ErrConflict) && ctx.Err() == nil:
-		s.Log.Warn("kubelet client certificates: request not signed", "request", csr.Name, "err", err)
+		s.Log.Warn("kubelet certificates: request not signed", "request", csr.Name, "signer", csr.SignerName, "err", err)
 	case did != "":
-		s.Log.Info("kubelet client certificates: "+did, "request", csr.Name, "user", csr.Username)
+		s.Log.Info("kubelet certificates: "+did, "request", csr.Name, "signer", csr.SignerName, "user", csr.Username)
 	}
 }
 
-// Handle decides one request: approves it if it is a kubelet's client
-// certificate request its maker may make, signs it once approved, and
-// says what it did ("" for nothing). A request changed meanwhile (by the
+// Handle decides one request: approves a kubelet's client certificate
+// request its maker may make, or a kubelet's serving certificate request
+// for its own node's names and addresses, signs it once approved, and
+// says what it did ("" for nothing). A serving request it does not
+// approve is ErrRefused, saying why. A request changed meanwhile (by the
 // controller manager) is ErrConflict: its next event decides again.
 func (s *Signer) Handle(ctx context.Context, csr kubeclient.CSR) (string, error) {
-	if csr.SignerName != KubeletClientSigner || len(csr.Certificate) > 0 || csr.Denied || csr.Failed {
+	if len(csr.Certificate) > 0 || csr.Denied || csr.Failed {
 		return "", nil
 	}
+	switch csr.SignerName {
+	case KubeletClientSigner:
+		return s.handleClient(ctx, csr)
+	case KubeletServingSigner:
+		return s.handleServing(ctx, csr)
+	}
+	return "", nil
+}
+
+// handleClient decides a kubelet client certificate request.
+func (s *Signer) handleClient(ctx context.Context, csr kubeclient.CSR) (string, error) {
 	req, err := parseRequest(csr.Request)
 	if err != nil {
 		return "", err
@@ -172,6 +233,12 @@ func (s *Signer) Handle(ctx context.Context, csr kubeclient.CSR) (string, error)
 		}
 		did = "approved and "
 	}
+	return s.issue(ctx, csr, req, did)
+}
+
+// issue signs an approved request and sets its certificate; did is what
+// was done before ("approved and ").
+func (s *Signer) issue(ctx context.Context, csr kubeclient.CSR, req *x509.CertificateRequest, did string) (string, error) {
 	cert, err := s.Sign(req, csr.Usages, csr.ExpirationSeconds)
 	if err != nil {
 		return "", err
@@ -234,10 +301,11 @@ func kubeletClientRequest(req *x509.CertificateRequest, usages []string) error {
 	return nil
 }
 
-// Sign makes the certificate of a kubelet client request as the
-// controller manager's signer does: a random 128-bit serial, the
-// request's subject and key, its usages, valid from 5 minutes ago for the
-// lifetime asked (10 minutes to DefaultDuration), never past the CA.
+// Sign makes the certificate of a kubelet's client or serving request as
+// the controller manager's signer does: a random 128-bit serial, the
+// request's subject, alternative names and key, its usages, valid from 5
+// minutes ago for the lifetime asked (10 minutes to DefaultDuration),
+// never past the CA.
 func (s *Signer) Sign(req *x509.CertificateRequest, usages []string, expirationSeconds int64) ([]byte, error) {
 	now := s.Now()
 	ttl := DefaultDuration
@@ -260,6 +328,7 @@ func (s *Signer) Sign(req *x509.CertificateRequest, usages []string, expirationS
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: req.Subject,
+		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses,
 		NotBefore: now.Add(-backdate), NotAfter: notAfter,
 		BasicConstraintsValid: true,
 	}
@@ -271,8 +340,12 @@ func (s *Signer) Sign(req *x509.CertificateRequest, usages []string, expirationS
 			tmpl.KeyUsage |= x509.KeyUsageKeyEncipherment
 		case "client auth":
 			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		case "server auth":
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		}
 	}
+	// A usage named twice is one usage, as for the controller manager.
+	tmpl.ExtKeyUsage = slices.Compact(slices.Sorted(slices.Values(tmpl.ExtKeyUsage)))
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.CA, req.PublicKey, s.Key)
 	if err != nil {
 		return nil, fmt.Errorf("sign %s: %w", req.Subject.CommonName, err)

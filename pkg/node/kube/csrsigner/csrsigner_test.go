@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -73,6 +74,20 @@ type fakeAPI struct {
 	list       []kubeclient.CSR
 	watch      []kubeclient.CSR
 	watched    chan struct{}
+	// nodes are the API's Nodes by name; nodeErr fails every read.
+	nodes   map[string]kubeclient.Node
+	nodeErr error
+}
+
+func (f *fakeAPI) Node(_ context.Context, name string) (kubeclient.Node, error) {
+	if f.nodeErr != nil {
+		return kubeclient.Node{}, f.nodeErr
+	}
+	n, ok := f.nodes[name]
+	if !ok {
+		return kubeclient.Node{}, fmt.Errorf("node %s: %w", name, kubeclient.ErrNotFound)
+	}
+	return n, nil
 }
 
 func (f *fakeAPI) CSRs(context.Context) ([]kubeclient.CSR, string, error) {
@@ -161,7 +176,7 @@ func TestHandleLeavesOthersAlone(t *testing.T) {
 	for name, csr := range map[string]func(t *testing.T) kubeclient.CSR{
 		"another signer": func(t *testing.T) kubeclient.CSR {
 			c := bootstrapCSR(t, nil)
-			c.SignerName = "kubernetes.io/kubelet-serving"
+			c.SignerName = "kubernetes.io/kube-apiserver-client"
 			return c
 		},
 		"an IP address": func(t *testing.T) kubeclient.CSR {

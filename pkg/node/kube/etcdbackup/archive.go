@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -179,6 +180,9 @@ func restoreSnapshot(ctx context.Context, h *host.Host, c *machineconfig.Config,
 		"--mark-compacted"); err != nil {
 		return fmt.Errorf("etcdutl snapshot restore: %w", err)
 	}
+	if err := ownedByEtcd(h, data); err != nil {
+		return err
+	}
 	dst := h.Path(layout.EtcdDataDir)
 	if keep != "" {
 		if err := os.RemoveAll(keep); err != nil {
@@ -194,6 +198,30 @@ func restoreSnapshot(ctx context.Context, h *host.Host, c *machineconfig.Config,
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(dst))
+}
+
+// ownedByEtcd makes everything in dir (a restored data directory, under
+// the host's root) the etcd account's: etcd runs as etcd on a control
+// plane (docs/security.md), and etcdutl, run as root, made it root's. A
+// host without the account (formed before it) runs etcd as root, and
+// leaves dir root's.
+func ownedByEtcd(h *host.Host, dir string) error {
+	u, err := h.LookupUser(layout.EtcdUser)
+	if errors.Is(err, host.ErrNoUser) || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("etcd's account: %w", err)
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, u.UID, u.GID); err != nil {
+			return fmt.Errorf("make the restored etcd data etcd's: %w", err)
+		}
+		return nil
+	})
 }
 
 // matchesNode checks a backup against the node's config: the same

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,6 +210,9 @@ func TestBackupAndRestore(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(dst.h.Path(layout.KubernetesPKIDir+"/"+f), b, 0o600))
 	}
+	// etcd runs as etcd on this node.
+	require.NoError(t, os.MkdirAll(dst.h.Path("/etc"), 0o755))
+	require.NoError(t, os.WriteFile(dst.h.Path("/etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\netcd:x:232:233::/var/lib/etcd:/usr/sbin/nologin\n"), 0o644))
 	stale := dst.h.Path(layout.EtcdDataDir + "/member/wal/0.wal")
 	require.NoError(t, os.MkdirAll(filepath.Dir(stale), 0o700))
 	require.NoError(t, os.WriteFile(stale, []byte("stale"), 0o600))
@@ -221,6 +225,12 @@ func TestBackupAndRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "etcd database v1", string(db))
 	assert.NoFileExists(t, stale, "the stale member directory is gone")
+	for _, p := range []string{layout.EtcdDataDir, layout.EtcdDataDir + "/member", layout.EtcdDataDir + "/member/snap/db"} {
+		fi, err := os.Stat(dst.h.Path(p))
+		require.NoError(t, err)
+		st := fi.Sys().(*syscall.Stat_t)
+		assert.Equal(t, []uint32{232, 233}, []uint32{st.Uid, st.Gid}, "%s is etcd's: etcd runs as etcd", p)
+	}
 	assert.NoDirExists(t, dst.h.Path(restoreWork()), "the work directory is cleaned up")
 	call := dst.etcd.lastCall("etcdutl")
 	assert.Contains(t, call, "--name=cp-1")

@@ -23,15 +23,45 @@ const (
 // TLSCipherSuites are the only suites the API server and the kubelets
 // offer for TLS 1.2 (TLS 1.3 has its own, all strong): ECDHE for forward
 // secrecy with AEAD ciphers only. ECDSA for the API server's and the
-// kubelets' serving certificates (ECDSA P-256, see EncryptionAlgorithm),
-// RSA for a kubelet whose serving certificate the kubelet made itself
-// (RSA 2048).
+// kubelets' serving certificates (ECDSA P-256, see EncryptionAlgorithm;
+// a kubelet's key for its serving certificate is ECDSA P-256 too), RSA
+// for a kubelet that serves a certificate it made itself (RSA 2048: one
+// formed by an earlier release).
 const TLSCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384," +
 	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256," +
 	"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
 
 // TLSMinVersion is the oldest TLS the API server and the kubelets speak.
 const TLSMinVersion = "VersionTLS12"
+
+// KubeletCertificateAuthority is the CA kube-apiserver checks kubelets'
+// serving certificates with: the cluster CA, which signs them.
+const KubeletCertificateAuthority = layout.KubernetesPKIDir + "/ca.crt"
+
+// Sysctl is one of the kernel's settings: its name as sysctl.d(5)
+// writes it, and its value.
+type Sysctl struct{ Name, Value string }
+
+// KernelDefaults are the kernel's settings the kubelet checks when it
+// starts (setupKernelTunables in pkg/kubelet/cm/container_manager_linux.go
+// and the values of k8s.io/component-helpers/node/util/sysctl, unchanged
+// through v1.36): with protectKernelDefaults it refuses to start on a
+// kernel whose value differs, instead of changing the kernel behind the
+// image's back. The image sets every one (os/overlay's sysctl.d; a test
+// reads the files): memory overcommitted (the kubelet's own accounting
+// decides), the OOM killer instead of a panic, a panic on an oops and a
+// reboot 10 s after it, and root's key quotas large enough for a key
+// ring per container.
+func KernelDefaults() []Sysctl {
+	return []Sysctl{
+		{"vm.overcommit_memory", "1"},
+		{"vm.panic_on_oom", "0"},
+		{"kernel.panic", "10"},
+		{"kernel.panic_on_oops", "1"},
+		{"kernel.keys.root_maxkeys", "1000000"},
+		{"kernel.keys.root_maxbytes", "25000000"},
+	}
+}
 
 // PodSecurityExemptNamespaces are the namespaces Pod Security admission
 // leaves alone: the add-ons' own, whose pods need the host (kube-proxy,
@@ -67,6 +97,11 @@ func apiServerArgs(encrypt bool) []arg {
 		args = append(args, arg{"encryption-provider-config", layout.EncryptionConfigFile})
 	}
 	return append(args,
+		// The kubelets' serving certificates are the cluster CA's
+		// (serverTLSBootstrap, approved by csrsigner for each node's own
+		// names): logs, exec and port-forward reach a kubelet only if its
+		// certificate is. kubeadm mounts the PKI directory already.
+		arg{"kubelet-certificate-authority", KubeletCertificateAuthority},
 		arg{"profiling", "false"},
 		// A service-account token lives as long as it says (an hour for
 		// a pod's), not a year as kube-apiserver grants by default for
@@ -271,6 +306,17 @@ authorization:
 # Every container under the runtime's default seccomp profile unless its
 # pod says otherwise (the static pods already ask for it).
 seccompDefault: true
+# The kernel's settings are the image's (its sysctl.d holds every value
+# the kubelet checks): the kubelet refuses to start on other ones instead
+# of changing them.
+protectKernelDefaults: true
+# A serving certificate of the cluster CA, asked for with a request that
+# a control plane approves for the node's own names and addresses, and
+# renewed the same way before it expires; the API server checks it
+# (--kubelet-certificate-authority). Client certificates rotate too
+# (kubeadm's default).
+serverTLSBootstrap: true
+rotateCertificates: true
 # Deprecated and without effect in this kubelet; the CIS benchmark still
 # reads it.
 streamingConnectionIdleTimeout: 5m0s

@@ -75,7 +75,8 @@ func TestRenderedHardening(t *testing.T) {
 			"admission-control-config-file": layout.AdmissionConfigFile, "enable-admission-plugins": "NodeRestriction",
 			"audit-policy-file": layout.AuditPolicyFile, "audit-log-path": layout.AuditLogFile,
 			"audit-log-maxage": "7", "audit-log-maxbackup": "10", "audit-log-maxsize": "50", "audit-log-compress": "true",
-			"profiling": "false", "service-account-extend-token-expiration": "false", "service-account-lookup": "true",
+			"kubelet-certificate-authority": layout.KubernetesPKIDir + "/ca.crt",
+			"profiling":                     "false", "service-account-extend-token-expiration": "false", "service-account-lookup": "true",
 			"tls-cipher-suites": TLSCipherSuites, "tls-min-version": "VersionTLS12",
 		}
 		if encrypt {
@@ -96,6 +97,9 @@ func TestRenderedHardening(t *testing.T) {
 				assert.Equal(t, "File", mounts[p]["pathType"], "%s: a missing file stops the pod, not the API server's flags", p)
 			}
 		}
+		// kubeadm mounts its certificates directory (k8s-certs), where
+		// the kubelets' CA is.
+		assert.Equal(t, cc["certificatesDir"], filepath.Dir(got["kubelet-certificate-authority"]))
 		logDir := filepath.Dir(got["audit-log-path"])
 		require.Contains(t, mounts, logDir)
 		assert.Equal(t, false, mounts[logDir]["readOnly"], "the audit log's directory is written")
@@ -117,6 +121,10 @@ func TestRenderedHardening(t *testing.T) {
 		assert.Equal(t, map[string]any{"anonymous": map[string]any{"enabled": false}, "webhook": map[string]any{"enabled": true}}, k["authentication"])
 		assert.Equal(t, map[string]any{"mode": "Webhook"}, k["authorization"])
 		assert.Equal(t, true, k["seccompDefault"])
+		assert.Equal(t, true, k["protectKernelDefaults"])
+		assert.Equal(t, true, k["serverTLSBootstrap"], "serving certificates of the cluster CA, which kube-apiserver checks")
+		assert.Equal(t, true, k["rotateCertificates"])
+		assert.NotContains(t, k, "tlsCertFile", "a certificate file would take the place of the requested one")
 		assert.Equal(t, "5m0s", k["streamingConnectionIdleTimeout"])
 		assert.Equal(t, 4096, k["podPidsLimit"])
 		assert.Equal(t, true, k["makeIPTablesUtilChains"])

@@ -254,8 +254,15 @@ mode: nftables
 // rendered configuration points kubeadm's phases at it.
 const PatchesDir = "/etc/terrarium/kubeadm-patches"
 
+// EtcdUser is the account etcd runs as on a control plane: the image's
+// etcd user (os/overlay/usr/lib/sysusers.d), with the IDs the node's own
+// /etc/passwd gives it. The zero value is root: etcd as kubeadm runs it
+// (a plain kubeadm node's, to compare with).
+type EtcdUser struct{ UID, GID int }
+
 // Patches returns kubeadm's patches for the control plane's static pods,
-// by file name (kubeadm's "target+patchtype.extension").
+// by file name (kubeadm's "target+patchtype.extension"), with etcd run as
+// etcd.
 //
 // Patient probes. kubeadm gives kube-apiserver and etcd 4 minutes to pass
 // their startup probes (24 × 10 s) and kills them after 80 s of failed
@@ -277,16 +284,41 @@ const PatchesDir = "/etc/terrarium/kubeadm-patches"
 // controller manager and the scheduler, which mostly wait on the API, give
 // up what etcd gains: the four request kubeadm's 650m in all, so a node
 // that admitted kubeadm's pods admits these.
-func Patches() map[string][]byte {
+//
+// etcd as etcd (the CIS benchmark's 1.1.12). kubeadm runs etcd as root;
+// here it runs as the etcd user, without privileges or capabilities (its
+// ports are unprivileged), owning its data directory and its own
+// certificates and keys, which firstboot hands it before kubeadm writes
+// etcd's static pod (docs/security.md).
+func Patches(etcd EtcdUser) map[string][]byte {
 	return map[string][]byte{
-		"etcd+strategic.yaml":                    staticPodPatch("etcd", "300m", true),
-		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "250m", true),
-		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "50m", false),
-		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false),
+		"etcd+strategic.yaml":                    staticPodPatch("etcd", "300m", true, runAs(etcd)),
+		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "250m", true, ""),
+		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "50m", false, ""),
+		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false, ""),
 	}
 }
 
-func staticPodPatch(container, cpu string, patientProbes bool) []byte {
+// runAs is a container's securityContext that runs it as u,
+// unprivileged; none for root.
+func runAs(u EtcdUser) string {
+	if u == (EtcdUser{}) {
+		return ""
+	}
+	return fmt.Sprintf(`      securityContext:
+        runAsUser: %d
+        runAsGroup: %d
+        runAsNonRoot: true
+        allowPrivilegeEscalation: false
+        capabilities:
+          drop: [ALL]
+`, u.UID, u.GID)
+}
+
+// staticPodPatch is the patch of a static pod's one container: its CPU
+// request, patient probes, and securityContext (YAML at the container's
+// indentation, or "").
+func staticPodPatch(container, cpu string, patientProbes bool, securityContext string) []byte {
 	p := `# Written by Terrarium firstboot; kubeadm applies it to the static pod.
 spec:
   containers:
@@ -301,5 +333,5 @@ spec:
         failureThreshold: 18
 `
 	}
-	return []byte(p)
+	return []byte(p + securityContext)
 }

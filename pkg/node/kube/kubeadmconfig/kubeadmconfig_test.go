@@ -128,7 +128,7 @@ func TestPatches(t *testing.T) {
 	}
 	cpu := map[string]int{}
 	total := 0
-	for name, p := range Patches() {
+	for name, p := range Patches(EtcdUser{UID: 232, GID: 232}) {
 		target, ok := strings.CutSuffix(name, "+strategic.yaml")
 		if !ok {
 			t.Fatalf("patch %s: want target+strategic.yaml", name)
@@ -158,4 +158,34 @@ func TestPatches(t *testing.T) {
 	if total > 650 {
 		t.Errorf("the static pods request %dm in all, more than kubeadm's 650m", total)
 	}
+}
+
+// TestPatchesGolden pins the patches (testdata/patches; -update rewrites
+// them), and etcd alone runs as its own user: unprivileged, without
+// capabilities; the others keep kubeadm's (root, which reads the PKI).
+func TestPatchesGolden(t *testing.T) {
+	for name, p := range Patches(EtcdUser{UID: 232, GID: 233}) {
+		golden(t, filepath.Join("patches", name), p)
+		var pod struct {
+			Spec struct {
+				Containers []struct {
+					SecurityContext map[string]any `yaml:"securityContext"`
+				}
+			}
+		}
+		require.NoError(t, yaml.Unmarshal(p, &pod), name)
+		require.Len(t, pod.Spec.Containers, 1, name)
+		sc := pod.Spec.Containers[0].SecurityContext
+		if name != "etcd+strategic.yaml" {
+			assert.Nil(t, sc, name)
+			continue
+		}
+		assert.Equal(t, map[string]any{
+			"runAsUser": 232, "runAsGroup": 233, "runAsNonRoot": true, "allowPrivilegeEscalation": false,
+			"capabilities": map[string]any{"drop": []any{"ALL"}},
+		}, sc)
+	}
+	root := Patches(EtcdUser{})
+	assert.NotContains(t, string(root["etcd+strategic.yaml"]), "securityContext", "etcd as kubeadm runs it: root")
+	assert.Contains(t, string(root["etcd+strategic.yaml"]), "failureThreshold: 90", "with the patient probes still")
 }

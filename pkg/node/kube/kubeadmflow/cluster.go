@@ -94,6 +94,7 @@ func (f *Flow) Phases() []phase.Phase {
 		{Name: "kubernetes-pki", Apply: on(applyKubernetesPKI), Verify: on(verifyKubernetesPKI)},
 		{Name: "kubernetes-config", Apply: on(applyKubeadmConfig), Verify: on(verifyKubeadmConfig)},
 		{Name: PhaseKubernetes, Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
+		f.filesPhase(),
 		f.upgradePhase(),
 	}
 }
@@ -192,8 +193,9 @@ func verifyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config)
 }
 
 // pkiFiles are the CA files kubeadm finds pre-seeded on control planes,
-// with their modes: every one readable by root only, the certificates
-// too (the CIS benchmark's 1.1.20; nothing but root reads them).
+// with their modes: every one readable by its owner only, the
+// certificates too (the CIS benchmark's 1.1.20), the owner root but for
+// etcd's CA certificate, which etcd reads (kubeadmFiles).
 func pkiFiles(c *machineconfig.Cluster) map[string]os.FileMode {
 	return map[string]os.FileMode{
 		"ca.crt": 0o600, "ca.key": 0o600,
@@ -213,9 +215,15 @@ func pkiContent(c *machineconfig.Cluster) map[string]string {
 	}
 }
 
+// applyKubernetesPKI writes the CAs, then gives the PKI's files and
+// directories their modes and owners (tightenKubeadmFiles): etcd's
+// account is made first, for its CA certificate and directory.
 func applyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
 		return nil
+	}
+	if _, err := ensureEtcdUser(ctx, h); err != nil {
+		return err
 	}
 	content := pkiContent(c.Cluster)
 	for name, mode := range pkiFiles(c.Cluster) {
@@ -223,12 +231,7 @@ func applyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) e
 			return err
 		}
 	}
-	for _, d := range []string{KubernetesPKIDir, KubernetesPKIDir + "/etcd"} {
-		if err := os.Chmod(h.Path(d), 0o700); err != nil {
-			return err
-		}
-	}
-	return nil
+	return tightenKubeadmFiles(h)
 }
 
 func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) error {
@@ -249,10 +252,16 @@ func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) 
 			return err
 		}
 	}
-	if fi, err := os.Stat(h.Path(KubernetesPKIDir)); err != nil || fi.Mode().Perm() != 0o700 {
+	if fi, err := os.Stat(h.Path(KubernetesPKIDir)); err != nil || fi.Mode().Perm() != ownerOnlyDir {
 		return fmt.Errorf("%s must be readable by root only", KubernetesPKIDir)
 	}
-	return nil
+	// Every file of the PKI, and its directories: their modes and owners.
+	return eachKubeadmFile(h, func(p string, want meta) error {
+		if p != KubernetesPKIDir && !strings.HasPrefix(p, KubernetesPKIDir+"/") {
+			return nil
+		}
+		return checkMeta(h, p, want)
+	})
 }
 
 // bundleImages are the names of the images in the slot's bundle, in its
@@ -335,7 +344,11 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 		return err
 	}
 	if c.Cluster.IsControlPlane() {
-		for name, p := range kubeadmconfig.Patches() {
+		etcd, err := ensureEtcdUser(ctx, h)
+		if err != nil {
+			return err
+		}
+		for name, p := range kubeadmconfig.Patches(etcd) {
 			if err := writeWithMode(h, filepath.Join(kubeadmconfig.PatchesDir, name), p, ownerOnly); err != nil {
 				return err
 			}
@@ -382,7 +395,11 @@ func verifyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) 
 		return fmt.Errorf("%s differs from the machine config", KubeadmConfigFile)
 	}
 	if c.Cluster.IsControlPlane() {
-		for name, p := range kubeadmconfig.Patches() {
+		etcd, err := etcdUser(h)
+		if err != nil {
+			return err
+		}
+		for name, p := range kubeadmconfig.Patches(etcd) {
 			f := filepath.Join(kubeadmconfig.PatchesDir, name)
 			if got, err := os.ReadFile(h.Path(f)); err != nil || string(got) != string(p) {
 				return fmt.Errorf("kubeadm patch %s is missing or differs from this image's", f)

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -40,6 +41,8 @@ type Flow struct {
 	Report host.Reporter
 	// Cluster receives what a phase learns about the cluster.
 	Cluster func(update func(*ClusterStatus))
+	// admitting is set while AdmitNodes runs.
+	admitting atomic.Bool
 }
 
 // Deps are what the flow asks beyond the host: the container runtime, the
@@ -60,11 +63,20 @@ type Deps struct {
 	// Kubernetes version, with the credentials of a kubeconfig file.
 	APIVersion func(ctx context.Context, kubeconfig, endpoint string) (string, error)
 	// KubeletCSRs, when set, approves and signs kubelets' client
-	// certificate requests as the admin of kubeconfig with the cluster CA
-	// in pkiDir until ctx ends (csrsigner): the init node runs it while the
-	// cluster forms, before its controller manager signs.
+	// certificate requests, and their serving certificate requests for
+	// their nodes' own names and addresses, as the admin of kubeconfig
+	// with the cluster CA in pkiDir until ctx ends, watching for them
+	// (csrsigner): the init node runs it while the cluster forms, before
+	// its controller manager signs.
 	KubeletCSRs func(ctx context.Context, kubeconfig, pkiDir string) error
-	Timing      Timing
+	// Admission, when set, is a control plane's admission of the
+	// cluster's nodes until ctx ends, as the admin of kubeconfig with the
+	// cluster CA in pkiDir: every so often each pending kubelet
+	// certificate request decided as KubeletCSRs does, and each worker
+	// labelled (noderole; controlPlanes are the control planes'
+	// addresses). See AdmitNodes.
+	Admission func(ctx context.Context, kubeconfig, pkiDir string, controlPlanes []string) error
+	Timing    Timing
 }
 
 // ProbeFunc asks an HTTPS endpoint for its status code and body (up to
@@ -133,9 +145,12 @@ func Real(h *host.Host) Deps {
 		KubeletCSRs: func(ctx context.Context, kubeconfig, pkiDir string) error {
 			err := signKubeletCSRs(ctx, h, client, kubeconfig, pkiDir)
 			if err != nil && ctx.Err() == nil {
-				slog.Warn("kubelet client certificates: not signed by this node; the controller manager signs them", "err", err)
+				slog.Warn("kubelet certificates: not signed by this node; the controller manager signs client certificates, and serving certificates wait for the next admission", "err", err)
 			}
 			return err
+		},
+		Admission: func(ctx context.Context, kubeconfig, pkiDir string, controlPlanes []string) error {
+			return admitNodes(ctx, h, client, kubeconfig, pkiDir, controlPlanes)
 		},
 		Timing: DefaultTiming(),
 	}
@@ -149,20 +164,29 @@ func signKubeletCSRs(ctx context.Context, h *host.Host, client func(string) (*ku
 		return err
 	}
 	defer c.CloseIdleConnections()
-	certPEM, err := os.ReadFile(h.Path(pkiDir + "/ca.crt"))
+	s, err := newSigner(h, c, pkiDir)
 	if err != nil {
 		return err
+	}
+	return s.Run(ctx)
+}
+
+// newSigner is a csrsigner.Signer asking api, with the cluster CA in
+// pkiDir.
+func newSigner(h *host.Host, api csrsigner.API, pkiDir string) (*csrsigner.Signer, error) {
+	certPEM, err := os.ReadFile(h.Path(pkiDir + "/ca.crt"))
+	if err != nil {
+		return nil, err
 	}
 	keyPEM, err := os.ReadFile(h.Path(pkiDir + "/ca.key"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ca, key, err := csrsigner.LoadCA(certPEM, keyPEM)
 	if err != nil {
-		return fmt.Errorf("%s: %w", pkiDir, err)
+		return nil, fmt.Errorf("%s: %w", pkiDir, err)
 	}
-	s := &csrsigner.Signer{API: c, CA: ca, Key: key, Now: h.Now, Log: slog.Default(), Retry: defaultAPIPoll}
-	return s.Run(ctx)
+	return &csrsigner.Signer{API: api, CA: ca, Key: key, Now: h.Now, Log: slog.Default(), Retry: defaultAPIPoll}, nil
 }
 
 // New builds a flow, refusing a missing dependency.

@@ -70,10 +70,13 @@ func TestControlPlaneWithoutEncryptionKey(t *testing.T) {
 	assert.Contains(t, (*said)[0], "imagebuild config cluster --secrets SECRETS")
 }
 
-// The CA files are root's alone, and a node formed by an earlier release
-// with readable certificates is healed, not refused.
+// The CA files are their owner's alone, root's but for etcd's CA
+// certificate, etcd's, in a directory etcd may only pass through; a node
+// formed by an earlier release with readable certificates is healed, not
+// refused.
 func TestPKIModes(t *testing.T) {
 	f := testFlow(t, nil)
+	write(t, f, "/etc/passwd", 0o644, passwdWithEtcd)
 	c := &machineconfig.Config{Cluster: &machineconfig.Cluster{Role: machineconfig.RoleInit, CACert: "ca cert\n", PKI: &machineconfig.ClusterPKI{
 		CAKey: "ca key\n", FrontProxyCA: machineconfig.KeyPair{Cert: "fp cert\n", Key: "fp key\n"},
 		EtcdCA: machineconfig.KeyPair{Cert: "etcd cert\n", Key: "etcd key\n"}, ServiceAccount: machineconfig.KeyPair{Cert: "sa pub\n", Key: "sa key\n"},
@@ -81,8 +84,25 @@ func TestPKIModes(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, applyKubernetesPKI(ctx, f, c))
 	for name := range pkiFiles(c.Cluster) {
-		assert.Equal(t, os.FileMode(0o600), perm(t, f, filepath.Join(KubernetesPKIDir, name)), name)
+		p := filepath.Join(KubernetesPKIDir, name)
+		assert.Equal(t, os.FileMode(0o600), perm(t, f, p), name)
+		uid, gid := ownerOf(t, f, p)
+		if name == "etcd/ca.crt" {
+			assert.Equal(t, []int{etcdUID, etcdGID}, []int{uid, gid}, "etcd checks its peers and clients with it")
+		} else {
+			assert.Equal(t, []int{0, 0}, []int{uid, gid}, name)
+		}
 	}
+	assert.Equal(t, os.FileMode(0o700), perm(t, f, KubernetesPKIDir))
+	assert.Equal(t, os.FileMode(0o710), perm(t, f, KubernetesPKIDir+"/etcd"))
+	_, gid := ownerOf(t, f, KubernetesPKIDir+"/etcd")
+	assert.Equal(t, etcdGID, gid)
+	assert.NoDirExists(t, f.Path(layout.EtcdDataDir), "not before etcd's own certificates: kubeadm's preflight wants none")
+	require.NoError(t, verifyKubernetesPKI(ctx, f, c))
+
+	require.NoError(t, os.Chown(f.Path(KubernetesPKIDir+"/etcd/ca.crt"), 0, 0))
+	assert.ErrorContains(t, verifyKubernetesPKI(ctx, f, c), "/etc/kubernetes/pki/etcd/ca.crt is owned by 0:0, want 232:232")
+	require.NoError(t, applyKubernetesPKI(ctx, f, c))
 	require.NoError(t, verifyKubernetesPKI(ctx, f, c))
 
 	require.NoError(t, os.Chmod(f.Path(KubernetesPKIDir+"/ca.crt"), 0o644))

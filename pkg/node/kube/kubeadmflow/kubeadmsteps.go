@@ -313,27 +313,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	if err != nil {
 		return err
 	}
-	// one runs a step not done yet and records it done.
-	one := func(ctx context.Context, st kubeadmStep) error {
-		h.Cluster(func(s *ClusterStatus) { s.Step = st.name })
-		h.Report.Report(st.name, "started", "")
-		if err := runStep(ctx, h, c, st); err != nil {
-			return fmt.Errorf("%s: %w", st.name, err)
-		}
-		// kubeadm does not sync what it writes: without this, a power
-		// cut could keep the record of a step and lose its files.
-		if err := h.Sync(ctx); err != nil {
-			return err
-		}
-		if err := saveProgress(h, prog, st.name); err != nil {
-			return err
-		}
-		h.Report.Report(st.name, "done", "")
-		if st.name == stepBootstrapToken {
-			h.signKubeletCSRs(ctx)
-		}
-		return nil
-	}
+	one := func(ctx context.Context, st kubeadmStep) error { return doStep(ctx, h, c, prog, st) }
 	ran := false
 	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
@@ -379,6 +359,35 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	h.Cluster(func(s *ClusterStatus) { s.Step = "joined" })
 	if cl.Role == machineconfig.RoleInit {
 		h.Cluster(func(s *ClusterStatus) { s.Step, s.AdminKubeconfig = "formed the cluster", AdminKubeconfig })
+	}
+	return nil
+}
+
+// doStep runs a step not done yet and records it done in prog.
+func doStep(ctx context.Context, h *Flow, c *machineconfig.Config, prog *nodestate.KubeadmProgress, st kubeadmStep) error {
+	h.Cluster(func(s *ClusterStatus) { s.Step = st.name })
+	h.Report.Report(st.name, "started", "")
+	if err := runStep(ctx, h, c, st); err != nil {
+		return fmt.Errorf("%s: %w", st.name, err)
+	}
+	// What the step wrote, as docs/security.md says: kubeadm's 0644
+	// files root's alone, etcd's certificates and data directory etcd's
+	// before kubeadm writes its static pod (filemodes.go). Before the
+	// step is recorded: a power cut in between runs both again.
+	if err := tightenKubeadmFiles(h); err != nil {
+		return fmt.Errorf("%s: %w", st.name, err)
+	}
+	// kubeadm does not sync what it writes: without this, a power
+	// cut could keep the record of a step and lose its files.
+	if err := h.Sync(ctx); err != nil {
+		return err
+	}
+	if err := saveProgress(h, prog, st.name); err != nil {
+		return err
+	}
+	h.Report.Report(st.name, "done", "")
+	if st.name == stepBootstrapToken {
+		h.admitFromFormation(ctx, c)
 	}
 	return nil
 }
@@ -536,20 +545,45 @@ func NodeIdentity(c *machineconfig.Config) string {
 	return "identity:" + hex.EncodeToString(sum[:])
 }
 
-// kubeletCSRWindow is how long the init node signs kubelets' client
-// certificates after its bootstrap-token step: the formation's first
-// minutes, while its controller manager builds its controllers (it signs
-// them too, and every one after).
+// kubeletCSRWindow is how long the init node watches for kubelets'
+// certificate requests after its bootstrap-token step: the formation's
+// first minutes, while its controller manager builds its controllers (it
+// signs client certificates too, and every one after; AdmitNodes decides
+// serving requests after).
 const kubeletCSRWindow = 15 * time.Minute
 
+// admitFromFormation starts, on the init node that has just made the
+// cluster joinable, what approves and signs the kubelets' certificates
+// (signKubeletCSRs, AdmitNodes) and labels the workers. It cannot start
+// earlier: the admin may act only since upload-config, in the same step
+// (kubeadm binds the admin's group to cluster-admin then). It must not
+// start later: no joiner can have asked for a certificate before (the
+// step makes the bootstrap token), so none waits; but with
+// serverTLSBootstrap a kubelet serves nothing until its serving request
+// is approved, and with --kubelet-certificate-authority the API server
+// reaches no kubelet whose certificate the cluster CA did not sign: the
+// init node's own kubelet, which asked once its Node registered, has no
+// logs, exec or port-forward until the signer's first list, and a
+// joiner's until the signer sees its request (at once while the signer
+// watches, within admitEvery after). A firstboot that restarts after the
+// step leaves this to AdmitNodes, which firstboot starts on every control
+// plane once its phases are done.
+func (h *Flow) admitFromFormation(ctx context.Context, c *machineconfig.Config) {
+	h.signKubeletCSRs(ctx)
+	go func() {
+		_ = h.AdmitNodes(ctx, c) // its errors are its own to log
+	}()
+}
+
 // signKubeletCSRs starts, on the init node that has just made the cluster
-// joinable, the signer of kubelets' client certificate requests
-// (csrsigner) for kubeletCSRWindow: a worker's kubelet waits tens of
-// seconds for the controller manager to sign its request
-// (docs/benchmarks.md). The
-// admin may make SubjectAccessReviews since upload-config. A node whose
-// firstboot restarts after the step leaves the signing to the controller
-// manager.
+// joinable, the signer of kubelets' certificate requests (csrsigner),
+// watching for them, for kubeletCSRWindow: a worker's kubelet waits tens
+// of seconds for the controller manager to sign its client request
+// (docs/benchmarks.md), and its serving request would wait for the next
+// pass of AdmitNodes. The admin may make SubjectAccessReviews since
+// upload-config. A node whose firstboot restarts after the step leaves
+// client requests to the controller manager, and serving requests to
+// AdmitNodes.
 func (h *Flow) signKubeletCSRs(ctx context.Context) {
 	if h.KubeletCSRs == nil {
 		return
@@ -558,7 +592,7 @@ func (h *Flow) signKubeletCSRs(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, kubeletCSRWindow)
 		defer cancel()
 		// Its errors are its own to log: the controller manager signs
-		// whatever it does not.
+		// the client requests it does not, AdmitNodes the serving ones.
 		_ = h.KubeletCSRs(ctx, AdminKubeconfig, KubernetesPKIDir)
 	}()
 }

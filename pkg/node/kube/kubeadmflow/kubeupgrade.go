@@ -182,7 +182,14 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 			return err
 		}
 		f.Cluster(func(s *ClusterStatus) { s.Step = "kubeadm " + strings.Join(args[:2], " ") })
-		if err := f.Run(ctx, "kubeadm", args...); err != nil {
+		err = f.Run(ctx, "kubeadm", args...)
+		// kubeadm rewrote the kubelet's configuration 0644, and a
+		// rollback of its own puts back etcd's data as root's: tightened
+		// either way, before the kubelet restarts etcd as etcd.
+		if terr := tightenKubeadmFiles(f); err == nil {
+			err = terr
+		}
+		if err != nil {
 			return err
 		}
 		if err := f.Sync(ctx); err != nil {

@@ -50,6 +50,41 @@ func TestNodeFieldsAndCordon(t *testing.T) {
 	}, patches)
 }
 
+// A Node's addresses and its worker role label are read; LabelNode
+// merge-patches the labels it names and nothing else.
+func TestNodeAddressesAndLabelNode(t *testing.T) {
+	mux := http.NewServeMux()
+	var patches []string
+	mux.HandleFunc("GET /api/v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"metadata":{"name":%q,"labels":{"node-role.kubernetes.io/worker":""}},`+
+			`"status":{"addresses":[{"type":"InternalIP","address":"10.77.0.20"},{"type":"Hostname","address":"w-1"}]}}`, r.PathValue("name"))
+	})
+	mux.HandleFunc("PATCH /api/v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		patches = append(patches, r.PathValue("name")+" "+r.Header.Get("Content-Type")+" "+string(b))
+		if r.PathValue("name") == "gone" {
+			http.Error(w, `{"kind":"Status","code":404}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprintf(w, `{"metadata":{"name":%q}}`, r.PathValue("name"))
+	})
+	c := adminClient(t, mux)
+	ctx := context.Background()
+
+	n, err := c.Node(ctx, "w-1")
+	require.NoError(t, err)
+	assert.Equal(t, Node{Name: "w-1", Worker: true, Addresses: []NodeAddress{{"InternalIP", "10.77.0.20"}, {"Hostname", "w-1"}}}, n)
+
+	require.NoError(t, c.LabelNode(ctx, "w-1", map[string]string{WorkerLabel: ""}))
+	err = c.LabelNode(ctx, "gone", map[string]string{WorkerLabel: ""})
+	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorContains(t, err, "label node gone")
+	assert.Equal(t, []string{
+		`w-1 application/merge-patch+json {"metadata":{"labels":{"node-role.kubernetes.io/worker":""}}}`,
+		`gone application/merge-patch+json {"metadata":{"labels":{"node-role.kubernetes.io/worker":""}}}`,
+	}, patches)
+}
+
 func TestPodsOnAndEvict(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/pods", func(w http.ResponseWriter, r *http.Request) {

@@ -201,10 +201,25 @@ type Node struct {
 	Unschedulable bool
 	// KubeletVersion is the version its kubelet reports.
 	KubeletVersion string
+	// Worker: the node carries the worker role label (WorkerLabel).
+	Worker bool
+	// Addresses are the addresses its kubelet reports (status.addresses).
+	Addresses []NodeAddress
 }
 
-// controlPlaneLabel is the role label kubeadm puts on control planes.
-const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+// NodeAddress is one of a Node's addresses: Type is Hostname,
+// InternalIP, ExternalIP, InternalDNS or ExternalDNS.
+type NodeAddress struct {
+	Type, Address string
+}
+
+// The role labels: kubeadm puts the control plane's on control planes; a
+// control plane puts the worker's on the others (a kubelet may not set a
+// node-role label on its own Node under NodeRestriction).
+const (
+	controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	WorkerLabel       = "node-role.kubernetes.io/worker"
+)
 
 // nodeJSON is the part of a Node object Node comes from.
 type nodeJSON struct {
@@ -223,13 +238,21 @@ type nodeJSON struct {
 		NodeInfo struct {
 			KubeletVersion string `json:"kubeletVersion"`
 		} `json:"nodeInfo"`
+		Addresses []struct {
+			Type    string `json:"type"`
+			Address string `json:"address"`
+		} `json:"addresses"`
 	} `json:"status"`
 }
 
 func (n nodeJSON) node() Node {
 	_, cp := n.Metadata.Labels[controlPlaneLabel]
-	out := Node{Name: n.Metadata.Name, ControlPlane: cp, Unschedulable: n.Spec.Unschedulable,
+	_, worker := n.Metadata.Labels[WorkerLabel]
+	out := Node{Name: n.Metadata.Name, ControlPlane: cp, Worker: worker, Unschedulable: n.Spec.Unschedulable,
 		KubeletVersion: n.Status.NodeInfo.KubeletVersion}
+	for _, a := range n.Status.Addresses {
+		out.Addresses = append(out.Addresses, NodeAddress{Type: a.Type, Address: a.Address})
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == "Ready" {
 			out.Ready = c.Status == "True"
@@ -272,6 +295,20 @@ func (c *Client) Cordon(ctx context.Context, name string, unschedulable bool) er
 		contentType: "application/merge-patch+json", body: patch}, nil)
 	if err != nil {
 		return fmt.Errorf("set node %s unschedulable=%t: %w", name, unschedulable, err)
+	}
+	return nil
+}
+
+// LabelNode sets labels on a node with a merge patch of its
+// metadata.labels, as kubectl label does; the node's other labels stay. It
+// needs a user allowed to patch nodes: under NodeRestriction a kubelet may
+// not set a node-role label, not even on its own Node.
+func (c *Client) LabelNode(ctx context.Context, name string, labels map[string]string) error {
+	patch := map[string]any{"metadata": map[string]any{"labels": labels}}
+	err := c.send(ctx, request{method: http.MethodPatch, path: "/api/v1/nodes/" + url.PathEscape(name),
+		contentType: "application/merge-patch+json", body: patch}, nil)
+	if err != nil {
+		return fmt.Errorf("label node %s: %w", name, err)
 	}
 	return nil
 }

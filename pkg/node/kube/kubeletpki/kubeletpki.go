@@ -1,6 +1,7 @@
 // Package kubeletpki keeps the kubelet's own certificates usable across
 // power cuts. The kubelet writes its self-signed serving pair (kubelet.crt,
-// kubelet.key) and each rotated client certificate without syncing them:
+// kubelet.key), each rotated client certificate and each serving
+// certificate it was issued (serverTLSBootstrap) without syncing them:
 // a power cut soon after leaves empty or truncated files, and the kubelet
 // then fails at every start ("missing content for serving cert") and never
 // recovers by itself. Repair runs before each kubelet start
@@ -29,12 +30,16 @@ const (
 	servingCert  = "kubelet.crt"
 	servingKey   = "kubelet.key"
 	clientPrefix = "kubelet-client-"
+	serverPrefix = "kubelet-server-"
 )
 
-// Repair removes a torn serving pair (EnsureServing makes a new one) and
+// Repair removes a torn serving pair (EnsureServing makes a new one),
 // points a current client certificate that is torn back to the newest
-// intact, unexpired one the kubelet wrote before. It says what it did on
-// console and returns it, one line per repair.
+// intact, unexpired one the kubelet wrote before, and does the same for a
+// current serving certificate the kubelet was issued (serverTLSBootstrap),
+// or removes it when none is intact: the kubelet then asks for a new one
+// (a torn one stops it at every start). It says what it did on console
+// and returns it, one line per repair.
 func Repair(h *host.Host, console io.Writer) ([]string, error) {
 	dir := h.Path(layout.KubeletPKIDir)
 	var done []string
@@ -57,29 +62,69 @@ func Repair(h *host.Host, console io.Writer) ([]string, error) {
 			say("the kubelet's serving certificate (%s, %s) was unusable (%v), torn by a power cut while the kubelet wrote it: removed; a new one is made", servingCert, servingKey, err)
 		}
 	}
-	current := h.Path(layout.KubeletClientCert)
+	for _, r := range rotatedCerts() {
+		if err := repairRotated(h, dir, r, say); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// rotated is a certificate the kubelet rotates itself: files named by
+// time (prefix<time>.pem, the certificate and its key), the current one
+// behind a link (current, under the host's root).
+type rotated struct {
+	current, prefix, what string
+	// askAgain: the kubelet asks for a new one when there is none
+	// current (a serving certificate); a client certificate it cannot
+	// ask for without a bootstrap credential.
+	askAgain bool
+}
+
+func rotatedCerts() []rotated {
+	return []rotated{
+		{current: layout.KubeletClientCert, prefix: clientPrefix, what: "client certificate"},
+		{current: layout.KubeletPKIDir + "/kubelet-server-current.pem", prefix: serverPrefix, what: "serving certificate", askAgain: true},
+	}
+}
+
+// repairRotated points r's current link back to the newest intact one
+// when the current one is unusable, or removes it when none is and the
+// kubelet can ask again.
+func repairRotated(h *host.Host, dir string, r rotated, say func(string, ...any)) error {
+	current := h.Path(r.current)
 	if _, err := os.Lstat(current); errors.Is(err, os.ErrNotExist) {
-		return done, nil
+		return nil
 	}
 	err := usableClient(current, h.Now())
 	if err == nil {
-		return done, nil
+		return nil
 	}
-	good, ferr := newestClient(dir, filepath.Base(current), h.Now())
-	if ferr != nil {
-		say("the kubelet's client certificate %s is unusable (%v) and no earlier one is intact: the node cannot authenticate; rejoin it (docs/operations/runbook.md)", layout.KubeletClientCert, err)
-		return done, nil
+	good, ferr := newestRotated(dir, r.prefix, filepath.Base(current), h.Now())
+	switch {
+	case ferr != nil && r.askAgain:
+		if err := os.Remove(current); err != nil {
+			return fmt.Errorf("remove the kubelet's unusable %s: %w", r.what, err)
+		}
+		if err := atomicfile.SyncDir(dir); err != nil {
+			return err
+		}
+		say("the kubelet's %s %s was unusable (%v) and no earlier one is intact: removed; the kubelet asks for a new one", r.what, r.current, err)
+		return nil
+	case ferr != nil:
+		say("the kubelet's %s %s is unusable (%v) and no earlier one is intact: the node cannot authenticate; rejoin it (docs/operations/runbook.md)", r.what, r.current, err)
+		return nil
 	}
 	tmp := current + ".repair"
 	_ = os.Remove(tmp) // a leftover of an interrupted repair; Symlink fails if it stays
 	if err := os.Symlink(good, tmp); err != nil {
-		return done, fmt.Errorf("repair the kubelet's client certificate: %w", err)
+		return fmt.Errorf("repair the kubelet's %s: %w", r.what, err)
 	}
 	if err := atomicfile.Replace(tmp, current); err != nil {
-		return done, fmt.Errorf("repair the kubelet's client certificate: %w", err)
+		return fmt.Errorf("repair the kubelet's %s: %w", r.what, err)
 	}
-	say("the kubelet's client certificate %s was unusable (%v), torn by a power cut while the kubelet rotated it: it points to %s again", layout.KubeletClientCert, err, good)
-	return done, nil
+	say("the kubelet's %s %s was unusable (%v), torn by a power cut while the kubelet rotated it: it points to %s again", r.what, r.current, err, good)
+	return nil
 }
 
 func exists(p string) bool {
@@ -104,8 +149,9 @@ func usablePair(crt, key string) error {
 	return err
 }
 
-// usableClient reports why a client certificate file (certificate and key
-// in one PEM file) cannot be used at now.
+// usableClient reports why a rotated certificate file (certificate and
+// key in one PEM file, the kubelet's client or serving one) cannot be used
+// at now.
 func usableClient(p string, now time.Time) error {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -128,10 +174,10 @@ func usableClient(p string, now time.Time) error {
 	return nil
 }
 
-// newestClient returns the name of the newest usable client certificate
-// in dir other than current (the kubelet names them by time, so the name
-// orders them).
-func newestClient(dir, current string, now time.Time) (string, error) {
+// newestRotated returns the name of the newest usable certificate named
+// prefix<time>.pem in dir other than current (the kubelet names them by
+// time, so the name orders them).
+func newestRotated(dir, prefix, current string, now time.Time) (string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return "", err
@@ -139,7 +185,7 @@ func newestClient(dir, current string, now time.Time) (string, error) {
 	var names []string
 	for _, e := range entries {
 		n := e.Name()
-		if strings.HasPrefix(n, clientPrefix) && strings.HasSuffix(n, ".pem") && n != current && e.Type().IsRegular() {
+		if strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".pem") && n != current && e.Type().IsRegular() {
 			names = append(names, n)
 		}
 	}
@@ -149,5 +195,5 @@ func newestClient(dir, current string, now time.Time) (string, error) {
 			return names[i], nil
 		}
 	}
-	return "", errors.New("no usable client certificate")
+	return "", errors.New("no usable certificate")
 }

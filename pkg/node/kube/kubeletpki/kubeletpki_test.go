@@ -135,3 +135,44 @@ func TestClientCertificate(t *testing.T) {
 		assert.Equal(t, "kubelet-client-2026-11-26-12-00-00.pem", target, "left as it was")
 	})
 }
+
+// A serving certificate the cluster issued (serverTLSBootstrap), torn by a
+// power cut while the kubelet rotated it, is pointed back to the last
+// intact one like a client certificate; with none intact it is removed,
+// and the kubelet asks for a new one instead of failing at every start.
+func TestServingCertificateIssued(t *testing.T) {
+	current := "kubelet-server-current.pem"
+	t.Run("a torn rotation points back to the last intact one", func(t *testing.T) {
+		n := newNode(t)
+		c, k := n.pair(x509.ExtKeyUsageServerAuth)
+		n.write("kubelet-server-2026-11-26-10-00-00.pem", c+k)
+		n.write("kubelet-server-2026-11-26-12-00-00.pem", "")
+		require.NoError(t, os.Symlink(filepath.Join(n.dir, "kubelet-server-2026-11-26-12-00-00.pem"), filepath.Join(n.dir, current)))
+		done, console := n.repair()
+		require.Len(t, done, 1, console)
+		target, err := os.Readlink(filepath.Join(n.dir, current))
+		require.NoError(t, err)
+		assert.Equal(t, "kubelet-server-2026-11-26-10-00-00.pem", target)
+		assert.Contains(t, console, "serving certificate /var/lib/kubelet/pki/kubelet-server-current.pem was unusable")
+	})
+	t.Run("none intact: removed, asked for again", func(t *testing.T) {
+		n := newNode(t)
+		n.write("kubelet-server-2026-11-26-12-00-00.pem", "-----BEGIN CERT")
+		require.NoError(t, os.Symlink("kubelet-server-2026-11-26-12-00-00.pem", filepath.Join(n.dir, current)))
+		done, console := n.repair()
+		require.Len(t, done, 1)
+		assert.Contains(t, console, "removed; the kubelet asks for a new one")
+		_, err := os.Lstat(filepath.Join(n.dir, current))
+		assert.ErrorIs(t, err, os.ErrNotExist)
+		again, _ := n.repair()
+		assert.Empty(t, again)
+	})
+	t.Run("intact", func(t *testing.T) {
+		n := newNode(t)
+		c, k := n.pair(x509.ExtKeyUsageServerAuth)
+		n.write("kubelet-server-2026-11-26-10-00-00.pem", c+k)
+		require.NoError(t, os.Symlink("kubelet-server-2026-11-26-10-00-00.pem", filepath.Join(n.dir, current)))
+		done, _ := n.repair()
+		assert.Empty(t, done)
+	})
+}

@@ -24,10 +24,12 @@ const servingValidity = 365 * 24 * time.Hour
 // keys (client-go's GenerateSelfSignedCertKey): under TCG each costs
 // about 0.3 s of a whole core, ten times that on a worker starved beside
 // the init node, on the path to its Node's registration. An ECDSA P-256
-// key costs milliseconds. Nothing verifies the pair (the API server does
-// not check kubelets' serving certificates in a kubeadm cluster); it is
-// the same kind of certificate the kubelet makes: self-signed, for the
-// node's name.
+// key costs milliseconds. It is the same kind of certificate the kubelet
+// makes: self-signed, for the node's name. A kubelet with
+// serverTLSBootstrap (every node of a cluster formed by this release)
+// does not use it: it serves the certificate the cluster CA issued it,
+// which the API server checks (--kubelet-certificate-authority); a node of
+// a cluster formed before serves this one, which nothing checks.
 func EnsureServing(h *host.Host, name string) (bool, error) {
 	dir := h.Path(layout.KubeletPKIDir)
 	crt, key := filepath.Join(dir, servingCert), filepath.Join(dir, servingKey)
