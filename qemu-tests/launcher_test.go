@@ -29,7 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
-	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -192,14 +192,14 @@ func configAttached(path string) qemu.Disk {
 var statusRE = regexp.MustCompile(`terrarium-status: (\{.*\})`)
 
 // expectStatus waits for the next status line whose state is one of states.
-func expectStatus(ctx context.Context, t *testing.T, vm *qemu.VM, states ...string) firstboot.Status {
+func expectStatus(ctx context.Context, t *testing.T, vm *qemu.VM, states ...string) status.Status {
 	t.Helper()
 	for {
 		m, err := vm.Expect(ctx, statusRE)
 		if err != nil {
 			t.Fatalf("waiting for status %v: %v", states, err)
 		}
-		var s firstboot.Status
+		var s status.Status
 		if err := json.Unmarshal([]byte(m[1]), &s); err != nil {
 			t.Fatalf("status line is not JSON: %v: %s", err, m[1])
 		}

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/terrarium-os/terrarium/pkg/node/firstboot"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 func statusCmd() *cobra.Command {
@@ -15,7 +15,7 @@ func statusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show this node's status (the console banner)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(firstboot.StatusFile)
+			data, err := os.ReadFile(status.File)
 			if err != nil {
 				return fmt.Errorf("no status yet (is terrarium-firstboot.service running?): %w", err)
 			}
@@ -23,11 +23,11 @@ func statusCmd() *cobra.Command {
 				_, err = os.Stdout.Write(data)
 				return err
 			}
-			var s firstboot.Status
+			var s status.Status
 			if err := json.Unmarshal(data, &s); err != nil {
-				return fmt.Errorf("parse %s: %w", firstboot.StatusFile, err)
+				return fmt.Errorf("parse %s: %w", status.File, err)
 			}
-			fmt.Print(firstboot.Banner(s))
+			fmt.Print(status.Banner(s))
 			return nil
 		},
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // snapshotRetry is the least time between two failed scheduled snapshots
-// (etcd down, quorum lost): the watch loop does not hammer it.
+// (etcd down, quorum lost): the snapshot controller does not hammer it.
 const snapshotRetry = 5 * time.Minute
 
 // BackupResult is what a backup wrote.
@@ -94,38 +95,37 @@ func (r *runner) writeBackup(ctx context.Context, cfg *machineconfig.Config, dir
 
 // snapshotIfDue takes the control plane's scheduled etcd snapshot when
 // one is due (pkg/node/kube/etcdbackup), at most every snapshotRetry after a
-// failure.
-func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config) {
+// failure; c keeps the time of the last failure.
+func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config, c *snapshots) {
 	if !r.isEtcdMember(cfg) {
 		return
 	}
 	now := r.o.Host.Now()
-	if !r.snapshotFailed.IsZero() && now.Sub(r.snapshotFailed) < snapshotRetry && now.After(r.snapshotFailed) {
+	if !c.failed.IsZero() && now.Sub(c.failed) < snapshotRetry && now.After(c.failed) {
 		return
 	}
 	interval, keep := cfg.Cluster.BackupSchedule()
 	due, err := etcdbackup.Due(r.o.Host, interval)
 	if err != nil || !due {
-		if r.status.Backup == "" { // once a boot: the schedule fills it after
+		if !c.shown { // once a boot: the schedule fills it after
 			if newest, ok, _ := etcdbackup.Newest(r.o.Host); ok {
-				r.status.Backup = backupStatus(newest, interval, keep)
+				r.set(func(s *status.Status) { s.Backup = backupStatus(newest, interval, keep) })
+				c.shown = true
 			}
 		}
 		return
 	}
-	s, err := etcdbackup.Take(ctx, r.o.Host, keep, etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
+	snap, err := etcdbackup.Take(ctx, r.o.Host, keep, etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
 	if err != nil {
-		r.snapshotFailed = now
+		c.failed = now
 		r.note("etcd snapshot", "failed", err.Error())
 		r.say("backup: the scheduled etcd snapshot failed (next try in %s): %v", snapshotRetry, err)
-		r.status.Backup = "the last snapshot failed: " + err.Error()
-		r.publish()
+		r.pub.Publish(func(s *status.Status) { s.Backup = "the last snapshot failed: " + err.Error() })
 		return
 	}
-	r.snapshotFailed = time.Time{}
-	r.note("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", s.Path, s.Size>>10, keep))
-	r.status.Backup = backupStatus(s, interval, keep)
-	r.publish()
+	c.failed, c.shown = time.Time{}, true
+	r.note("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", snap.Path, snap.Size>>10, keep))
+	r.pub.Publish(func(s *status.Status) { s.Backup = backupStatus(snap, interval, keep) })
 }
 
 // backupStatus is the status's backup line.
@@ -135,8 +135,8 @@ func backupStatus(s etcdbackup.Snapshot, interval time.Duration, keep int) strin
 
 // serveBackupStick writes a backup to a TERRA-BACKUP stick inserted into
 // a running control plane, once per insertion.
-func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config) {
-	m, ok := r.newStick(&r.backupServed, layout.LabelBackup, layout.LabelBackupFAT)
+func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config, served *string) {
+	m, ok := r.newStick(served, layout.LabelBackup, layout.LabelBackupFAT)
 	if !ok {
 		return
 	}

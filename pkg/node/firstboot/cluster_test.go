@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // clusterConfig is a real node's config from clusterconfig, in a cluster
@@ -303,7 +304,7 @@ func TestWorkerJoins(t *testing.T) {
 	assert.Less(t, strings.Index(console, "kubernetes-host"), strings.Index(console, "time: synced"))
 	assert.Less(t, strings.Index(console, "time: synced"), strings.Index(console, "wait for the API"))
 	assert.Contains(t, e.read(timesync.ConfFile), "server 10.77.0.10 iburst")
-	assert.Contains(t, Banner(e.status()), "time       10.77.0.10 (stratum 9)")
+	assert.Contains(t, status.Banner(e.status()), "time       10.77.0.10 (stratum 9)")
 	// kubeadm's kubelet-start, in process: no kubeadm at all on a worker,
 	// not even to ask its version.
 	assert.Empty(t, kubeadm(), "a worker runs no kubeadm")
@@ -441,7 +442,7 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 			if e.exists("/etc/hostname") || e.exists(kubeadmflow.KubeadmConfigFile) || len(kubeadm()) != 0 {
 				t.Errorf("applied something with an expired token; kubeadm ran %v", kubeadm())
 			}
-			if s := e.status(); s.State != StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
+			if s := e.status(); s.State != status.StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
 				t.Errorf("status with an expired token = %+v", s)
 			}
 			e.mu.Lock()
@@ -484,7 +485,7 @@ func TestExpiredTokenAfterUseIsFine(t *testing.T) {
 			if err := e.run(cfg); err != nil {
 				t.Fatalf("boot after the token expired: %v\n%s", err, e.console.String())
 			}
-			if s := e.status(); s.State != StateVerified {
+			if s := e.status(); s.State != status.StateVerified {
 				t.Errorf("status after the token expired = %+v, want verified", s)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
@@ -31,7 +32,7 @@ func TestRunWithConfigDisk(t *testing.T) {
 	if err := e.runWithProviders(labeldisk.Provider{Dir: dir}); err != nil {
 		t.Fatalf("Run: %v\n%s", err, e.console.String())
 	}
-	if s := e.status(); s.State != StateProvisioned || s.Hostname != "node-1" {
+	if s := e.status(); s.State != status.StateProvisioned || s.Hostname != "node-1" {
 		t.Errorf("status = %+v", s)
 	}
 	if !strings.Contains(e.console.String(), "config from "+filepath.Join(dir, layout.LabelConfigFAT)+" is valid") {

@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 
@@ -385,9 +385,7 @@ func (r *runner) refuse(from, why string) {
 	for _, line := range strings.Split(why, "\n") {
 		r.say("  %s", line)
 	}
-	r.mu.Lock()
-	r.status.Message = "config change from " + from + " refused: " + why
-	r.mu.Unlock()
+	r.set(func(s *status.Status) { s.Message = "config change from " + from + " refused: " + why })
 }
 
 // immutableChanges refuses changes to what defines a formed node: its
@@ -433,52 +431,42 @@ func immutableChanges(old, next *machineconfig.Config) error {
 	return fmt.Errorf("it changes what defines this formed node, which never changes in place (run `firstboot reset` to re-enroll instead):\n%s", strings.Join(bad, "\n"))
 }
 
-// watchChanges keeps looking for change requests while the node runs (a
-// stick inserted into a running node), every WatchInterval, until ctx
-// ends. cfg is the config the node runs.
-func (r *runner) watchChanges(ctx context.Context, cfg *machineconfig.Config) error {
-	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick a control plane's backup", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
-	var nextRolloutLook time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(r.o.WatchInterval):
-		}
-		r.serveSupportStick(ctx)
-		r.serveBackupStick(ctx, cfg)
-		r.snapshotIfDue(ctx, cfg)
-		r.serveUpgradeStick(ctx, cfg)
-		r.serveUpgradeRequest(ctx, cfg)
-		r.followRollout(ctx, cfg, &nextRolloutLook)
-		found, err := r.probe(ctx, r.o.ChangeSources)
-		fp := fingerprint(found, err)
-		if fp == r.changeSeen {
-			continue
-		}
-		r.changeSeen = fp
-		if found == nil && err == nil {
-			r.o.Log.Info("the config medium was removed")
-			continue
-		}
-		ch := r.decide(cfg, found, err)
-		if ch == nil {
-			r.publish()
-			continue
-		}
-		cfg = r.applyChange(ctx, cfg, ch)
-		herr := r.health(ctx, cfg)
-		healthy := herr == nil
-		r.status.Healthy = &healthy
-		if herr != nil {
-			r.note("health", "failed", herr.Error())
-			r.status.Message = herr.Error()
-			r.say("%v", herr)
-		} else {
-			r.note("health", "passed", "")
-		}
-		r.publish()
+// serveConfigChange judges what the change sources offer now, once per
+// offer (seen is the last offer's fingerprint), and applies a signed
+// change that passes, then checks the node's health.
+func (r *runner) serveConfigChange(ctx context.Context, seen *string) {
+	found, err := r.probe(ctx, r.o.ChangeSources)
+	fp := fingerprint(found, err)
+	if fp == *seen {
+		return
 	}
+	*seen = fp
+	if found == nil && err == nil {
+		r.o.Log.Info("the config medium was removed")
+		return
+	}
+	// Judged and applied against the config the node runs, with no
+	// upgrade or rollout turn under way.
+	r.holdChanges("the config change")
+	defer r.changing.Unlock()
+	cfg := r.cfg.get()
+	ch := r.decide(cfg, found, err)
+	if ch == nil {
+		r.publish()
+		return
+	}
+	cfg = r.applyChange(ctx, cfg, ch)
+	r.cfg.set(cfg)
+	herr := r.health(ctx, cfg)
+	r.set(func(s *status.Status) { s.SetHealthy(herr == nil) })
+	if herr != nil {
+		r.note("health", "failed", herr.Error())
+		r.set(func(s *status.Status) { s.Message = herr.Error() })
+		r.say("%v", herr)
+	} else {
+		r.note("health", "passed", "")
+	}
+	r.publish()
 }
 
 // RunPhase runs one phase alone against the node's stored config, for

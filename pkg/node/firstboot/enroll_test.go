@@ -20,6 +20,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // signer is a key a test node trusts (or not).
@@ -88,7 +89,7 @@ func TestEnrollsThenBootsWithoutStick(t *testing.T) {
 	rec := e.lastBoot()
 	assert.Equal(t, "verify", rec.Mode)
 	s := e.status()
-	assert.Equal(t, StateVerified, s.State)
+	assert.Equal(t, status.StateVerified, s.State)
 	assert.Equal(t, "node-1", s.Hostname)
 	assert.Contains(t, s.Enrolled, "from "+configFrom+" at 2025-06-01T")
 	assert.Contains(t, e.console.String(), "│ enrolled   from "+configFrom)
@@ -170,7 +171,7 @@ func TestSignedChangeApplied(t *testing.T) {
 	require.NotNil(t, j.Enrollment.Change)
 	assert.Equal(t, sig.pub.ID(), j.Enrollment.Change.SignedBy)
 	assert.Equal(t, "change", e.lastBoot().Mode)
-	assert.Equal(t, StateChanged, e.status().State)
+	assert.Equal(t, status.StateChanged, e.status().State)
 
 	// The same stick again, next boot: nothing to do.
 	e.resetCommands()
@@ -183,7 +184,7 @@ func TestSignedChangeApplied(t *testing.T) {
 	// And without it: the changed config is the stored one.
 	e.setBootID("44444444-4444-4444-4444-444444444444")
 	require.NoError(t, e.runWithProviders(noStick()))
-	assert.Equal(t, StateVerified, e.status().State)
+	assert.Equal(t, status.StateVerified, e.status().State)
 	assert.Equal(t, "node-2", e.status().Hostname)
 }
 
@@ -207,7 +208,7 @@ func TestFailedChangeIsUndone(t *testing.T) {
 	assert.Contains(t, e.console.String(), "FAILED")
 	assert.Contains(t, e.console.String(), "the enrolled config is in place again")
 	assert.Contains(t, e.status().Message, "failed and was undone")
-	assert.Equal(t, StateVerified, e.status().State)
+	assert.Equal(t, status.StateVerified, e.status().State)
 	stored, err := machineconfig.Parse("stored", []byte(e.read(layout.StateMount+"/"+layout.StateNodeConfig)))
 	require.NoError(t, err)
 	assert.Equal(t, "node-1", stored.Hostname, "the change was not stored")
@@ -221,10 +222,10 @@ func TestAdminNameTakenIsInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.write(tc.file, tc.content)
-			err := e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(StateConfigInvalid))
+			err := e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(status.StateConfigInvalid))
 			require.ErrorIs(t, err, context.Canceled, "waits for a config it can apply")
 			s := e.status()
-			assert.Equal(t, StateConfigInvalid, s.State)
+			assert.Equal(t, status.StateConfigInvalid, s.State)
 			assert.Contains(t, s.Message, `admin.name: "ops" is already an account or group of this image (`+tc.file+`)`)
 			assert.Contains(t, s.Message, "choose another name")
 			assert.False(t, e.exists("/etc/hostname"), "nothing applied")
@@ -241,9 +242,9 @@ func TestKernelLinkNameIsInvalidOnPredictableSlot(t *testing.T) {
 	cfg := strings.Replace(fullConfig, "- name: enp0s2", "- name: eth0", 1)
 	require.NotEqual(t, fullConfig, cfg)
 	e := newEnv(t)
-	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(cfg, nil)), inState(StateConfigInvalid)), context.Canceled, "waits for a config it can apply")
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(cfg, nil)), inState(status.StateConfigInvalid)), context.Canceled, "waits for a config it can apply")
 	s := e.status()
-	assert.Equal(t, StateConfigInvalid, s.State)
+	assert.Equal(t, status.StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, `$.network.interfaces[0].name: "eth0" is a kernel link name`)
 	assert.Contains(t, s.Message, "macAddress")
 	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
@@ -259,7 +260,7 @@ func TestPasswdUnreadableIsInvalid(t *testing.T) {
 	e := newEnv(t)
 	require.NoError(t, os.Remove(e.path("/etc/passwd")))
 	e.mkdir("/etc/passwd")
-	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(StateConfigInvalid)), context.Canceled)
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(fullConfig, nil)), inState(status.StateConfigInvalid)), context.Canceled)
 	assert.Contains(t, e.status().Message, "admin.name: cannot check")
 	assert.Empty(t, e.commands())
 }
@@ -357,19 +358,19 @@ func TestWatchAppliesChangesWhileRunning(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
 
-	waitFor := func(what string, cond func(s *Status) bool) {
+	waitFor := func(what string, cond func(s *status.Status) bool) {
 		t.Helper()
 		require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && cond(s) }, 5*time.Second, time.Millisecond, what)
 	}
-	waitFor("verified", func(s *Status) bool { return s.State == StateVerified })
+	waitFor("verified", func(s *status.Status) bool { return s.State == status.StateVerified })
 
 	port.plug(stick(sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: x", 1)), nil))
-	waitFor("unsigned refused", func(s *Status) bool { return strings.Contains(s.Message, "refused") })
+	waitFor("unsigned refused", func(s *status.Status) bool { return strings.Contains(s.Message, "refused") })
 	assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
 
 	changed := withGen(1, sig.trusting(strings.Replace(fullConfig, "hostname: node-1", "hostname: node-2", 1)))
 	port.plug(sig.stick(changed))
-	waitFor("changed", func(s *Status) bool { return s.State == StateChanged })
+	waitFor("changed", func(s *status.Status) bool { return s.State == status.StateChanged })
 	assert.Equal(t, "node-2\n", e.read("/etc/hostname"))
 	s := e.statusIfAny()
 	require.NotNil(t, s.Healthy)
@@ -409,9 +410,9 @@ func TestRunPhaseAlone(t *testing.T) {
 // (it used to fail in the kubernetes phase, after hostname and network).
 func TestClusterConfigOnImageWithoutKubernetes(t *testing.T) {
 	e := newEnv(t) // no bundle index in the slot
-	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(clusterConfig(t, "w-1"), nil)), inState(StateConfigInvalid)), context.Canceled)
+	require.ErrorIs(t, e.runUntil(e.optionsWith(stick(clusterConfig(t, "w-1"), nil)), inState(status.StateConfigInvalid)), context.Canceled)
 	s := e.status()
-	assert.Equal(t, StateConfigInvalid, s.State)
+	assert.Equal(t, status.StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, "cluster: ")
 	assert.Contains(t, s.Message, "Kubernetes bundle")
 	assert.False(t, e.exists("/etc/hostname"), "nothing applied")

@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
@@ -399,10 +400,10 @@ func (e *env) lastBoot() nodestate.BootRecord {
 	return j.Boots[len(j.Boots)-1]
 }
 
-func (e *env) status() Status {
+func (e *env) status() status.Status {
 	e.t.Helper()
-	var s Status
-	if err := json.Unmarshal([]byte(e.read(StatusFile)), &s); err != nil {
+	var s status.Status
+	if err := json.Unmarshal([]byte(e.read(status.File)), &s); err != nil {
 		e.t.Fatalf("status.json: %v", err)
 	}
 	return s
@@ -410,12 +411,12 @@ func (e *env) status() Status {
 
 // statusIfAny is status.json while firstboot runs: nil when it is not
 // there (yet) or not whole.
-func (e *env) statusIfAny() *Status {
-	b, err := os.ReadFile(e.path(StatusFile))
+func (e *env) statusIfAny() *status.Status {
+	b, err := os.ReadFile(e.path(status.File))
 	if err != nil {
 		return nil
 	}
-	var s Status
+	var s status.Status
 	if json.Unmarshal(b, &s) != nil {
 		return nil
 	}
@@ -424,15 +425,15 @@ func (e *env) statusIfAny() *Status {
 
 // consoleStatuses parses every "terrarium-status: {json}" line on the
 // console, in order.
-func (e *env) consoleStatuses() []Status {
+func (e *env) consoleStatuses() []status.Status {
 	e.t.Helper()
-	var out []Status
+	var out []status.Status
 	for _, line := range strings.Split(e.console.String(), "\n") {
 		js, ok := strings.CutPrefix(line, "terrarium-status: ")
 		if !ok {
 			continue
 		}
-		var s Status
+		var s status.Status
 		if err := json.Unmarshal([]byte(js), &s); err != nil {
 			e.t.Fatalf("console status line %q: %v", line, err)
 		}
@@ -801,7 +802,7 @@ func (f *fakeMedia) Use(ctx context.Context, m media.Medium, writable bool, fn f
 // then cancels it and returns Run's error (context.Canceled when it was
 // still waiting). It waits for the state, not for a deadline a loaded
 // machine can miss.
-func (e *env) runUntil(o Options, done func(s *Status) bool) error {
+func (e *env) runUntil(o Options, done func(s *status.Status) bool) error {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -828,6 +829,25 @@ func (e *env) runUntil(o Options, done func(s *Status) bool) error {
 }
 
 // inState is a runUntil condition: the status says state.
-func inState(state string) func(*Status) bool {
-	return func(s *Status) bool { return s.State == state }
+func inState(state string) func(*status.Status) bool {
+	return func(s *status.Status) bool { return s.State == state }
+}
+
+// consoleBanners returns every banner printed on a console.
+func consoleBanners(console string) []string {
+	var out []string
+	var cur []string
+	for _, l := range strings.Split(console, "\n") {
+		switch {
+		case strings.HasPrefix(l, "╭"):
+			cur = []string{l}
+		case cur != nil:
+			cur = append(cur, l)
+			if strings.HasPrefix(l, "╰") {
+				out = append(out, strings.Join(cur, "\n")+"\n")
+				cur = nil
+			}
+		}
+	}
+	return out
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
@@ -83,6 +84,9 @@ type Options struct {
 	// Space tells the free space of a file system, checked before an
 	// upgrade file, a snapshot or a backup is written (nil: statfs).
 	Space diskspace.FS
+	// Addresses lists the node's addresses for its status (nil: the
+	// machine's own).
+	Addresses func() []string
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.
@@ -94,11 +98,13 @@ func Run(ctx context.Context, o Options) error {
 	return r.run(ctx)
 }
 
+// After the boot sequence, the runner's controllers (controllers.go) run
+// at once, each in its own goroutine: what they share is safe for that —
+// the status has its publisher, the node state its store, the running
+// config and the time a reboot was asked are behind their own locks, and
+// changing holds off a second change of the node while one is under way.
 type runner struct {
-	o Options
-	// mu guards the status: long phases report progress from several
-	// goroutines (the image pulls).
-	mu     sync.Mutex
+	o      Options
 	rel    *release.Release
 	slot   layout.Slot
 	bootID string
@@ -106,26 +112,25 @@ type runner struct {
 	state *nodestate.Store
 	boot  int
 	// changeSeen is the fingerprint of what the change sources offered
-	// when last looked at (judged once).
+	// when the boot looked at them (judged once); the change controller
+	// goes on from it.
 	changeSeen string
-	status     Status
+	// pub owns the node's published status.
+	pub *status.Publisher
 	// cmdline is this boot's kernel command line (the slot's).
 	cmdline string
-	// supportServed is the TERRA-SUPPORT stick last written to, and
-	// upgradeServed the TERRA-UPGRADE stick last looked at, while they
-	// stay inserted.
-	supportServed, upgradeServed string
-	// backupServed is the TERRA-BACKUP stick last written to, while it
-	// stays inserted; snapshotFailed when the last scheduled etcd
-	// snapshot failed (zero after a success).
-	backupServed   string
-	snapshotFailed time.Time
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
-	// rebootAsked is when this boot last asked for a reboot into an
-	// upgrade (zero: never), which takes a while to come.
-	rebootAsked time.Time
-	// rollout is what the watch loop keeps between its looks at the
+	// changing is held by whatever changes the node while it runs — a
+	// config change, an upgrade's install and its reboot, the rollout's
+	// turn — so that one never runs beside another.
+	changing sync.Mutex
+	// cfg is the config the node runs, replaced by an applied change.
+	cfg configHolder
+	// reboot is when this boot last asked for a reboot into an upgrade,
+	// which takes a while to come.
+	reboot rebootClock
+	// rollout is what the rollout keeps between its looks at the
 	// cluster's upgrades (rollout.go).
 	rollout rolloutState
 }
@@ -156,11 +161,27 @@ func newRunner(o Options) (*runner, error) {
 		return nil, err
 	}
 	state.Read(func(j *nodestate.Journal) { r.boot = j.Current(r.bootID, string(slot)).Boot })
-	r.status = Status{Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot}
 	created, _ := os.ReadFile(h.Path(layout.StateMount + "/" + layout.StateMarkerFile))
-	r.status.StateCreated = strings.TrimSpace(string(created))
+	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, o.Addresses, status.Status{
+		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
+		StateCreated: strings.TrimSpace(string(created)),
+	})
 	return r, nil
 }
+
+// addresses are the node's addresses.
+func (r *runner) addresses() []string {
+	if r.o.Addresses != nil {
+		return r.o.Addresses()
+	}
+	return status.Addresses()
+}
+
+// set changes the status; the next publication shows it.
+func (r *runner) set(fn func(s *status.Status)) { r.pub.Update(fn) }
+
+// publish publishes the status.
+func (r *runner) publish() { r.pub.Publish(nil) }
 
 func journalPath() string { return layout.StateMount + "/" + layout.StateJournal }
 
@@ -248,7 +269,7 @@ func (r *runner) run(ctx context.Context) error {
 	if err != nil {
 		r.o.Log.Error("unhealthy; still watching for a signed change that repairs the node", "err", err)
 	}
-	return r.watchChanges(ctx, cfg)
+	return r.watch(ctx, cfg)
 }
 
 // provisionOrVerify applies the desired config on its first boot and
@@ -266,13 +287,13 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 		if rerr := r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) { rec.Result = "failed" }); rerr != nil {
 			r.o.Log.Warn("journal: boot result not recorded", "mode", mode, "result", "failed", "err", rerr)
 		}
-		r.status.State, r.status.Message = StateFailed, err.Error()
+		r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, err.Error() })
 		r.publish()
 		return err
 	}
-	state := StateVerified
+	state := status.StateVerified
 	if mode == "provision" {
-		state = StateProvisioned
+		state = status.StateProvisioned
 	}
 	return r.applied(cfg, mode, state)
 }
@@ -281,8 +302,8 @@ func (r *runner) provisionOrVerify(ctx context.Context, cfg *machineconfig.Confi
 func (r *runner) applied(cfg *machineconfig.Config, mode, state string) error {
 	digest := cfg.Digest()
 	at := r.o.Host.Now().UTC()
-	r.status.State = state
-	r.status.Hostname, r.status.Mode, r.status.ConfigDigest = cfg.Hostname, mode, digest
+	r.set(func(s *status.Status) { s.State = state })
+	r.set(func(s *status.Status) { s.Hostname, s.Mode, s.ConfigDigest = cfg.Hostname, mode, digest })
 	return r.record(func(j *nodestate.Journal, rec *nodestate.BootRecord) {
 		if mode != "verify" {
 			j.Provisioned = &nodestate.Provisioned{ConfigDigest: digest, At: at, Boot: rec.Boot}
@@ -304,11 +325,11 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 		err = r.commitChange(ch)
 	}
 	if err == nil {
-		if err := r.applied(ch.cfg, "change", StateChanged); err != nil {
+		if err := r.applied(ch.cfg, "change", status.StateChanged); err != nil {
 			r.say("record the change: %v", err)
 		}
 		if e, _ := r.journal(); e != nil {
-			r.status.Enrolled = e.Summary()
+			r.set(func(s *status.Status) { s.Enrolled = e.Summary() })
 		}
 		return ch.cfg
 	}
@@ -316,13 +337,15 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 	r.note("config change", "failed", err.Error())
 	if rerr := r.apply(ctx, stored, "provision"); rerr != nil {
 		r.say("restoring the enrolled config failed too: %v", rerr)
-		r.status.State, r.status.Message = StateFailed, rerr.Error()
+		r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, rerr.Error() })
 	} else {
 		r.say("the enrolled config is in place again: nothing of the change remains")
-		if aerr := r.applied(stored, "verify", StateVerified); aerr != nil {
-			r.o.Log.Warn("journal: restored config not recorded", "digest", stored.Digest(), "result", StateVerified, "err", aerr)
+		if aerr := r.applied(stored, "verify", status.StateVerified); aerr != nil {
+			r.o.Log.Warn("journal: restored config not recorded", "digest", stored.Digest(), "result", status.StateVerified, "err", aerr)
 		}
-		r.status.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
+		r.set(func(s *status.Status) {
+			s.Message = fmt.Sprintf("config change from %s failed and was undone: %v", ch.from, err)
+		})
 	}
 	return stored
 }
@@ -340,12 +363,12 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 			e, _ = r.journal()
 		}
 		if err != nil {
-			r.status.State, r.status.Message = StateFailed, err.Error()
+			r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, err.Error() })
 			r.say("%v", err)
 			r.publish()
 			return nil, nil, err
 		}
-		r.status.Enrolled = e.Summary()
+		r.set(func(s *status.Status) { s.Enrolled = e.Summary() })
 		r.say("enrolled %s; running from the stored config (%s)", e.Summary(), e.Digest)
 		return stored, r.changeRequest(ctx, stored), nil
 	}
@@ -369,9 +392,9 @@ func (r *runner) acquire(ctx context.Context) (*machineconfig.Config, *change, e
 					return nil, nil, err
 				}
 				// The note about a missing or invalid config is settled.
-				r.status.Message = ""
+				r.set(func(s *status.Status) { s.Message = "" })
 				if e, _ := r.journal(); e != nil {
-					r.status.Enrolled = e.Summary()
+					r.set(func(s *status.Status) { s.Enrolled = e.Summary() })
 				}
 				return cfg, nil, nil
 			}
@@ -422,18 +445,18 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 
 func (r *runner) reportConfigProblem(problem string) {
 	if problem == "waiting" {
-		r.status.State = StateWaiting
-		r.status.Message = "insert a config disk labelled TERRA-CONFIG holding machine.yaml"
+		r.set(func(s *status.Status) { s.State = status.StateWaiting })
+		r.set(func(s *status.Status) { s.Message = "insert a config disk labelled TERRA-CONFIG holding machine.yaml" })
 		r.say("no config disk found: insert a disk or USB stick labelled %s holding %s (make one with 'imagebuild config disk'); waiting", layout.LabelConfig, "machine.yaml")
 	} else {
-		r.status.State = StateConfigInvalid
-		r.status.Message = problem
+		r.set(func(s *status.Status) { s.State = status.StateConfigInvalid })
+		r.set(func(s *status.Status) { s.Message = problem })
 		r.say("the config is invalid; nothing was applied. Fix these and re-insert the disk:")
 		for _, line := range strings.Split(problem, "\n") {
 			r.say("  %s", line)
 		}
 	}
-	r.note("config", "waiting", r.status.Message)
+	r.note("config", "waiting", r.pub.Get().Message)
 	r.publish()
 }
 
@@ -479,7 +502,7 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 		return
 	}
 	deadline := r.o.Host.Now().Add(r.o.AddressWait)
-	for len(addresses()) == 0 && r.o.Host.Now().Before(deadline) {
+	for len(r.addresses()) == 0 && r.o.Host.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return
@@ -518,12 +541,12 @@ func (r *runner) report(step, result, detail string) {
 
 // updateCluster changes what the status says about the cluster.
 func (r *runner) updateCluster(update func(*kubeadmflow.ClusterStatus)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.status.Cluster == nil {
-		r.status.Cluster = &kubeadmflow.ClusterStatus{}
-	}
-	update(r.status.Cluster)
+	r.set(func(s *status.Status) {
+		if s.Cluster == nil {
+			s.Cluster = &kubeadmflow.ClusterStatus{}
+		}
+		update(s.Cluster)
+	})
 }
 
 // phases are the phases of a config, in order: the node's own, its time,

@@ -11,6 +11,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // errUnhealthy marks a failed health check.
@@ -38,21 +39,21 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) error {
 	err := r.health(ctx, cfg)
 	healthy := err == nil
-	r.status.Healthy = &healthy
+	r.set(func(s *status.Status) { s.SetHealthy(healthy) })
 	if !healthy {
 		r.note("health", "failed", err.Error())
-		r.status.Message = err.Error()
-		r.status.Blessed = "not blessed"
+		r.set(func(s *status.Status) { s.Message = err.Error() })
+		r.set(func(s *status.Status) { s.Blessed = "not blessed" })
 		r.say("%v", err)
 		return r.notBlessed(ctx, err)
 	}
 	r.note("health", "passed", "")
-	r.status.Time = r.timeSource(ctx, cfg)
+	r.set(func(s *status.Status) { s.Time = r.timeSource(ctx, cfg) })
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
 		r.note("images durable", "failed", err.Error())
-		r.status.Message = err.Error()
+		r.set(func(s *status.Status) { s.Message = err.Error() })
 		r.publish()
 		return err
 	} else if closed {
@@ -61,11 +62,11 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	res, err := r.o.BootLoader.Bless(ctx, r.slot)
 	if err != nil {
 		r.note("bless", "failed", err.Error())
-		r.status.Blessed = "bless failed: " + err.Error()
+		r.set(func(s *status.Status) { s.Blessed = "bless failed: " + err.Error() })
 		r.publish()
 		return fmt.Errorf("bless slot %s: %w", r.slot, err)
 	}
-	r.status.Blessed = string(res)
+	r.set(func(s *status.Status) { s.Blessed = string(res) })
 	r.note("bless", string(res), "")
 	// No longer a trial: the registry lets go of the slot it fell back to,
 	// which the next upgrade may write.

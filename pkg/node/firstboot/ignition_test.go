@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 const ignitionAlone = `{"ignition": {"version": "3.4.0"},
@@ -39,9 +41,9 @@ func TestIgnitionRefusedSection(t *testing.T) {
 	e := newEnv(t)
 	bad := `{"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": "/dev/vdb", "wipeTable": true}],
 	 "files": [{"path": "/etc/app/app.conf", "contents": {"source": "data:,x"}}]}}`
-	require.ErrorIs(t, e.runUntil(e.options(staticSource(bad)), inState(StateConfigInvalid)), context.Canceled)
+	require.ErrorIs(t, e.runUntil(e.options(staticSource(bad)), inState(status.StateConfigInvalid)), context.Canceled)
 	s := e.status()
-	assert.Equal(t, StateConfigInvalid, s.State)
+	assert.Equal(t, status.StateConfigInvalid, s.State)
 	assert.Contains(t, s.Message, "$.storage.disks")
 	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
 	assert.False(t, e.exists("/etc/app/app.conf"))

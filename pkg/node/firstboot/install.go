@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // ISOInstaller installs the ISO a live boot runs from onto the disk in
@@ -69,7 +70,9 @@ func (r *runner) installRequest(cfg *machineconfig.Config) (machineconfig.Instal
 // starts enrolled with this node's config (cfg), or waits for a config
 // (cfg nil).
 func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, in machineconfig.Install) error {
-	r.status.State, r.status.Message = StateInstalling, "installing onto "+in.Disk.String()
+	r.set(func(s *status.Status) {
+		s.State, s.Message = status.StateInstalling, "installing onto "+in.Disk.String()
+	})
 	r.publish()
 	r.say("installing Terrarium %s onto %s", r.rel.Version, in.Disk)
 	var seed func(dir string) error
@@ -82,7 +85,7 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 	if err != nil {
 		// Not an error of firstboot's: restarting it would only try the
 		// same install again. The node waits, live, for a person.
-		r.status.State, r.status.Message = StateFailed, "install: "+err.Error()
+		r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, "install: "+err.Error() })
 		r.note("install", "failed", err.Error())
 		r.say("install failed:")
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -94,7 +97,9 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 		return nil
 	}
 	r.note("install", "installed", res.Target.String())
-	r.status.State, r.status.Message = StateInstalled, "installed onto "+res.Target.String()
+	r.set(func(s *status.Status) {
+		s.State, s.Message = status.StateInstalled, "installed onto "+res.Target.String()
+	})
 	r.publish()
 	r.say("installed Terrarium %s onto %s (slot A sha256 %s, read back from the disk); rebooting into it", r.rel.Version, res.Target, res.SlotSHA256)
 	return r.o.Reboot(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 func TestLiveBoot(t *testing.T) {
@@ -66,7 +67,7 @@ func TestInstallFromLive(t *testing.T) {
 		require.NoError(t, Run(ctx, o))
 		assert.Equal(t, machineconfig.Install{Disk: machineconfig.DiskSelector{Serial: "TERRA1"}, Wipe: true}, got)
 		assert.Equal(t, 1, e.reboots)
-		assert.Equal(t, StateInstalled, e.status().State)
+		assert.Equal(t, status.StateInstalled, e.status().State)
 		assert.Contains(t, e.console.String(), "installed Terrarium 1.2.3 onto /dev/vda (8.0 GiB, serial TERRA1) (slot A sha256 abc, read back from the disk); rebooting into it")
 
 		// The seeded STATE: the stored config and an enrollment naming it.
@@ -94,7 +95,7 @@ func TestInstallFromLive(t *testing.T) {
 		require.NoError(t, Run(ctx, o), "a failed install waits for a person; firstboot does not fail (its unit would restart it into the same install)")
 		assert.Equal(t, 0, e.reboots)
 		s := e.status()
-		assert.Equal(t, StateFailed, s.State)
+		assert.Equal(t, status.StateFailed, s.State)
 		assert.Contains(t, s.Message, "the medium this node booted from")
 		assert.Contains(t, e.console.String(), "install failed:\n")
 		assert.Contains(t, e.console.String(), "this node stays live and applies nothing of its config")
@@ -120,7 +121,7 @@ func TestInstallFromLive(t *testing.T) {
 	t.Run("a node on its disk ignores install", func(t *testing.T) {
 		e := newEnv(t)
 		require.NoError(t, e.run(config))
-		assert.Equal(t, StateProvisioned, e.status().State)
+		assert.Equal(t, status.StateProvisioned, e.status().State)
 		assert.Contains(t, e.console.String(), "install: ignored: this node runs from its disk")
 	})
 }

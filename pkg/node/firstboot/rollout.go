@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // RolloutAPI is what a cluster node asks of the API to take its part in a
@@ -66,18 +68,22 @@ type Rollout struct {
 	StaleTurn time.Duration
 }
 
-// rolloutState is what the watch loop keeps between its looks at the
+// rolloutState is what the rollout controller keeps between its looks at the
 // cluster's upgrades.
 type rolloutState struct {
+	// mu guards api, admin, nodes and applied, which an upgrade handed to
+	// the cluster (publishUpgrade) uses beside the rollout controller;
+	// the rest is the rollout controller's alone.
+	mu sync.Mutex
 	// api and admin are the clients, opened once and kept (one TLS
 	// connection for every look), dropped after an error.
 	api   RolloutAPI
 	admin RolloutAdminAPI
 	// nodes are the cluster's nodes as last listed, applied the node
-	// names whose objects were last applied, and nextNodes when the
-	// nodes are listed again.
-	nodes     []string
-	applied   string
+	// names whose objects were last applied.
+	nodes   []string
+	applied string
+	// nextNodes is when the nodes are listed again.
 	nextNodes time.Time
 	// nextFold is when the nodes' reports are folded again while no
 	// rollout rolls.
@@ -188,7 +194,7 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	}
 	nodes, err := r.applyNodeObjects(ctx, admin, true)
 	if err != nil {
-		r.rollout.admin = nil
+		r.rollout.dropAdmin()
 		return "", fmt.Errorf("%w: %w", errClusterUnreachable, err)
 	}
 	if policy == upgrade.Force && signed.Force == "" {
@@ -236,7 +242,7 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if err := share.Prune(art.Manifest); err != nil {
 		r.o.Log.Warn("prune the upgrade share", "err", err)
 	}
-	r.status.Upgrade = rec.Summary()
+	r.set(func(s *status.Status) { s.Upgrade = rec.Summary() })
 	forced := ""
 	if signed.Force != "" {
 		forced = ", forced by its signed instruction"
@@ -250,6 +256,8 @@ func (r *runner) rolloutAdmin() (RolloutAdminAPI, error) {
 	if r.o.Rollout.Admin == nil {
 		return nil, errors.New("no admin credential to write the cluster's upgrade record with")
 	}
+	r.rollout.mu.Lock()
+	defer r.rollout.mu.Unlock()
 	if r.rollout.admin == nil {
 		api, err := r.o.Rollout.Admin()
 		if err != nil {
@@ -258,6 +266,28 @@ func (r *runner) rolloutAdmin() (RolloutAdminAPI, error) {
 		r.rollout.admin = api
 	}
 	return r.rollout.admin, nil
+}
+
+// dropAdmin drops the admin client after an error: opened again at the
+// next use (a renewed certificate, another API server).
+func (s *rolloutState) dropAdmin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admin = nil
+}
+
+// dropAPI drops the node's client after an error.
+func (s *rolloutState) dropAPI() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.api = nil
+}
+
+// knownNodes are the cluster's nodes as last listed.
+func (s *rolloutState) knownNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.nodes...)
 }
 
 // applyNodeObjects lists the cluster's nodes and applies, as the
@@ -275,10 +305,13 @@ func (r *runner) applyNodeObjects(ctx context.Context, admin RolloutAdminAPI, al
 	for _, n := range nodes {
 		names = append(names, n.Name)
 	}
-	r.rollout.nodes = names
-	manifests := [][]byte{addons.Upgrades}
 	key := strings.Join(names, ",")
-	if key != r.rollout.applied || always {
+	r.rollout.mu.Lock()
+	r.rollout.nodes = names
+	known := r.rollout.applied == key
+	r.rollout.mu.Unlock()
+	manifests := [][]byte{addons.Upgrades}
+	if !known || always {
 		statuses, err := addons.NodeUpgradeStatus(names)
 		if err != nil {
 			return nil, err
@@ -290,7 +323,9 @@ func (r *runner) applyNodeObjects(ctx context.Context, admin RolloutAdminAPI, al
 			return nil, fmt.Errorf("the upgrades' record and rights: %w", err)
 		}
 	}
+	r.rollout.mu.Lock()
 	r.rollout.applied = key
+	r.rollout.mu.Unlock()
 	return nodes, nil
 }
 
@@ -343,7 +378,7 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	}
 	rec, err := rollout.Load(ctx, api)
 	if err != nil {
-		r.rollout.api = nil // opened again at the next look (a renewed certificate)
+		r.rollout.dropAPI() // opened again at the next look (a renewed certificate)
 		r.o.Log.Warn("rollout: read the cluster's record", "err", err)
 		return
 	}
@@ -351,9 +386,8 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 		rec = r.tendRollout(ctx, cfg, rec)
 	}
 	if rec.Rollout != nil {
-		if s := rec.Summary(); s != r.status.Upgrade {
-			r.status.Upgrade = s
-			r.publish()
+		if sum := rec.Summary(); sum != r.pub.Get().Upgrade {
+			r.pub.Publish(func(s *status.Status) { s.Upgrade = sum })
 		}
 	}
 	me := cfg.Hostname
@@ -420,7 +454,9 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.FromSlot:
 		// Installed in this boot; the reboot into it is on its way, or
 		// did not happen (a failed systemctl): asked again after a grace.
-		if r.rebootAsked.IsZero() || now.Sub(r.rebootAsked) > rebootGrace {
+		if last := r.reboot.last(); last.IsZero() || now.Sub(last) > rebootGrace {
+			r.holdChanges("the rollout's reboot")
+			defer r.changing.Unlock()
 			r.say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
 			r.rebootIntoUpgrade(ctx)
 		}
@@ -429,6 +465,8 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	case r.rel.Version == ro.Version:
 		r.endTurn(ctx, api, me, ro, rollout.NodeDone, "runs "+ro.Version+" already")
 	default:
+		r.holdChanges("the rollout's turn")
+		defer r.changing.Unlock()
 		r.takeTurn(ctx, cfg, api, ro, v)
 	}
 }
@@ -453,9 +491,11 @@ func (r *runner) markedBad(st rollout.Status, digest string, v rollout.Verified)
 	return err
 }
 
-// rolloutClient is the API the watch loop reads the record with, opened
+// rolloutClient is the API the rollout reads the record with, opened
 // once and kept (one TLS connection for every look), not at each poll.
 func (r *runner) rolloutClient() (RolloutAPI, error) {
+	r.rollout.mu.Lock()
+	defer r.rollout.mu.Unlock()
 	if r.rollout.api == nil {
 		api, err := r.o.Rollout.API()
 		if err != nil {

@@ -31,7 +31,7 @@ func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec
 	now := r.o.Host.Now()
 	if !now.Before(r.rollout.nextNodes) {
 		if _, err := r.applyNodeObjects(ctx, admin, false); err != nil {
-			r.rollout.admin = nil
+			r.rollout.dropAdmin()
 			r.o.Log.Warn("rollout: the nodes' upgrade status objects", "err", err)
 			return rec
 		}
@@ -49,13 +49,14 @@ func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec
 	r.rollout.nextFold = now.Add(nodesEvery)
 	var seen map[string]rollout.Status
 	tended, err := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-		names := r.rollout.nodes
+		known := r.rollout.knownNodes()
+		names := known
 		if ro := rec.Rollout; ro != nil && ro.Phase == rollout.Rolling {
 			names = nil
 			for _, n := range ro.Nodes {
 				names = append(names, n.Name)
 			}
-			names = appendMissing(names, r.rollout.nodes)
+			names = appendMissing(names, known)
 		}
 		statuses, missing, err := rollout.Statuses(ctx, admin, names)
 		if err != nil {
@@ -75,7 +76,7 @@ func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec
 		return nil
 	})
 	if err != nil {
-		r.rollout.admin = nil
+		r.rollout.dropAdmin()
 		r.o.Log.Warn("rollout: fold the nodes' reports into the record", "err", err)
 		return rec
 	}

@@ -29,8 +29,9 @@ func (r *runner) newStick(served *string, labels ...string) (media.Medium, bool)
 // serveSupportStick writes a support bundle to a TERRA-SUPPORT stick, once
 // per insertion, and says on the console what it wrote and that the stick
 // may be removed.
-func (r *runner) serveSupportStick(ctx context.Context) {
-	m, ok := r.newStick(&r.supportServed, layout.LabelSupport, layout.LabelSupportFAT)
+// served is the stick last written to, while it stays inserted.
+func (r *runner) serveSupportStick(ctx context.Context, served *string) {
+	m, ok := r.newStick(served, layout.LabelSupport, layout.LabelSupportFAT)
 	if !ok {
 		return
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // A TERRA-SUPPORT stick inserted into a running node gets one support
@@ -27,7 +29,7 @@ func TestSupportStick(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
-	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == StateVerified }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == status.StateVerified }, 5*time.Second, time.Millisecond)
 
 	bundles := func() []string {
 		m, _ := filepath.Glob(e.path("/stick/terrarium-support-*.tar.gz"))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // trustingFor adds keys with their purposes to a config's trustedKeys.
@@ -195,7 +196,7 @@ func TestChangeCommitCutAtEveryWrite(t *testing.T) {
 				assert.Zero(t, j.Enrollment.Generation)
 				assert.Equal(t, "node-1\n", e.read("/etc/hostname"))
 			}
-			assert.NotEqual(t, StateFailed, e.status().State, e.console.String())
+			assert.NotEqual(t, status.StateFailed, e.status().State, e.console.String())
 			switch cut {
 			case 1:
 				assert.Contains(t, e.console.String(), "a config change was cut short before its config was stored")

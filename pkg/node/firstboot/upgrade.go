@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // Installer writes a verified upgrade file into the slot that is not
@@ -115,7 +116,7 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
 	r.note("upgrade", "rolled back", msg)
 	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
-	r.status.Message = msg
+	r.set(func(s *status.Status) { s.Message = msg })
 }
 
 // restoreKubernetes puts back, on every boot, what a Kubernetes upgrade on
@@ -186,11 +187,13 @@ func (r *runner) commitUpgrade() {
 // serveUpgradeStick installs the upgrade file on a TERRA-UPGRADE stick,
 // once per insertion, after checking its signature and every part, and
 // reboots into it.
-func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config) {
-	m, ok := r.newStick(&r.upgradeServed, layout.LabelUpgrade, layout.LabelUpgradeFAT)
+func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config, served *string) {
+	m, ok := r.newStick(served, layout.LabelUpgrade, layout.LabelUpgradeFAT)
 	if !ok {
 		return
 	}
+	r.holdChanges("the upgrade stick")
+	defer r.changing.Unlock()
 	res := r.installUpgrade(ctx, cfg, upgradeSource{
 		what:      "the " + layout.LabelUpgrade + " stick",
 		record:    m.Label + " (" + m.Device + ")",
@@ -221,7 +224,7 @@ func (r *runner) rebootIntoUpgrade(ctx context.Context) {
 		r.say("reboot: %v", err)
 		return
 	}
-	r.rebootAsked = r.o.Host.Now()
+	r.reboot.asked(r.o.Host.Now())
 }
 
 // rebootGrace is how long a node whose reboot was asked for may go on
@@ -347,7 +350,7 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	case err != nil:
 		r.note("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
-		r.status.Message = "upgrade refused: " + err.Error()
+		r.set(func(s *status.Status) { s.Message = "upgrade refused: " + err.Error() })
 		r.publish()
 		return UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
 // fakeInstaller records what it was asked to install.
@@ -214,7 +215,7 @@ func TestUpgradeRequest(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
-	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == StateVerified }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == status.StateVerified }, 10*time.Second, time.Millisecond)
 
 	ask := func(path string, force, noReboot bool) (UpgradeResult, string, error) {
 		var out strings.Builder

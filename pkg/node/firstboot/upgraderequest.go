@@ -22,7 +22,7 @@ import (
 // UpgradeRequest is what `firstboot upgrade` asks the running node to
 // install (layout.StateUpgradeRequest). The command does not write the
 // slot itself: the runner, the node state's one writer, takes the request
-// in its watch loop, as it takes a TERRA-UPGRADE stick, and answers with
+// in its upgrade-requests controller, as it takes a TERRA-UPGRADE stick, and answers with
 // an UpgradeResult.
 type UpgradeRequest struct {
 	// Path is an upgrade file, or a block device whose filesystem holds
@@ -88,6 +88,8 @@ func (r *runner) serveUpgradeRequest(ctx context.Context, cfg *machineconfig.Con
 		answer(UpgradeResult{Outcome: outcomeRefused, Detail: fmt.Sprintf("the request is unreadable: %v", err)})
 		return
 	}
+	r.holdChanges("the upgrade request")
+	defer r.changing.Unlock()
 	policy := upgrade.Refuse
 	if req.Force {
 		policy = upgrade.Force

@@ -1,12 +1,19 @@
-package firstboot
+// Package status is what a node says about itself: status.json under
+// /run/terrarium and the banner on its console. One Publisher owns the
+// status and its lock; the boot sequence and every controller change it
+// through the Publisher only.
+package status
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -28,8 +35,8 @@ const (
 	StateInstalled  = "installed"
 )
 
-// StatusFile is where firstboot publishes the node's status.
-const StatusFile = layout.StatusFile
+// File is where the node publishes its status, a path on the host.
+const File = layout.StatusFile
 
 // Status is the content of status.json.
 type Status struct {
@@ -59,34 +66,99 @@ type Status struct {
 	Upgrade string `json:"upgrade,omitempty"`
 }
 
-// publish writes status.json, then prints the banner and the file's
-// content (read back) on the console.
-func (r *runner) publish() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.status.Addresses = addresses()
-	data, err := json.Marshal(r.status)
+// SetHealthy records the health check's outcome.
+func (s *Status) SetHealthy(healthy bool) { s.Healthy = &healthy }
+
+// clone is a deep copy of s: no pointer of the copy reaches s.
+func (s Status) clone() Status {
+	c := s
+	c.Addresses = append([]string(nil), s.Addresses...)
+	if s.Healthy != nil {
+		h := *s.Healthy
+		c.Healthy = &h
+	}
+	if s.Cluster != nil {
+		cl := *s.Cluster
+		c.Cluster = &cl
+	}
+	return c
+}
+
+// Publisher owns a node's status: every change goes through it, under its
+// lock, from whichever goroutine.
+type Publisher struct {
+	// path is status.json's path; console shows the banner; addresses
+	// lists the node's addresses at each publication.
+	path      string
+	console   io.Writer
+	log       *slog.Logger
+	addresses func() []string
+
+	mu sync.Mutex
+	s  Status
+}
+
+// NewPublisher publishes to path (status.json, a path of this process)
+// and console, starting from initial. addresses lists the node's
+// addresses at each publication (nil: the machine's own).
+func NewPublisher(path string, console io.Writer, log *slog.Logger, addresses func() []string, initial Status) *Publisher {
+	if addresses == nil {
+		addresses = Addresses
+	}
+	return &Publisher{path: path, console: console, log: log, addresses: addresses, s: initial.clone()}
+}
+
+// Update changes the status without publishing it: the next Publish
+// shows the change.
+func (p *Publisher) Update(fn func(s *Status)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(&p.s)
+}
+
+// Publish changes the status with fn (nil: no change), writes
+// status.json, then prints the banner and the file's content (read back)
+// on the console.
+func (p *Publisher) Publish(fn func(s *Status)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if fn != nil {
+		fn(&p.s)
+	}
+	p.s.Addresses = p.addresses()
+	data, err := json.Marshal(p.s)
 	if err != nil {
+		p.log.Error("encode status", "err", err)
 		return
 	}
-	path := r.o.Host.Path(StatusFile)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-		if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-			r.o.Log.Error("write status", "err", err)
-		}
+	if err := os.MkdirAll(filepath.Dir(p.path), 0o755); err != nil {
+		p.log.Error("write status", "err", err)
+		return
 	}
-	written, err := os.ReadFile(path)
+	if err := atomicfile.WriteFile(p.path, append(data, '\n'), 0o644); err != nil {
+		p.log.Error("write status", "err", err)
+	}
+	written, err := os.ReadFile(p.path)
 	if err != nil {
-		r.o.Log.Error("read back status", "err", err)
+		p.log.Error("read back status", "err", err)
 		return
 	}
 	// The console is for whoever looks; status.json, written above, is
 	// the record.
-	_, _ = fmt.Fprint(r.o.Console, Banner(r.status))
-	_, _ = fmt.Fprintf(r.o.Console, "terrarium-status: %s", written)
+	_, _ = fmt.Fprint(p.console, Banner(p.s))
+	_, _ = fmt.Fprintf(p.console, "terrarium-status: %s", written)
 }
 
-func addresses() []string {
+// Get is a copy of the status as it stands.
+func (p *Publisher) Get() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s.clone()
+}
+
+// Addresses are the machine's addresses with their interfaces, link-local
+// and loopback ones left out.
+func Addresses() []string {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil

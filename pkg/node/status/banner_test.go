@@ -1,4 +1,4 @@
-package firstboot
+package status
 
 import (
 	"strings"
@@ -141,23 +141,4 @@ func TestWrap(t *testing.T) {
 	for _, part := range wrap(strings.Repeat("é", 200), 65) {
 		assert.LessOrEqual(t, utf8.RuneCountInString(part), 65)
 	}
-}
-
-// consoleBanners returns every banner printed on a console.
-func consoleBanners(console string) []string {
-	var out []string
-	var cur []string
-	for _, l := range strings.Split(console, "\n") {
-		switch {
-		case strings.HasPrefix(l, "╭"):
-			cur = []string{l}
-		case cur != nil:
-			cur = append(cur, l)
-			if strings.HasPrefix(l, "╰") {
-				out = append(out, strings.Join(cur, "\n")+"\n")
-				cur = nil
-			}
-		}
-	}
-	return out
 }

@@ -1,0 +1,197 @@
+package firstboot
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/controller"
+)
+
+// watch runs, once the boot is done, what a running node watches: each a
+// controller in its own loop (pkg/node/controller), until ctx ends.
+func (r *runner) watch(ctx context.Context, cfg *machineconfig.Config) error {
+	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick a control plane's backup", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
+	r.cfg.set(cfg)
+	controller.Run(ctx, r.o.Log, r.controllers()...)
+	return nil
+}
+
+// controllers are the node's controllers, each looking every
+// WatchInterval; the rollout paces its looks at the API itself
+// (Rollout.Poll).
+func (r *runner) controllers() []controller.Scheduled {
+	cs := []controller.Controller{
+		&supportStick{r: r},
+		&backupStick{r: r},
+		&snapshots{r: r},
+		&upgradeStick{r: r},
+		&upgradeRequests{r: r},
+		&rolloutFollower{r: r},
+		&configChanges{r: r, seen: r.changeSeen},
+		&nodeAdmission{r: r},
+	}
+	out := make([]controller.Scheduled, len(cs))
+	for i, c := range cs {
+		out[i] = controller.Scheduled{Controller: c, Every: r.o.WatchInterval}
+	}
+	return out
+}
+
+// supportStick writes a support bundle to each TERRA-SUPPORT stick.
+type supportStick struct {
+	r *runner
+	// served is the stick last written to, while it stays inserted.
+	served string
+}
+
+func (c *supportStick) Name() string { return "support-stick" }
+
+func (c *supportStick) Reconcile(ctx context.Context) error {
+	c.r.serveSupportStick(ctx, &c.served)
+	return nil
+}
+
+// backupStick writes a control plane's backup to each TERRA-BACKUP stick.
+type backupStick struct {
+	r      *runner
+	served string
+}
+
+func (c *backupStick) Name() string { return "backup-stick" }
+
+func (c *backupStick) Reconcile(ctx context.Context) error {
+	c.r.serveBackupStick(ctx, c.r.cfg.get(), &c.served)
+	return nil
+}
+
+// snapshots takes a control plane's scheduled etcd snapshots.
+type snapshots struct {
+	r *runner
+	// failed is when the last scheduled snapshot failed (zero after a
+	// success); shown when the status shows the newest snapshot.
+	failed time.Time
+	shown  bool
+}
+
+func (c *snapshots) Name() string { return "etcd-snapshots" }
+
+func (c *snapshots) Reconcile(ctx context.Context) error {
+	c.r.snapshotIfDue(ctx, c.r.cfg.get(), c)
+	return nil
+}
+
+// upgradeStick installs the upgrade on each TERRA-UPGRADE stick.
+type upgradeStick struct {
+	r      *runner
+	served string
+}
+
+func (c *upgradeStick) Name() string { return "upgrade-stick" }
+
+func (c *upgradeStick) Reconcile(ctx context.Context) error {
+	c.r.serveUpgradeStick(ctx, c.r.cfg.get(), &c.served)
+	return nil
+}
+
+// upgradeRequests takes the requests of `firstboot upgrade`.
+type upgradeRequests struct{ r *runner }
+
+func (c *upgradeRequests) Name() string { return "upgrade-requests" }
+
+func (c *upgradeRequests) Reconcile(ctx context.Context) error {
+	c.r.serveUpgradeRequest(ctx, c.r.cfg.get())
+	return nil
+}
+
+// rolloutFollower is the node's part in its cluster's upgrades.
+type rolloutFollower struct {
+	r *runner
+	// next is when it looks at the cluster's record again.
+	next time.Time
+}
+
+func (c *rolloutFollower) Name() string { return "rollout" }
+
+func (c *rolloutFollower) Reconcile(ctx context.Context) error {
+	c.r.followRollout(ctx, c.r.cfg.get(), &c.next)
+	return nil
+}
+
+// configChanges applies each signed config change a person brings.
+type configChanges struct {
+	r *runner
+	// seen is the fingerprint of what the change sources offered when
+	// last looked at: each offer is judged once.
+	seen string
+}
+
+func (c *configChanges) Name() string { return "config-change" }
+
+func (c *configChanges) Reconcile(ctx context.Context) error {
+	c.r.serveConfigChange(ctx, &c.seen)
+	return nil
+}
+
+// holdChanges takes the node's change lock for what, saying on the
+// console when it waits for another change to end first.
+func (r *runner) holdChanges(what string) {
+	if r.changing.TryLock() {
+		return
+	}
+	r.say("%s waits until the change of the node under way (an upgrade, a rollout's turn or a config change) ends", what)
+	r.changing.Lock()
+}
+
+// nodeAdmission is a control plane's admission of the cluster's nodes
+// (kubeadmflow AdmitNodes: kubelets' serving certificates, workers'
+// role labels), for as long as the node runs. A look lasts until the node
+// stops; one on a worker, or while the init node's formation still
+// admits, returns at once.
+type nodeAdmission struct{ r *runner }
+
+func (c *nodeAdmission) Name() string { return "node-admission" }
+
+func (c *nodeAdmission) Reconcile(ctx context.Context) error {
+	return c.r.flow.AdmitNodes(ctx, c.r.cfg.get())
+}
+
+// configHolder is the config the node runs: the boot's, then each
+// applied change's.
+type configHolder struct {
+	mu  sync.Mutex
+	cfg *machineconfig.Config
+}
+
+func (h *configHolder) get() *machineconfig.Config {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cfg
+}
+
+func (h *configHolder) set(cfg *machineconfig.Config) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg = cfg
+}
+
+// rebootClock is when this boot last asked for a reboot into an upgrade
+// (zero: never).
+type rebootClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *rebootClock) asked(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = at
+}
+
+func (c *rebootClock) last() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
