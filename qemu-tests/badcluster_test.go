@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -43,73 +46,54 @@ var badClusterDisks = []badClusterDisk{
 		`\$\.cluster\.controlPlanes\[0\]: 10\.78\.0\.10 is outside this node's subnets \(10\.77\.0\.20/24\) and no gateway is set`},
 }
 
-// TestBadClusterConfigs: one machine is handed bad config disks one after
-// another (each a USB stick, hot-swapped): a misspelt field, and those of
-// the cluster issue. Each is named on the console, field and fix, and at
-// the end TERRA-STATE shows that nothing was applied from any of them.
-func TestBadClusterConfigs(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
-	defer cancel()
+// refuseBadClusterConfigs hands a machine waiting for its config the bad
+// cluster config disks one after another (each a USB stick, hot-swapped):
+// a misspelt field, and those of the cluster issue. Each is named on the
+// console and in the status, field and fix, with no hostname set; the
+// last is pulled at the end. What the disks did not apply is checked on
+// the stopped disk by badClusterConfigsLeftNothing.
+func refuseBadClusterConfigs(ctx context.Context, t *testing.T, m *machine, vm *qemu.VM) {
+	t.Helper()
 	bin := fixture(t, "TERRARIUM_BIN")
 	work := t.TempDir()
 	for _, name := range []string{"lab", "other"} {
 		out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "cluster", "--name", name,
 			"--control-plane", "cp-1=10.77.0.10", "--worker", "w-1=10.77.0.20", "-o", filepath.Join(work, name)).CombinedOutput()
-		if err != nil {
-			t.Fatalf("imagebuild config cluster %s: %v\n%s", name, err, out)
-		}
+		require.NoError(t, err, "imagebuild config cluster %s: %s", name, out)
 	}
 	good := readFile(t, filepath.Join(work, "lab", "w-1.yaml"))
 	otherHash := regexp.MustCompile(`caCertHash: (sha256:[0-9a-f]{64})`).FindStringSubmatch(readFile(t, filepath.Join(work, "other", "w-1.yaml")))
-	if otherHash == nil {
-		t.Fatal("the other cluster's config has no caCertHash")
-	}
+	require.NotNil(t, otherHash, "the other cluster's config has no caCertHash")
 
-	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
-	sticks := make([]qemu.Disk, len(badClusterDisks))
 	for i, bd := range badClusterDisks {
 		bad := bd.edit(good, otherHash[1])
-		if bad == good {
-			t.Fatalf("%s: the edit changed nothing", bd.name)
-		}
-		id := fmt.Sprintf("stick%d", i)
-		sticks[i] = qemu.Disk{ID: id, Path: m.configDisk(id+".img", bad), Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}
-	}
-	vm := m.boot(ctx, sticks[0])
-	for i, bd := range badClusterDisks {
+		require.NotEqual(t, good, bad, "%s: the edit changed nothing", bd.name)
+		id := fmt.Sprintf("bad%d", i)
 		if i > 0 {
-			if err := vm.UnplugDisk(ctx, sticks[i-1].ID); err != nil {
-				t.Fatal(err)
-			}
-			if err := vm.HotplugDisk(ctx, sticks[i]); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, vm.UnplugDisk(ctx, fmt.Sprintf("bad%d", i-1)))
 		}
+		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: m.configDisk(id+".img", bad), Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
 		expect(ctx, t, vm, `the config is invalid; nothing was applied`)
 		expect(ctx, t, vm, bd.want)
 		s := expectStatus(ctx, t, vm, "config-invalid")
-		if s.Hostname != "" || !regexp.MustCompile(bd.want).MatchString(s.Message) {
-			t.Fatalf("%s: status = %+v, want config-invalid with the problem and no hostname", bd.name, s)
-		}
+		require.Empty(t, s.Hostname, "%s: a hostname was set: %+v", bd.name, s)
+		require.Regexp(t, bd.want, s.Message, "%s: the status names the problem", bd.name)
 		t.Logf("%s: the console says %q", bd.name, regexp.MustCompile(bd.want).FindString(s.Message))
 	}
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := m.inspectState()
-	if journal := st.readFile("/terrarium/journal.json"); strings.Contains(journal, `"applied"`) || strings.Contains(journal, `"provisioned"`) ||
-		strings.Contains(journal, `"kubeadm"`) || strings.Contains(journal, `"enrollment"`) {
-		t.Fatalf("a bad cluster config applied something:\n%s", journal)
-	}
-	if got := st.readFile("/etc/upper/hostname"); strings.Contains(got, "w-1") {
-		t.Errorf("the hostname was written from a bad cluster config: %q", got)
-	}
+	require.NoError(t, vm.UnplugDisk(ctx, fmt.Sprintf("bad%d", len(badClusterDisks)-1)))
+}
+
+// badClusterConfigsLeftNothing checks on a stopped disk that no bad
+// cluster config applied anything of a cluster node.
+func badClusterConfigsLeftNothing(t *testing.T, st *stateDisk) {
+	t.Helper()
+	assert.NotContains(t, st.readFile("/etc/upper/hostname"), "w-1", "the hostname was written from a bad cluster config")
+	journal := st.readFile("/terrarium/journal.json")
+	assert.NotContains(t, journal, `"kubeadm"`, "a bad cluster config ran a kubeadm step")
+	assert.NotContains(t, journal, `w-1`, "a bad cluster config was enrolled")
 	// debugfs prints nothing on stdout for a file that does not exist.
-	for _, f := range []string{"/etc/upper/terrarium/kubeadm.yaml", "/etc/upper/kubernetes/pki/ca.crt", "/terrarium/machine.yaml"} {
-		if got := st.readFile(f); got != "" {
-			t.Errorf("%s was written from a bad cluster config:\n%s", f, got)
-		}
+	for _, f := range []string{"/etc/upper/terrarium/kubeadm.yaml", "/etc/upper/kubernetes/pki/ca.crt"} {
+		assert.Empty(t, st.readFile(f), "%s was written from a bad cluster config", f)
 	}
 }
 

@@ -8,143 +8,170 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
 var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32)}
 
-// TestProvisionThenReboot: first boot provisions from the attached config
-// disk, enrolls and blesses the boot; the power is cut. The second boot has
-// no config disk: it finds STATE intact (same filesystem, marker from the
-// first boot), runs from the stored config and only verifies. An unsigned
-// stick with another config, plugged into it, is refused, and nothing
-// changes (checked on the stopped disk).
-func TestProvisionThenReboot(t *testing.T) {
+// TestEnrollRebootChange is one machine's life, one boot after another
+// (cases of their own would boot it seven times):
+//
+//   - powered on with no config, the console asks for one; bad cluster
+//     config sticks plugged in one after another are each refused by
+//     field and fix (refuseBadClusterConfigs); a good stick is found, and
+//     the node provisions, enrolls and blesses its boot; nothing of the
+//     bad sticks was applied;
+//   - the power is cut, the disk grown by 1 GiB and the RTC battery flat;
+//     without its stick the node steps its clock to the last time it
+//     recorded, finds STATE intact (same filesystem, marker from the
+//     first boot), grows it, runs from the stored config and only
+//     verifies;
+//   - an unsigned stick with another config is refused, nothing changes;
+//   - a signed stick changes its hostname and replaces its admin (the old
+//     one removed) without restarting containerd or the registry;
+//   - on the stopped disk: STATE grew, kept its filesystem and marker, and
+//     holds the change; the journal holds every step; no packet left the
+//     test network.
+func TestEnrollRebootChange(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
 	defer cancel()
 	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
-	cfg := m.configDisk("config.img", goodConfig)
+	key := newSSHKey(t)
+	port := m.forwardSSH()
+	signKey, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	trust := "trustedKeys:\n  - " + pub.String() + "\n"
+	cfg := m.configDisk("config.img", adminConfig("node-1", key.authorized, trust))
 
-	vm := m.boot(ctx, configAttached(cfg))
+	// No config: the console asks; the stick plugged in is found.
+	vm := m.boot(ctx)
 	expect(ctx, t, vm, `terrarium-init: created TERRA-STATE`)
 	expect(ctx, t, vm, `formatting TERRA-STATE .* \(reason: new partition\)`)
+	expect(ctx, t, vm, `no config disk found: insert a disk or USB stick labelled TERRA-CONFIG`)
+	s0 := expectStatus(ctx, t, vm, "waiting-for-config")
+	require.Empty(t, s0.Hostname, "a waiting node has no hostname yet: %+v", s0)
+	refuseBadClusterConfigs(ctx, t, m, vm)
+	require.NoError(t, vm.HotplugDisk(ctx, stick(cfg)), "hot-plug the config stick")
 	expect(ctx, t, vm, `hostname\s+node-1`)
 	s1 := expectStatus(ctx, t, vm, "provisioned", "failed")
-	if s1.State != "provisioned" || s1.Mode != "provision" || s1.Hostname != "node-1" || s1.Boot != 1 {
-		t.Fatalf("first boot status = %+v, want provisioned node-1 on boot 1", s1)
+	require.Equal(t, "provisioned", s1.State, "%+v", s1)
+	assert.Equal(t, "provision", s1.Mode)
+	assert.Equal(t, "node-1", s1.Hostname)
+	assert.Equal(t, 1, s1.Boot)
+	require.True(t, s1.Healthy != nil && *s1.Healthy && s1.Blessed == "blessed", "first boot not blessed: %+v", s1)
+	if assert.NotEmpty(t, s1.Addresses) {
+		assert.True(t, strings.HasPrefix(s1.Addresses[0], "10.0.2."), "first boot addresses %v, want a DHCP address in 10.0.2.0/24", s1.Addresses)
 	}
-	if s1.Healthy == nil || !*s1.Healthy || s1.Blessed != "blessed" {
-		t.Fatalf("first boot not blessed: %+v", s1)
-	}
-	if len(s1.Addresses) == 0 || !strings.HasPrefix(s1.Addresses[0], "10.0.2.") {
-		t.Errorf("first boot addresses = %v, want a DHCP address in 10.0.2.0/24", s1.Addresses)
-	}
-	if !strings.HasPrefix(s1.Enrolled, "from /dev/disk/by-label/TERRA-CONFI") {
-		t.Errorf("first boot enrolled = %q", s1.Enrolled)
-	}
+	assert.True(t, strings.HasPrefix(s1.Enrolled, "from /dev/disk/by-label/TERRA-CONFI"), "first boot enrolled %q", s1.Enrolled)
+	assert.Equal(t, "local clock (a standalone node has no time source)", s1.Time)
+
 	// QMP quit: the power is cut, nothing is shut down.
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, vm.Quit(ctx))
 	st := m.inspectState()
 	uuid1 := st.fsUUID()
 	marker := st.readFile("/terrarium/created")
-	if !strings.Contains(marker, "created=") {
-		t.Fatalf("STATE marker missing after first boot: %q", marker)
-	}
-	stored := st.readFile("/terrarium/machine.yaml")
-	if !strings.Contains(stored, "hostname: node-1") {
-		t.Fatalf("no stored config after the first boot: %q", stored)
-	}
+	require.Contains(t, marker, "created=", "STATE marker after the first boot")
+	require.Contains(t, st.readFile("/terrarium/machine.yaml"), "hostname: node-1", "the stored config after the first boot")
+	badClusterConfigsLeftNothing(t, st)
 
-	// The stick is removed, and the disk enlarged by 1 GiB (a VM's disk
-	// resized): TERRA-STATE and its filesystem grow into it.
+	// The stick is gone, the disk enlarged by 1 GiB (a VM's disk
+	// resized): TERRA-STATE and its filesystem grow into it. And the CMOS
+	// battery is flat: the RTC reads 1990 (which the guest reads as 2090
+	// and systemd resets to its own build time); the clock is stepped to
+	// the last time the node state recorded before anything else, and the
+	// step says what the hardware clock read.
 	stateBefore := st.size
-	if out, err := exec.Command("qemu-img", "resize", "-q", m.disk, "+1G").CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img resize: %v: %s", err, out)
-	}
+	out, err := exec.Command("qemu-img", "resize", "-q", m.disk, "+1G").CombinedOutput()
+	require.NoError(t, err, "qemu-img resize: %s", out)
+	m.rtcBase = "1990-01-01T00:00:00"
 	poweredOn := time.Now()
 	vm = m.boot(ctx)
 	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
 	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE /dev/vda4 from \d+ MiB to \d+ MiB`)
 	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE's filesystem from \d+ MiB to \d+ MiB`)
+	// expect reads on from the last match: the initramfs speaks before
+	// firstboot steps the clock.
+	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+) \(the hardware clock read (\S+)\), before the last step this node recorded; stepped forward to (\S+),`)
+	t.Logf("clock read %s (hardware clock %s), stepped to %s", stepped[1], stepped[2], stepped[3])
+	rtc, err := time.Parse(time.RFC3339, stepped[2])
+	require.NoError(t, err)
+	assert.True(t, rtc.Year() == 1990 || rtc.Year() == 2090, "the hardware clock read %s: 1990, or 2090 through the firmware", rtc)
+	to, err := time.Parse(time.RFC3339, stepped[3])
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), to, time.Hour, "stepped to the first boot's last step, minutes ago")
 	s2 := expectStatus(ctx, t, vm, "verified", "provisioned", "failed", "waiting-for-config")
 	t.Logf("enrolled node without its stick: power-on to verified in %s", time.Since(poweredOn).Round(time.Second))
-	if s2.State != "verified" || s2.Mode != "verify" || s2.Boot != 2 || s2.Hostname != "node-1" {
-		t.Fatalf("second boot status = %+v, want verified node-1 on boot 2", s2)
-	}
-	if s2.StateCreated != s1.StateCreated || s2.Blessed != "good" || s2.Healthy == nil || !*s2.Healthy {
-		t.Fatalf("second boot: stateCreated %q (first %q), blessed %q (want good), healthy %v", s2.StateCreated, s1.StateCreated, s2.Blessed, s2.Healthy)
-	}
-	if s2.Enrolled != s1.Enrolled || !enrolledBanner.MatchString(vm.Console()) {
-		t.Fatalf("second boot enrolled = %q (first %q); the banner must say it", s2.Enrolled, s1.Enrolled)
-	}
+	require.Equal(t, "verified", s2.State, "%+v", s2)
+	assert.Equal(t, "verify", s2.Mode)
+	assert.Equal(t, 2, s2.Boot)
+	assert.Equal(t, "node-1", s2.Hostname)
+	assert.Equal(t, s1.StateCreated, s2.StateCreated)
+	assert.Equal(t, "good", s2.Blessed)
+	assert.True(t, s2.Healthy != nil && *s2.Healthy, "second boot healthy")
+	assert.Equal(t, s1.Enrolled, s2.Enrolled)
+	assert.Regexp(t, enrolledBanner, vm.Console(), "the banner says where the node enrolled")
 
 	// Any stick with another config, unsigned: refused.
-	intruder := m.configDisk("intruder.img", strings.Replace(goodConfig, "node-1", "intruder", 1))
-	if err := vm.HotplugDisk(ctx, stick(intruder)); err != nil {
-		t.Fatalf("hot-plug stick: %v", err)
-	}
+	admin := dialSSH(ctx, t, port, key)
+	before := unitStarts(t, admin)
+	intruder := m.configDisk("intruder.img", adminConfig("intruder", key.authorized, trust))
+	require.NoError(t, vm.HotplugDisk(ctx, stick(intruder)), "hot-plug the unsigned stick")
 	expect(ctx, t, vm, `config change from \S+ REFUSED: nothing changed`)
 	expect(ctx, t, vm, `it is not signed`)
-	if strings.Contains(vm.Console(), "formatting TERRA-STATE") {
-		t.Fatal("second boot formatted TERRA-STATE")
-	}
-	if err := vm.Quit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	still, err := admin.read("hostname")
+	require.NoError(t, err)
+	assert.Equal(t, "node-1", strings.TrimSpace(still), "the refused stick changed the hostname")
+	require.NoError(t, vm.UnplugDisk(ctx, "stick"), "pull the unsigned stick")
+
+	// A signed stick: the change is applied in place.
+	changed := strings.Replace(adminConfig("node-2", key.authorized, trust), "name: admin", "name: ops", 1)
+	changed = strings.Replace(changed, "kind: MachineConfig\n", "kind: MachineConfig\ngeneration: 1\n", 1)
+	require.Contains(t, changed, "generation: 1\n", "a signed change carries a generation")
+	require.NoError(t, vm.HotplugDisk(ctx, stick(m.signedDisk("signed.img", changed, signKey))), "hot-plug the signed stick")
+	expect(ctx, t, vm, `config change from \S+, generation 1, signed by `+pub.ID()+` .*: accepted`)
+	s3 := expectStatus(ctx, t, vm, "changed", "failed")
+	require.Equal(t, "changed", s3.State, "%+v", s3)
+	assert.Equal(t, "node-2", s3.Hostname)
+	assert.Contains(t, s3.Enrolled, "changed from")
+	assert.True(t, s3.Healthy != nil && *s3.Healthy, "healthy after the change")
+	ops, err := trySSHAs(ctx, t, port, key, "ops")
+	require.NoError(t, err, "the new admin logs in")
+	assert.Equal(t, before, unitStarts(t, ops), "containerd and the registry were not restarted")
+	host, err := ops.read("hostname")
+	require.NoError(t, err)
+	assert.Equal(t, "node-2", strings.TrimSpace(host))
+	out2, err := ops.read("id admin")
+	assert.Error(t, err, "the removed admin is gone: %s", out2)
+	_, err = ops.read("test ! -e /home/admin")
+	assert.NoError(t, err, "its home is gone")
+	assert.NotContains(t, vm.Console(), "formatting TERRA-STATE .* (reason", "no later boot formats STATE")
+	require.NoError(t, vm.Quit(ctx))
+
 	st = m.inspectState()
-	if st.size-stateBefore != 1<<30 {
-		t.Errorf("TERRA-STATE grew from %d to %d bytes, want 1 GiB more", stateBefore, st.size)
+	// What STATE holds, when a check below fails (inspectState replays
+	// STATE's journal first; without that files can read empty).
+	held := func() string {
+		return "/etc/upper:\n" + st.debugfs("ls -l /etc/upper") + "\n/terrarium:\n" + st.debugfs("ls -l /terrarium")
 	}
+	assert.Equal(t, int64(1<<30), st.size-stateBefore, "TERRA-STATE grew by 1 GiB")
 	if fs := st.fsBytes(); fs > st.size || st.size-fs > 4<<20 {
 		t.Errorf("STATE's filesystem is %d bytes on a %d-byte partition: not grown to it", fs, st.size)
 	}
-	if uuid2 := st.fsUUID(); uuid2 != uuid1 {
-		t.Fatalf("STATE filesystem changed across reboot: %s -> %s", uuid1, uuid2)
-	}
-	if got := st.readFile("/terrarium/created"); got != marker {
-		t.Fatalf("STATE marker changed: %q -> %q", marker, got)
-	}
-	if got := st.readFile("/terrarium/machine.yaml"); got != stored {
-		t.Errorf("the stored config changed:\n%s", got)
-	}
-	if got := st.readFile("/etc/upper/hostname"); got != "node-1\n" {
-		t.Errorf("hostname on STATE = %q after a refused change", got)
-	}
+	assert.Equal(t, uuid1, st.fsUUID(), "STATE's filesystem is the first boot's")
+	assert.Equal(t, marker, st.readFile("/terrarium/created"), "STATE's marker is the first boot's")
+	assert.Equal(t, "node-2\n", st.readFile("/etc/upper/hostname"), held())
+	assert.Contains(t, st.readFile("/terrarium/machine.yaml"), "hostname: node-2", held())
 	journal := st.readFile("/terrarium/journal.json")
-	for _, want := range []string{`"mode": "provision"`, `"mode": "verify"`, `"result": "verified"`, `"result": "refused"`} {
-		if !strings.Contains(journal, want) {
-			t.Errorf("journal lacks %s:\n%s", want, journal)
-		}
+	// Boot 2 verified its phases, then took the change: its mode is the
+	// change's.
+	for _, want := range []string{`"mode": "provision"`, `"mode": "change"`, `"result": "verified"`, `"result": "refused"`, `"signedBy": "` + pub.ID() + `"`} {
+		assert.Contains(t, journal, want, "the journal records it")
 	}
 	n := checkCapture(t, m.capture, testSubnet)
 	t.Logf("network capture: %d packets, all inside %s", n, testSubnet)
-	if n == 0 {
-		t.Error("captured no packets at all: DHCP should have been seen")
-	}
-}
-
-// TestHotplugConfig: with no config disk the console asks for one; a USB
-// stick plugged in later (over QMP) is found and provisioning completes.
-func TestHotplugConfig(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	m := newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
-	cfg := m.configDisk("config.img", goodConfig)
-
-	vm := m.boot(ctx)
-	expect(ctx, t, vm, `no config disk found: insert a disk or USB stick labelled TERRA-CONFIG`)
-	if s := expectStatus(ctx, t, vm, "waiting-for-config"); s.Hostname != "" {
-		t.Fatalf("waiting node already has a hostname: %+v", s)
-	}
-	if err := vm.HotplugDisk(ctx, qemu.Disk{ID: "stick", Path: cfg, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}); err != nil {
-		t.Fatalf("hot-plug config stick: %v", err)
-	}
-	s := expectStatus(ctx, t, vm, "provisioned", "failed")
-	if s.State != "provisioned" || s.Hostname != "node-1" {
-		t.Fatalf("after hot-plug: %+v", s)
-	}
+	assert.NotZero(t, n, "captured no packets at all: DHCP should have been seen")
 }

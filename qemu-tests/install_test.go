@@ -18,9 +18,8 @@ import (
 // 7 minutes under TCG, so it runs in make e2e-node rather than make test.
 // TestConfigChannels boots the same ISO live from a CD-ROM.
 var installChannel = channel{
-	// Also the table's fw_cfg case: the machine config comes by QEMU's
-	// fw_cfg (TestFwCfgEnrollment has it on a disk image, with a
-	// clock far off at the next boot).
+	// The machine config comes by QEMU's fw_cfg, as in the table's
+	// fw_cfg case on a disk image.
 	name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
 	iso:  "usb", install: true,
 	fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {

@@ -149,6 +149,15 @@ var channels = []channel{
 		hostname: "vsphere-2", source: "terrarium.config",
 	},
 	{
+		// The CI engineer's channel: a whole machine config by QEMU's
+		// -fw_cfg.
+		name: "a machine config from QEMU fw_cfg",
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", adminConfig("ci-node", key, ""))}}
+		},
+		hostname: "ci-node", source: "QEMU fw_cfg (opt/dev.terrarium/config)",
+	},
+	{
 		// A Fedora CoreOS user's CI passes Ignition where CoreOS reads
 		// it: a file, an enabled unit that runs, a user with a key.
 		name: "Ignition from QEMU fw_cfg: a file, a unit and a user",

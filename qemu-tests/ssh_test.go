@@ -189,21 +189,31 @@ func (s *sshClient) sudoTry(cmd string) (string, error) {
 	return b, nil
 }
 
-// output runs cmd until its output matches complete (up to 5 times) and
-// returns the last output. Debian's sudo relays a command's output through
-// a pty of its own (use_pty), and now and then the output of a short
-// command is lost on the way; a command whose output is asserted on is
-// therefore run until its output is whole (e.g. shows its header). A
-// command that really prints something else fails every try.
+// output runs cmd until it succeeds with output that matches complete
+// (up to 5 times) and returns the last output. Debian's sudo relays a
+// command's output through a pty of its own (use_pty), and now and then
+// the output of a short command is lost on the way; and a busy API server
+// under TCG now and then lets a kubectl's TLS handshake time out. A
+// command whose output is asserted on is therefore run until its output
+// is whole (e.g. shows its header). A command that really fails, or
+// prints something else, does so at every try: the test fails with the
+// last answer.
 func (s *sshClient) output(cmd string, complete *regexp.Regexp) string {
 	s.t.Helper()
-	var out string
+	var (
+		out string
+		err error
+	)
 	for try := 0; try < 5; try++ {
-		out = s.run(strings.ReplaceAll(cmd, "{try}", fmt.Sprint(try)))
-		if complete.MatchString(out) {
-			break
+		c := strings.ReplaceAll(cmd, "{try}", fmt.Sprint(try))
+		out, err = s.try(c)
+		if err == nil && complete.MatchString(out) {
+			return out
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Duration(try+1) * 2 * time.Second)
+	}
+	if err != nil {
+		s.t.Fatalf("ssh %q: %v\n%s", cmd, err, out)
 	}
 	return out
 }
