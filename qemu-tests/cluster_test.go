@@ -104,7 +104,9 @@ func withManagementNIC(t *testing.T, path, mac string) string {
 // provisioning and started again: it resumes. Then both nodes are Ready,
 // CoreDNS runs, a pod on the worker runs an image that only the control
 // plane has (side-loaded there), and a Service reaches it from the other
-// node. Every packet of the whole run stays inside the test networks.
+// node; a NetworkPolicy blocks and then admits a pod on the control plane
+// reaching it. Every packet of the whole run stays inside the test
+// networks.
 func TestClusterFormation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()
@@ -198,7 +200,8 @@ func TestClusterFormation(t *testing.T) {
 			if out, err := c.try("{ sudo journalctl -u kubelet --no-pager -n 40 -o cat; sudo ctr -n k8s.io containers ls; sudo cat /state/terrarium/journal.json | head -60; " +
 				"K='sudo kubectl --kubeconfig /etc/kubernetes/admin.conf'; $K get pods -A -o wide; $K get events -A --sort-by=.lastTimestamp | tail -30; " +
 				"$K -n kube-system describe pods -l k8s-app=kube-dns | tail -25; " +
-				"$K -n kube-flannel logs -l app=flannel --tail=25; $K -n kube-system logs -l k8s-app=kube-proxy --tail=15; } > /tmp/diagnostics.txt 2>&1"); err != nil {
+				"$K -n kube-flannel logs -l app=flannel --tail=25; $K -n kube-system logs -l k8s-app=kube-proxy --tail=15; " +
+				"$K -n kube-system logs -l app=kube-network-policies --tail=15; } > /tmp/diagnostics.txt 2>&1"); err != nil {
 				t.Logf("%s diagnostics: %v: %s", n.name, err, out)
 			}
 			out := c.output("cat /tmp/diagnostics.txt; echo '--- end of diagnostics'", regexp.MustCompile(`--- end of diagnostics`))
@@ -256,12 +259,14 @@ spec:
 	t.Logf("Service %s on %s answered %q from %s", ip, w.name, strings.TrimSpace(got), cp.name)
 
 	// The hardened cluster (docs/security.md): a Secret is encrypted in
-	// etcd, its creation is in the audit log without its body, and a
-	// privileged pod is refused in default.
+	// etcd, its creation is in the audit log without its body, a
+	// privileged pod is refused in default, and NetworkPolicy is enforced
+	// between pods on the two nodes.
 	secret := checkSecretEncrypted(t, ssh)
 	checkAuditLine(t, ssh, secret)
 	checkPodSecurityRefuses(t, ssh)
 	checkNodeHardening(t, ssh, cp.name, w.name)
+	checkNetworkPolicy(t, ssh, cp.name)
 
 	// The site loses power, and the config sticks are gone when it comes
 	// back: each node boots from its stored state and rejoins.

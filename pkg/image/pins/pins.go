@@ -42,6 +42,9 @@ type Versions struct {
 	Runc            string `yaml:"runc"`
 	CNIPlugins      string `yaml:"cniPlugins"`
 	Flannel         string `yaml:"flannel"`
+	// KubeNetworkPolicies is SIG Network's NetworkPolicy controller
+	// (sigs.k8s.io/kube-network-policies), which every node runs.
+	KubeNetworkPolicies string `yaml:"kubeNetworkPolicies"`
 }
 
 // Load reads and checks the pins in dir (the components directory).
@@ -68,6 +71,7 @@ func Load(dir string) (*Versions, error) {
 	for _, f := range []struct{ name, v string }{
 		{"kubernetes", v.Kubernetes}, {"etcd", v.Etcd}, {"coredns", v.CoreDNS},
 		{"containerd", v.Containerd}, {"runc", v.Runc}, {"cniPlugins", v.CNIPlugins}, {"flannel", v.Flannel},
+		{"kubeNetworkPolicies", v.KubeNetworkPolicies},
 	} {
 		if !isSemver(f.v) {
 			ps.Addf(strictyaml.Root().Field(f.name), "%q is not a version like v1.2.3", f.v)
@@ -134,6 +138,10 @@ func (v *Versions) Images() []Image {
 		{Name: "registry.k8s.io/pause:" + v.Pause, Component: "pause", Programs: []string{"pause"}, BinDir: "/"},
 		{Name: "docker.io/flannel/flannel:" + v.Flannel, Component: "flannel", Programs: []string{"flanneld"},
 			BinDir: "/opt/bin", Debian: []string{"iptables", "nftables", "busybox-static"}},
+		// /bin/netpol, as in upstream's image: it programs nftables over
+		// netlink and needs no userland.
+		{Name: "registry.k8s.io/networking/kube-network-policies:" + v.KubeNetworkPolicies, Component: "kube-network-policies",
+			Programs: []string{"netpol"}, BinDir: "/bin"},
 	}
 }
 

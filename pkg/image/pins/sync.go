@@ -34,6 +34,7 @@ func (v *Versions) Requirements() []Requirement {
 	add("runc", v.Runc, "github.com/opencontainers/runc")
 	add("cni-plugins", v.CNIPlugins, "github.com/containernetworking/plugins")
 	add("flannel", v.Flannel, "github.com/flannel-io/flannel")
+	add("kube-network-policies", v.KubeNetworkPolicies, "sigs.k8s.io/kube-network-policies")
 	return rs
 }
 

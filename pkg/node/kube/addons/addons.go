@@ -1,6 +1,8 @@
 // Package addons renders the cluster add-ons that firstboot applies and
 // kubeadm does not: the pod network (flannel, from the bundle's image and
-// our CNI plugin in the slot) and CoreDNS's air-gapped configuration.
+// our CNI plugin in the slot), NetworkPolicy's enforcement
+// (kube-network-policies, from the bundle's image) and CoreDNS's
+// air-gapped configuration.
 package addons
 
 import (

@@ -16,6 +16,8 @@ func TestManifestsApplyInProcess(t *testing.T) {
 	require.NoError(t, err)
 	dns, err := CoreDNSConfig("cluster.local")
 	require.NoError(t, err)
+	netpol, err := NetworkPolicy(NetworkPolicyInput{APIPort: 7445})
+	require.NoError(t, err)
 	for _, tt := range []struct {
 		name     string
 		manifest []byte
@@ -24,6 +26,8 @@ func TestManifestsApplyInProcess(t *testing.T) {
 		{"flannel", flannel, []string{"Namespace kube-flannel", "ServiceAccount kube-flannel/flannel", "ClusterRole flannel",
 			"ClusterRoleBinding flannel", "ConfigMap kube-flannel/kube-flannel-cfg", "DaemonSet kube-flannel/kube-flannel-ds"}},
 		{"coredns", dns, []string{"ConfigMap kube-system/coredns"}},
+		{"kube-network-policies", netpol, []string{"ServiceAccount kube-system/kube-network-policies", "ClusterRole kube-network-policies",
+			"ClusterRoleBinding kube-network-policies", "DaemonSet kube-system/kube-network-policies"}},
 		{"upgrades", Upgrades, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

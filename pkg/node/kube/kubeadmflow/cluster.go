@@ -25,7 +25,9 @@ const (
 	ClusterCAFile     = "/etc/terrarium/pki/cluster-ca.pem"
 	PodResolvConf     = "/etc/terrarium/pod-resolv.conf"
 	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
-	CoreDNSManifest   = "/etc/terrarium/addons/coredns-config.yaml"
+	// NetworkPolicyManifest enforces NetworkPolicy (addons.NetworkPolicy).
+	NetworkPolicyManifest = "/etc/terrarium/addons/kube-network-policies.yaml"
+	CoreDNSManifest       = "/etc/terrarium/addons/coredns-config.yaml"
 	// UpgradesManifest lets every node take its part in a cluster-wide
 	// upgrade (addons.Upgrades).
 	UpgradesManifest  = "/etc/terrarium/addons/upgrades.yaml"
@@ -365,6 +367,13 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 		if err := writeWithMode(h, FlannelManifest, m, ownerOnly); err != nil {
 			return err
 		}
+		np, err := addons.NetworkPolicy(addons.NetworkPolicyInput{Image: networkPolicyImage(h), APIPort: machineconfig.LocalAPIPort})
+		if err != nil {
+			return err
+		}
+		if err := writeWithMode(h, NetworkPolicyManifest, np, ownerOnly); err != nil {
+			return err
+		}
 		dns, err := addons.CoreDNSConfig(kubeadmconfig.DNSDomain)
 		if err != nil {
 			return err
@@ -417,15 +426,26 @@ func verifyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) 
 
 // flannelImage is the flannel image the bundle carries.
 func flannelImage(h *Flow) string {
+	return bundleImage(h, "docker.io/flannel/flannel", addons.DefaultFlannelImage)
+}
+
+// networkPolicyImage is the kube-network-policies image the bundle carries.
+func networkPolicyImage(h *Flow) string {
+	return bundleImage(h, "registry.k8s.io/networking/kube-network-policies", addons.DefaultNetworkPolicyImage)
+}
+
+// bundleImage is the bundle's image of repository repo, or def when the
+// bundle has none.
+func bundleImage(h *Flow, repo, def string) string {
 	b, _ := os.ReadFile(h.Path(bundleIndex))
-	const prefix = `"docker.io/flannel/flannel:`
+	prefix := `"` + repo + `:`
 	if i := strings.Index(string(b), prefix); i >= 0 {
 		rest := string(b)[i+1:]
 		if j := strings.Index(rest, `"`); j > 0 {
 			return rest[:j]
 		}
 	}
-	return addons.DefaultFlannelImage
+	return def
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -124,7 +124,11 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// The pod network as soon as the admin may write (kubeadm
 			// binds the admin's group to cluster-admin when upload-config
 			// first uses admin.conf): no node is Ready before it runs.
-			{name: "pod network (flannel)", own: applyManifest(FlannelManifest)},
+			// NetworkPolicy's enforcement with it, in the same step: a
+			// step a formed node has not done runs on its next heal and
+			// records the slot's Kubernetes as configured, ahead of the
+			// kubernetes-upgrade phase.
+			{name: "pod network (flannel)", own: applyManifest(FlannelManifest, NetworkPolicyManifest)},
 			// CoreDNS's air-gapped Corefile before kubeadm's add-on
 			// phase, which keeps it (see addons.CoreDNSConfig).
 			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
@@ -398,22 +402,25 @@ func doStep(ctx context.Context, h *Flow, c *machineconfig.Config, prog *nodesta
 // force-conflicts moves those fields to this manager.
 const AddonFieldManager = "terrarium"
 
-// applyManifest is a step that applies a manifest as the admin, in
-// process (kubeclient's server-side apply): a kubectl process took
-// seconds of an emulated node's CPU to start and ask the API's discovery
-// before its first object, on the way to every node's pod network.
-func applyManifest(file string) func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+// applyManifest is a step that applies manifests, in order, as the
+// admin, in process (kubeclient's server-side apply): a kubectl process
+// took seconds of an emulated node's CPU to start and ask the API's
+// discovery before its first object, on the way to every node's pod
+// network.
+func applyManifest(files ...string) func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	return func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-		b, err := os.ReadFile(h.Path(file))
-		if err != nil {
-			return err
-		}
 		api, err := h.API(AdminKubeconfig)
 		if err != nil {
 			return err
 		}
-		if err := api.ApplyManifest(ctx, b, AddonFieldManager); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
+		for _, file := range files {
+			b, err := os.ReadFile(h.Path(file))
+			if err != nil {
+				return err
+			}
+			if err := api.ApplyManifest(ctx, b, AddonFieldManager); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
 		}
 		return nil
 	}
