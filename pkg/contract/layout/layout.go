@@ -354,10 +354,14 @@ const (
 
 // TERRA-STATE layout, relative to its root.
 const (
-	StateVarDir    = "var"       // bind-mounted on /var
-	StateEtcUpper  = "etc/upper" // /etc overlay upper dir
-	StateEtcWork   = "etc/work"  // /etc overlay work dir
-	StateTerrarium = "terrarium" // firstboot's own state
+	StateVarDir   = "var"       // bind-mounted on /var
+	StateEtcUpper = "etc/upper" // /etc overlay upper dir
+	StateEtcWork  = "etc/work"  // /etc overlay work dir
+	// StateTerrarium is firstboot's own state. Its files have one owner,
+	// pkg/node/config/nodestate, which alone builds their paths from the
+	// constants below (pkg/repo's test keeps it so); StateUnpackWindow is
+	// pkg/node/images/unpackwindow's.
+	StateTerrarium = "terrarium"
 	StateJournal   = "terrarium/journal.json"
 	// StateNodeConfig is the config the node enrolled with (or the last
 	// signed change it applied): its desired state, 0600 (it may carry

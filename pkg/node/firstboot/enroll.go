@@ -6,27 +6,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
-	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
 )
-
-func storedConfigPath(h *host.Host) string {
-	return h.Path(filepath.Join(layout.StateMount, layout.StateNodeConfig))
-}
 
 // errStoredConfig marks a stored state that cannot be used.
 var errStoredConfig = errors.New("the stored node config is unusable")
@@ -35,11 +25,11 @@ var errStoredConfig = errors.New("the stored node config is unusable")
 // digest: the enrolled config's, or a pending change's that a power cut
 // left uncommitted (settleStored finishes that commit).
 func (r *runner) loadStored(e *nodestate.Enrollment) (*machineconfig.Config, error) {
-	p := storedConfigPath(r.o.Host)
-	data, err := os.ReadFile(p)
+	data, err := nodestate.On(r.o.Host).ReadConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w; `firstboot reset` re-enrolls the node", errStoredConfig, err)
 	}
+	p := nodestate.ConfigFile.String()
 	cfg, err := machineconfig.Parse(p, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w; `firstboot reset` re-enrolls the node", errStoredConfig, err)
@@ -99,16 +89,9 @@ func openEnrolled(o Options, notEnrolled string) (*runner, *machineconfig.Config
 func (r *runner) store(cfg *machineconfig.Config) error {
 	data, err := cfg.Marshal()
 	if err != nil {
-		return err
-	}
-	p := storedConfigPath(r.o.Host)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
 		return fmt.Errorf("store the node config: %w", err)
 	}
-	return nil
+	return nodestate.On(r.o.Host).StoreConfig(data)
 }
 
 // enroll stores the first valid config as the node's desired state.

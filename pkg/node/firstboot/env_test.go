@@ -162,6 +162,13 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) path(p string) string { return filepath.Join(e.root, p) }
 
+// state is the node's TERRA-STATE, as firstboot's files on it are read
+// and written.
+func (e *env) state() nodestate.Files { return nodestate.At(e.path(layout.StateMount)) }
+
+// journalPath is where the journal is, as the node sees it.
+func journalPath() string { return nodestate.JournalFile.String() }
+
 func (e *env) write(p, content string) {
 	e.t.Helper()
 	if err := os.MkdirAll(filepath.Dir(e.path(p)), 0o755); err != nil {
@@ -384,7 +391,7 @@ func sequenceSource(results ...sourceResult) (func(ctx context.Context) ([]byte,
 
 func (e *env) journal() *nodestate.Journal {
 	e.t.Helper()
-	j, err := nodestate.Load(e.path(journalPath()))
+	j, err := e.state().ReadJournal()
 	if err != nil {
 		e.t.Fatal(err)
 	}

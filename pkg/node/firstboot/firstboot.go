@@ -10,8 +10,10 @@ package firstboot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -149,7 +151,8 @@ func newRunner(o Options) (*runner, error) {
 		}
 	}
 	bootID, _ := os.ReadFile(h.Path("/proc/sys/kernel/random/boot_id"))
-	state, err := nodestate.Open(h.Path(journalPath()))
+	files := nodestate.On(h)
+	state, err := files.OpenJournal()
 	if err != nil {
 		return nil, err
 	}
@@ -161,10 +164,13 @@ func newRunner(o Options) (*runner, error) {
 		return nil, err
 	}
 	state.Read(func(j *nodestate.Journal) { r.boot = j.Current(r.bootID, string(slot)).Boot })
-	created, _ := os.ReadFile(h.Path(layout.StateMount + "/" + layout.StateMarkerFile))
+	created, err := files.ReadMarker()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		o.Log.Warn("status: TERRA-STATE's creation is not shown", "err", err)
+	}
 	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, o.Addresses, status.Status{
 		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
-		StateCreated: strings.TrimSpace(string(created)),
+		StateCreated: created,
 	})
 	return r, nil
 }
@@ -182,8 +188,6 @@ func (r *runner) set(fn func(s *status.Status)) { r.pub.Update(fn) }
 
 // publish publishes the status.
 func (r *runner) publish() { r.pub.Publish(nil) }
-
-func journalPath() string { return layout.StateMount + "/" + layout.StateJournal }
 
 func (r *runner) say(format string, args ...any) {
 	_, _ = fmt.Fprintf(r.o.Console, "terrarium: "+format+"\n", args...) // the log below keeps it

@@ -697,7 +697,7 @@ func TestApplyFailureOnUpgradeTrialReboots(t *testing.T) {
 	require.Error(t, e.run(fullConfig), "no upgrade pending: the failure is returned")
 	assert.Zero(t, e.reboots)
 
-	store, err := nodestate.Open(e.path(journalPath()))
+	store, err := e.state().OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, store.Update(func(j *nodestate.Journal) {
 		j.Upgrade = &nodestate.Upgrade{From: "1.2.2", To: "1.2.3", FromSlot: "b", ToSlot: "a", State: nodestate.UpgradeInstalled}

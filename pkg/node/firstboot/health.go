@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
@@ -29,11 +30,10 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 			return fmt.Errorf("%w: %s: %w", errUnhealthy, p.Name, err)
 		}
 	}
-	probe := r.o.Host.Path(layout.StateMount + "/" + layout.StateTerrarium + "/.health")
-	if err := os.WriteFile(probe, []byte(r.bootID), 0o644); err != nil {
+	if err := nodestate.On(r.o.Host).ProbeWritable([]byte(r.bootID)); err != nil {
 		return fmt.Errorf("%w: TERRA-STATE is not writable: %w", errUnhealthy, err)
 	}
-	return os.Remove(probe)
+	return nil
 }
 
 func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) error {

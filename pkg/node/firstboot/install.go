@@ -3,11 +3,8 @@ package firstboot
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
@@ -112,29 +109,29 @@ func (r *runner) seed(cfg *machineconfig.Config) func(dir string) error {
 	return func(dir string) error {
 		data, err := cfg.Marshal()
 		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Join(dir, layout.StateTerrarium), 0o755); err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, layout.StateNodeConfig), data, 0o600); err != nil {
 			return fmt.Errorf("seed the node config: %w", err)
 		}
+		state := nodestate.At(dir)
+		if err := state.StoreConfig(data); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
 		now := r.o.Host.Now().UTC()
-		stamp := fmt.Sprintf("created=%s slot=%s installed-from=ISO %s\n", now.Format("2006-01-02T15:04:05Z"), layout.SlotA, r.rel.Version)
-		if err := atomicfile.WriteFile(filepath.Join(dir, layout.StateMarkerFile), []byte(stamp), 0o644); err != nil {
-			return err
+		if err := state.CreateMarker(nodestate.Marker{Created: now, Slot: string(layout.SlotA), InstalledFrom: "ISO " + r.rel.Version}); err != nil {
+			return fmt.Errorf("seed: %w", err)
 		}
 		from := "the ISO installer"
 		if e, _ := r.journal(); e != nil {
 			from = e.Source + ", installed from the ISO"
 		}
-		st, err := nodestate.Open(filepath.Join(dir, layout.StateJournal))
+		st, err := state.OpenJournal()
 		if err != nil {
-			return err
+			return fmt.Errorf("seed the journal: %w", err)
 		}
-		return st.Update(func(j *nodestate.Journal) {
+		if err := st.Update(func(j *nodestate.Journal) {
 			j.Enrollment = &nodestate.Enrollment{Digest: cfg.Digest(), Source: from, At: now}
-		})
+		}); err != nil {
+			return fmt.Errorf("seed the journal: %w", err)
+		}
+		return nil
 	}
 }

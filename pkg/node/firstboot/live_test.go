@@ -75,7 +75,7 @@ func TestInstallFromLive(t *testing.T) {
 		require.NoError(t, err)
 		cfg, err := machineconfig.Parse("machine.yaml", stored)
 		require.NoError(t, err)
-		j, err := nodestate.Load(filepath.Join(seeded, layout.StateJournal))
+		j, err := nodestate.At(seeded).ReadJournal()
 		require.NoError(t, err)
 		require.NotNil(t, j.Enrollment)
 		assert.Equal(t, cfg.Digest(), j.Enrollment.Digest)

@@ -6,17 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
-
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
 // ResetOptions wire `firstboot reset`.
@@ -59,12 +52,8 @@ func Reset(ctx context.Context, o ResetOptions) error {
 			return ErrResetDeclined
 		}
 	}
-	p := h.Path(filepath.Join(layout.StateMount, layout.StateResetRequest))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := nodestate.On(h).RequestReset(h.Now()); err != nil {
 		return err
-	}
-	if err := atomicfile.WriteFile(p, []byte("requested at "+h.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("record the reset request: %w", err)
 	}
 	// The request is recorded: it stands, and the reboot goes ahead,
 	// whether or not these lines reach the person.
@@ -80,7 +69,7 @@ func Reset(ctx context.Context, o ResetOptions) error {
 func resetSummary(h *host.Host) string {
 	var b strings.Builder
 	b.WriteString("firstboot reset erases TERRA-STATE, the node's whole writable state:\n")
-	if j, err := nodestate.Load(h.Path(journalPath())); err == nil && j.Enrollment != nil {
+	if j, err := nodestate.On(h).ReadJournal(); err == nil && j.Enrollment != nil {
 		fmt.Fprintf(&b, "  - the enrolled config (%s, enrolled %s)\n", j.Enrollment.Digest, j.Enrollment.Summary())
 	} else {
 		b.WriteString("  - the enrolled config (this node is not enrolled)\n")

@@ -404,7 +404,7 @@ func (n *rolloutNode) trialBoot(version, bootID string) {
 // request runs n's firstboot and asks it, as `firstboot upgrade [--force]
 // FILE` does, to install the upgrade file at path; it returns the answer
 // once the node rebooted or refused.
-func (n *rolloutNode) request(t *testing.T, path string, force bool) (UpgradeResult, error) {
+func (n *rolloutNode) request(t *testing.T, path string, force bool) (nodestate.UpgradeResult, error) {
 	t.Helper()
 	o := n.o
 	o.WatchInterval = time.Millisecond
@@ -628,7 +628,7 @@ func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
 // in slot b, as the new slot's firstboot would.
 func failTrial(t *testing.T, e *env) {
 	t.Helper()
-	store, err := nodestate.Open(e.path(journalPath()))
+	store, err := e.state().OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, store.Update(func(j *nodestate.Journal) {
 		rec := j.Current("bbbbbbbb-0000-0000-0000-000000000001", "b")
@@ -762,7 +762,7 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 				require.NoError(t, err)
 			}
 			if tt.rolledBack {
-				store, err := nodestate.Open(w.e.path(journalPath()))
+				store, err := w.e.state().OpenJournal()
 				require.NoError(t, err)
 				require.NoError(t, store.Update(func(j *nodestate.Journal) {
 					j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digest, Version: "1.3.0", Reason: "kubelet failed", At: at})
@@ -998,7 +998,7 @@ func TestForceInstructionOnAStick(t *testing.T) {
 			}
 			e.upgradeStick(key, "/stick", "1.3.0")
 			digest, _, _ := signedFile(t, e, "/stick/terrarium-1.3.0.upgrade")
-			store, err := nodestate.Open(e.path(journalPath()))
+			store, err := e.state().OpenJournal()
 			require.NoError(t, err)
 			require.NoError(t, store.Update(func(j *nodestate.Journal) {
 				j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digest, Version: "1.3.0", Reason: "kubelet failed", At: time.Now()})

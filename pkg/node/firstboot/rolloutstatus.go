@@ -38,7 +38,7 @@ func UpgradeStatus(ctx context.Context, o UpgradeStatusOptions) error {
 	if err != nil {
 		return err
 	}
-	j, err := nodestate.Load(h.Path(journalPath()))
+	j, err := nodestate.On(h).ReadJournal()
 	if err != nil {
 		return err
 	}

@@ -248,7 +248,7 @@ type upgradeSource struct {
 	digest string
 }
 
-// Outcomes of an upgrade (UpgradeResult.Outcome).
+// Outcomes of an upgrade (nodestate.UpgradeResult.Outcome).
 const (
 	outcomeInstalled        = "installed"
 	outcomePublished        = "published"
@@ -262,7 +262,7 @@ const (
 // the console says). Under upgrade.Force an upgrade marked bad on this
 // node is installed again too; a force instruction beside the file
 // (forceBeside) forces it.
-func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) UpgradeResult {
+func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) nodestate.UpgradeResult {
 	var (
 		res       slotinstall.Result
 		digest    string
@@ -341,18 +341,18 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			detail += " (the stick may be removed)"
 		}
 		r.say("upgrade: %s", detail)
-		return UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
+		return nodestate.UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
 	case err == nil && published != "":
 		r.note("upgrade", outcomePublished, published)
 		r.say("upgrade: %s", published)
 		r.publish()
-		return UpgradeResult{Outcome: outcomePublished, Detail: published}
+		return nodestate.UpgradeResult{Outcome: outcomePublished, Detail: published}
 	case err != nil:
 		r.note("upgrade", "refused", err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.set(func(s *status.Status) { s.Message = "upgrade refused: " + err.Error() })
 		r.publish()
-		return UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()}
+		return nodestate.UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()}
 	}
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
@@ -370,7 +370,7 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	}
 	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
 	r.publish()
-	return UpgradeResult{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
+	return nodestate.UpgradeResult{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
 }
 
 // checkKubernetes refuses an upgrade whose Kubernetes this node cannot

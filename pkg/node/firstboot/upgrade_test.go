@@ -157,7 +157,7 @@ func TestUpgradeRollbackAndCommit(t *testing.T) {
 
 	// The new slot boots and fails its health check (recorded in the
 	// shared journal), three times; systemd-boot falls back to slot a.
-	store, err := nodestate.Open(e.path(journalPath()))
+	store, err := e.state().OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, store.Update(func(j *nodestate.Journal) {
 		rec := j.Current("bbbbbbbb-0000-0000-0000-000000000001", "b")
@@ -204,7 +204,7 @@ func TestUpgradeRequest(t *testing.T) {
 	e.upgradeStick(key, "/home/admin", "1.3.0")
 	e.upgradeStick(key, "/home/admin", "1.4.0")
 	e.upgradeStick(key, "/home/admin", "1.5.0")
-	store, err := nodestate.Open(e.path(journalPath()))
+	store, err := e.state().OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, store.Update(func(j *nodestate.Journal) {
 		j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: digestOfFile(t, e.path("/home/admin/terrarium-1.5.0.upgrade")), Version: "1.5.0", Reason: "health failed", At: time.Now()})
@@ -217,7 +217,7 @@ func TestUpgradeRequest(t *testing.T) {
 	go func() { done <- Run(ctx, o) }()
 	require.Eventually(t, func() bool { s := e.statusIfAny(); return s != nil && s.State == status.StateVerified }, 10*time.Second, time.Millisecond)
 
-	ask := func(path string, force, noReboot bool) (UpgradeResult, string, error) {
+	ask := func(path string, force, noReboot bool) (nodestate.UpgradeResult, string, error) {
 		var out strings.Builder
 		res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: path, Force: force, NoReboot: noReboot, Wait: 10 * time.Second, Poll: time.Millisecond})
 		return res, out.String(), err
@@ -229,7 +229,7 @@ func TestUpgradeRequest(t *testing.T) {
 
 	res, out, err := ask("/home/admin/terrarium-1.3.0.upgrade", false, true)
 	require.NoError(t, err)
-	assert.Equal(t, UpgradeResult{ID: res.ID, Outcome: "installed", Detail: res.Detail, Version: "1.3.0", Slot: "b"}, res)
+	assert.Equal(t, nodestate.UpgradeResult{ID: res.ID, Outcome: "installed", Detail: res.Detail, Version: "1.3.0", Slot: "b"}, res)
 	assert.Contains(t, out, "1.3.0 installed into slot b; the next boot tries it")
 	assert.Zero(t, e.rebootCount(), "--no-reboot")
 
@@ -245,7 +245,7 @@ func TestUpgradeRequest(t *testing.T) {
 	assert.Equal(t, []string{"1.3.0", "1.5.0", "1.4.0"}, inst.calls())
 	require.Eventually(t, func() bool { return e.rebootCount() == 1 }, 5*time.Second, time.Millisecond, "rebooted into it")
 	assert.Equal(t, "firstboot upgrade /home/admin/terrarium-1.4.0.upgrade", e.journal().Upgrade.Source)
-	assert.NoFileExists(t, e.path(upgradeRequestPath()), "the request is taken")
+	assert.NoFileExists(t, e.path(nodestate.UpgradeRequestFile.String()), "the request is taken")
 
 	_, _, err = ask("/home/admin/missing.upgrade", false, false)
 	assert.ErrorContains(t, err, "no such file", "refused by the command, nothing asked")
@@ -326,7 +326,7 @@ func TestUpgradeKubernetesSkew(t *testing.T) {
 // upgrade's trial) does not give this one's rollback its reason.
 func TestRollbackReasonIsThisUpgrades(t *testing.T) {
 	e, o, _, key := upgradeEnv(t)
-	store, err := nodestate.Open(e.path(journalPath()))
+	store, err := e.state().OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, store.Update(func(j *nodestate.Journal) {
 		rec := j.Current("bbbbbbbb-0000-0000-0000-0000000000aa", "b")

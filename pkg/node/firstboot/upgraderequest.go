@@ -2,7 +2,6 @@ package firstboot
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,81 +10,38 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
-// UpgradeRequest is what `firstboot upgrade` asks the running node to
-// install (layout.StateUpgradeRequest). The command does not write the
-// slot itself: the runner, the node state's one writer, takes the request
-// in its upgrade-requests controller, as it takes a TERRA-UPGRADE stick, and answers with
-// an UpgradeResult.
-type UpgradeRequest struct {
-	// Path is an upgrade file, or a block device whose filesystem holds
-	// exactly one at its root.
-	Path string `json:"path"`
-	// Force installs a downgrade, the same version again, or an upgrade
-	// that rolled back on this node before; never an incompatible one. On
-	// a node of a cluster it forces nothing but an install on this node
-	// alone while the cluster's API is out of reach: a forced rollout
-	// needs a force instruction beside the file (upgrade.Instruction),
-	// which forces with or without Force.
-	Force bool `json:"force,omitempty"`
-	// NoReboot leaves the new slot to the next boot.
-	NoReboot bool `json:"noReboot,omitempty"`
-	// ID tells this request's answer from an older one's.
-	ID string `json:"id"`
-}
-
-// UpgradeResult answers an UpgradeRequest (layout.StateUpgradeResult).
-type UpgradeResult struct {
-	ID      string `json:"id"`
-	Outcome string `json:"outcome"` // installed, already-installed or refused
-	Detail  string `json:"detail,omitempty"`
-	Version string `json:"version,omitempty"`
-	Slot    string `json:"slot,omitempty"`
-}
-
-func upgradeRequestPath() string { return filepath.Join(layout.StateMount, layout.StateUpgradeRequest) }
-func upgradeResultPath() string  { return filepath.Join(layout.StateMount, layout.StateUpgradeResult) }
-
-// maxRequestSize bounds what is read of a request or a result.
+// maxRequestSize bounds what readSmall reads.
 const maxRequestSize = 64 << 10
 
 // serveUpgradeRequest takes a request of `firstboot upgrade`, if there is
 // one: it is removed before anything else, so that a node that dies on it
 // does not take it again, and answered whatever becomes of it.
 func (r *runner) serveUpgradeRequest(ctx context.Context, cfg *machineconfig.Config) {
-	p := r.o.Host.Path(upgradeRequestPath())
-	b, err := readSmall(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	state := nodestate.On(r.o.Host)
+	req, err := state.TakeUpgradeRequest()
+	switch {
+	case errors.Is(err, nodestate.ErrNoUpgradeRequest):
+		return
+	case err != nil && !errors.Is(err, nodestate.ErrBadUpgradeRequest):
+		r.say("upgrade request %s: %v", nodestate.UpgradeRequestFile, err)
 		return
 	}
-	if rmErr := os.Remove(p); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
-		r.say("upgrade request %s: %v", upgradeRequestPath(), rmErr)
-		return
-	}
-	var req UpgradeRequest
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
-	if err == nil && req.Path == "" {
-		err = errors.New("it names no upgrade file")
-	}
-	answer := func(res UpgradeResult) {
+	answer := func(res nodestate.UpgradeResult) {
 		res.ID = req.ID
-		out, _ := json.MarshalIndent(res, "", "  ")
-		if err := atomicfile.WriteFile(r.o.Host.Path(upgradeResultPath()), append(out, '\n'), 0o644); err != nil {
+		if err := state.AnswerUpgradeRequest(res); err != nil {
 			r.say("answering the upgrade request: %v", err)
 		}
 	}
 	if err != nil {
-		r.say("upgrade request %s is unreadable, nothing was written: %v", upgradeRequestPath(), err)
-		answer(UpgradeResult{Outcome: outcomeRefused, Detail: fmt.Sprintf("the request is unreadable: %v", err)})
+		r.say("%v (%s): nothing was written", err, nodestate.UpgradeRequestFile)
+		answer(nodestate.UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()})
 		return
 	}
 	r.holdChanges("the upgrade request")
@@ -157,26 +113,29 @@ var ErrUpgradeRefused = errors.New("upgrade refused, nothing was written")
 // waits for its answer: `firstboot upgrade FILE|DEVICE`. The node checks
 // the file's signature and every part before it writes a byte, exactly as
 // for a TERRA-UPGRADE stick.
-func RequestUpgrade(ctx context.Context, o UpgradeOptions) (UpgradeResult, error) {
+func RequestUpgrade(ctx context.Context, o UpgradeOptions) (nodestate.UpgradeResult, error) {
 	h := o.Host
 	abs, err := filepath.Abs(o.Path)
 	if err != nil {
-		return UpgradeResult{}, err
+		return nodestate.UpgradeResult{}, err
 	}
 	if _, err := os.Stat(h.Path(abs)); err != nil {
-		return UpgradeResult{}, fmt.Errorf("upgrade file: %w", err)
+		return nodestate.UpgradeResult{}, fmt.Errorf("upgrade file: %w", err)
 	}
-	if _, err := os.Stat(h.Path(upgradeRequestPath())); err == nil {
-		return UpgradeResult{}, fmt.Errorf("another upgrade request is waiting (%s); wait for it, or remove it", upgradeRequestPath())
-	}
-	req := UpgradeRequest{Path: abs, Force: o.Force, NoReboot: o.NoReboot, ID: fmt.Sprintf("%d-%d", h.Now().UnixNano(), os.Getpid())}
-	b, err := json.MarshalIndent(req, "", "  ")
+	state := nodestate.On(h)
+	waiting, err := state.UpgradeRequestWaiting()
 	if err != nil {
-		return UpgradeResult{}, err
+		return nodestate.UpgradeResult{}, err
 	}
-	_ = os.Remove(h.Path(upgradeResultPath()))
-	if err := atomicfile.WriteFile(h.Path(upgradeRequestPath()), append(b, '\n'), 0o600); err != nil {
-		return UpgradeResult{}, fmt.Errorf("record the upgrade request: %w", err)
+	if waiting {
+		return nodestate.UpgradeResult{}, fmt.Errorf("another upgrade request is waiting (%s); wait for it, or remove it", nodestate.UpgradeRequestFile)
+	}
+	req := nodestate.UpgradeRequest{Path: abs, Force: o.Force, NoReboot: o.NoReboot, ID: fmt.Sprintf("%d-%d", h.Now().UnixNano(), os.Getpid())}
+	if err := state.RemoveUpgradeResult(); err != nil {
+		return nodestate.UpgradeResult{}, err
+	}
+	if err := state.PutUpgradeRequest(req); err != nil {
+		return nodestate.UpgradeResult{}, err
 	}
 	// The request is recorded: the node acts on it whatever these lines
 	// show, and the error returned says how it went.
@@ -184,26 +143,26 @@ func RequestUpgrade(ctx context.Context, o UpgradeOptions) (UpgradeResult, error
 	deadline := time.NewTimer(o.Wait)
 	defer deadline.Stop()
 	for {
-		if b, err := readSmall(h.Path(upgradeResultPath())); err == nil {
-			var res UpgradeResult
-			if json.Unmarshal(b, &res) == nil && res.ID == req.ID {
-				_ = os.Remove(h.Path(upgradeResultPath()))
-				switch res.Outcome {
-				case outcomeRefused:
-					return res, fmt.Errorf("%w: %s", ErrUpgradeRefused, res.Detail)
-				case outcomeInstalled:
-					_, _ = fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
-				default:
-					_, _ = fmt.Fprintln(o.Out, res.Detail)
-				}
-				return res, nil
+		if res, ok, err := state.TakeUpgradeResult(req.ID); ok {
+			if err != nil {
+				// The answer stands; the next request removes it.
+				_, _ = fmt.Fprintf(o.Out, "note: %v\n", err)
 			}
+			switch res.Outcome {
+			case outcomeRefused:
+				return res, fmt.Errorf("%w: %s", ErrUpgradeRefused, res.Detail)
+			case outcomeInstalled:
+				_, _ = fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
+			default:
+				_, _ = fmt.Fprintln(o.Out, res.Detail)
+			}
+			return res, nil
 		}
 		select {
 		case <-ctx.Done():
-			return UpgradeResult{}, ctx.Err()
+			return nodestate.UpgradeResult{}, ctx.Err()
 		case <-deadline.C:
-			return UpgradeResult{}, fmt.Errorf("no answer from the node after %s: is terrarium-firstboot.service running (firstboot status)? The request stays in %s", o.Wait, upgradeRequestPath())
+			return nodestate.UpgradeResult{}, fmt.Errorf("no answer from the node after %s: is terrarium-firstboot.service running (firstboot status)? The request stays in %s", o.Wait, nodestate.UpgradeRequestFile)
 		case <-time.After(o.Poll):
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -385,14 +386,16 @@ func TestEnsureStateFSMissingDevice(t *testing.T) {
 	}
 }
 
+// The initramfs finds `firstboot reset`'s request where the on-disk
+// contract puts it, on the STATE it has mounted.
 func TestResetRequested(t *testing.T) {
 	mnt := t.TempDir()
-	_, ok := resetRequested(mnt)
+	_, ok := nodestate.At(mnt).ResetRequested()
 	assert.False(t, ok)
 	p := filepath.Join(mnt, layout.StateResetRequest)
 	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 	require.NoError(t, os.WriteFile(p, []byte("requested at 2026-11-26T02:00:00Z\n"), 0o644))
-	at, ok := resetRequested(mnt)
+	at, ok := nodestate.At(mnt).ResetRequested()
 	assert.True(t, ok)
 	assert.Equal(t, "requested at 2026-11-26T02:00:00Z", at)
 }

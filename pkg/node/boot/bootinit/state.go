@@ -15,6 +15,7 @@ import (
 	dfsdisk "github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"golang.org/x/sys/unix"
 )
 
@@ -223,7 +224,7 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 		return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
 	}
 	if kind == "ext4" && !reset {
-		if at, ok := resetRequested(mnt); ok {
+		if at, ok := nodestate.At(mnt).ResetRequested(); ok {
 			// `firstboot reset` asked for it (and was confirmed).
 			in.say("formatting TERRA-STATE %s as ext4 (reason: `firstboot reset` %s)", dev, at)
 			if err := unix.Unmount(mnt, 0); err != nil {
@@ -244,27 +245,22 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 	return in.layoutState(ctx, mnt, kind != "ext4" || reset)
 }
 
-// resetRequested reports whether a mounted STATE carries a reset request
-// (layout.StateResetRequest), and what it says (when it was made).
-func resetRequested(mnt string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(mnt, layout.StateResetRequest))
-	if err != nil {
-		return "", false
-	}
-	return strings.TrimSpace(string(b)), true
-}
-
 // layoutState makes STATE's directories and seeds /var from the image the
 // first time.
 func (in *Init) layoutState(ctx context.Context, mnt string, fresh bool) error {
-	for _, d := range []string{layout.StateEtcUpper, layout.StateEtcWork, layout.StateTerrarium} {
+	for _, d := range []string{layout.StateEtcUpper, layout.StateEtcWork} {
 		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
 			return err
 		}
 	}
+	// firstboot's files are nodestate's; the initramfs writes one of
+	// them, the marker of a STATE it has just made.
+	st := nodestate.At(mnt)
+	if err := st.MakeDir(); err != nil {
+		return err
+	}
 	if fresh {
-		stamp := fmt.Sprintf("created=%s slot=%s\n", time.Now().UTC().Format(time.RFC3339), in.slot())
-		if err := os.WriteFile(filepath.Join(mnt, layout.StateMarkerFile), []byte(stamp), 0o644); err != nil {
+		if err := st.CreateMarker(nodestate.Marker{Created: time.Now(), Slot: string(in.slot())}); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package nodestate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,36 +11,64 @@ import (
 )
 
 // FuzzLoad feeds journals (the seed corpus is in testdata/fuzz/FuzzLoad)
-// to Load: a corrupt journal gives an error naming the file, never a
-// panic; a journal that loads can be saved, and loads back the same; and
-// the journal's methods work on whatever loaded.
+// to the journal's readers: a corrupt journal gives an error naming the
+// file, never a panic; a newer build's is read but not opened for writing;
+// a journal that opens can be saved, and loads back the same; and the
+// journal's methods work on whatever loaded.
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(`{"boots": [`))
+	f.Add([]byte(`{"schema": 3, "boots": [], "future": {"x": 1}}`))
 	dir := f.TempDir() // one per worker: a worker runs its inputs one at a time
 	f.Fuzz(func(t *testing.T, data []byte) {
-		path := filepath.Join(dir, "journal.json")
+		root := filepath.Join(dir, "state")
+		path := filepath.Join(root, "terrarium", "journal.json")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		j, err := Load(path)
+		j, err := At(root).ReadJournal()
 		if err != nil {
 			if j != nil {
-				t.Fatalf("Load failed (%v) but returned a journal", err)
+				t.Fatalf("ReadJournal failed (%v) but returned a journal", err)
 			}
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error does not name the file: %v", err)
 			}
 			return
 		}
-		again := filepath.Join(dir, "again", "journal.json")
-		if err := j.Save(again); err != nil {
+		s, err := At(root).OpenJournal()
+		if j.Schema > Schema {
+			if !errors.Is(err, ErrNewerSchema) {
+				t.Fatalf("OpenJournal of schema %d = %v, want ErrNewerSchema", j.Schema, err)
+			}
+			if after, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(after, data) {
+				t.Fatalf("a newer journal was changed (%v)", rerr)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("ReadJournal read it, OpenJournal refused it: %v", err)
+		}
+		again := filepath.Join(dir, "again")
+		s2, err := At(again).OpenJournal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Read(func(loaded *Journal) {
+			err = s2.Update(func(cur *Journal) { *cur = *loaded })
+		})
+		if err != nil {
 			t.Fatalf("a loaded journal cannot be saved: %v", err)
 		}
-		j2, err := Load(again)
+		j2, err := At(again).ReadJournal()
 		if err != nil {
-			t.Fatalf("Load of a saved journal: %v", err)
+			t.Fatalf("ReadJournal of a saved journal: %v", err)
 		}
-		a, errA := json.Marshal(j)
+		var a []byte
+		var errA error
+		s2.Read(func(saved *Journal) { a, errA = json.Marshal(saved) })
 		b, errB := json.Marshal(j2)
 		if errA != nil || errB != nil || !bytes.Equal(a, b) {
 			t.Fatalf("save and load changed the journal (%v, %v):\n%s\n%s", errA, errB, a, b)

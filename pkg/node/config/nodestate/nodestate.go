@@ -1,26 +1,18 @@
-// Package nodestate is the node's one persisted state on TERRA-STATE: its
-// enrollment (the desired config's digest and source), what was applied,
-// the Kubernetes steps done and each boot's steps, in one journal file with
-// one writer (Store), written atomically (pkg/contract/atomicfile).
 package nodestate
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"time"
-
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 )
 
 // Journal is the node's record of what it did, on TERRA-STATE. It
 // survives reboots and power cuts (written to a temporary file, synced and
 // renamed), so a later boot knows the node is provisioned.
 type Journal struct {
+	// Schema is the journal's format: Schema once read by this build, or
+	// a newer one that ReadJournal read from a newer build's journal.
+	Schema int `json:"schema"`
 	// Enrollment is the node's desired state, set when it enrolls.
 	Enrollment *Enrollment `json:"enrollment,omitempty"`
 	// Provisioned is set once a config was fully applied.
@@ -117,37 +109,6 @@ type StepRecord struct {
 
 const maxBoots = 100
 
-// Load reads the journal; a missing file is an empty journal.
-func Load(path string) (*Journal, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return &Journal{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	var j Journal
-	if err := json.Unmarshal(data, &j); err != nil {
-		return nil, fmt.Errorf("parse journal %s: %w", path, err)
-	}
-	return &j, nil
-}
-
-// Save writes the journal atomically.
-func (j *Journal) Save(path string) error {
-	if len(j.Boots) > maxBoots {
-		j.Boots = j.Boots[len(j.Boots)-maxBoots:]
-	}
-	data, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
-}
-
 // Current returns this boot's record, creating it for bootID if needed.
 func (j *Journal) Current(bootID, slot string) *BootRecord {
 	if n := len(j.Boots); n > 0 && j.Boots[n-1].BootID == bootID {
@@ -162,7 +123,7 @@ func (j *Journal) Current(bootID, slot string) *BootRecord {
 }
 
 // Enrollment records the node's desired state: the config stored on
-// TERRA-STATE (layout.StateNodeConfig), where it came from and when. A
+// TERRA-STATE (ConfigFile), where it came from and when. A
 // node enrolls once, from the first valid config its sources offer; from
 // then on it boots from the stored config, and a different config is a
 // change request that needs a trusted signature (docs/config-acquisition.md).
@@ -222,10 +183,6 @@ const (
 	SettleDropped  = "dropped"
 )
 
-// ErrStoredDigest means the stored config is neither the enrolled one nor
-// a pending change's.
-var ErrStoredDigest = errors.New("the stored config is neither the enrolled nor a pending one")
-
 // Accepts reports whether a stored config of digest d is one the journal
 // can stand behind: the enrolled config, or a change being committed.
 func (e *Enrollment) Accepts(d string) bool {
@@ -280,40 +237,4 @@ func (p *KubeadmProgress) IsDone(step string) bool {
 		}
 	}
 	return false
-}
-
-// Store is the journal's one writer: every change goes through Update,
-// which saves the whole journal atomically before it returns. Safe for
-// concurrent use (long steps report progress from several goroutines).
-type Store struct {
-	mu   sync.Mutex
-	path string
-	j    *Journal
-}
-
-// Open loads the journal at path (a missing file is an empty journal).
-func Open(path string) (*Store, error) {
-	j, err := Load(path)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{path: path, j: j}, nil
-}
-
-// Path is where the journal lives.
-func (s *Store) Path() string { return s.path }
-
-// Update changes the journal with fn and saves it.
-func (s *Store) Update(fn func(j *Journal)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fn(s.j)
-	return s.j.Save(s.path)
-}
-
-// Read lets fn look at the journal; fn must not keep what it sees.
-func (s *Store) Read(fn func(j *Journal)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fn(s.j)
 }

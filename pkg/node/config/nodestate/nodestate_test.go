@@ -1,7 +1,6 @@
 package nodestate
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,29 +14,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// save writes j as the journal of a STATE at root, through a Store.
+func save(t *testing.T, root string, j *Journal) {
+	t.Helper()
+	s, err := At(root).OpenJournal()
+	require.NoError(t, err)
+	require.NoError(t, s.Update(func(cur *Journal) { *cur = *j }))
+}
+
+// load reads the journal of a STATE at root.
+func load(t *testing.T, root string) *Journal {
+	t.Helper()
+	j, err := At(root).ReadJournal()
+	require.NoError(t, err)
+	return j
+}
+
 func TestLoadMissing(t *testing.T) {
-	j, err := Load(filepath.Join(t.TempDir(), "state", "terrarium", "journal.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j == nil || j.Provisioned != nil || len(j.Boots) != 0 {
-		t.Errorf("Load(missing) = %+v, want an empty journal", j)
-	}
+	j, err := At(filepath.Join(t.TempDir(), "state")).ReadJournal()
+	require.NoError(t, err)
+	assert.Equal(t, &Journal{Schema: Schema}, j, "an empty journal")
 }
 
 func TestLoadErrors(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "journal.json")
-	if err := os.WriteFile(bad, []byte(`{"boots": [`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("Load(corrupt) = %v, want an error naming the file", err)
-	}
+	root := t.TempDir()
+	bad := filepath.Join(root, "terrarium", "journal.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(bad), 0o755))
+	require.NoError(t, os.WriteFile(bad, []byte(`{"boots": [`), 0o644))
+	_, err := At(root).ReadJournal()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), bad, "the error names the file")
+	_, err = At(root).OpenJournal()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), bad, "the error names the file")
+
 	// A directory cannot be read as a file: not "missing".
-	if _, err := Load(dir); err == nil {
-		t.Error("Load(dir) succeeded")
-	}
+	require.NoError(t, os.Remove(bad))
+	require.NoError(t, os.Mkdir(bad, 0o755))
+	_, err = At(root).ReadJournal()
+	assert.Error(t, err)
 }
 
 func TestJournalRoundTrip(t *testing.T) {
@@ -52,37 +67,27 @@ func TestJournalRoundTrip(t *testing.T) {
 			{Boot: 2, BootID: "id-2", Slot: "b", Steps: []StepRecord{}},
 		},
 	}
-	path := filepath.Join(t.TempDir(), "state", "terrarium", "journal.json")
-	if err := j.Save(path); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("temporary file left: %v", err)
-	}
+	root := filepath.Join(t.TempDir(), "state")
+	save(t, root, j)
+	path := filepath.Join(root, "terrarium", "journal.json")
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left")
 	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	if !strings.HasSuffix(string(data), "}\n") || !strings.HasPrefix(string(data), "{\n  \"schema\": 2,\n") || !strings.Contains(string(data), "\n  \"boots\": [") {
+		t.Errorf("journal is not indented JSON, naming its schema first, ending in a newline:\n%s", data)
 	}
-	if !strings.HasSuffix(string(data), "}\n") || !strings.Contains(string(data), "\n  \"boots\": [") {
-		t.Errorf("journal is not indented JSON ending in a newline:\n%s", data)
-	}
-	got, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := load(t, root)
+	j.Schema = Schema
 	if !reflect.DeepEqual(got, j) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, j)
 	}
 
 	// Saving again replaces the file.
 	j.Provisioned = nil
-	if err := j.Save(path); err != nil {
-		t.Fatal(err)
-	}
-	got, err = Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	save(t, root, j)
+	got = load(t, root)
 	if got.Provisioned != nil || len(got.Boots) != 2 {
 		t.Errorf("after second Save: %+v", got)
 	}
@@ -118,18 +123,13 @@ func TestJournalCurrent(t *testing.T) {
 }
 
 func TestJournalKeepsLastBoots(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.json")
-	j := &Journal{}
+	root := t.TempDir()
+	s, err := At(root).OpenJournal()
+	require.NoError(t, err)
 	for i := 1; i <= maxBoots+5; i++ {
-		j.Current(fmt.Sprintf("id-%d", i), "a")
-		if err := j.Save(path); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Update(func(j *Journal) { j.Current(fmt.Sprintf("id-%d", i), "a") }))
 	}
-	got, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := load(t, root)
 	if len(got.Boots) != maxBoots || maxBoots != 100 {
 		t.Fatalf("journal keeps %d boots, want 100", len(got.Boots))
 	}
@@ -147,11 +147,10 @@ func TestJournalKeepsLastBoots(t *testing.T) {
 		big.Current(fmt.Sprintf("id-%d", i), "b")
 	}
 	cur := &big.Boots[len(big.Boots)-1]
-	if err := big.Save(path); err != nil {
-		t.Fatal(err)
-	}
+	_, err = big.encode()
+	require.NoError(t, err)
 	if len(big.Boots) != maxBoots || big.Boots[0].Boot != 151 {
-		t.Errorf("after Save: %d boots from %d", len(big.Boots), big.Boots[0].Boot)
+		t.Errorf("after encode: %d boots from %d", len(big.Boots), big.Boots[0].Boot)
 	}
 	// The current record (held by the runner) is still the journal's last.
 	cur.Result = "changed"
@@ -161,20 +160,19 @@ func TestJournalKeepsLastBoots(t *testing.T) {
 }
 
 func TestJournalSaveError(t *testing.T) {
-	dir := t.TempDir()
+	root := t.TempDir()
+	s, err := At(root).OpenJournal()
+	require.NoError(t, err, "a missing journal opens")
 	// A file where the journal's directory should be.
-	blocker := filepath.Join(dir, "state")
-	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := (&Journal{}).Save(filepath.Join(blocker, "terrarium", "journal.json")); err == nil {
-		t.Error("Save below a file succeeded")
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "terrarium"), nil, 0o644))
+	err = s.Update(func(*Journal) {})
+	require.Error(t, err, "a save below a file")
+	assert.Contains(t, err.Error(), "save journal")
 }
 
 func TestStoreOneWriter(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.json")
-	s, err := Open(path)
+	root := t.TempDir()
+	s, err := At(root).OpenJournal()
 	require.NoError(t, err)
 	require.NoError(t, s.Update(func(j *Journal) { j.Current("boot-1", "a") }))
 	// Steps reported from many goroutines at once all land, whole.
@@ -190,11 +188,10 @@ func TestStoreOneWriter(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	j, err := Load(path)
-	require.NoError(t, err)
+	j := load(t, root)
 	require.Len(t, j.Boots, 1)
 	assert.Len(t, j.Boots[0].Steps, 20)
-	entries, err := os.ReadDir(filepath.Dir(path))
+	entries, err := os.ReadDir(filepath.Dir(s.Path()))
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file left")
 }
@@ -210,16 +207,15 @@ func TestKubeadmProgress(t *testing.T) {
 // An upgrade's record and the upgrades marked bad survive a save and a
 // load; Bad finds a bad upgrade by digest.
 func TestUpgradeRecords(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "journal.json")
-	s, err := Open(p)
+	root := t.TempDir()
+	s, err := At(root).OpenJournal()
 	require.NoError(t, err)
 	at := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
 	require.NoError(t, s.Update(func(j *Journal) {
 		j.Upgrade = &Upgrade{Digest: "sha256:aa", From: "0.1.0", To: "0.2.1", FromSlot: "a", ToSlot: "b", Source: "TERRA-UPGRADE", State: UpgradeRolledBack, Reason: "health check failed", InstalledAt: at}
 		j.BadUpgrades = append(j.BadUpgrades, BadUpgrade{Digest: "sha256:aa", Version: "0.2.1", Reason: "health check failed", At: at})
 	}))
-	j, err := Load(p)
-	require.NoError(t, err)
+	j := load(t, root)
 	require.NotNil(t, j.Upgrade)
 	assert.Equal(t, UpgradeRolledBack, j.Upgrade.State)
 	assert.True(t, j.Upgrade.DoneAt.IsZero())

@@ -33,9 +33,12 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
-func path(h *host.Host) string {
-	return h.Path(filepath.Join(layout.StateMount, layout.StateUnpackWindow))
-}
+// file is the window's record on TERRA-STATE, as the running node sees it:
+// this package's own file in firstboot's directory there, its path built
+// here only.
+const file = layout.StateMount + "/" + layout.StateUnpackWindow
+
+func path(h *host.Host) string { return h.Path(file) }
 
 // Open durably records that containerd may unpack images from
 // now on, before it can, with the boot that opened it.
@@ -130,7 +133,7 @@ func Repair(h *host.Host, console io.Writer) (bool, error) {
 		}
 		_, _ = fmt.Fprintf(console, "terrarium: the last boot ended while containerd was unpacking images (%s is still open); "+
 			"removing %s, which may hold torn images: they come again from this slot\n",
-			filepath.Join(layout.StateMount, layout.StateUnpackWindow), dir)
+			file, dir)
 		if err := removeStore(store); err != nil {
 			return removed, err
 		}

@@ -39,16 +39,10 @@ const (
 	// client certificate the bootstrap ends with.
 	BootstrapKubeconfig = "/etc/kubernetes/bootstrap-kubelet.conf"
 	KubeletClientCert   = layout.KubeletClientCert
-	// legacyProgressFile is where nodes formed by earlier versions kept
-	// their kubeadm progress (now in the node state).
-	legacyProgressFile = "kubeadm.json"
 	// The steps after which the bootstrap token is no longer needed: a
 	// joiner's wait for the API, the init node's creation of the token.
 	stepWaitForAPI     = "wait for the API"
 	stepBootstrapToken = "init phases control-plane … bootstrap-token"
-	// legacyBootstrapToken is the init node's token step of releases
-	// that ran kubeadm's init phases one process each.
-	legacyBootstrapToken = "init phase bootstrap-token"
 	// stepAddons is the init node's last kubeadm step: kubelet-finalize
 	// and the add-ons.
 	stepAddons = "init phases kubelet-finalize, addon"

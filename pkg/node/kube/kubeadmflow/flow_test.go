@@ -13,8 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -24,7 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
@@ -56,7 +53,7 @@ func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow 
 	h := &host.Host{Root: root, Clock: host.ClockFunc(time.Now), Executor: host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: no programs in this test", name)
 	})}
-	state, err := nodestate.Open(filepath.Join(root, layout.StateMount, layout.StateJournal))
+	state, err := nodestate.On(h).OpenJournal()
 	require.NoError(t, err)
 	if probe == nil {
 		probe = HTTPSProbe
@@ -170,28 +167,26 @@ func TestPreflightIgnoresWhatTheConfigNames(t *testing.T) {
 	}
 }
 
-// TestLegacyKubeadmProgress: a node formed before the kubeadm progress
-// moved into the node state keeps its steps (kubeadm.json, keyed by the
-// kubeadm configuration's hash), and saves them in the node state.
-func TestLegacyKubeadmProgress(t *testing.T) {
+// TestKubeadmProgressByIdentity: the steps done are in the node state,
+// keyed by the node's identity: the same node keeps them, another starts
+// again.
+func TestKubeadmProgressByIdentity(t *testing.T) {
 	f := testFlow(t, nil)
-	legacy := f.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, legacyProgressFile))
-	require.NoError(t, os.MkdirAll(filepath.Dir(legacy), 0o755))
-	require.NoError(t, os.WriteFile(legacy, []byte(`{"config":"cfghash","done":["`+stepWaitForAPI+`"]}`), 0o644))
-
+	assert.False(t, tokenUsed(f, machineconfig.RoleWorker))
+	p := loadProgress(f, "identity:w")
+	assert.Equal(t, &nodestate.KubeadmProgress{Node: "identity:w"}, p)
+	require.NoError(t, saveProgress(f, p, stepWaitForAPI))
 	assert.True(t, tokenUsed(f, machineconfig.RoleWorker))
-	p, err := loadProgress(f, "identity:w", "cfghash")
-	require.NoError(t, err)
-	assert.Equal(t, "identity:w", p.Node)
-	assert.True(t, p.IsDone(stepWaitForAPI))
-	require.NoError(t, saveProgress(f, p, "kubelet TLS bootstrap"))
-	j, err := nodestate.Load(f.Path(filepath.Join(layout.StateMount, layout.StateJournal)))
+
+	again := loadProgress(f, "identity:w")
+	assert.True(t, again.IsDone(stepWaitForAPI))
+	require.NoError(t, saveProgress(f, again, "kubelet TLS bootstrap"))
+	j, err := nodestate.On(f.Host).ReadJournal()
 	require.NoError(t, err)
 	require.NotNil(t, j.Kubeadm)
 	assert.Equal(t, []string{stepWaitForAPI, "kubelet TLS bootstrap"}, j.Kubeadm.Done)
 
-	other, err := loadProgress(f, "identity:other", "otherhash")
-	require.NoError(t, err)
+	other := loadProgress(f, "identity:other")
 	assert.Empty(t, other.Done, "another node starts again")
 }
 

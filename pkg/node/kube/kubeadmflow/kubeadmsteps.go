@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
@@ -28,15 +25,6 @@ type kubeadmStep struct {
 	// oneAtATime: run while holding the cluster's join lock (see
 	// withJoinLock), never alongside the same step on another node.
 	oneAtATime bool
-	// replaces names the step an earlier release ran in this one's place:
-	// a node that did that one (formed by that release, then upgraded)
-	// has done this one, which may not be run on a formed node.
-	replaces string
-}
-
-// doneIn reports whether p records st done, or the step it replaces.
-func (st kubeadmStep) doneIn(p *nodestate.KubeadmProgress) bool {
-	return p.IsDone(st.name) || (st.replaces != "" && p.IsDone(st.replaces))
 }
 
 // ignorePreflight is kubeadm's flag for the preflight checks reported as
@@ -91,7 +79,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			images,
 			// Not kubeadm's init preflight: its checks the node's
 			// state decides, in-process (nodePreflight).
-			{name: stepNodePreflight, own: nodePreflight, replaces: "init phase preflight"},
+			{name: stepNodePreflight, own: nodePreflight},
 			k("init", "phase", "certs", "all"),
 			k("init", "phase", "kubeconfig", "all"),
 			// A TERRA-BACKUP stick makes this init node restore the
@@ -108,7 +96,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// kubeadmconfig.LeaderElectionArgs) before signing
 			// cluster-info or any kubelet's CSR, and the worker waits
 			// a minute for each (docs/benchmarks.md).
-			replacing(k("init", "phase", "control-plane", "apiserver"), "init phase control-plane all"),
+			k("init", "phase", "control-plane", "apiserver"),
 			k("init", "phase", "kubelet-start"),
 			{name: "wait for the control plane", own: waitForLocalAPI},
 			// Once the API is ready, the rest of kubeadm's init in two
@@ -120,7 +108,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// the bootstrap RBAC) after the controller manager's and
 			// the scheduler's static pods, the uploaded configs and the
 			// control-plane label; the second ends with the add-ons.
-			replacing(kubeadmInit(stepBootstrapToken, initJoinablePhases), "init phase mark-control-plane"),
+			kubeadmInit(stepBootstrapToken, initJoinablePhases),
 			// The pod network as soon as the admin may write (kubeadm
 			// binds the admin's group to cluster-admin when upload-config
 			// first uses admin.conf): no node is Ready before it runs.
@@ -132,7 +120,7 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// CoreDNS's air-gapped Corefile before kubeadm's add-on
 			// phase, which keeps it (see addons.CoreDNSConfig).
 			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
-			replacing(kubeadmInit(stepAddons, initAddonPhases), "init phase addon kube-proxy"),
+			kubeadmInit(stepAddons, initAddonPhases),
 			{name: "upgrade coordination", own: applyManifest(UpgradesManifest)},
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		}
@@ -175,37 +163,25 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			runtime,
 			// Not kubeadm's join preflight: its checks the node's state
 			// decides, in-process (nodePreflight).
-			{name: stepNodePreflight, own: nodePreflight, replaces: "join phase preflight"},
+			{name: stepNodePreflight, own: nodePreflight},
 			{name: stepWaitForAPI, own: waitForAPI},
 			// kubeadm's kubelet-start, in process (kubeletStart), only
 			// starts the kubelet; our own step waits for the TLS
 			// bootstrap and deletes the token credential as kubeadm's
 			// kubelet-wait-bootstrap would.
 			{name: stepStaleNode, own: waitForStaleNode},
-			{name: stepKubeletStart, own: kubeletStart, replaces: "join phase kubelet-start"},
+			{name: stepKubeletStart, own: kubeletStart},
 			{name: "kubelet TLS bootstrap", own: waitForKubeletBootstrap},
 		}
 	}
 }
 
 // The kubeadm steps done are in the node state (nodestate.KubeadmProgress),
-// keyed by the node's identity. Nodes formed before they moved there kept
-// them in legacyProgressFile, keyed by the hash of the kubeadm
-// configuration: read once, then saved in the node state.
-
-// legacyProgress is kubeadm.json's content.
-type legacyProgress struct {
-	Config string   `json:"config"`
-	Done   []string `json:"done"`
-}
-
-func legacyProgressPath(h *Flow) string {
-	return h.Path(filepath.Join(layout.StateMount, layout.StateTerrarium, legacyProgressFile))
-}
+// keyed by the node's identity.
 
 // readProgress returns the saved progress, whichever node it ran for; nil
 // when there is none.
-func readProgress(h *Flow) (*nodestate.KubeadmProgress, error) {
+func readProgress(h *Flow) *nodestate.KubeadmProgress {
 	var p *nodestate.KubeadmProgress
 	h.State.Read(func(j *nodestate.Journal) {
 		if j.Kubeadm != nil {
@@ -214,51 +190,27 @@ func readProgress(h *Flow) (*nodestate.KubeadmProgress, error) {
 			p = &c
 		}
 	})
-	if p != nil {
-		return p, nil
-	}
-	b, err := os.ReadFile(legacyProgressPath(h))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var old legacyProgress
-	if err := json.Unmarshal(b, &old); err != nil {
-		return nil, fmt.Errorf("%s: %w", legacyProgressPath(h), err)
-	}
-	return &nodestate.KubeadmProgress{Node: old.Config, Done: old.Done}, nil
+	return p
 }
 
 // loadProgress is the saved progress if it was made by the same node
-// (identity, nodeIdentity), else a fresh start. A node's kubeadm
+// (identity, NodeIdentity), else a fresh start. A node's kubeadm
 // configuration changes with its token (a --rotate-token disk) without the
-// node changing: its steps stay done. Progress saved before identities
-// keyed it (by legacyHash, the hash of the kubeadm configuration) counts
-// as the node's.
-func loadProgress(h *Flow, identity, legacyHash string) (*nodestate.KubeadmProgress, error) {
-	saved, err := readProgress(h)
-	if err != nil {
-		return nil, err
+// node changing: its steps stay done.
+func loadProgress(h *Flow, identity string) *nodestate.KubeadmProgress {
+	if saved := readProgress(h); saved != nil && saved.Node == identity {
+		return saved
 	}
-	if saved != nil && (saved.Node == identity || saved.Node == legacyHash) {
-		saved.Node = identity
-		return saved, nil
-	}
-	return &nodestate.KubeadmProgress{Node: identity}, nil
+	return &nodestate.KubeadmProgress{Node: identity}
 }
 
 // tokenUsed reports whether the node is past the step that uses the
 // bootstrap token, with any configuration: the init node created it in the
 // cluster, a joiner reached the API with it. Its expiry no longer matters.
 func tokenUsed(h *Flow, role string) bool {
-	saved, err := readProgress(h)
-	if err != nil || saved == nil {
-		return false
-	}
+	saved := readProgress(h)
 	if role == machineconfig.RoleInit {
-		return saved.IsDone(stepBootstrapToken) || saved.IsDone(legacyBootstrapToken)
+		return saved.IsDone(stepBootstrapToken)
 	}
 	return saved.IsDone(stepWaitForAPI)
 }
@@ -308,21 +260,13 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 	if err := unpackwindow.Open(h.Host); err != nil {
 		return err
 	}
-	cfg, err := os.ReadFile(h.Path(KubeadmConfigFile))
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256([]byte(withoutTTL(cfg)))
-	prog, err := loadProgress(h, NodeIdentity(c), hex.EncodeToString(sum[:]))
-	if err != nil {
-		return err
-	}
+	prog := loadProgress(h, NodeIdentity(c))
 	one := func(ctx context.Context, st kubeadmStep) error { return doStep(ctx, h, c, prog, st) }
 	ran := false
 	for _, run := range stepRuns(steps(cl)) {
 		var todo []kubeadmStep
 		for _, st := range run {
-			if !st.doneIn(prog) {
+			if !prog.IsDone(st.name) {
 				todo = append(todo, st)
 			}
 		}
@@ -504,13 +448,6 @@ func stepRuns(steps []kubeadmStep) [][]kubeadmStep {
 		runs[len(runs)-1] = append(runs[len(runs)-1], st)
 	}
 	return runs
-}
-
-// replacing is st standing for an earlier release's step: a node formed
-// by that release has done it.
-func replacing(st kubeadmStep, earlier string) kubeadmStep {
-	st.replaces = earlier
-	return st
 }
 
 func oneAtATime(st kubeadmStep) kubeadmStep {

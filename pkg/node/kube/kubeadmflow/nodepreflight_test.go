@@ -12,7 +12,6 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -146,24 +145,6 @@ func TestNodeStepsSkipKubeadmPreflight(t *testing.T) {
 		names = append(names, s.name)
 	}
 	assert.Contains(t, names, "join phase preflight")
-}
-
-// A node formed by a release that ran kubeadm's preflight has done the
-// step that replaced it: healed after an upgrade, it does not run a
-// preflight (whose ports and manifests a formed node fails) again.
-func TestReplacedStepCountsAsDone(t *testing.T) {
-	for _, role := range []string{machineconfig.RoleInit, machineconfig.RoleWorker} {
-		for _, s := range steps(&machineconfig.Cluster{Role: role}) {
-			if s.name != stepNodePreflight {
-				continue
-			}
-			require.NotEmpty(t, s.replaces, role)
-			old := &nodestate.KubeadmProgress{Done: []string{s.replaces}}
-			assert.True(t, s.doneIn(old), "%s: %q done by an earlier release", role, s.replaces)
-			assert.True(t, s.doneIn(&nodestate.KubeadmProgress{Done: []string{stepNodePreflight}}), role)
-			assert.False(t, s.doneIn(&nodestate.KubeadmProgress{}), role)
-		}
-	}
 }
 
 // preflightFlow is a flow whose preflight warnings are collected.

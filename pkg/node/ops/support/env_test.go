@@ -173,15 +173,18 @@ func newEnv(t *testing.T, node string) *env {
 	t.Cleanup(e.registry.Close)
 
 	cfg := c.configs[node]
-	e.write(filepath.Join(layout.StateMount, layout.StateNodeConfig), string(cfg), 0o600)
+	e.write(nodestate.ConfigFile.String(), string(cfg), 0o600)
 	e.write("/etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\n", 0o644)
 	e.write(layout.ReleaseFile, `{"name":"terrarium","version":"0.1.0"}`+"\n", 0o644)
 	e.write("/proc/cmdline", "console=ttyS0,115200n8 terrarium.slot=a quiet\n", 0o444)
 	e.write(statusFile, `{"name":"terrarium","version":"0.1.0","slot":"a","boot":2,"state":"verified"}`+"\n", 0o644)
 	e.write(apilb.ConfigFile, `{"listen":"127.0.0.1:7445","backends":["10.77.0.10:6443"]}`+"\n", 0o644)
-	j := &nodestate.Journal{Kubeadm: &nodestate.KubeadmProgress{Node: node, Done: []string{"init phase preflight", "init phase certs all"}}}
-	j.Current("boot-1", "a")
-	require.NoError(t, j.Save(e.h.Path(filepath.Join(layout.StateMount, layout.StateJournal))))
+	journal, err := nodestate.On(e.h).OpenJournal()
+	require.NoError(t, err)
+	require.NoError(t, journal.Update(func(j *nodestate.Journal) {
+		j.Kubeadm = &nodestate.KubeadmProgress{Node: node, Done: []string{"node preflight", "init phase certs all"}}
+		j.Current("boot-1", "a")
+	}))
 
 	registryKey, apiserverKey, clientKey := newKey(t, "EC PRIVATE KEY"), newKey(t, "EC PRIVATE KEY"), newKey(t, "EC PRIVATE KEY")
 	e.nodeKeys = []string{registryKey, apiserverKey, clientKey}

@@ -92,7 +92,7 @@ func (c *collector) items() []item {
 		c.file("node/release.json", layout.ReleaseFile),
 		c.file("node/cmdline", "/proc/cmdline"),
 		c.file("node/status.json", statusFile),
-		c.file("node/journal.json", filepath.Join(layout.StateMount, layout.StateJournal)),
+		c.journal("node/journal.json"),
 		c.kubeadmProgress("node/kubeadm-progress.json"),
 		c.machineConfig("node/machine.yaml"),
 		c.command("journal/boot-0.log", journal("-b", "0")...),
@@ -292,11 +292,19 @@ func (c *collector) get(name, path string) item {
 	}}
 }
 
+// journal is the node's journal as stored, up to MaxBytes.
+func (c *collector) journal(name string) item {
+	p := nodestate.JournalFile.String()
+	return item{name: name, source: p, collect: func(context.Context) ([]byte, error) {
+		data, err := nodestate.On(c.h).JournalBytes(int64(c.opts.MaxBytes) + 1)
+		return data, hostPathError(err, p)
+	}}
+}
+
 // kubeadmProgress is the Kubernetes part of the node's journal.
 func (c *collector) kubeadmProgress(name string) item {
-	p := filepath.Join(layout.StateMount, layout.StateJournal)
-	return item{name: name, source: "kubeadm in " + p, collect: func(context.Context) ([]byte, error) {
-		j, err := nodestate.Load(c.h.Path(p))
+	return item{name: name, source: "kubeadm in " + nodestate.JournalFile.String(), collect: func(context.Context) ([]byte, error) {
+		j, err := nodestate.On(c.h).ReadJournal()
 		if err != nil {
 			return nil, err
 		}
@@ -311,7 +319,7 @@ func (c *collector) kubeadmProgress(name string) item {
 // machineConfig is the stored machine config with its secrets replaced;
 // a config that cannot be parsed at all is left out.
 func (c *collector) machineConfig(name string) item {
-	return item{name: name, source: storedConfig + " (secret fields replaced)", collect: func(context.Context) ([]byte, error) {
+	return item{name: name, source: nodestate.ConfigFile.String() + " (secret fields replaced)", collect: func(context.Context) ([]byte, error) {
 		if c.config.cfg == nil {
 			return nil, c.config.err
 		}

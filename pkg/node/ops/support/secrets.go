@@ -14,6 +14,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registryd"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
@@ -26,9 +27,6 @@ const (
 	// maxKeyFiles caps how many files the key directories may offer.
 	maxKeyFiles = 512
 )
-
-// storedConfig is the machine config the node enrolled with.
-const storedConfig = layout.StateMount + "/" + layout.StateNodeConfig
 
 // keyDirs hold the node's private keys, as *.key or *.pem files.
 func keyDirs() []string {
@@ -97,9 +95,22 @@ type nodeConfig struct {
 	err error
 }
 
+// loadStoredConfig reads and parses the machine config the node enrolled
+// with.
+func loadStoredConfig(h *host.Host) (nodeConfig, []byte) {
+	raw, err := nodestate.On(h).ReadConfig()
+	return parseConfig(nodestate.ConfigFile.String(), raw, err)
+}
+
 // loadConfig reads and parses the machine config at p (a host path).
 func loadConfig(h *host.Host, p string) (nodeConfig, []byte) {
 	raw, err := readCapped(h.Path(p), maxSecretFile)
+	return parseConfig(p, raw, err)
+}
+
+// parseConfig parses raw, the machine config read from p (err the read's
+// error), strictly or else leniently.
+func parseConfig(p string, raw []byte, err error) (nodeConfig, []byte) {
 	if err != nil {
 		return nodeConfig{err: hostPathError(err, p)}, nil
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
@@ -299,7 +300,7 @@ func TestNoIgnitionSecretInBundle(t *testing.T) {
 	stored.Ignition = ign
 	data, err := stored.Marshal()
 	require.NoError(t, err)
-	e.write(storedConfig, string(data), 0o600)
+	e.write(nodestate.ConfigFile.String(), string(data), 0o600)
 	key := testKey(t)
 	e.exec.set(journalCmd+"-b 0", response{out: logLines("cp-1", "app", key) +
 		logLines("cp-1", "app", "token file: "+testToken+"-file") +

@@ -165,7 +165,7 @@ func gather(ctx context.Context, h *host.Host, opts Options) (*bundle, error) {
 		return nil, err
 	}
 	now := h.Now().UTC().Truncate(time.Second)
-	stored, raw := loadConfig(h, storedConfig)
+	stored, raw := loadStoredConfig(h)
 	secrets := hostSecrets(h, stored, raw)
 	c := newCollector(h, opts, stored, NewRedactor(secrets...))
 	defer c.close()

@@ -1,0 +1,132 @@
+package nodestate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+)
+
+// Schema is the journal's format this build reads and writes.
+const Schema = 2
+
+// Store is the journal's one writer: every change goes through Update,
+// which saves the whole journal atomically before it returns. Safe for
+// concurrent use (long steps report progress from several goroutines).
+type Store struct {
+	mu    sync.Mutex
+	files Files
+	j     *Journal
+}
+
+// OpenJournal loads the journal to write it (a missing file is an empty
+// journal), migrated to Schema. A journal of a newer schema is refused
+// (ErrNewerSchema) and left as it is.
+func (s Files) OpenJournal() (*Store, error) {
+	j, err := s.loadJournal()
+	if err != nil {
+		return nil, err
+	}
+	if j.Schema > Schema {
+		return nil, fmt.Errorf("%w: %s has schema %d and this build knows schema %d at most, so this node runs an older slot than the one that wrote it; "+
+			"it leaves the journal as it is. Boot the slot that wrote it (or upgrade this one to its version), "+
+			"or run `firstboot reset` to erase TERRA-STATE and enroll the node again",
+			ErrNewerSchema, s.path(JournalFile), j.Schema, Schema)
+	}
+	return &Store{files: s, j: j}, nil
+}
+
+// ReadJournal reads the journal without writing it (a missing file is an
+// empty journal). A newer build's journal is read forward-compatibly: the
+// fields this build knows, its Schema left as written.
+func (s Files) ReadJournal() (*Journal, error) { return s.loadJournal() }
+
+// JournalBytes is the journal as stored, its first limit bytes: the
+// support bundle's copy.
+func (s Files) JournalBytes(limit int64) ([]byte, error) { return s.readUpTo(JournalFile, limit) }
+
+// loadJournal reads and migrates the journal.
+func (s Files) loadJournal() (*Journal, error) {
+	p := s.path(JournalFile)
+	data, err := s.readUpTo(JournalFile, maxJournalSize+1)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Journal{Schema: Schema}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	if len(data) > maxJournalSize {
+		return nil, fmt.Errorf("read journal %s: %w: more than %d bytes", p, ErrTooLarge, maxJournalSize)
+	}
+	var j Journal
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("parse journal %s: %w", p, err)
+	}
+	if err := migrate(&j); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", p, err)
+	}
+	return &j, nil
+}
+
+// maxJournalSize bounds the journal read: far above what maxBoots boots
+// of steps take.
+const maxJournalSize = 64 << 20
+
+// migrate brings a journal to Schema, in memory: the one place a change of
+// the journal's format is handled (the package doc says how a change is
+// made). A journal of a newer schema is left as it is.
+func migrate(j *Journal) error {
+	switch {
+	case j.Schema < 0:
+		return fmt.Errorf("schema %d is not a schema", j.Schema)
+	case j.Schema == 0:
+		j.Schema = 1 // written before the journal named its schema
+	}
+	for j.Schema < Schema {
+		switch j.Schema {
+		case 1:
+			// 1 → 2: the journal names its schema; nothing else changed.
+		}
+		j.Schema++
+	}
+	return nil
+}
+
+// encode is the journal as saved, its oldest boots dropped past maxBoots.
+func (j *Journal) encode() ([]byte, error) {
+	if len(j.Boots) > maxBoots {
+		j.Boots = j.Boots[len(j.Boots)-maxBoots:]
+	}
+	j.Schema = Schema
+	data, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode journal: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+// Path is where the journal is.
+func (s *Store) Path() string { return s.files.path(JournalFile) }
+
+// Update changes the journal with fn and saves it.
+func (s *Store) Update(fn func(j *Journal)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.j)
+	data, err := s.j.encode()
+	if err != nil {
+		return err
+	}
+	if err := s.files.write(JournalFile, data, 0o644); err != nil {
+		return fmt.Errorf("save journal: %w", err)
+	}
+	return nil
+}
+
+// Read lets fn look at the journal; fn must not keep what it sees.
+func (s *Store) Read(fn func(j *Journal)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.j)
+}
