@@ -86,9 +86,6 @@ type Options struct {
 	// Space tells the free space of a file system, checked before an
 	// upgrade file, a snapshot or a backup is written (nil: statfs).
 	Space diskspace.FS
-	// Addresses lists the node's addresses for its status (nil: the
-	// machine's own).
-	Addresses func() []string
 }
 
 // Run provisions or verifies the machine, then blesses the boot if healthy.
@@ -168,19 +165,11 @@ func newRunner(o Options) (*runner, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		o.Log.Warn("status: TERRA-STATE's creation is not shown", "err", err)
 	}
-	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, o.Addresses, status.Status{
+	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, status.Status{
 		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
 		StateCreated: created,
 	})
 	return r, nil
-}
-
-// addresses are the node's addresses.
-func (r *runner) addresses() []string {
-	if r.o.Addresses != nil {
-		return r.o.Addresses()
-	}
-	return status.Addresses()
 }
 
 // set changes the status; the next publication shows it.
@@ -506,7 +495,7 @@ func (r *runner) waitForAddresses(ctx context.Context, cfg *machineconfig.Config
 		return
 	}
 	deadline := r.o.Host.Now().Add(r.o.AddressWait)
-	for len(r.addresses()) == 0 && r.o.Host.Now().Before(deadline) {
+	for len(status.Addresses()) == 0 && r.o.Host.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return

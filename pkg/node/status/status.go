@@ -87,25 +87,20 @@ func (s Status) clone() Status {
 // Publisher owns a node's status: every change goes through it, under its
 // lock, from whichever goroutine.
 type Publisher struct {
-	// path is status.json's path; console shows the banner; addresses
-	// lists the node's addresses at each publication.
-	path      string
-	console   io.Writer
-	log       *slog.Logger
-	addresses func() []string
+	// path is status.json's path; console shows the banner.
+	path    string
+	console io.Writer
+	log     *slog.Logger
 
 	mu sync.Mutex
 	s  Status
 }
 
 // NewPublisher publishes to path (status.json, a path of this process)
-// and console, starting from initial. addresses lists the node's
-// addresses at each publication (nil: the machine's own).
-func NewPublisher(path string, console io.Writer, log *slog.Logger, addresses func() []string, initial Status) *Publisher {
-	if addresses == nil {
-		addresses = Addresses
-	}
-	return &Publisher{path: path, console: console, log: log, addresses: addresses, s: initial.clone()}
+// and console, starting from initial; each publication lists the
+// machine's addresses.
+func NewPublisher(path string, console io.Writer, log *slog.Logger, initial Status) *Publisher {
+	return &Publisher{path: path, console: console, log: log, s: initial.clone()}
 }
 
 // Update changes the status without publishing it: the next Publish
@@ -125,7 +120,7 @@ func (p *Publisher) Publish(fn func(s *Status)) {
 	if fn != nil {
 		fn(&p.s)
 	}
-	p.s.Addresses = p.addresses()
+	p.s.Addresses = Addresses()
 	data, err := json.Marshal(p.s)
 	if err != nil {
 		p.log.Error("encode status", "err", err)
