@@ -311,6 +311,13 @@ const (
 	// exists).
 	KubernetesPKIDir = "/etc/kubernetes/pki"
 	EtcdManifest     = "/etc/kubernetes/manifests/etcd.yaml"
+	// EtcdOwnPKIDir holds etcd's copies of its CA's certificate and of
+	// its serving and peer pairs, etcd's alone (0700, files 0600): etcd's
+	// static pod mounts it where kubeadm would mount KubernetesPKIDir's
+	// etcd directory, so that etcd runs as EtcdUser while everything
+	// under KubernetesPKIDir stays root's (the CIS benchmark's 1.1.19).
+	// Firstboot copies the files after every kubeadm step.
+	EtcdOwnPKIDir = "/etc/terrarium/etcd-pki"
 	// The control plane's hardening files (docs/security.md), written by
 	// firstboot before kubeadm runs, root's alone (0600), and mounted
 	// read-only into kube-apiserver: the EncryptionConfiguration of

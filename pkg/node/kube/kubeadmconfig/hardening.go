@@ -11,14 +11,32 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
-// The audit log's rotation (kube-apiserver's --audit-log-* flags): at most
-// AuditLogMaxBackups rotated files of AuditLogMaxSizeMB each, gzipped,
-// none older than AuditLogMaxAgeDays, so it can never fill TERRA-STATE.
+// The audit log's rotation (kube-apiserver's --audit-log-* flags), the
+// CIS benchmark's values (1.2.17 to 1.2.19): at most AuditLogMaxBackups
+// rotated files of AuditLogMaxSizeMB each, gzipped (a tenth of that
+// each), none older than AuditLogMaxAgeDays, so that it can never fill
+// TERRA-STATE: about 200 MB at most.
 const (
-	AuditLogMaxAgeDays = 7
+	AuditLogMaxAgeDays = 30
 	AuditLogMaxBackups = 10
-	AuditLogMaxSizeMB  = 50
+	AuditLogMaxSizeMB  = 100
 )
+
+// Events any one API server accepts, all clients together, before it
+// answers 429 (admission plugin EventRateLimit, the CIS benchmark's
+// 1.2.9): a node's kubelet records at most 5 a second (eventRecordQPS),
+// so that a plant's cluster stays well under it, and a crash-looping
+// flood cannot fill etcd.
+const (
+	EventRateLimitQPS   = 50
+	EventRateLimitBurst = 200
+)
+
+// TerminatedPodGCThreshold is how many finished pods the controller
+// manager keeps before it deletes the oldest (the CIS benchmark's 1.3.1;
+// Kubernetes keeps 12,500, which a small control plane's etcd and memory
+// should not carry).
+const TerminatedPodGCThreshold = 1000
 
 // TLSCipherSuites are the only suites the API server and the kubelets
 // offer for TLS 1.2 (TLS 1.3 has its own, all strong): ECDHE for forward
@@ -83,9 +101,13 @@ type volume struct {
 func apiServerArgs(encrypt bool) []arg {
 	args := []arg{
 		{"admission-control-config-file", layout.AdmissionConfigFile},
-		// kubeadm's default already; said here so that no later change
-		// of kubeadm's drops it unnoticed.
-		{"enable-admission-plugins", "NodeRestriction"},
+		// NodeRestriction is kubeadm's default already, said here so that
+		// no later change of kubeadm's drops it unnoticed; EventRateLimit
+		// with AdmissionConfig's limits; DenyServiceExternalIPs: a
+		// Service's spec.externalIPs could take over any address on the
+		// plant network (LoadBalancer addresses come from the cluster's
+		// own pool instead).
+		{"enable-admission-plugins", "NodeRestriction,EventRateLimit,DenyServiceExternalIPs"},
 		{"audit-policy-file", layout.AuditPolicyFile},
 		{"audit-log-path", layout.AuditLogFile},
 		{"audit-log-maxage", fmt.Sprint(AuditLogMaxAgeDays)},
@@ -136,6 +158,12 @@ func leaderElectionArgs() []arg {
 // their ports on loopback only (kubeadm's default, said here).
 func controllerArgs() []arg {
 	return append(leaderElectionArgs(), arg{"profiling", "false"}, arg{"bind-address", "127.0.0.1"})
+}
+
+// controllerManagerArgs are the controller manager's: controllerArgs, and
+// how many finished pods it keeps.
+func controllerManagerArgs() []arg {
+	return append(controllerArgs(), arg{"terminated-pod-gc-threshold", fmt.Sprint(TerminatedPodGCThreshold)})
 }
 
 // argsYAML renders args as kubeadm's extraArgs, one flag a line under
@@ -206,7 +234,7 @@ resources:
 
 // AdmissionConfig is the AdmissionConfiguration of Pod Security admission
 // at the levels ps (the latest version of each), the add-ons' namespaces
-// exempt.
+// exempt, and of EventRateLimit.
 func AdmissionConfig(ps machineconfig.PodSecurity) []byte {
 	return []byte(`# Written by Terrarium firstboot from the machine config; kube-apiserver reads it.
 apiVersion: apiserver.config.k8s.io/v1
@@ -227,6 +255,14 @@ plugins:
         usernames: []
         runtimeClasses: []
         namespaces: [` + strings.Join(PodSecurityExemptNamespaces(), ", ") + `]
+  - name: EventRateLimit
+    configuration:
+      apiVersion: eventratelimit.admission.k8s.io/v1alpha1
+      kind: Configuration
+      limits:
+        - type: Server
+          qps: ` + fmt.Sprint(EventRateLimitQPS) + `
+          burst: ` + fmt.Sprint(EventRateLimitBurst) + `
 `)
 }
 

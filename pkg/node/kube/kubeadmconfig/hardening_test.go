@@ -72,9 +72,9 @@ func TestRenderedHardening(t *testing.T) {
 		api := cc["apiServer"].(map[string]any)
 		got := flags(t, api)
 		want := map[string]string{
-			"admission-control-config-file": layout.AdmissionConfigFile, "enable-admission-plugins": "NodeRestriction",
+			"admission-control-config-file": layout.AdmissionConfigFile, "enable-admission-plugins": "NodeRestriction,EventRateLimit,DenyServiceExternalIPs",
 			"audit-policy-file": layout.AuditPolicyFile, "audit-log-path": layout.AuditLogFile,
-			"audit-log-maxage": "7", "audit-log-maxbackup": "10", "audit-log-maxsize": "50", "audit-log-compress": "true",
+			"audit-log-maxage": "30", "audit-log-maxbackup": "10", "audit-log-maxsize": "100", "audit-log-compress": "true",
 			"kubelet-certificate-authority": layout.KubernetesPKIDir + "/ca.crt",
 			"profiling":                     "false", "service-account-extend-token-expiration": "false", "service-account-lookup": "true",
 			"tls-cipher-suites": TLSCipherSuites, "tls-min-version": "VersionTLS12",
@@ -115,6 +115,8 @@ func TestRenderedHardening(t *testing.T) {
 			assert.Equal(t, "127.0.0.1", f["bind-address"], component)
 			assert.Equal(t, "60s", f["leader-elect-lease-duration"], component)
 		}
+		assert.Equal(t, "1000", flags(t, cc["controllerManager"].(map[string]any))["terminated-pod-gc-threshold"])
+		assert.NotContains(t, flags(t, cc["scheduler"].(map[string]any)), "terminated-pod-gc-threshold")
 
 		k := d["KubeletConfiguration"]
 		assert.Equal(t, 0, k["readOnlyPort"])
@@ -245,12 +247,28 @@ func TestAdmissionConfig(t *testing.T) {
 				Kind       string
 				Defaults   map[string]string
 				Exemptions struct{ Namespaces []string }
+				Limits     []struct {
+					Type       string
+					QPS, Burst int
+				}
 			}
 		}
 	}
 	require.NoError(t, yaml.Unmarshal(AdmissionConfig(machineconfig.PodSecurity{Enforce: "restricted", Audit: "baseline", Warn: "privileged"}), &cfg))
 	assert.Equal(t, "AdmissionConfiguration", cfg.Kind)
-	require.Len(t, cfg.Plugins, 1)
+	require.Len(t, cfg.Plugins, 2)
+	// EventRateLimit's configuration as its v1alpha1 types and its
+	// validation want it: one limit, positive rates.
+	erl := cfg.Plugins[1]
+	assert.Equal(t, "EventRateLimit", erl.Name)
+	assert.Equal(t, "eventratelimit.admission.k8s.io/v1alpha1", erl.Configuration.APIVersion)
+	assert.Equal(t, "Configuration", erl.Configuration.Kind)
+	require.Len(t, erl.Configuration.Limits, 1)
+	assert.Equal(t, "Server", erl.Configuration.Limits[0].Type)
+	assert.Equal(t, EventRateLimitQPS, erl.Configuration.Limits[0].QPS)
+	assert.Equal(t, EventRateLimitBurst, erl.Configuration.Limits[0].Burst)
+	assert.Contains(t, apiServerArgs(true), arg{"enable-admission-plugins", "NodeRestriction,EventRateLimit,DenyServiceExternalIPs"})
+
 	p := cfg.Plugins[0]
 	assert.Equal(t, "PodSecurity", p.Name)
 	assert.Equal(t, "pod-security.admission.config.k8s.io/v1", p.Configuration.APIVersion)

@@ -12,6 +12,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
@@ -77,24 +78,25 @@ func Render(in Input) ([]byte, error) {
 	ttl := max(c.TokenExpires.Sub(in.Now).Truncate(time.Second), time.Second)
 	encrypt := c.SecretsEncryptionKey != ""
 	data := map[string]any{
-		"C":                   c,
-		"NodeName":            in.NodeName,
-		"Version":             in.KubernetesVersion,
-		"Endpoint":            c.APIEndpoint(),
-		"Port":                machineconfig.APIServerPort,
-		"CRISocket":           CRISocket,
-		"TokenTTL":            ttl.String(),
-		"ControlPlane":        c.IsControlPlane(),
-		"PodResolvConf":       in.PodResolvConf,
-		"ControllerArgs":      argsYAML("    ", controllerArgs()),
-		"APIServerArgs":       argsYAML("    ", apiServerArgs(encrypt)),
-		"APIServerVolumes":    volumesYAML("    ", apiServerVolumes(encrypt)),
-		"Encrypt":             encrypt,
-		"KubeletHardening":    kubeletHardening,
-		"Etcd":                EtcdArgs,
-		"PatchesDir":          PatchesDir,
-		"DNSDomain":           DNSDomain,
-		"EncryptionAlgorithm": EncryptionAlgorithm,
+		"C":                     c,
+		"NodeName":              in.NodeName,
+		"Version":               in.KubernetesVersion,
+		"Endpoint":              c.APIEndpoint(),
+		"Port":                  machineconfig.APIServerPort,
+		"CRISocket":             CRISocket,
+		"TokenTTL":              ttl.String(),
+		"ControlPlane":          c.IsControlPlane(),
+		"PodResolvConf":         in.PodResolvConf,
+		"ControllerArgs":        argsYAML("    ", controllerArgs()),
+		"ControllerManagerArgs": argsYAML("    ", controllerManagerArgs()),
+		"APIServerArgs":         argsYAML("    ", apiServerArgs(encrypt)),
+		"APIServerVolumes":      volumesYAML("    ", apiServerVolumes(encrypt)),
+		"Encrypt":               encrypt,
+		"KubeletHardening":      kubeletHardening,
+		"Etcd":                  EtcdArgs,
+		"PatchesDir":            PatchesDir,
+		"DNSDomain":             DNSDomain,
+		"EncryptionAlgorithm":   EncryptionAlgorithm,
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
@@ -176,10 +178,11 @@ etcd:
 # renewal waits on a busy etcd (a USB stick, a loaded host, emulation) exits
 # and restarts, and its controllers (the CSR signer that joins nodes among
 # them) never run long enough. The cost: a control-plane failover takes up
-# to a minute instead of 15 s. Both without profiling, on loopback only.
+# to a minute instead of 15 s. Both without profiling, on loopback only;
+# the controller manager keeps at most 1000 finished pods.
 controllerManager:
   extraArgs:
-{{.ControllerArgs}}
+{{.ControllerManagerArgs}}
 scheduler:
   extraArgs:
 {{.ControllerArgs}}
@@ -287,12 +290,13 @@ type EtcdUser struct{ UID, GID int }
 //
 // etcd as etcd (the CIS benchmark's 1.1.12). kubeadm runs etcd as root;
 // here it runs as the etcd user, without privileges or capabilities (its
-// ports are unprivileged), owning its data directory and its own
-// certificates and keys, which firstboot hands it before kubeadm writes
-// etcd's static pod (docs/security.md).
+// ports are unprivileged), owning its data directory and copies of its
+// own certificates and keys (layout.EtcdOwnPKIDir, mounted where kubeadm
+// mounts its PKI's etcd directory, which stays root's), both made by
+// firstboot before kubeadm writes etcd's static pod (docs/security.md).
 func Patches(etcd EtcdUser) map[string][]byte {
 	return map[string][]byte{
-		"etcd+strategic.yaml":                    staticPodPatch("etcd", "300m", true, runAs(etcd)),
+		"etcd+strategic.yaml":                    staticPodPatch("etcd", "300m", true, runAs(etcd)+etcdOwnPKI(etcd)),
 		"kube-apiserver+strategic.yaml":          staticPodPatch("kube-apiserver", "250m", true, ""),
 		"kube-controller-manager+strategic.yaml": staticPodPatch("kube-controller-manager", "50m", false, ""),
 		"kube-scheduler+strategic.yaml":          staticPodPatch("kube-scheduler", "50m", false, ""),
@@ -315,9 +319,25 @@ func runAs(u EtcdUser) string {
 `, u.UID, u.GID)
 }
 
+// etcdOwnPKI mounts etcd's own copies of its certificates and keys
+// (layout.EtcdOwnPKIDir) as kubeadm's volume etcd-certs, in place of
+// kubeadm's PKI directory (a strategic merge: volumes by name); none for
+// root, which reads kubeadm's.
+func etcdOwnPKI(u EtcdUser) string {
+	if u == (EtcdUser{}) {
+		return ""
+	}
+	return `  volumes:
+    - name: etcd-certs
+      hostPath:
+        path: ` + layout.EtcdOwnPKIDir + `
+        type: Directory
+`
+}
+
 // staticPodPatch is the patch of a static pod's one container: its CPU
 // request, patient probes, and securityContext (YAML at the container's
-// indentation, or "").
+// indentation, or ""), then what follows at the pod spec's (volumes).
 func staticPodPatch(container, cpu string, patientProbes bool, securityContext string) []byte {
 	p := `# Written by Terrarium firstboot; kubeadm applies it to the static pod.
 spec:

@@ -149,9 +149,10 @@ func applyKubernetesHost(ctx context.Context, h *Flow, c *machineconfig.Config) 
 	}
 	lbChanged := false
 	for _, p := range sortedKeys(files) {
-		if p == ClusterCAFile {
-			// PKI, root's alone; the others are read by the balancer's
-			// dynamic user, containerd and pods.
+		if p == ClusterCAFile || p == CNIConflist {
+			// PKI, and CNI's configuration (read by containerd, the CIS
+			// benchmark's 1.1.9), root's alone; the others are read by
+			// the balancer's dynamic user and the pods.
 			if err := writeWithMode(h, p, []byte(files[p]), ownerOnly); err != nil {
 				return err
 			}
@@ -251,9 +252,18 @@ func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) 
 	if fi, err := os.Stat(h.Path(KubernetesPKIDir)); err != nil || fi.Mode().Perm() != ownerOnlyDir {
 		return fmt.Errorf("%s must be readable by root only", KubernetesPKIDir)
 	}
-	// Every file of the PKI, and its directories: their modes and owners.
+	// Every file of the PKI and of etcd's copies, and their
+	// directories: their modes and owners.
+	inPKI := func(p string) bool {
+		for _, dir := range []string{KubernetesPKIDir, layout.EtcdOwnPKIDir} {
+			if p == dir || strings.HasPrefix(p, dir+"/") {
+				return true
+			}
+		}
+		return false
+	}
 	return eachKubeadmFile(h, func(p string, want meta) error {
-		if p != KubernetesPKIDir && !strings.HasPrefix(p, KubernetesPKIDir+"/") {
+		if !inPKI(p) {
 			return nil
 		}
 		return checkMeta(h, p, want)

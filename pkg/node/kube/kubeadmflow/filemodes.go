@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -20,8 +21,9 @@ import (
 // 4.1 file checks; docs/security.md). kubeadm writes its certificates
 // 0644 (and its keys, kubeconfigs and manifests 0600) and the kubelet's
 // configuration 0644, and runs etcd as root; here every one of them is
-// root's alone, but etcd's data directory and etcd's own certificates and
-// keys, which are etcd's alone: etcd runs as etcd (kubeadmconfig.Patches).
+// root's alone, and etcd, which runs as etcd (kubeadmconfig.Patches),
+// reads copies of its own certificates and keys in a directory of its
+// own (layout.EtcdOwnPKIDir), and writes a data directory of its own.
 // Each kubeadm step is followed by tightenKubeadmFiles (before the step is
 // recorded done, so that a power cut between the two runs both again), and
 // so is each Kubernetes upgrade; phase kubernetes-files checks them on
@@ -35,11 +37,18 @@ const PhaseKubernetesFiles = "kubernetes-files"
 // Modes of kubeadm's files and directories.
 const (
 	// etcdPKIDirMode lets etcd, the directory's group, reach its own
-	// files by name in its PKI directory (which kubeadm mounts into its
-	// pod), and nothing more: it cannot list, add or replace a file.
+	// files by name in its PKI directory, and nothing more: it cannot
+	// list, add or replace a file. Only on a node whose etcd still
+	// mounts that directory (legacyEtcdPKI).
 	etcdPKIDirMode os.FileMode = 0o710
 	ownerOnlyDir   os.FileMode = 0o700
 )
+
+// etcdOwnFiles are the files of KubernetesPKIDir/etcd that etcd reads:
+// its CA's certificate (it checks its peers and clients with it) and its
+// serving and peer pairs. The CA's key and the health-check client's
+// pair are root's.
+var etcdOwnFiles = []string{"ca.crt", "server.crt", "server.key", "peer.crt", "peer.key"}
 
 // fileRule says what the files a glob matches (under the host's root)
 // are: their mode, and whether they are etcd's or root's.
@@ -49,44 +58,63 @@ type fileRule struct {
 	etcd bool
 }
 
-// kubeadmFiles are kubeadm's files, the kubelet configuration's and the
-// PKI's, with their modes and owners; the first rule that matches a file
-// decides. In etcd's PKI directory etcd owns its CA's certificate (it
-// checks its peers and clients with it) and its serving and peer pairs;
-// the CA's key and the health-check client's pair stay root's.
-func kubeadmFiles() []fileRule {
+// kubeadmFiles are kubeadm's files, the kubelet configuration's, the
+// PKI's and CNI's, with their modes and owners; the first rule that
+// matches a file decides. legacy keeps etcd's files in the PKI directory
+// etcd's (legacyEtcdPKI).
+func kubeadmFiles(legacy bool) []fileRule {
 	pki := KubernetesPKIDir
-	return []fileRule{
+	rules := []fileRule{
 		{glob: "/etc/kubernetes/*.conf", mode: ownerOnly},
 		{glob: ManifestsDir + "/*.yaml", mode: ownerOnly},
 		{glob: pki + "/*.crt", mode: ownerOnly},
 		{glob: pki + "/*.key", mode: ownerOnly},
 		{glob: pki + "/*.pub", mode: ownerOnly},
-		{glob: pki + "/etcd/ca.crt", mode: ownerOnly, etcd: true},
-		{glob: pki + "/etcd/server.*", mode: ownerOnly, etcd: true},
-		{glob: pki + "/etcd/peer.*", mode: ownerOnly, etcd: true},
-		{glob: pki + "/etcd/*.crt", mode: ownerOnly},
-		{glob: pki + "/etcd/*.key", mode: ownerOnly},
-		{glob: KubeletConfigFile, mode: ownerOnly},
-		{glob: KubeletFlagsFile, mode: ownerOnly},
-		{glob: kubeletInstanceFile, mode: ownerOnly},
 	}
+	if legacy {
+		for _, name := range etcdOwnFiles {
+			rules = append(rules, fileRule{glob: pki + "/etcd/" + name, mode: ownerOnly, etcd: true})
+		}
+	}
+	return append(rules,
+		fileRule{glob: pki + "/etcd/*.crt", mode: ownerOnly},
+		fileRule{glob: pki + "/etcd/*.key", mode: ownerOnly},
+		fileRule{glob: layout.EtcdOwnPKIDir + "/*", mode: ownerOnly, etcd: true},
+		fileRule{glob: KubeletConfigFile, mode: ownerOnly},
+		fileRule{glob: KubeletFlagsFile, mode: ownerOnly},
+		fileRule{glob: kubeletInstanceFile, mode: ownerOnly},
+		fileRule{glob: filepath.Dir(CNIConflist) + "/*", mode: ownerOnly},
+	)
 }
 
 // dirRule says what a directory of kubeadm's is; etcdGroup makes etcd its
-// group.
+// group, etcdOwner its owner.
 type dirRule struct {
-	path      string
-	mode      os.FileMode
-	etcdGroup bool
+	path                 string
+	mode                 os.FileMode
+	etcdGroup, etcdOwner bool
 }
 
-func kubeadmDirs() []dirRule {
+func kubeadmDirs(legacy bool) []dirRule {
+	etcdDir := dirRule{path: KubernetesPKIDir + "/etcd", mode: ownerOnlyDir}
+	if legacy {
+		etcdDir = dirRule{path: KubernetesPKIDir + "/etcd", mode: etcdPKIDirMode, etcdGroup: true}
+	}
 	return []dirRule{
 		{path: ManifestsDir, mode: ownerOnlyDir},
 		{path: KubernetesPKIDir, mode: ownerOnlyDir},
-		{path: KubernetesPKIDir + "/etcd", mode: etcdPKIDirMode, etcdGroup: true},
+		etcdDir,
+		{path: layout.EtcdOwnPKIDir, mode: ownerOnlyDir, etcdGroup: true, etcdOwner: true},
 	}
+}
+
+// legacyEtcdPKI reports whether this node's etcd still reads its files in
+// KubernetesPKIDir/etcd: its static pod was written by an earlier release
+// and names no EtcdOwnPKIDir. Its files stay etcd's there until the next
+// Kubernetes upgrade writes the pod again (kubeadmconfig.Patches).
+func legacyEtcdPKI(h *Flow) bool {
+	b, err := os.ReadFile(h.Path(layout.EtcdManifest))
+	return err == nil && !strings.Contains(string(b), layout.EtcdOwnPKIDir)
 }
 
 // meta is what a file or directory is to be: its mode (0: any) and its
@@ -116,24 +144,30 @@ func eachKubeadmFile(h *Flow, fn func(p string, want meta) error) error {
 		}
 		return *etcd, nil
 	}
-	for _, d := range kubeadmDirs() {
+	legacy := legacyEtcdPKI(h)
+	for _, d := range kubeadmDirs(legacy) {
 		if _, err := os.Lstat(h.Path(d.path)); err != nil {
 			continue
 		}
 		want := meta{mode: d.mode}
-		if d.etcdGroup {
+		if d.etcdGroup || d.etcdOwner {
 			u, err := etcdIDs()
 			if err != nil {
 				return err
 			}
-			want.gid = u.GID
+			if d.etcdGroup {
+				want.gid = u.GID
+			}
+			if d.etcdOwner {
+				want.uid = u.UID
+			}
 		}
 		if err := fn(d.path, want); err != nil {
 			return err
 		}
 	}
 	seen := map[string]bool{}
-	for _, r := range kubeadmFiles() {
+	for _, r := range kubeadmFiles(legacy) {
 		matches, err := filepath.Glob(h.Path(r.glob))
 		if err != nil {
 			return err
@@ -177,6 +211,50 @@ func eachKubeadmFile(h *Flow, fn func(p string, want meta) error) error {
 	})
 }
 
+// copyEtcdOwnFiles copies etcdOwnFiles into layout.EtcdOwnPKIDir where
+// they differ (made 0700 first; eachKubeadmFile then makes it and them
+// etcd's). kubeadm renews them in place on an upgrade; the next pass
+// copies the new ones, which etcd reads at its next handshake.
+func copyEtcdOwnFiles(h *Flow) error {
+	if err := os.MkdirAll(h.Path(layout.EtcdOwnPKIDir), ownerOnlyDir); err != nil {
+		return fmt.Errorf("etcd's certificates directory: %w", err)
+	}
+	for _, name := range etcdOwnFiles {
+		b, err := os.ReadFile(h.Path(KubernetesPKIDir + "/etcd/" + name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a joining member before kubeadm made its pairs
+		}
+		if err != nil {
+			return fmt.Errorf("etcd's %s: %w", name, err)
+		}
+		if _, err := h.WriteIfChanged(layout.EtcdOwnPKIDir+"/"+name, b, ownerOnly); err != nil {
+			return fmt.Errorf("etcd's copy of %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// checkEtcdOwnFiles says which of etcd's copies differs from kubeadm's.
+func checkEtcdOwnFiles(h *Flow) error {
+	for _, name := range etcdOwnFiles {
+		orig, err := os.ReadFile(h.Path(KubernetesPKIDir + "/etcd/" + name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("etcd's %s: %w", name, err)
+		}
+		cp, err := os.ReadFile(h.Path(layout.EtcdOwnPKIDir + "/" + name))
+		if err != nil {
+			return fmt.Errorf("etcd's copy of %s: %w", name, err)
+		}
+		if string(cp) != string(orig) {
+			return fmt.Errorf("%s/%s differs from kubeadm's %s/etcd/%s", layout.EtcdOwnPKIDir, name, KubernetesPKIDir, name)
+		}
+	}
+	return nil
+}
+
 // mustRel is full relative to root (full is under root).
 func mustRel(root, full string) string {
 	rel, err := filepath.Rel(root, full)
@@ -197,6 +275,11 @@ func tightenKubeadmFiles(h *Flow) error {
 			return fmt.Errorf("etcd's data directory: %w", err)
 		}
 	}
+	if _, err := os.Stat(h.Path(KubernetesPKIDir + "/etcd/ca.crt")); err == nil {
+		if err := copyEtcdOwnFiles(h); err != nil {
+			return err
+		}
+	}
 	return eachKubeadmFile(h, func(p string, want meta) error { return setMeta(h, p, want) })
 }
 
@@ -205,6 +288,11 @@ func checkKubeadmFiles(h *Flow) error {
 	if _, err := os.Stat(h.Path(etcdServerCert)); err == nil {
 		if _, err := os.Stat(h.Path(layout.EtcdDataDir)); err != nil {
 			return &os.PathError{Op: "stat", Path: layout.EtcdDataDir, Err: err}
+		}
+	}
+	if _, err := os.Stat(h.Path(KubernetesPKIDir + "/etcd/ca.crt")); err == nil {
+		if err := checkEtcdOwnFiles(h); err != nil {
+			return err
 		}
 	}
 	return eachKubeadmFile(h, func(p string, want meta) error { return checkMeta(h, p, want) })

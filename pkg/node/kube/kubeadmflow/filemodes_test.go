@@ -61,19 +61,22 @@ func kubeadmTree(t *testing.T, f *Flow) {
 		KubernetesPKIDir + "/etcd/peer.crt": 0o644, KubernetesPKIDir + "/etcd/peer.key": 0o600,
 		KubernetesPKIDir + "/etcd/healthcheck-client.crt": 0o644, KubernetesPKIDir + "/etcd/healthcheck-client.key": 0o600,
 		KubeletConfigFile: 0o644, KubeletFlagsFile: 0o644,
+		CNIConflist: 0o644,
 	} {
 		write(t, f, p, mode, p+"\n")
 	}
+	// etcd's static pod as kubeadm writes it with Terrarium's patches.
+	write(t, f, layout.EtcdManifest, 0o600, "volumes:\n- hostPath: {path: "+layout.EtcdOwnPKIDir+", type: Directory}\n  name: etcd-certs\n")
 	require.NoError(t, os.Chmod(f.Path(KubernetesPKIDir), 0o755))
 	require.NoError(t, os.Chmod(f.Path(KubernetesPKIDir+"/etcd"), 0o700))
 	write(t, f, "/etc/passwd", 0o644, passwdWithEtcd)
 }
 
 // TestTightenKubeadmFiles: after a kubeadm step every file of kubeadm's
-// is root's alone (0600, directories 0700) but etcd's own certificates
-// and keys, etcd's alone, in a directory etcd may only pass through; etcd's
-// data directory is made etcd's, with everything in it; check agrees, and
-// says what a loosened file is.
+// is root's alone (0600, directories 0700); etcd's own certificates and
+// keys are copied to a directory of etcd's, etcd's alone; etcd's data
+// directory is made etcd's, with everything in it; check agrees, and
+// says what a loosened file or a stale copy is.
 func TestTightenKubeadmFiles(t *testing.T) {
 	f := testFlow(t, nil)
 	kubeadmTree(t, f)
@@ -94,12 +97,19 @@ func TestTightenKubeadmFiles(t *testing.T) {
 		KubernetesPKIDir + "/apiserver.crt":               {0o600, 0, 0},
 		KubernetesPKIDir + "/front-proxy-client.crt":      {0o600, 0, 0},
 		KubernetesPKIDir + "/sa.pub":                      {0o600, 0, 0},
-		KubernetesPKIDir + "/etcd":                        {0o710, 0, etcdGID},
-		KubernetesPKIDir + "/etcd/ca.crt":                 {0o600, etcdUID, etcdGID},
-		KubernetesPKIDir + "/etcd/server.crt":             {0o600, etcdUID, etcdGID},
-		KubernetesPKIDir + "/etcd/server.key":             {0o600, etcdUID, etcdGID},
-		KubernetesPKIDir + "/etcd/peer.crt":               {0o600, etcdUID, etcdGID},
-		KubernetesPKIDir + "/etcd/peer.key":               {0o600, etcdUID, etcdGID},
+		KubernetesPKIDir + "/etcd":                        {0o700, 0, 0},
+		KubernetesPKIDir + "/etcd/ca.crt":                 {0o600, 0, 0},
+		KubernetesPKIDir + "/etcd/server.crt":             {0o600, 0, 0},
+		KubernetesPKIDir + "/etcd/server.key":             {0o600, 0, 0},
+		KubernetesPKIDir + "/etcd/peer.crt":               {0o600, 0, 0},
+		KubernetesPKIDir + "/etcd/peer.key":               {0o600, 0, 0},
+		layout.EtcdOwnPKIDir:                              {0o700, etcdUID, etcdGID},
+		layout.EtcdOwnPKIDir + "/ca.crt":                  {0o600, etcdUID, etcdGID},
+		layout.EtcdOwnPKIDir + "/server.crt":              {0o600, etcdUID, etcdGID},
+		layout.EtcdOwnPKIDir + "/server.key":              {0o600, etcdUID, etcdGID},
+		layout.EtcdOwnPKIDir + "/peer.crt":                {0o600, etcdUID, etcdGID},
+		layout.EtcdOwnPKIDir + "/peer.key":                {0o600, etcdUID, etcdGID},
+		CNIConflist:                                       {0o600, 0, 0},
 		KubernetesPKIDir + "/etcd/ca.key":                 {0o600, 0, 0},
 		KubernetesPKIDir + "/etcd/healthcheck-client.crt": {0o600, 0, 0},
 		KubeletConfigFile:                                 {0o600, 0, 0},
@@ -119,9 +129,26 @@ func TestTightenKubeadmFiles(t *testing.T) {
 	require.NoError(t, os.Chmod(f.Path(KubeletConfigFile), 0o644))
 	assert.ErrorContains(t, checkKubeadmFiles(f), KubeletConfigFile+" has mode -rw-r--r--, want -rw-------")
 	require.NoError(t, tightenKubeadmFiles(f))
-	require.NoError(t, os.Chown(f.Path(KubernetesPKIDir+"/etcd/server.key"), 0, 0))
-	assert.ErrorContains(t, checkKubeadmFiles(f), KubernetesPKIDir+"/etcd/server.key is owned by 0:0, want 232:232")
+	for _, name := range etcdOwnFiles {
+		b, err := os.ReadFile(f.Path(layout.EtcdOwnPKIDir + "/" + name))
+		require.NoError(t, err)
+		assert.Equal(t, KubernetesPKIDir+"/etcd/"+name+"\n", string(b), "etcd's copy of %s", name)
+	}
+	assert.NoFileExists(t, f.Path(layout.EtcdOwnPKIDir+"/ca.key"), "etcd's CA key stays root's alone")
+	assert.NoFileExists(t, f.Path(layout.EtcdOwnPKIDir+"/healthcheck-client.key"))
+	require.NoError(t, os.Chown(f.Path(layout.EtcdOwnPKIDir+"/server.key"), 0, 0))
+	assert.ErrorContains(t, checkKubeadmFiles(f), layout.EtcdOwnPKIDir+"/server.key is owned by 0:0, want 232:232")
 	require.NoError(t, tightenKubeadmFiles(f))
+	// kubeadm renews a certificate (an upgrade): the copy is stale until
+	// the next pass.
+	write(t, f, KubernetesPKIDir+"/etcd/server.crt", 0o644, "renewed\n")
+	assert.ErrorContains(t, checkKubeadmFiles(f), layout.EtcdOwnPKIDir+"/server.crt differs from kubeadm's "+KubernetesPKIDir+"/etcd/server.crt")
+	require.NoError(t, tightenKubeadmFiles(f))
+	b, err := os.ReadFile(f.Path(layout.EtcdOwnPKIDir + "/server.crt"))
+	require.NoError(t, err)
+	assert.Equal(t, "renewed\n", string(b))
+	uid, _ = ownerOf(t, f, layout.EtcdOwnPKIDir+"/server.crt")
+	assert.Equal(t, etcdUID, uid, "a renewed copy is etcd's too")
 	require.NoError(t, os.Chown(f.Path(layout.EtcdDataDir+"/member/snap/db"), 0, 0))
 	assert.ErrorContains(t, checkKubeadmFiles(f), layout.EtcdDataDir+"/member/snap/db is owned by 0:0")
 	require.NoError(t, tightenKubeadmFiles(f))
@@ -129,6 +156,38 @@ func TestTightenKubeadmFiles(t *testing.T) {
 
 	require.NoError(t, os.RemoveAll(f.Path(layout.EtcdDataDir)))
 	assert.ErrorContains(t, checkKubeadmFiles(f), layout.EtcdDataDir, "etcd's certificates without its data directory")
+}
+
+// TestLegacyEtcdPKI: a node whose etcd pod an earlier release wrote (it
+// mounts kubeadm's PKI directory) keeps etcd's files there etcd's, in a
+// directory etcd may only pass through, until an upgrade writes the pod
+// again; the copies are made all the same.
+func TestLegacyEtcdPKI(t *testing.T) {
+	f := testFlow(t, nil)
+	kubeadmTree(t, f)
+	write(t, f, layout.EtcdManifest, 0o600, "volumes:\n- hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}\n  name: etcd-certs\n")
+	require.NoError(t, tightenKubeadmFiles(f))
+	for p, w := range map[string][3]int{
+		KubernetesPKIDir + "/etcd":            {0o710, 0, etcdGID},
+		KubernetesPKIDir + "/etcd/server.key": {0o600, etcdUID, etcdGID},
+		KubernetesPKIDir + "/etcd/ca.crt":     {0o600, etcdUID, etcdGID},
+		KubernetesPKIDir + "/etcd/ca.key":     {0o600, 0, 0},
+		layout.EtcdOwnPKIDir + "/server.key":  {0o600, etcdUID, etcdGID},
+	} {
+		fi, err := os.Stat(f.Path(p))
+		require.NoError(t, err, p)
+		uid, gid := ownerOf(t, f, p)
+		assert.Equal(t, w, [3]int{int(fi.Mode().Perm()), uid, gid}, p)
+	}
+	require.NoError(t, checkKubeadmFiles(f))
+
+	// The upgrade's new pod mounts etcd's own directory: the next pass
+	// gives kubeadm's files back to root.
+	write(t, f, layout.EtcdManifest, 0o600, "path: "+layout.EtcdOwnPKIDir+"\n")
+	assert.ErrorContains(t, checkKubeadmFiles(f), KubernetesPKIDir+"/etcd has mode -rwx--x---, want -rwx------")
+	require.NoError(t, tightenKubeadmFiles(f))
+	uid, _ := ownerOf(t, f, KubernetesPKIDir+"/etcd/server.key")
+	assert.Equal(t, 0, uid)
 }
 
 // etcd's data directory is made, etcd's, as soon as etcd's certificates

@@ -70,10 +70,9 @@ func TestControlPlaneWithoutEncryptionKey(t *testing.T) {
 	assert.Contains(t, (*said)[0], "imagebuild config cluster --secrets SECRETS")
 }
 
-// The CA files are their owner's alone, root's but for etcd's CA
-// certificate, etcd's, in a directory etcd may only pass through; a node
-// formed by an earlier release with readable certificates is healed, not
-// refused.
+// The CA files are root's alone; etcd gets a copy of its CA's
+// certificate, its own; a node formed by an earlier release with
+// readable certificates is healed, not refused.
 func TestPKIModes(t *testing.T) {
 	f := testFlow(t, nil)
 	write(t, f, "/etc/passwd", 0o644, passwdWithEtcd)
@@ -87,21 +86,18 @@ func TestPKIModes(t *testing.T) {
 		p := filepath.Join(KubernetesPKIDir, name)
 		assert.Equal(t, os.FileMode(0o600), perm(t, f, p), name)
 		uid, gid := ownerOf(t, f, p)
-		if name == "etcd/ca.crt" {
-			assert.Equal(t, []int{etcdUID, etcdGID}, []int{uid, gid}, "etcd checks its peers and clients with it")
-		} else {
-			assert.Equal(t, []int{0, 0}, []int{uid, gid}, name)
-		}
+		assert.Equal(t, []int{0, 0}, []int{uid, gid}, name)
 	}
+	uid, gid := ownerOf(t, f, layout.EtcdOwnPKIDir+"/ca.crt")
+	assert.Equal(t, []int{etcdUID, etcdGID}, []int{uid, gid}, "etcd checks its peers and clients with its copy")
 	assert.Equal(t, os.FileMode(0o700), perm(t, f, KubernetesPKIDir))
-	assert.Equal(t, os.FileMode(0o710), perm(t, f, KubernetesPKIDir+"/etcd"))
-	_, gid := ownerOf(t, f, KubernetesPKIDir+"/etcd")
-	assert.Equal(t, etcdGID, gid)
+	assert.Equal(t, os.FileMode(0o700), perm(t, f, KubernetesPKIDir+"/etcd"))
+	assert.Equal(t, os.FileMode(0o700), perm(t, f, layout.EtcdOwnPKIDir))
 	assert.NoDirExists(t, f.Path(layout.EtcdDataDir), "not before etcd's own certificates: kubeadm's preflight wants none")
 	require.NoError(t, verifyKubernetesPKI(ctx, f, c))
 
-	require.NoError(t, os.Chown(f.Path(KubernetesPKIDir+"/etcd/ca.crt"), 0, 0))
-	assert.ErrorContains(t, verifyKubernetesPKI(ctx, f, c), "/etc/kubernetes/pki/etcd/ca.crt is owned by 0:0, want 232:232")
+	require.NoError(t, os.Chown(f.Path(layout.EtcdOwnPKIDir+"/ca.crt"), 0, 0))
+	assert.ErrorContains(t, verifyKubernetesPKI(ctx, f, c), layout.EtcdOwnPKIDir+"/ca.crt is owned by 0:0, want 232:232")
 	require.NoError(t, applyKubernetesPKI(ctx, f, c))
 	require.NoError(t, verifyKubernetesPKI(ctx, f, c))
 
