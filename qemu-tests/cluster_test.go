@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -270,6 +271,7 @@ spec:
 	checkNetworkPolicy(t, ssh, cp.name)
 	checkCISBenchmark(t, ssh, cp.name, cisbench.ControlPlane)
 	checkCISBenchmark(t, dialSSH(ctx, t, w.sshPort, key), w.name, cisbench.Worker)
+	logAuditGrowth(t, ssh)
 
 	// The site loses power, and the config sticks are gone when it comes
 	// back: each node boots from its stored state and rejoins.
@@ -437,6 +439,32 @@ func checkSecretEncrypted(t *testing.T, ssh *sshClient) e2eSecret {
 		t.Errorf("etcd holds Secret %s's value %q in plain text:\n%s", s.name, s.plain, out)
 	}
 	return s
+}
+
+// logAuditGrowth logs how much audit log the control plane has written
+// since its first event: an upper bound of an idle cluster's rate, since
+// it spans the formation and the test's own calls.
+func logAuditGrowth(t *testing.T, ssh *sshClient) {
+	t.Helper()
+	out, err := ssh.sudoTry("cd /var/log/kubernetes/audit && du -cb audit* | tail -1 | cut -f1 && head -1 audit.log && date -u +%Y-%m-%dT%H:%M:%SZ")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) != 3 {
+		t.Logf("audit log's size: %v\n%s", err, out)
+		return
+	}
+	var first struct {
+		At time.Time `json:"requestReceivedTimestamp"`
+	}
+	now, err1 := time.Parse(time.RFC3339, lines[2])
+	var size int64
+	_, err2 := fmt.Sscan(lines[0], &size)
+	if err := errors.Join(json.Unmarshal([]byte(lines[1]), &first), err1, err2); err != nil || !now.After(first.At) {
+		t.Logf("audit log's size: %v\n%s", err, out)
+		return
+	}
+	span := now.Sub(first.At)
+	t.Logf("audit log: %d bytes in %s since its first event, %.2f MB an hour (formation and the test's calls included)",
+		size, span.Round(time.Second), float64(size)/1e6/span.Hours())
 }
 
 // checkAuditLine finds the audit event of the Secret's creation by the

@@ -43,11 +43,19 @@ func checkSupportStick(ctx context.Context, t *testing.T, vm *qemu.VM, img, secr
 	require.NoError(t, vm.UnplugDisk(ctx, "support"))
 	t.Logf("support bundle %s: %s files, %s redactions", m[1], m[2], m[3])
 
+	// A control plane's whole audit log, beside the bundle.
+	copied := regexp.MustCompile(`support: copied the audit log to (terrarium-support-\S+-audit) \((\d+) files, (\d+) bytes\)`).FindStringSubmatch(vm.Console())
+	require.NotNil(t, copied, "the control plane's audit log was not copied to the stick")
+	t.Logf("audit log on the stick: %s, %s files, %s bytes", copied[1], copied[2], copied[3])
+
 	v, err := volume.Open(img)
 	require.NoError(t, err)
 	data, err := v.ReadFile(m[1], 256<<20)
 	require.NoError(t, err)
+	audit, err := v.ReadFile(copied[1]+"/audit.log", 256<<20)
+	require.NoError(t, err)
 	require.NoError(t, v.Close())
+	assert.Contains(t, string(audit), `"kind":"Event"`)
 
 	s, err := clustersecrets.Load(secretsFile)
 	require.NoError(t, err)
@@ -82,6 +90,11 @@ func checkSupportStick(ctx context.Context, t *testing.T, vm *qemu.VM, img, secr
 			if bytes.Contains(b, []byte(n)) {
 				t.Errorf("%s holds a secret of the cluster (%.12s…)", h.Name, n)
 			}
+		}
+	}
+	for _, n := range needles {
+		if strings.Contains(string(audit), n) {
+			t.Errorf("the audit log's copy holds a secret of the cluster (%.12s…)", n)
 		}
 	}
 	all := strings.Join(names, "\n")

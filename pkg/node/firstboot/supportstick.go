@@ -37,13 +37,21 @@ func (r *runner) serveSupportStick(ctx context.Context, served *string) {
 	}
 	r.say("support: a %s stick (%s): writing a support bundle", layout.LabelSupport, m.Device)
 	var (
-		name string
-		sum  support.Summary
+		name     string
+		sum      support.Summary
+		audit    support.AuditCopy
+		auditErr error
 	)
 	err := r.o.Media.Use(ctx, m, true, func(dir string) error {
 		p, s, err := support.WriteFile(ctx, r.o.Host, dir, support.Options{})
 		name, sum = filepath.Base(p), s
-		return err
+		if err != nil {
+			return err
+		}
+		// The whole audit log beside the bundle, which holds its end; a
+		// stick too small for it keeps the bundle.
+		audit, auditErr = support.CopyAuditLog(ctx, r.o.Host, dir, sum.Name)
+		return nil
 	})
 	if err != nil {
 		r.note("support bundle", "failed", err.Error())
@@ -51,6 +59,16 @@ func (r *runner) serveSupportStick(ctx context.Context, served *string) {
 		return
 	}
 	detail := fmt.Sprintf("%s: %d files, %d redactions", name, len(sum.Files), sum.Redactions)
-	r.note("support bundle", "written", detail)
+	noted := detail
+	switch {
+	case auditErr != nil:
+		r.say("support: the audit log was not copied: %v", auditErr)
+		noted += "; audit log not copied: " + auditErr.Error()
+	case audit.Dir != "":
+		copied := fmt.Sprintf("%s (%d files, %d bytes)", filepath.Base(audit.Dir), audit.Files, audit.Bytes)
+		r.say("support: copied the audit log to %s", copied)
+		noted += "; the audit log in " + copied
+	}
+	r.note("support bundle", "written", noted)
 	r.say("support: wrote %s to the %s stick; it may be removed", detail, layout.LabelSupport)
 }

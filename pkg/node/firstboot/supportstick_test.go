@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 )
 
@@ -36,6 +37,9 @@ func TestSupportStick(t *testing.T) {
 		return m
 	}
 	e.mkdir("/stick")
+	// A control plane's audit log: copied whole beside the bundle.
+	e.mkdir(layout.AuditLogDir)
+	require.NoError(t, os.WriteFile(e.path(layout.AuditLogDir+"/audit.log"), []byte(`{"kind":"Event","verb":"get"}`+"\n"), 0o600))
 	e.media.insert("TERRA-SUPPO", "/dev/sdb1", "/stick")
 	require.Eventually(t, func() bool {
 		return strings.Contains(strings.Join(stepResults(e.lastBoot()), " "), "support bundle=written")
@@ -63,11 +67,18 @@ func TestSupportStick(t *testing.T) {
 		assert.NotContains(t, string(b), "PRIVATE KEY-----\nM", "%s holds a private key", h.Name)
 	}
 	assert.Contains(t, strings.Join(names, " "), "node/status.json")
+	copied, err := filepath.Glob(e.path("/stick/terrarium-support-node-1-*-audit/audit.log"))
+	require.NoError(t, err)
+	require.Len(t, copied, 1, "the audit log beside the bundle")
+	b, err := os.ReadFile(copied[0])
+	require.NoError(t, err)
+	assert.Equal(t, `{"kind":"Event","verb":"get"}`+"\n", string(b))
 
 	cancel()
 	require.NoError(t, <-done)
 	assert.Contains(t, e.console.String(), "support: wrote terrarium-support-node-1-")
 	assert.Contains(t, e.console.String(), "to the TERRA-SUPPORT stick; it may be removed")
+	assert.Regexp(t, `support: copied the audit log to terrarium-support-node-1-\S+-audit \(1 files, 30 bytes\)`, e.console.String())
 }
 
 // A stick pulled and another put in under the same device name between

@@ -1,6 +1,8 @@
 package support
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -54,4 +56,59 @@ func TestAuditLogMemberOnWorker(t *testing.T) {
 	e := newEnv(t, "w-1")
 	_, a := e.collect(e.opts())
 	assert.Equal(t, layout.AuditLogDir+" does not exist on this node (only control planes keep an audit log)\n", a.files["kubernetes/audit.log"])
+}
+
+// A TERRA-SUPPORT stick gets the whole audit log beside the bundle: the
+// file being written and the rotated ones, byte for byte.
+func TestCopyAuditLog(t *testing.T) {
+	e := newEnv(t, "cp-1")
+	rotated := "\x1f\x8b a rotated, gzipped file"
+	e.write(layout.AuditLogDir+"/audit-2026-01-01T00-00-00.000.log.gz", rotated, 0o600)
+	e.write(layout.AuditLogDir+"/audit.log", auditLine(1)+auditLine(2), 0o600)
+	require.NoError(t, os.MkdirAll(e.h.Path("/stick"), 0o755))
+	plenty := func(string) (uint64, error) { return 1 << 30, nil }
+
+	c, err := copyAuditLog(context.Background(), e.h, "/stick", "terrarium-support-cp-1-x", plenty)
+	require.NoError(t, err)
+	assert.Equal(t, AuditCopy{Dir: "/stick/terrarium-support-cp-1-x-audit", Files: 2, Bytes: int64(len(rotated) + len(auditLine(1)+auditLine(2)))}, c)
+	got, err := os.ReadFile(e.h.Path(c.Dir + "/audit-2026-01-01T00-00-00.000.log.gz"))
+	require.NoError(t, err)
+	assert.Equal(t, rotated, string(got))
+	got, err = os.ReadFile(e.h.Path(c.Dir + "/audit.log"))
+	require.NoError(t, err)
+	assert.Equal(t, auditLine(1)+auditLine(2), string(got))
+
+	// No room: refused before anything is written, with the sizes.
+	tight := func(string) (uint64, error) { return 1 << 20, nil }
+	_, err = copyAuditLog(context.Background(), e.h, "/stick", "terrarium-support-cp-1-y", tight)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("the audit log (2 files, %d bytes) does not fit on the stick (1048576 bytes free, 1048576 kept free): use a larger stick", c.Bytes))
+	assert.NoDirExists(t, e.h.Path("/stick/terrarium-support-cp-1-y-audit"))
+
+	// The real free space of a real directory.
+	free, err := freeBytes(t.TempDir())
+	require.NoError(t, err)
+	assert.Positive(t, free)
+}
+
+// A worker keeps no audit log: nothing is copied, and that is no error.
+func TestCopyAuditLogOnWorker(t *testing.T) {
+	e := newEnv(t, "w-1")
+	require.NoError(t, os.MkdirAll(e.h.Path("/stick"), 0o755))
+	c, err := CopyAuditLog(context.Background(), e.h, "/stick", "terrarium-support-w-1-x")
+	require.NoError(t, err)
+	assert.Equal(t, AuditCopy{}, c)
+	entries, err := os.ReadDir(e.h.Path("/stick"))
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+}
+
+// The bundle holds the node's CIS benchmark report.
+func TestCISBenchmarkMember(t *testing.T) {
+	e := newEnv(t, "cp-1")
+	_, a := e.collect(e.opts())
+	got := a.files["kubernetes/cis-benchmark.txt"]
+	assert.Contains(t, got, "CIS Kubernetes Benchmark v1.12.0, worker: ")
+	assert.Contains(t, got, "4.2.1", "the kubelet's checks")
+	assert.Contains(t, got, "the kubelet is not running", "what this test's node lacks is said")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/apilb"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/cisbench"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 )
@@ -116,6 +117,7 @@ func (c *collector) items() []item {
 		c.kubectl("kubernetes/pods.txt", "get", "pods", "-A", "-o", "wide"),
 		c.kubectl("kubernetes/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp"),
 		c.newestLog("kubernetes/audit.log", layout.AuditLogDir, auditLogCap),
+		c.cisBenchmark("kubernetes/cis-benchmark.txt"),
 		c.file("registry/config.json", layout.RegistryConfigFile),
 		c.file("registry/sideloads.jsonl", layout.RegistrySideloadLog),
 		c.get("registry/v2.txt", "/v2/"),
@@ -183,6 +185,23 @@ func (c *collector) file(name, p string) item {
 		defer f.Close()
 		data, err := io.ReadAll(io.LimitReader(f, int64(c.opts.MaxBytes)+1))
 		return data, hostPathError(err, p)
+	}}
+}
+
+// cisBenchmark is the node's CIS Kubernetes Benchmark report (the table
+// `firstboot cis-benchmark` prints): what a security review asks for,
+// from the node as it runs.
+func (c *collector) cisBenchmark(name string) item {
+	return item{name: name, source: "firstboot cis-benchmark", collect: func(ctx context.Context) ([]byte, error) {
+		r, err := cisbench.Run(ctx, c.h)
+		if err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		if err := r.Write(&b); err != nil {
+			return nil, err
+		}
+		return b.Bytes(), nil
 	}}
 }
 
