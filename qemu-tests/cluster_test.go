@@ -219,7 +219,7 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("nodes are not both Ready:\n%s", nodes)
 	}
 	t.Logf("kubectl get nodes:\n%s", nodes)
-	ssh.run("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
+	ssh.retry("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
 	checkWorkerClock(ctx, t, w, key, cp.ip)
 	w.m.rtcBase = ""
 	checkUpgradeRBAC(ctx, t, w, key)
@@ -241,8 +241,8 @@ spec:
   selector: {app: echo}
   ports: [{port: 80, targetPort: 8080}]
 `
-	ssh.run("cat > /tmp/echo.yaml <<'EOF'\n" + manifest + "EOF\nkubectl apply -f /tmp/echo.yaml")
-	ssh.run("kubectl wait --for=condition=Ready --timeout=10m pod/echo")
+	ssh.retry("cat > /tmp/echo.yaml <<'EOF'\n" + manifest + "EOF\nkubectl apply -f /tmp/echo.yaml")
+	ssh.retry("kubectl wait --for=condition=Ready --timeout=10m pod/echo")
 	ip := strings.TrimSpace(ssh.output("kubectl get service echo -o jsonpath='{.spec.clusterIP}{\"\\n\"}'", regexp.MustCompile(`^\d+\.\d+\.\d+\.\d+`)))
 	var (
 		got string

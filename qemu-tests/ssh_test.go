@@ -130,6 +130,27 @@ func (s *sshClient) run(cmd string) string {
 	return out
 }
 
+// retry runs an idempotent cmd (a kubectl apply, a wait) until it exits
+// 0, up to 5 times, failing the test with the last answer: an emulated
+// API server under load now and then lets a request time out
+// (kubectl's openapi download for its validation, a TLS handshake).
+func (s *sshClient) retry(cmd string) string {
+	s.t.Helper()
+	var (
+		out string
+		err error
+	)
+	for try := 0; try < 5; try++ {
+		if out, err = s.try(cmd); err == nil {
+			return out
+		}
+		s.t.Logf("ssh %q failed (%v), try %d of 5:\n%s", cmd, err, try+1, out)
+		time.Sleep(time.Duration(try+1) * 5 * time.Second)
+	}
+	s.t.Fatalf("ssh %q: %v\n%s", cmd, err, out)
+	return out
+}
+
 func (s *sshClient) try(cmd string) (string, error) {
 	sess, err := s.c.NewSession()
 	if err != nil {
