@@ -230,7 +230,7 @@ func journalPhases(j nodestate.Journal, start time.Time) []phaseMark {
 			}
 			m := phaseMark{Name: s.Name, End: s.At.Sub(start).Seconds()}
 			if s.Result == "retry" || s.Result == "failed" {
-				m.Name, m.Detail = s.Name+" ("+s.Result+")", s.Detail
+				m.Name, m.Detail = s.Name+" ("+string(s.Result)+")", s.Detail
 			} else if p := pulls[s.Name]; len(p) > 0 {
 				m.Detail = "pulled " + strings.Join(p, ", ")
 			} else if p := present[s.Name]; p != "" {

@@ -141,7 +141,7 @@ func stepAt(j nodestate.Journal, step, result string) time.Time {
 	var at time.Time
 	for _, b := range j.Boots {
 		for _, s := range b.Steps {
-			if s.Name == step && s.Result == result && s.At.After(at) {
+			if s.Name == step && string(s.Result) == result && s.At.After(at) {
 				at = s.At
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // snapshotRetry is the least time between two failed scheduled snapshots
@@ -118,13 +119,13 @@ func (r *runner) snapshotIfDue(ctx context.Context, cfg *machineconfig.Config, c
 	snap, err := etcdbackup.Take(ctx, r.o.Host, keep, etcdbackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
 	if err != nil {
 		c.failed = now
-		r.note("etcd snapshot", "failed", err.Error())
+		r.note("etcd snapshot", step.Failed, err.Error())
 		r.say("backup: the scheduled etcd snapshot failed (next try in %s): %v", snapshotRetry, err)
 		r.pub.Publish(func(s *status.Status) { s.Backup = "the last snapshot failed: " + err.Error() })
 		return
 	}
 	c.failed, c.shown = time.Time{}, true
-	r.note("etcd snapshot", "taken", fmt.Sprintf("%s (%d KiB); the newest %d kept", snap.Path, snap.Size>>10, keep))
+	r.note("etcd snapshot", step.Taken, fmt.Sprintf("%s (%d KiB); the newest %d kept", snap.Path, snap.Size>>10, keep))
 	r.pub.Publish(func(s *status.Status) { s.Backup = backupStatus(snap, interval, keep) })
 }
 
@@ -152,10 +153,10 @@ func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config
 		return err
 	})
 	if err != nil {
-		r.note("backup", "failed", err.Error())
+		r.note("backup", step.Failed, err.Error())
 		r.say("backup: nothing written to %s: %v", m.Device, err)
 		return
 	}
-	r.note("backup", "written", res.String())
+	r.note("backup", step.Written, res.String())
 	r.say("backup: wrote %s to the %s stick; it may be removed", res, layout.LabelBackup)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
@@ -72,7 +73,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "/dev/disk/by-partlabel/"+layout.LabelESP, l.Device)
 	// The cluster's production dependencies are complete: a flow can be
 	// built from them.
-	_, err := kubeadmflow.New(o.Host, o.Cluster, &nodestate.Store{}, host.ReporterFunc(func(_, _, _ string) {}), func(func(*kubeadmflow.ClusterStatus)) {})
+	_, err := kubeadmflow.New(o.Host, o.Cluster, &nodestate.Store{}, host.ReporterFunc(func(string, step.Result, string) {}), func(func(*kubeadmflow.ClusterStatus)) {})
 	assert.NoError(t, err)
 	assert.Equal(t, kubeadmflow.DefaultTiming(), o.Cluster.Timing)
 }

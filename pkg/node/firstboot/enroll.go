@@ -12,6 +12,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
@@ -363,7 +364,7 @@ func (r *runner) refuse(from, why string) {
 	}
 	// Recorded before it is said: whoever reads the console can rely on
 	// the journal.
-	r.note("config change", "refused", from+": "+why)
+	r.note("config change", step.Refused, from+": "+why)
 	r.say("config change from %s REFUSED: nothing changed, this node keeps its enrolled config. Why:", from)
 	for _, line := range strings.Split(why, "\n") {
 		r.say("  %s", line)
@@ -443,11 +444,11 @@ func (r *runner) serveConfigChange(ctx context.Context, seen *string) {
 	herr := r.health(ctx, cfg)
 	r.set(func(s *status.Status) { s.SetHealthy(herr == nil) })
 	if herr != nil {
-		r.note("health", "failed", herr.Error())
+		r.note("health", step.Failed, herr.Error())
 		r.set(func(s *status.Status) { s.Message = herr.Error() })
 		r.say("%v", herr)
 	} else {
-		r.note("health", "passed", "")
+		r.note("health", step.Passed, "")
 	}
 	r.publish()
 }
@@ -468,15 +469,15 @@ func RunPhase(ctx context.Context, o Options, name string) error {
 		verr := p.Verify(ctx, cfg)
 		if verr == nil {
 			r.say("%s: already as desired", name)
-			return r.step(name, "verified", "run alone")
+			return r.step(name, step.Verified, "run alone")
 		}
 		r.say("%s: %v; applying", name, verr)
 		if err := p.Apply(ctx, cfg); err != nil {
-			r.note(name, "failed", err.Error())
+			r.note(name, step.Failed, err.Error())
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		r.say("%s: applied", name)
-		return r.step(name, "applied", "run alone")
+		return r.step(name, step.Applied, "run alone")
 	}
 	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(phase.Names(phases), ", "))
 }

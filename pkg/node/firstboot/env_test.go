@@ -452,7 +452,7 @@ func (e *env) consoleStatuses() []status.Status {
 func stepResults(r nodestate.BootRecord) []string {
 	var out []string
 	for _, s := range r.Steps {
-		out = append(out, s.Name+"="+s.Result)
+		out = append(out, s.Name+"="+string(s.Result))
 	}
 	return out
 }

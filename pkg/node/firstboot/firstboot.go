@@ -31,6 +31,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 
@@ -205,7 +206,7 @@ func (r *runner) journal() (enrollment *nodestate.Enrollment, provisioned *nodes
 	return enrollment, provisioned
 }
 
-func (r *runner) step(name, result, detail string) error {
+func (r *runner) step(name string, result step.Result, detail string) error {
 	at := r.o.Host.Now().UTC()
 	return r.record(func(_ *nodestate.Journal, rec *nodestate.BootRecord) {
 		rec.Steps = append(rec.Steps, nodestate.StepRecord{Name: name, Result: result, Detail: detail, At: at})
@@ -214,7 +215,7 @@ func (r *runner) step(name, result, detail string) error {
 
 // note records a step that what the node does next does not depend on: a
 // journal write that fails is logged, and the node goes on.
-func (r *runner) note(name, result, detail string) {
+func (r *runner) note(name string, result step.Result, detail string) {
 	if err := r.step(name, result, detail); err != nil {
 		r.o.Log.Warn("journal: step not recorded", "step", name, "result", result, "detail", detail, "err", err)
 	}
@@ -327,7 +328,7 @@ func (r *runner) applyChange(ctx context.Context, stored *machineconfig.Config, 
 		return ch.cfg
 	}
 	r.say("the config change from %s FAILED (%v); restoring the enrolled config", ch.from, err)
-	r.note("config change", "failed", err.Error())
+	r.note("config change", step.Failed, err.Error())
 	if rerr := r.apply(ctx, stored, "provision"); rerr != nil {
 		r.say("restoring the enrolled config failed too: %v", rerr)
 		r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, rerr.Error() })
@@ -449,7 +450,7 @@ func (r *runner) reportConfigProblem(problem string) {
 			r.say("  %s", line)
 		}
 	}
-	r.note("config", "waiting", r.pub.Get().Message)
+	r.note("config", step.Waiting, r.pub.Get().Message)
 	r.publish()
 }
 
@@ -460,7 +461,7 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 	for _, p := range r.phases(cfg) {
 		if mode == "verify" {
 			if err := p.Verify(ctx, cfg); err == nil {
-				if err := r.step(p.Name, "verified", ""); err != nil {
+				if err := r.step(p.Name, step.Verified, ""); err != nil {
 					return err
 				}
 				continue
@@ -469,15 +470,15 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 			}
 		}
 		if err := p.Apply(ctx, cfg); err != nil {
-			r.note(p.Name, "failed", err.Error())
+			r.note(p.Name, step.Failed, err.Error())
 			return fmt.Errorf("%s: %w", p.Name, err)
 		}
-		result := "applied"
+		result := step.Applied
 		switch mode {
 		case "verify":
-			result = "healed"
+			result = step.Healed
 		case "change":
-			result = "changed"
+			result = step.Changed
 		}
 		if err := r.step(p.Name, result, ""); err != nil {
 			return err
@@ -518,16 +519,14 @@ func (r *runner) watchHost(cfg *machineconfig.Config) {
 
 // report lets long phases report their steps: each goes to the journal,
 // the console and the published status.
-func (r *runner) report(step, result, detail string) {
-	r.note(step, result, detail)
+func (r *runner) report(name string, result step.Result, detail string) {
+	r.note(name, result, detail)
 	if detail != "" {
-		r.say("%s: %s: %s", step, result, detail)
+		r.say("%s: %s: %s", name, result, detail)
 	} else {
-		r.say("%s: %s", step, result)
+		r.say("%s: %s", name, result)
 	}
-	// What a node waits for, and the end of a wait (a join lock taken),
-	// show in the status as they happen.
-	if result == "started" || result == "waiting" || result == "lock" {
+	if result.ShowsInStatus() {
 		r.publish()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -511,7 +512,7 @@ func TestInvalidConfigThenFixed(t *testing.T) {
 		t.Errorf("console statuses = %+v", statuses)
 	}
 	rec := e.lastBoot()
-	if rec.Steps[0].Name != "config" || rec.Steps[0].Result != "waiting" || !strings.Contains(rec.Steps[0].Detail, "$.bogus") {
+	if rec.Steps[0].Name != "config" || rec.Steps[0].Result != step.Waiting || !strings.Contains(rec.Steps[0].Detail, "$.bogus") {
 		t.Errorf("first step = %+v", rec.Steps[0])
 	}
 	if s := e.status(); s.State != status.StateProvisioned || s.Message != "" {
@@ -586,7 +587,7 @@ func TestUnhealthyTrialBootReboots(t *testing.T) {
 		t.Errorf("banner does not show the failed health check:\n%s", console)
 	}
 	steps := e.lastBoot().Steps
-	if last := steps[len(steps)-1]; last.Name != "health" || last.Result != "failed" || !strings.Contains(last.Detail, "health") {
+	if last := steps[len(steps)-1]; last.Name != "health" || last.Result != step.Failed || !strings.Contains(last.Detail, "health") {
 		t.Errorf("last step = %+v", last)
 	}
 }
@@ -680,7 +681,7 @@ func TestBlessFailure(t *testing.T) {
 		t.Errorf("status = %+v", s)
 	}
 	steps := e.lastBoot().Steps
-	if last := steps[len(steps)-1]; last.Name != "bless" || last.Result != "failed" || last.Detail != "fake error" {
+	if last := steps[len(steps)-1]; last.Name != "bless" || last.Result != step.Failed || last.Detail != "fake error" {
 		t.Errorf("last step = %+v", last)
 	}
 }
@@ -921,7 +922,7 @@ func TestUnrecordedStepIsLogged(t *testing.T) {
 	// A directory where the journal goes: it cannot be written.
 	require.NoError(t, os.RemoveAll(r.state.Path()))
 	require.NoError(t, os.MkdirAll(filepath.Join(r.state.Path(), "x"), 0o755))
-	r.note("backup", "written", "backup.tar")
+	r.note("backup", step.Written, "backup.tar")
 	assert.Contains(t, logged.String(), "level=WARN")
 	assert.Contains(t, logged.String(), `msg="journal: step not recorded" step=backup result=written detail=backup.tar`)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // errUnhealthy marks a failed health check.
@@ -41,33 +42,33 @@ func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) 
 	healthy := err == nil
 	r.set(func(s *status.Status) { s.SetHealthy(healthy) })
 	if !healthy {
-		r.note("health", "failed", err.Error())
+		r.note("health", step.Failed, err.Error())
 		r.set(func(s *status.Status) { s.Message = err.Error() })
 		r.set(func(s *status.Status) { s.Blessed = "not blessed" })
 		r.say("%v", err)
 		return r.notBlessed(ctx, err)
 	}
-	r.note("health", "passed", "")
+	r.note("health", step.Passed, "")
 	r.set(func(s *status.Status) { s.Time = r.timeSource(ctx, cfg) })
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
-		r.note("images durable", "failed", err.Error())
+		r.note("images durable", step.Failed, err.Error())
 		r.set(func(s *status.Status) { s.Message = err.Error() })
 		r.publish()
 		return err
 	} else if closed {
-		r.note("images durable", "synced", "")
+		r.note("images durable", step.Synced, "")
 	}
 	res, err := r.o.BootLoader.Bless(ctx, r.slot)
 	if err != nil {
-		r.note("bless", "failed", err.Error())
+		r.note("bless", step.Failed, err.Error())
 		r.set(func(s *status.Status) { s.Blessed = "bless failed: " + err.Error() })
 		r.publish()
 		return fmt.Errorf("bless slot %s: %w", r.slot, err)
 	}
 	r.set(func(s *status.Status) { s.Blessed = string(res) })
-	r.note("bless", string(res), "")
+	r.note("bless", step.Result(res), "")
 	// No longer a trial: the registry lets go of the slot it fell back to,
 	// which the next upgrade may write.
 	if err := os.Remove(r.o.Host.Path(layout.RunTrialBoot)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -11,6 +11,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // ISOInstaller installs the ISO a live boot runs from onto the disk in
@@ -83,7 +84,7 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 		// Not an error of firstboot's: restarting it would only try the
 		// same install again. The node waits, live, for a person.
 		r.set(func(s *status.Status) { s.State, s.Message = status.StateFailed, "install: "+err.Error() })
-		r.note("install", "failed", err.Error())
+		r.note("install", step.Failed, err.Error())
 		r.say("install failed:")
 		for _, line := range strings.Split(err.Error(), "\n") {
 			r.say("  %s", line)
@@ -93,7 +94,7 @@ func (r *runner) installToDisk(ctx context.Context, cfg *machineconfig.Config, i
 		<-ctx.Done()
 		return nil
 	}
-	r.note("install", "installed", res.Target.String())
+	r.note("install", step.Installed, res.Target.String())
 	r.set(func(s *status.Status) {
 		s.State, s.Message = status.StateInstalled, "installed onto "+res.Target.String()
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,7 @@ func refuseLive(context.Context, *upgrade.Verified, layout.Slot, release.Release
 // disk that medium is on.
 func liveDiskInstaller(h *host.Host) ISOInstaller {
 	return func(ctx context.Context, in machineconfig.Install, seed func(dir string) error, report host.Reporter) (installer.Result, error) {
-		say := func(s string) { report.Report("install", "progress", s) }
+		say := func(s string) { report.Report("install", step.Progress, s) }
 		medium, err := mediumDisk("/proc/self/mounts", "/sys/class/block", layout.LiveMediumMount)
 		if err != nil {
 			return installer.Result{}, err

@@ -18,6 +18,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 func TestLiveBoot(t *testing.T) {
@@ -59,7 +60,7 @@ func TestInstallFromLive(t *testing.T) {
 		o := e.options(staticSource(config))
 		o.InstallISO = func(ctx context.Context, in machineconfig.Install, seed func(string) error, report host.Reporter) (installer.Result, error) {
 			got = in
-			report.Report("install", "progress", "writing slot A: 100%")
+			report.Report("install", step.Progress, "writing slot A: 100%")
 			return installer.Result{Target: installer.Disk{Name: "vda", Size: 8 << 30, Serial: "TERRA1"}, SlotSHA256: "abc"}, seed(seeded)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

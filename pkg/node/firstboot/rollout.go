@@ -21,6 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // RolloutAPI is what a cluster node asks of the API to take its part in a
@@ -540,7 +541,7 @@ func (r *runner) refuseTurn(ctx context.Context, api RolloutAPI, me string, ro *
 	if err := r.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail); err != nil {
 		return
 	}
-	r.note("rollout", "refused", why.Error())
+	r.note("rollout", step.Refused, why.Error())
 	r.say("rollout of %s refused on this node, nothing was done: %v", ro.Version, why)
 }
 
@@ -554,7 +555,7 @@ func (r *runner) endTurn(ctx context.Context, api RolloutAPI, me string, ro *rol
 	if err := r.setPhase(ctx, api, me, ro, phase, detail); err != nil {
 		return false
 	}
-	r.note("rollout", phase, detail)
+	r.note("rollout", step.Result(phase), detail)
 	r.say("rollout: this node is %s (%s)", phase, detail)
 	return true
 }
@@ -582,7 +583,7 @@ func (r *runner) reportRollback(ctx context.Context, api RolloutAPI, me string, 
 		r.o.Log.Warn("rollout: report the rollback", "err", err)
 		return false
 	}
-	r.note("rollout", rollout.NodeRolledBack, u.Reason)
+	r.note("rollout", step.Result(rollout.NodeRolledBack), u.Reason)
 	r.say("rollout: this node is %s (%s)", rollout.NodeRolledBack, u.Reason)
 	return true
 }
@@ -601,7 +602,7 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
 			detail += " (and uncordoning failed: " + uerr.Error() + ")"
 		}
-		r.note("rollout", rollout.NodeFailed, detail)
+		r.note("rollout", step.Result(rollout.NodeFailed), detail)
 		r.say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = r.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
@@ -609,7 +610,7 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 	if err := r.setPhase(ctx, api, me, ro, rollout.NodeDraining, ""); err != nil {
 		return
 	}
-	r.note("rollout", rollout.NodeDraining, ro.Version)
+	r.note("rollout", step.Result(rollout.NodeDraining), ro.Version)
 	d := r.o.Rollout.Drain
 	d.Report = func(line string) { r.say("rollout: %s", line) }
 	if err := rollout.Drain(ctx, api, me, d); err != nil {

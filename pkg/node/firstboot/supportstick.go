@@ -8,6 +8,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/support"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // newStick finds a stick with one of the labels that was not there at the
@@ -54,7 +55,7 @@ func (r *runner) serveSupportStick(ctx context.Context, served *string) {
 		return nil
 	})
 	if err != nil {
-		r.note("support bundle", "failed", err.Error())
+		r.note("support bundle", step.Failed, err.Error())
 		r.say("support: no bundle written to %s: %v", m.Device, err)
 		return
 	}
@@ -69,6 +70,6 @@ func (r *runner) serveSupportStick(ctx context.Context, served *string) {
 		r.say("support: copied the audit log to %s", copied)
 		noted += "; the audit log in " + copied
 	}
-	r.note("support bundle", "written", noted)
+	r.note("support bundle", step.Written, noted)
 	r.say("support: wrote %s to the %s stick; it may be removed", detail, layout.LabelSupport)
 }

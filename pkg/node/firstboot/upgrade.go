@@ -23,6 +23,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // Installer writes a verified upgrade file into the slot that is not
@@ -114,7 +115,7 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 		r.say("recording the rolled-back upgrade: %v", err)
 	}
 	msg := fmt.Sprintf("upgrade to %s rolled back: %s", u.To, reason)
-	r.note("upgrade", "rolled back", msg)
+	r.note("upgrade", step.RolledBack, msg)
 	r.say("%s; slot %s runs %s again, and this upgrade is not installed again on its own (firstboot upgrade --force)", msg, r.slot, r.rel.Version)
 	r.set(func(s *status.Status) { s.Message = msg })
 }
@@ -151,7 +152,7 @@ func (r *runner) failedBootReason(u *nodestate.Upgrade) string {
 				if s.At.Before(u.InstalledAt) {
 					return
 				}
-				if s.Result == "failed" {
+				if s.Result == step.Failed {
 					reason = s.Name + " failed"
 					if s.Detail != "" {
 						reason += ": " + s.Detail
@@ -180,7 +181,7 @@ func (r *runner) commitUpgrade() {
 	if err := r.flow.ForgetBeforeUpgrade(); err != nil {
 		r.say("removing the Kubernetes files kept before the upgrade: %v", err)
 	}
-	r.note("upgrade", "committed", fmt.Sprintf("from %s to %s", u.From, u.To))
+	r.note("upgrade", step.Committed, fmt.Sprintf("from %s to %s", u.From, u.To))
 	r.say("upgraded from %s to %s: slot %s is healthy and blessed", u.From, u.To, r.slot)
 }
 
@@ -343,12 +344,12 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 		r.say("upgrade: %s", detail)
 		return nodestate.UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
 	case err == nil && published != "":
-		r.note("upgrade", outcomePublished, published)
+		r.note("upgrade", step.Published, published)
 		r.say("upgrade: %s", published)
 		r.publish()
 		return nodestate.UpgradeResult{Outcome: outcomePublished, Detail: published}
 	case err != nil:
-		r.note("upgrade", "refused", err.Error())
+		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.set(func(s *status.Status) { s.Message = "upgrade refused: " + err.Error() })
 		r.publish()
@@ -359,7 +360,7 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
 		r.say("recording the upgrade: %v", err)
 	}
-	r.note("upgrade", "installed", fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
+	r.note("upgrade", step.Installed, fmt.Sprintf("%s into slot %s", res.Manifest.Version, res.Slot))
 	tries := fmt.Sprintf("%d tries", res.Tries)
 	if res.Tries == 1 {
 		tries = "1 try"

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // Executor runs a program and returns its combined output.
@@ -47,14 +48,14 @@ func (f ClockFunc) Now() time.Time { return f() }
 // Reporter hears about long steps as they start, wait and end: firstboot
 // records them in the node's journal, on the console and in its status.
 type Reporter interface {
-	Report(step, result, detail string)
+	Report(name string, result step.Result, detail string)
 }
 
 // ReporterFunc adapts a function into a Reporter.
-type ReporterFunc func(step, result, detail string)
+type ReporterFunc func(name string, result step.Result, detail string)
 
 // Report calls f.
-func (f ReporterFunc) Report(step, result, detail string) { f(step, result, detail) }
+func (f ReporterFunc) Report(name string, result step.Result, detail string) { f(name, result, detail) }
 
 // Host is the machine acted on. Every field is required: Real sets the
 // production values, tests set their own.

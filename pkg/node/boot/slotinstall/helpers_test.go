@@ -25,6 +25,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // signingKey is the build's key in these tests.
@@ -351,10 +352,10 @@ type reports struct {
 
 var _ host.Reporter = (*reports)(nil)
 
-func (r *reports) Report(step, result, detail string) {
+func (r *reports) Report(name string, result step.Result, detail string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lines = append(r.lines, step+" "+result+": "+detail)
+	r.lines = append(r.lines, name+" "+string(result)+": "+detail)
 }
 
 func (r *reports) all() []string {

@@ -9,6 +9,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // reportStep is the step name of Install's reports.
@@ -35,8 +36,8 @@ type Options struct {
 	Devices SlotDevices
 	// ESP mounts the EFI system partition.
 	ESP ESP
-	// Reporter hears the progress: step "upgrade", results "checked",
-	// "writing", "installed".
+	// Reporter hears the progress: step "upgrade", results step.Checked,
+	// step.Writing, step.Installed.
 	Reporter host.Reporter
 	// Clock times the install and paces the progress reports.
 	Clock host.Clock
@@ -166,7 +167,7 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	if err := in.checkSize(dev); err != nil {
 		return in.res, err
 	}
-	in.o.Reporter.Report(reportStep, "checked", fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
+	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
 
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.unbootable(dir, p.state) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: make slot %s unbootable while it is written: %w", in.m.Version, in.target, err)
@@ -174,12 +175,12 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	if err := in.writeRootfs(ctx, dev); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
-	in.o.Reporter.Report(reportStep, "writing", "kernel, initramfs and boot entry")
+	in.o.Reporter.Report(reportStep, step.Writing, "kernel, initramfs and boot entry")
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.writeESP(ctx, dir, p) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
 	in.res.Took = in.o.Clock.Now().Sub(in.start)
-	in.o.Reporter.Report(reportStep, "installed", fmt.Sprintf("%s in slot %s, tried at the next boot (%d tries), in %s",
+	in.o.Reporter.Report(reportStep, step.Installed, fmt.Sprintf("%s in slot %s, tried at the next boot (%d tries), in %s",
 		in.m.Version, in.target, in.res.Tries, in.res.Took.Round(time.Second)))
 	return in.res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // unbootable removes the target's entries and the leftovers of an
@@ -47,7 +48,7 @@ func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
 	if err := dev.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", dev.Name(), err)
 	}
-	in.o.Reporter.Report(reportStep, "writing", "rootfs written; reading it back")
+	in.o.Reporter.Report(reportStep, step.Writing, "rootfs written; reading it back")
 	sum, err := readBackSHA256(ctx, dev, in.rootfs.Size)
 	if err != nil {
 		return err
@@ -136,7 +137,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	if pc := p.written * 100 / max(p.total, 1); pc != p.percent {
 		if now := p.clock.Now(); now.Sub(p.last) >= progressEvery {
 			p.percent, p.last = pc, now
-			p.report.Report(reportStep, "writing", fmt.Sprintf("rootfs %d%%", pc))
+			p.report.Report(reportStep, step.Writing, fmt.Sprintf("rootfs %d%%", pc))
 		}
 	}
 	return n, err
@@ -146,6 +147,6 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 func (p *progressWriter) done() {
 	if p.percent != 100 {
 		p.percent = 100
-		p.report.Report(reportStep, "writing", "rootfs 100%")
+		p.report.Report(reportStep, step.Writing, "rootfs 100%")
 	}
 }

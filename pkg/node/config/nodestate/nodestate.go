@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // Journal is the node's record of what it did, on TERRA-STATE. It
@@ -101,10 +103,10 @@ type BootRecord struct {
 
 // StepRecord is one completed step.
 type StepRecord struct {
-	Name   string    `json:"name"`
-	Result string    `json:"result"` // applied, verified, failed
-	Detail string    `json:"detail,omitempty"`
-	At     time.Time `json:"at"`
+	Name   string      `json:"name"`
+	Result step.Result `json:"result"`
+	Detail string      `json:"detail,omitempty"`
+	At     time.Time   `json:"at"`
 }
 
 const maxBoots = 100

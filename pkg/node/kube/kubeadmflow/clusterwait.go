@@ -15,6 +15,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // waitForAPI waits until the API answers through the node's balancer:
@@ -354,7 +355,7 @@ func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) err
 			if err != nil {
 				why = err.Error()
 			}
-			h.Report.Report("node ready", "waiting", why+"\n"+diagnostics(ctx, h))
+			h.Report.Report("node ready", step.Waiting, why+"\n"+diagnostics(ctx, h))
 		}
 		if err == nil {
 			h.Cluster(func(s *ClusterStatus) {
@@ -404,9 +405,9 @@ func waitForPodNetwork(ctx context.Context, h *Flow) error {
 		}
 		switch {
 		case polls == 1:
-			h.Report.Report("pod network", "waiting", err.Error())
+			h.Report.Report("pod network", step.Waiting, err.Error())
 		case polls%diagnosticsEveryPolls == 0:
-			h.Report.Report("pod network", "waiting", err.Error()+"\n"+diagnostics(ctx, h))
+			h.Report.Report("pod network", step.Waiting, err.Error()+"\n"+diagnostics(ctx, h))
 		}
 		if !h.Now().Before(deadline) {
 			return fmt.Errorf("the node is Ready but its pod network is not, after %s: %w (`crictl ps -a`, `crictl logs` of kube-flannel and kube-proxy)", podNetworkWaitTimeout, err)

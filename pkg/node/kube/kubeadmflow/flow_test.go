@@ -27,6 +27,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // fastTiming polls and retries at once.
@@ -61,7 +62,7 @@ func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow 
 	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
 	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming, Backups: noBackups, APIVersion: noAPIVersion,
 		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }}
-	f, err := New(h, d, state, host.ReporterFunc(func(step, result, detail string) {}), func(func(*ClusterStatus)) {})
+	f, err := New(h, d, state, host.ReporterFunc(func(string, step.Result, string) {}), func(func(*ClusterStatus)) {})
 	require.NoError(t, err)
 	return f
 }

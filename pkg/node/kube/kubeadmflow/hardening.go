@@ -7,6 +7,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // ownerOnly is the mode of every file this package writes for the
@@ -66,7 +67,7 @@ func applyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
 		return fmt.Errorf("the audit log's directory: %w", err)
 	}
 	if c.SecretsEncryptionKey == "" {
-		h.Report.Report(StepSecretsEncryption, "off", NoEncryptionKey)
+		h.Report.Report(StepSecretsEncryption, step.Off, NoEncryptionKey)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // imagePullTimeout bounds one image's pull (hundreds of megabytes
@@ -90,7 +91,7 @@ func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 			did, err := h.Runtime.Pull(pctx, kubeadmconfig.CRISocket, ref)
 			if err == nil && did {
 				pulled.Add(1)
-				h.Report.Report(stepImages, "pulled", fmt.Sprintf("%s in %.1f s", ref, h.Now().Sub(start).Seconds()))
+				h.Report.Report(stepImages, step.Pulled, fmt.Sprintf("%s in %.1f s", ref, h.Now().Sub(start).Seconds()))
 			}
 			return err
 		})
@@ -99,7 +100,7 @@ func pullImages(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 		return fmt.Errorf("%w (the image comes from this node's registry cache: `firstboot status`, `journalctl -u terrarium-registry`)", err)
 	}
 	if present := len(refs) - int(pulled.Load()); present > 0 {
-		h.Report.Report(stepImages, "present", fmt.Sprintf("%d of %d images in containerd's store already (the slot's, registered at boot)", present, len(refs)))
+		h.Report.Report(stepImages, step.Present, fmt.Sprintf("%d of %d images in containerd's store already (the slot's, registered at boot)", present, len(refs)))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/leaselock"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // The Lease control planes take in turn around their etcd join.
@@ -20,7 +21,7 @@ const (
 // name. While another control plane holds it, the console and the status
 // say which. A node whose etcd join failed keeps it until its retry
 // succeeds (or it stays silent for the Lease's duration).
-func withJoinLock(ctx context.Context, h *Flow, c *machineconfig.Config, step string, fn func(ctx context.Context) error) error {
+func withJoinLock(ctx context.Context, h *Flow, c *machineconfig.Config, name string, fn func(ctx context.Context) error) error {
 	client, err := h.API(AdminKubeconfig)
 	if err != nil {
 		return fmt.Errorf("the join lock needs the API: %w", err)
@@ -28,18 +29,18 @@ func withJoinLock(ctx context.Context, h *Flow, c *machineconfig.Config, step st
 	report := func(event, detail string) {
 		switch event {
 		case "waiting":
-			h.Cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for " + detail })
-			h.Report.Report(step, "waiting", "another control plane is joining etcd: "+detail)
+			h.Cluster(func(s *ClusterStatus) { s.Step = name + ": waiting for " + detail })
+			h.Report.Report(name, step.Waiting, "another control plane is joining etcd: "+detail)
 		case "unreachable":
-			h.Cluster(func(s *ClusterStatus) { s.Step = step + ": waiting for the join lock" })
-			h.Report.Report(step, "waiting", "cannot read the join lock yet (retrying): "+detail)
+			h.Cluster(func(s *ClusterStatus) { s.Step = name + ": waiting for the join lock" })
+			h.Report.Report(name, step.Waiting, "cannot read the join lock yet (retrying): "+detail)
 		case "acquired":
-			h.Cluster(func(s *ClusterStatus) { s.Step = step })
-			h.Report.Report(step, "lock", "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
+			h.Cluster(func(s *ClusterStatus) { s.Step = name })
+			h.Report.Report(name, step.Lock, "took the join lock "+JoinLockNamespace+"/"+JoinLockName)
 		case "kept":
-			h.Report.Report(step, "lock", "kept the join lock after a failure: this node resumes its etcd join before any other starts one")
+			h.Report.Report(name, step.Lock, "kept the join lock after a failure: this node resumes its etcd join before any other starts one")
 		case "lost", "renew failed", "release failed":
-			h.Report.Report(step, "lock", event+": "+detail)
+			h.Report.Report(name, step.Lock, event+": "+detail)
 		}
 	}
 	lock, err := leaselock.New(client, JoinLockNamespace, JoinLockName, c.Hostname,

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
@@ -314,7 +315,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 // doStep runs a step not done yet and records it done in prog.
 func doStep(ctx context.Context, h *Flow, c *machineconfig.Config, prog *nodestate.KubeadmProgress, st kubeadmStep) error {
 	h.Cluster(func(s *ClusterStatus) { s.Step = st.name })
-	h.Report.Report(st.name, "started", "")
+	h.Report.Report(st.name, step.Started, "")
 	if err := runStep(ctx, h, c, st); err != nil {
 		return fmt.Errorf("%s: %w", st.name, err)
 	}
@@ -333,7 +334,7 @@ func doStep(ctx context.Context, h *Flow, c *machineconfig.Config, prog *nodesta
 	if err := saveProgress(h, prog, st.name); err != nil {
 		return err
 	}
-	h.Report.Report(st.name, "done", "")
+	h.Report.Report(st.name, step.Done, "")
 	if st.name == stepBootstrapToken {
 		h.admitFromFormation(ctx, c)
 	}
@@ -468,8 +469,8 @@ func runStep(ctx context.Context, h *Flow, c *machineconfig.Config, st kubeadmSt
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		h.Report.Report(st.name, "retry", fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.Timing.StepAttempts, err))
-		h.Report.Report(st.name, "diagnostics", diagnostics(ctx, h))
+		h.Report.Report(st.name, step.Retry, fmt.Sprintf("attempt %d of %d failed: %v", attempt, h.Timing.StepAttempts, err))
+		h.Report.Report(st.name, step.Diagnostics, diagnostics(ctx, h))
 		if attempt < h.Timing.StepAttempts {
 			select {
 			case <-ctx.Done():

@@ -20,6 +20,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // The kubernetes-upgrade phase. An OS upgrade brings a slot whose bundle,
@@ -163,7 +164,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if err := upgrade.CheckKubernetes(upgrade.KubernetesSkew{Running: have}, want); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "started", fmt.Sprintf("from %s to %s", orUnknown(have), want))
+	f.Report.Report("kubernetes upgrade", step.Started, fmt.Sprintf("from %s to %s", orUnknown(have), want))
 	// containerd unpacks the new images (kubeadm's pulls, kube-proxy's,
 	// CoreDNS's): see pkg/node/images/unpackwindow.
 	if err := unpackwindow.Open(f.Host); err != nil {
@@ -208,7 +209,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if err := f.recordKubernetes(want); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "done", fmt.Sprintf("from %s to %s", orUnknown(have), want))
+	f.Report.Report("kubernetes upgrade", step.Done, fmt.Sprintf("from %s to %s", orUnknown(have), want))
 	return nil
 }
 
@@ -245,7 +246,7 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 	if err != nil {
 		return nil, fmt.Errorf("the etcd snapshot before the upgrade: %w", err)
 	}
-	f.Report.Report("kubernetes upgrade", "snapshot", snap.Path)
+	f.Report.Report("kubernetes upgrade", step.Snapshot, snap.Path)
 	// A rollback restores etcd from it if the upgrade moves etcd's data
 	// to a newer minor version.
 	if _, err := f.WriteIfChanged(filepath.Join(layout.KubernetesBeforeUpgradeDir, kept, snapshotMarker), []byte(snap.Path+"\n"), 0o600); err != nil {
@@ -483,7 +484,7 @@ func restoreEtcdAfterRollback(ctx context.Context, f *Flow, c *machineconfig.Con
 		if snap == "" {
 			why = "no snapshot was recorded before the upgrade"
 		}
-		f.Report.Report("kubernetes upgrade", "etcd kept", fmt.Sprintf("etcd stays at the newer minor version (%s); the snapshot before the upgrade is in %s for a restore by hand (docs/operations/backup.md)",
+		f.Report.Report("kubernetes upgrade", step.EtcdKept, fmt.Sprintf("etcd stays at the newer minor version (%s); the snapshot before the upgrade is in %s for a restore by hand (docs/operations/backup.md)",
 			why, layout.EtcdSnapshotDir))
 		return os.RemoveAll(dir)
 	}
@@ -491,7 +492,7 @@ func restoreEtcdAfterRollback(ctx context.Context, f *Flow, c *machineconfig.Con
 	if err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "restoring etcd", "from "+snap)
+	f.Report.Report("kubernetes upgrade", step.RestoringEtcd, "from "+snap)
 	// The kubelet stops a static pod whose manifest goes.
 	if err := os.Rename(f.Path(layout.EtcdManifest), filepath.Join(dir, "etcd.newer.yaml")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -523,7 +524,7 @@ func restoreEtcdAfterRollback(ctx context.Context, f *Flow, c *machineconfig.Con
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "restored etcd", fmt.Sprintf("from %s, with the etcd of before the upgrade (what the cluster wrote since is lost; the newer data is in %s.replaced)",
+	f.Report.Report("kubernetes upgrade", step.RestoredEtcd, fmt.Sprintf("from %s, with the etcd of before the upgrade (what the cluster wrote since is lost; the newer data is in %s.replaced)",
 		snap, layout.EtcdDataDir))
 	return nil
 }
@@ -568,7 +569,7 @@ func restoreCluster(ctx context.Context, f *Flow, c *machineconfig.Config, v str
 	if _, err := f.WriteIfChanged(ClusterRestoreConfigFile, cfg, 0o600); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "restoring", "the cluster's kubeadm objects to "+v)
+	f.Report.Report("kubernetes upgrade", step.Restoring, "the cluster's kubeadm objects to "+v)
 	for _, args := range [][]string{
 		{"init", "phase", "upload-config", "all", "--config=" + ClusterRestoreConfigFile},
 		{"init", "phase", "addon", "all", "--config=" + ClusterRestoreConfigFile},
@@ -580,7 +581,7 @@ func restoreCluster(ctx context.Context, f *Flow, c *machineconfig.Config, v str
 	if err := os.Remove(f.Path(layout.KubernetesClusterRestoreFile)); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", "restored", "the cluster's kubeadm objects to "+v)
+	f.Report.Report("kubernetes upgrade", step.Restored, "the cluster's kubeadm objects to "+v)
 	return nil
 }
 

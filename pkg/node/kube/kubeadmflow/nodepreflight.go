@@ -12,6 +12,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // stepNodePreflight is the preflight of a worker and of the init node:
@@ -259,7 +260,7 @@ func runChecks(h *Flow, c *machineconfig.Config, checks []preflightCheck) error 
 			continue
 		}
 		if ignored(c.Cluster.IgnorePreflightErrors, chk.name) {
-			h.Report.Report(stepNodePreflight, "warning", fmt.Sprintf("[WARNING %s]: %v (named in cluster.ignorePreflightErrors)", chk.name, err))
+			h.Report.Report(stepNodePreflight, step.Warning, fmt.Sprintf("[WARNING %s]: %v (named in cluster.ignorePreflightErrors)", chk.name, err))
 			continue
 		}
 		failed = append(failed, fmt.Sprintf("[ERROR %s]: %v", chk.name, err))

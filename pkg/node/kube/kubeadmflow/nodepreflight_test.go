@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // A worker's own preflight fails on each state kubeadm's join preflight
@@ -151,8 +152,8 @@ func TestNodeStepsSkipKubeadmPreflight(t *testing.T) {
 func preflightFlow(t *testing.T) (*Flow, *[]string) {
 	f := testFlow(t, nil)
 	var warnings []string
-	f.Report = host.ReporterFunc(func(step, result, detail string) {
-		if step == stepNodePreflight && result == "warning" {
+	f.Report = host.ReporterFunc(func(name string, result step.Result, detail string) {
+		if name == stepNodePreflight && result == step.Warning {
 			warnings = append(warnings, detail)
 		}
 	})

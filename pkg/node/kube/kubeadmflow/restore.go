@@ -8,6 +8,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // stepRestore is the init node's step that restores etcd from a backup.
@@ -26,16 +27,16 @@ const stepRestore = "restore etcd from a backup"
 // interrupted restore's and is replaced.
 func restoreEtcd(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	if _, err := os.Stat(h.Path(layout.EtcdManifest)); err == nil {
-		h.Report.Report(stepRestore, "skipped", "this formation's etcd exists already")
+		h.Report.Report(stepRestore, step.Skipped, "this formation's etcd exists already")
 		return nil
 	}
 	found, err := h.Backups(ctx, func(file string) error {
-		h.Report.Report(stepRestore, "restoring", "from "+file)
+		h.Report.Report(stepRestore, step.Restoring, "from "+file)
 		m, err := etcdbackup.Restore(ctx, h.Host, c, file)
 		if err != nil {
 			return err
 		}
-		h.Report.Report(stepRestore, "restored", fmt.Sprintf("cluster %s from the snapshot %s took at %s into %s",
+		h.Report.Report(stepRestore, step.Restored, fmt.Sprintf("cluster %s from the snapshot %s took at %s into %s",
 			m.Cluster, m.Node, m.TakenAt.Format("2006-01-02 15:04:05Z07:00"), layout.EtcdDataDir))
 		return nil
 	})
@@ -43,7 +44,7 @@ func restoreEtcd(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 		return err
 	}
 	if !found {
-		h.Report.Report(stepRestore, "skipped", "no "+layout.LabelBackup+" stick: a new cluster")
+		h.Report.Report(stepRestore, step.Skipped, "no "+layout.LabelBackup+" stick: a new cluster")
 	}
 	return nil
 }

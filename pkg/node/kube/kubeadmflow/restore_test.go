@@ -12,12 +12,15 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // reports collects a flow's reports as "step: result: detail".
 func reports(f *Flow) *[]string {
 	var got []string
-	f.Report = host.ReporterFunc(func(step, result, detail string) { got = append(got, step+": "+result+": "+detail) })
+	f.Report = host.ReporterFunc(func(name string, result step.Result, detail string) {
+		got = append(got, name+": "+string(result)+": "+detail)
+	})
 	return &got
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 const (
@@ -81,17 +82,17 @@ func staleNodeGone(ctx context.Context, h *Flow, c *machineconfig.Config, api AP
 			return nil
 		case err == nil && !n.Ready:
 			if polls > 0 {
-				h.Report.Report(stepStaleNode, "gone", "the old Node "+c.Hostname+" is no longer Ready; joining under its name")
+				h.Report.Report(stepStaleNode, step.Gone, "the old Node "+c.Hostname+" is no longer Ready; joining under its name")
 			}
 			return nil
 		case err != nil:
 			// kubelet-start checks again (kubeadm's on a control
 			// plane, kubeletStart on a worker); this wait only spares
 			// a joiner its failures. Unanswered, kubelet-start decides.
-			h.Report.Report(stepStaleNode, "skipped", err.Error())
+			h.Report.Report(stepStaleNode, step.Skipped, err.Error())
 			return nil
 		case polls == 0:
-			h.Report.Report(stepStaleNode, "waiting", "a Node named "+c.Hostname+" is Ready in the cluster: the record of the machine this one replaces (a restored cluster marks it not Ready within minutes), or another machine with this name")
+			h.Report.Report(stepStaleNode, step.Waiting, "a Node named "+c.Hostname+" is Ready in the cluster: the record of the machine this one replaces (a restored cluster marks it not Ready within minutes), or another machine with this name")
 		}
 		if h.Now().After(deadline) {
 			return fmt.Errorf("a Node named %s has stayed Ready for %s: another machine runs under this name; give this node another hostname, or, if that machine is gone for good, delete its Node (kubectl delete node %s)", c.Hostname, staleNodeWait, c.Hostname)

@@ -25,6 +25,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // ConfFile is the chrony configuration the phase writes; the image's
@@ -234,7 +235,7 @@ func (t *timePhase) apply(ctx context.Context, c *machineconfig.Config) error {
 		return err
 	}
 	if !hasChrony(t.h) {
-		t.report.Report("time", "skipped", "this image has no chrony ("+daemon+"): the node keeps its own clock")
+		t.report.Report("time", step.Skipped, "this image has no chrony ("+daemon+"): the node keeps its own clock")
 		return nil
 	}
 	changed, err := t.h.WriteIfChanged(ConfFile, []byte(Conf(c)), 0o644)
@@ -279,7 +280,7 @@ func StepForward(ctx context.Context, h *host.Host, known Known, report host.Rep
 	}
 	// Best effort: a VM may have no writable RTC.
 	_ = h.Run(ctx, "hwclock", "--systohc", "--utc")
-	report.Report("time", "stepped", fmt.Sprintf("the clock read %s%s, before %s; stepped forward to %s, the latest time this node knows to have passed",
+	report.Report("time", step.Stepped, fmt.Sprintf("the clock read %s%s, before %s; stepped forward to %s, the latest time this node knows to have passed",
 		now.UTC().Format(time.RFC3339), rtc, known.What, floor.UTC().Format(time.RFC3339)))
 	return nil
 }
@@ -308,14 +309,14 @@ func (t *timePhase) waitForSync(ctx context.Context) error {
 	for first := true; ; first = false {
 		tr, err := Track(ctx, t.h)
 		if err == nil && tr.Synced() {
-			t.report.Report("time", "synced", tr.String())
+			t.report.Report("time", step.Synced, tr.String())
 			return nil
 		}
 		if err == nil {
 			err = errors.New("no control plane answered yet")
 		}
 		if first {
-			t.report.Report("time", "waiting", "for the control planes' time: "+err.Error())
+			t.report.Report("time", step.Waiting, "for the control planes' time: "+err.Error())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no time from the control planes after %s: %w (`chronyc sources`)", t.sync.Wait, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 var (
@@ -70,10 +71,10 @@ func (f *fakeNode) Exec(_ context.Context, name string, args ...string) ([]byte,
 	return nil, nil
 }
 
-func (f *fakeNode) Report(step, result, detail string) {
+func (f *fakeNode) Report(name string, result step.Result, detail string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reports = append(f.reports, step+": "+result+": "+detail)
+	f.reports = append(f.reports, name+": "+string(result)+": "+detail)
 }
 
 func (f *fakeNode) Now() time.Time {
