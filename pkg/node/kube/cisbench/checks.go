@@ -94,10 +94,10 @@ func statAll(n *node, fn files) (map[string]fileInfo, []string, *verdict) {
 	return infos, paths, nil
 }
 
-// describe names one path, or says how many there were.
+// describe names a few paths, or says how many there were and where.
 func describe(paths []string) string {
-	if len(paths) == 1 {
-		return paths[0]
+	if len(paths) <= 4 {
+		return strings.Join(paths, ", ")
 	}
 	return fmt.Sprintf("%d files under %s", len(paths), commonDir(paths))
 }
@@ -133,7 +133,7 @@ func modeAtMost(fn files, maxMode fs.FileMode) func(*node) verdict {
 		if len(paths) == 1 {
 			return passf("%s %04o", paths[0], infos[paths[0]].mode)
 		}
-		return passf("%s, each %04o or tighter", describe(paths), maxMode)
+		return passf("%s: each %04o or tighter", describe(paths), maxMode)
 	}
 }
 
@@ -167,7 +167,7 @@ func ownedBy(fn files, who owner) func(*node) verdict {
 		if len(bad) > 0 {
 			return failf("%s: chown %s (%s)", strings.Join(bad, ", "), name, want)
 		}
-		return passf("%s, %s", describe(paths), name)
+		return passf("%s: %s", describe(paths), name)
 	}
 }
 
