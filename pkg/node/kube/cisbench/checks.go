@@ -625,6 +625,28 @@ func featureGateOn(gate string) flagTest {
 	}
 }
 
+// apiServerFile is the file kube-apiserver's flag names, read; unset says
+// what it means that the flag is not set. A non-nil verdict is the
+// check's fail.
+func apiServerFile(n *node, flag, unset string) (string, []byte, *verdict) {
+	f, ok := n.flags(apiServer)
+	if !ok {
+		v := failf("%s is not running", apiServer)
+		return "", nil, &v
+	}
+	p := f[flag]
+	if p == "" {
+		v := failf("--%s unset: %s", flag, unset)
+		return "", nil, &v
+	}
+	b, err := os.ReadFile(n.host.Path(p))
+	if err != nil {
+		v := failf("%s: %v", p, err)
+		return p, nil, &v
+	}
+	return p, b, nil
+}
+
 // encryptionConfig is what 1.2.28 reads of an EncryptionConfiguration.
 type encryptionConfig struct {
 	Kind      string `yaml:"kind"`
@@ -638,17 +660,9 @@ type encryptionConfig struct {
 // secretbox or kms (the first provider of the entry naming secrets is
 // the one that writes).
 func encryptionProviders(n *node) verdict {
-	f, ok := n.flags(apiServer)
-	if !ok {
-		return failf("%s is not running", apiServer)
-	}
-	p := f["encryption-provider-config"]
-	if p == "" {
-		return failf("--encryption-provider-config unset: Secrets are stored in plain text")
-	}
-	b, err := os.ReadFile(n.host.Path(p))
-	if err != nil {
-		return failf("%s: %v", p, err)
+	p, b, v := apiServerFile(n, "encryption-provider-config", "Secrets are stored in plain text")
+	if v != nil {
+		return *v
 	}
 	var c encryptionConfig
 	if err := yaml.Unmarshal(b, &c); err != nil {
@@ -704,17 +718,9 @@ func uniqueEtcdCA(n *node) verdict {
 
 // auditPolicy is 3.2.1: an audit policy with rules, and a log.
 func auditPolicy(n *node) verdict {
-	f, ok := n.flags(apiServer)
-	if !ok {
-		return failf("%s is not running", apiServer)
-	}
-	p := f["audit-policy-file"]
-	if p == "" {
-		return failf("--audit-policy-file unset: no API call is audited")
-	}
-	b, err := os.ReadFile(n.host.Path(p))
-	if err != nil {
-		return failf("%s: %v", p, err)
+	p, b, v := apiServerFile(n, "audit-policy-file", "no API call is audited")
+	if v != nil {
+		return *v
 	}
 	var policy struct {
 		Kind  string           `yaml:"kind"`
@@ -726,6 +732,7 @@ func auditPolicy(n *node) verdict {
 	if policy.Kind != "Policy" || len(policy.Rules) == 0 {
 		return failf("%s: no audit rules", p)
 	}
+	f, _ := n.flags(apiServer)
 	return passf("%s: %d rules, log %s", p, len(policy.Rules), f["audit-log-path"])
 }
 

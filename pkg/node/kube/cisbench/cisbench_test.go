@@ -260,6 +260,10 @@ func TestEachCheckCanFail(t *testing.T) {
 		{"secrets in plain text", func(f fakeNode) {
 			f.file("/etc/kubernetes/encryption-config.yaml", 0o600, "kind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - identity: {}\n      - aescbc: {}\n")
 		}, map[string]string{"1.2.28": "secrets written with identity"}},
+		{"no encryption, no audit policy", func(f fakeNode) {
+			appendArgs(f, apiServerPID, "--encryption-provider-config=", "--audit-policy-file=")
+		}, map[string]string{"1.2.27": "--encryption-provider-config unset", "1.2.28": "--encryption-provider-config unset: Secrets are stored in plain text",
+			"3.2.1": "--audit-policy-file unset: no API call is audited"}},
 		{"extending tokens", func(f fakeNode) { appendArgs(f, apiServerPID, "--service-account-extend-token-expiration") },
 			map[string]string{"1.2.30": "--service-account-extend-token-expiration=true"}},
 		{"controller manager everywhere", func(f fakeNode) {
