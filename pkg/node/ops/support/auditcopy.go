@@ -8,11 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"syscall"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
 
 // AuditCopy is what CopyAuditLog wrote.
@@ -32,13 +32,14 @@ const auditCopyMargin = 1 << 20
 // to dir/name-audit/, beside the bundle name: the bundle holds only the
 // log's end. The log holds metadata only (who, what, when; never a
 // body), so nothing in it is redacted. A node without one (a worker)
-// copies nothing. It refuses before writing, naming the sizes, when dir's
-// file system lacks room for the copy and a margin.
+// copies nothing. It refuses before writing, naming the sizes
+// (diskspace.Check), when dir's file system lacks room for the copy and a
+// margin.
 func CopyAuditLog(ctx context.Context, h *host.Host, dir, name string) (AuditCopy, error) {
-	return copyAuditLog(ctx, h, dir, name, freeBytes)
+	return copyAuditLog(ctx, h, dir, name, diskspace.Statfs{})
 }
 
-func copyAuditLog(ctx context.Context, h *host.Host, dir, name string, free func(string) (uint64, error)) (AuditCopy, error) {
+func copyAuditLog(ctx context.Context, h *host.Host, dir, name string, space diskspace.FS) (AuditCopy, error) {
 	src := layout.AuditLogDir
 	entries, err := os.ReadDir(h.Path(src))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -52,23 +53,22 @@ func copyAuditLog(ctx context.Context, h *host.Host, dir, name string, free func
 		size int64
 	}
 	var files []file
-	var total int64
-	for _, e := range entries {
+	var total uint64
+	for _, e := range entries { // sorted by name
 		fi, err := e.Info()
 		if err != nil || !fi.Mode().IsRegular() {
 			continue // rotated away since the listing, or not a log
 		}
 		files = append(files, file{e.Name(), fi.Size()})
-		total += fi.Size()
+		total += uint64(fi.Size()) //nolint:gosec // a regular file's size is not negative
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
-	room, err := free(h.Path(dir))
-	if err != nil {
-		return AuditCopy{}, fmt.Errorf("the free space on %s: %w", dir, err)
-	}
-	if uint64(total)+auditCopyMargin > room {
-		return AuditCopy{}, fmt.Errorf("the audit log (%d files, %d bytes) does not fit on the stick (%d bytes free, %d kept free): use a larger stick",
-			len(files), total, room, auditCopyMargin)
+	if err := diskspace.Check(space, diskspace.Need{
+		What:  fmt.Sprintf("the audit log (%d files)", len(files)),
+		Path:  h.Path(dir),
+		Bytes: total + auditCopyMargin,
+		Fix:   "use a larger stick",
+	}); err != nil {
+		return AuditCopy{}, err
 	}
 	out := filepath.Join(dir, name+"-audit")
 	if err := os.MkdirAll(h.Path(out), 0o700); err != nil {
@@ -89,44 +89,23 @@ func copyAuditLog(ctx context.Context, h *host.Host, dir, name string, free func
 		c.Files++
 		c.Bytes += n
 	}
-	return c, syncDir(h.Path(out))
+	return c, nil
 }
 
 // copyPrefix copies the first size bytes of src (the size it had when
-// listed: the API server appends to the file it writes) to a new file
-// dst, synced.
+// listed: the API server appends to the file it writes) to dst, synced
+// (atomicfile.Write).
 func copyPrefix(src, dst string, size int64) (int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(out, io.LimitReader(in, size))
-	if err == nil {
-		err = out.Sync()
-	}
-	return n, errors.Join(err, out.Close())
-}
-
-// syncDir makes a directory's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
-}
-
-// freeBytes is what an unprivileged writer may still write on the file
-// system of dir.
-func freeBytes(dir string) (uint64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), nil
+	var n int64
+	err = atomicfile.Write(dst, 0o600, func(w io.Writer) error {
+		var cerr error
+		n, cerr = io.Copy(w, io.LimitReader(in, size))
+		return cerr
+	})
+	return n, err
 }
