@@ -123,7 +123,7 @@ func modeAtMost(fn files, maxMode fs.FileMode) func(*node) verdict {
 		}
 		var bad []string
 		for _, p := range paths {
-			if fi := infos[p]; !fi.dir && fi.mode&^maxMode != 0 {
+			if fi := infos[p]; fi.mode&^maxMode != 0 {
 				bad = append(bad, fmt.Sprintf("%s is %04o", p, fi.mode))
 			}
 		}
@@ -432,7 +432,7 @@ func checks() []check {
 		cp("1.1.8", "etcd manifest owned by root:root", true, ownedBy(manifest(etcd), rootOwner)),
 		cp("1.1.9", "CNI files mode 600 or tighter", false, modeAtMost(cni, 0o600)),
 		cp("1.1.10", "CNI files owned by root:root", false, ownedBy(cni, rootOwner)),
-		cp("1.1.11", "etcd data directory mode 700 or tighter", true, etcdDataMode),
+		cp("1.1.11", "etcd data directory mode 700 or tighter", true, modeAtMost(etcdData(), 0o700)),
 		cp("1.1.12", "etcd data directory owned by etcd:etcd", true, ownedBy(etcdData(), etcdOwner)),
 		cp("1.1.13", "admin kubeconfigs mode 600 or tighter", true, modeAtMost(admin, 0o600)),
 		cp("1.1.14", "admin kubeconfigs owned by root:root", true, ownedBy(admin, rootOwner)),
@@ -580,22 +580,6 @@ func checks() []check {
 		every("4.2.14", "kubelet seccomp default on", false, kubeletIs("seccomp-default", []string{"seccompDefault"}, "false", "true")),
 		every("4.3.1", "kube-proxy metrics on loopback", true, proxyMetrics),
 	}
-}
-
-// etcdDataMode is 1.1.11: the data directory itself 700 or tighter.
-func etcdDataMode(n *node) verdict {
-	paths, none := etcdData()(n)
-	if none != nil {
-		return *none
-	}
-	fi, err := n.stat(paths[0])
-	if err != nil {
-		return failf("%s: %v", paths[0], err)
-	}
-	if fi.mode&^0o700 != 0 {
-		return failf("%s is %04o: chmod 700", paths[0], fi.mode)
-	}
-	return passf("%s %04o", paths[0], fi.mode)
 }
 
 // anonymousAPI is 1.2.1. kubeadm's liveness, readiness and startup probes

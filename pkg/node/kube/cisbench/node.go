@@ -169,7 +169,6 @@ func (n *node) processFile(program, p string) (string, bool) {
 type fileInfo struct {
 	mode  fs.FileMode
 	owner ids
-	dir   bool
 }
 
 // stat reads the file at the host path p, not following a last symlink.
@@ -186,7 +185,7 @@ func infoOf(fi fs.FileInfo) (fileInfo, error) {
 	if !ok {
 		return fileInfo{}, errors.New("no owner in the file's status")
 	}
-	return fileInfo{mode: fi.Mode().Perm(), owner: ids{int(st.Uid), int(st.Gid)}, dir: fi.IsDir()}, nil
+	return fileInfo{mode: fi.Mode().Perm(), owner: ids{int(st.Uid), int(st.Gid)}}, nil
 }
 
 // glob is the host paths a pattern matches, sorted.
