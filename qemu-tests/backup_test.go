@@ -40,8 +40,8 @@ func TestClusterBackupRestore(t *testing.T) {
 	// test applications.
 	image, bin := fixture(t, "TERRARIUM_TEST_IMAGE"), fixture(t, "TERRARIUM_BIN")
 	work := t.TempDir()
-	key, configs := clusterConfigs(ctx, t, "e2e-dr",
-		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
+	topology := []string{"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20"}
+	key, configs := clusterConfigs(ctx, t, "e2e-dr", topology...)
 	secrets := filepath.Join(configs, "secrets.yaml")
 
 	// generation makes and boots a fresh pair of VMs (new disks from the
@@ -79,10 +79,16 @@ func TestClusterBackupRestore(t *testing.T) {
 	cp, w, start := generation(1)
 	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
+	const drSecret = "plant-7-line-password"
 	workload := `apiVersion: v1
 kind: ConfigMap
 metadata: {name: dr-check, namespace: default}
 data: {plant: "7", line: assembly}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: dr-secret, namespace: default}
+stringData: {value: ` + drSecret + `}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -136,6 +142,19 @@ spec:
 	assert.FileExists(t, filepath.Join(work, "opened", backup.SnapshotName))
 	t.Logf("imagebuild config backup-open: %s", strings.TrimSpace(string(out)))
 
+	// The secrets encryption key is rotated after the backup
+	// (docs/security.md#rotating-the-key): the Secret, stored with the
+	// first key, is rewritten with the new one, and kube-apiserver stops
+	// reading the old key.
+	firstKey := secretsKeyName(t, secrets)
+	require.Equal(t, firstKey, etcdSecretKey(t, ssh, "default", "dr-secret", drSecret))
+	oldKey, newKey := rotateSecretsKey(ctx, t, cp, configs, "e2e-dr", topology...)
+	require.Equal(t, firstKey, oldKey)
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	assert.Equal(t, newKey, etcdSecretKey(t, ssh, "default", "dr-secret", drSecret), "the Secret is rewritten with the new key")
+	checkRetiredKeyGone(t, ssh, oldKey, newKey)
+	assert.Equal(t, drSecret, strings.TrimSpace(ssh.run("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo")))
+
 	// Disaster: every VM and its disks are gone.
 	destroy(w, cp)
 
@@ -154,7 +173,13 @@ spec:
 	}
 	assert.NotContains(t, w.vm.Console(), "kubelet start: retry", "the worker's name was refused")
 
+	// The backup predates the rotation: its Secrets are encrypted with
+	// the old key, which the rotated configs keep as retired; the new
+	// control plane reads them and writes them again with the new key.
+	expect(ctx, t, cp.vm, `secrets encryption: done: every Secret is written with `+newKey+`; kube-apiserver no longer reads the retired keys `+oldKey)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	assert.Equal(t, drSecret, strings.TrimSpace(ssh.run("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo")), "the Secret came back from the backup")
+	assert.Equal(t, newKey, etcdSecretKey(t, ssh, "default", "dr-secret", drSecret), "the restored Secret is rewritten with the new key")
 	cm := ssh.run("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'")
 	assert.Equal(t, "7/assembly", strings.TrimSpace(cm), "the ConfigMap came back from the backup")
 	ssh.run("kubectl rollout status --timeout=15m deployment/sleeper")

@@ -88,6 +88,11 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 			if w.SigningKeyAdded {
 				fmt.Printf("secrets: %s had no config signing key (made before there was one): added one and saved it.\n", w.SecretsPath)
 			}
+			if w.SecretsEncryptionKeyRotated {
+				fmt.Printf("secrets: %s: new secrets encryption key; the old one is kept as retired. The configs are generation %d:\n"+
+					"  bring each control plane its new config (a TERRA-CONFIG stick of its .img); once every control plane has it,\n"+
+					"  they rewrite every Secret with the new key and stop using the old one (docs/security.md#rotating-the-key).\n", w.SecretsPath, w.Generation)
+			}
 			if w.SecretsEncryptionKeyAdded {
 				fmt.Printf("secrets: %s had no secrets encryption key (made before there was one): added one and saved it.\n"+
 					"  A cluster formed from these configs encrypts its Secrets in etcd; one already formed keeps them as they are.\n", w.SecretsPath)
@@ -123,6 +128,7 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.StringVarP(&o.OutDir, "out", "o", "cluster", "directory for the node configs and disks")
 	f.DurationVar(&o.TokenTTL, "token-ttl", 24*time.Hour, "lifetime of a new bootstrap token")
 	f.BoolVar(&o.RotateToken, "rotate-token", false, "replace the bootstrap token of existing secrets")
+	f.BoolVar(&o.RotateSecretsEncryptionKey, "rotate-secrets-key", false, "replace the key Secrets are encrypted with in etcd (the old one is kept as retired) and raise the configs' generation")
 	f.DurationVar(&o.AdminTTL, "admin-ttl", kubeconfig.DefaultTTL, "lifetime of the operator's kubeconfig (OUT/"+clusterconfig.AdminKubeconfig+")")
 	return cmd
 }

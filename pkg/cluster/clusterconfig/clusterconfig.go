@@ -119,8 +119,8 @@ func (t *Topology) Check() error {
 // and bundles, so that an enrolled node accepts a later config, and a
 // side-load bundle, signed with it (OS upgrades stay with the keys the
 // image was built to trust); s must have one
-// (clustersecrets.ErrNoSigningKey otherwise). Each config starts at
-// generation 1.
+// (clustersecrets.ErrNoSigningKey otherwise). Each config has the
+// secrets' generation (1 until a rotation raises it).
 func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
@@ -142,7 +142,7 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		c := &machineconfig.Config{
 			APIVersion: machineconfig.APIVersion,
 			Kind:       machineconfig.Kind,
-			Generation: 1,
+			Generation: s.Generation(),
 			Hostname:   n.Hostname,
 			Network: machineconfig.Network{Interfaces: []machineconfig.Interface{{
 				Name:       t.Interface,
@@ -180,6 +180,7 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 			// Only the API servers encrypt and admit; workers never
 			// hold the key.
 			c.Cluster.SecretsEncryptionKey = s.SecretsEncryptionKey
+			c.Cluster.RetiredSecretsEncryptionKeys = s.RetiredSecretsEncryptionKeys
 			c.Cluster.PodSecurity = t.PodSecurity
 		}
 		if n.MAC != "" {

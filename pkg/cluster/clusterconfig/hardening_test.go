@@ -71,3 +71,38 @@ func TestOldSecretsGetSecretsEncryptionKey(t *testing.T) {
 	assert.False(t, again.SecretsEncryptionKeyAdded)
 	assert.Equal(t, loaded.SecretsEncryptionKey, parsed(t, filepath.Join(dir, "b"), "cp-2").Cluster.SecretsEncryptionKey)
 }
+
+// --rotate-secrets-key: the control planes' configs carry the new key
+// and the old one retired, at the next generation, signed; a rerun keeps
+// both and the generation; the worker holds neither key.
+func TestRotateSecretsEncryptionKey(t *testing.T) {
+	dir := t.TempDir()
+	secretsPath := filepath.Join(dir, "secrets.yaml")
+	first := writeAll(t, filepath.Join(dir, "a"), secretsPath, false)
+	assert.EqualValues(t, 1, first.Generation)
+	old := parsed(t, filepath.Join(dir, "a"), "cp-1").Cluster.SecretsEncryptionKey
+	require.NotEmpty(t, old)
+
+	w, err := Write(WriteOptions{Topology: topology(), ClusterName: "lab", SecretsPath: secretsPath, OutDir: filepath.Join(dir, "b"),
+		TokenTTL: 24 * time.Hour, Now: now, RotateSecretsEncryptionKey: true})
+	require.NoError(t, err)
+	assert.True(t, w.SecretsEncryptionKeyRotated)
+	assert.EqualValues(t, 2, w.Generation)
+	for _, n := range []string{"cp-1", "cp-2"} {
+		c := parsed(t, filepath.Join(dir, "b"), n)
+		assert.EqualValues(t, 2, c.Generation, n)
+		assert.NotEqual(t, old, c.Cluster.SecretsEncryptionKey, n)
+		assert.Equal(t, []string{old}, c.Cluster.RetiredSecretsEncryptionKeys, n)
+	}
+	worker := parsed(t, filepath.Join(dir, "b"), "w-1")
+	assert.EqualValues(t, 2, worker.Generation, "every node's config is of the same generation")
+	assert.Empty(t, worker.Cluster.RetiredSecretsEncryptionKeys)
+	data, err := os.ReadFile(filepath.Join(dir, "b", "w-1.yaml"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), old)
+
+	again := writeAll(t, filepath.Join(dir, "c"), secretsPath, false)
+	assert.False(t, again.SecretsEncryptionKeyRotated)
+	assert.EqualValues(t, 2, again.Generation, "a rerun keeps the generation")
+	assert.Equal(t, []string{old}, parsed(t, filepath.Join(dir, "c"), "cp-2").Cluster.RetiredSecretsEncryptionKeys)
+}

@@ -30,7 +30,11 @@ type WriteOptions struct {
 	TokenTTL time.Duration
 	// RotateToken replaces the bootstrap token of existing secrets.
 	RotateToken bool
-	Now         time.Time
+	// RotateSecretsEncryptionKey replaces the secrets encryption key of
+	// existing secrets, keeps the old one as retired and raises the
+	// configs' generation.
+	RotateSecretsEncryptionKey bool
+	Now                        time.Time
 	// AdminTTL is the lifetime of the operator's kubeconfig,
 	// admin.kubeconfig in OutDir (kubeconfig.DefaultTTL when zero).
 	AdminTTL time.Duration
@@ -41,6 +45,11 @@ type Written struct {
 	SecretsPath    string
 	SecretsCreated bool
 	TokenRotated   bool
+	// SecretsEncryptionKeyRotated is set when Write rotated the secrets
+	// encryption key.
+	SecretsEncryptionKeyRotated bool
+	// Generation is the generation of the configs written.
+	Generation uint64
 	// SigningKeyAdded is set when the secrets file predated the config
 	// signing key and Write added one to it.
 	SigningKeyAdded bool
@@ -99,6 +108,12 @@ func Write(o WriteOptions) (*Written, error) {
 	if w.SecretsEncryptionKeyAdded, err = s.EnsureSecretsEncryptionKey(nil); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
+	if o.RotateSecretsEncryptionKey && !w.SecretsCreated && !w.SecretsEncryptionKeyAdded {
+		if err := s.RotateSecretsEncryptionKey(nil); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+		}
+		w.SecretsEncryptionKeyRotated = true
+	}
 	if err := s.CheckExpiry(o.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
@@ -110,7 +125,7 @@ func Write(o WriteOptions) (*Written, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
-	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded || w.SecretsEncryptionKeyAdded {
+	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded || w.SecretsEncryptionKeyAdded || w.SecretsEncryptionKeyRotated {
 		if err := clustersecrets.Save(o.SecretsPath, s); err != nil {
 			return nil, err
 		}
@@ -129,6 +144,7 @@ func Write(o WriteOptions) (*Written, error) {
 		return nil, err
 	}
 	w.TokenExpires = s.BootstrapToken.Expires
+	w.Generation = s.Generation()
 	w.CACertHash, _ = s.CACertHash()
 	w.SigningKey = signature.PublicKeyOf(key)
 	return w, nil

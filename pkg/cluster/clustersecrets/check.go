@@ -133,6 +133,19 @@ func (s *Secrets) problems(structure, expiry bool, now time.Time) strictyaml.Pro
 			ps.Addf(root.Field("secretsEncryptionKey"), "%s", msg)
 		}
 	}
+	if structure {
+		seen := map[string]bool{s.SecretsEncryptionKey: true}
+		for i, k := range s.RetiredSecretsEncryptionKeys {
+			f := root.Field("retiredSecretsEncryptionKeys").Index(i)
+			if msg := encryptionKeyProblem(k); msg != "" {
+				ps.Addf(f, "%s", msg)
+			}
+			if seen[k] {
+				ps.Addf(f, "is the current key or an earlier entry again; each key is listed once")
+			}
+			seen[k] = true
+		}
+	}
 	return ps
 }
 

@@ -31,6 +31,34 @@ func (s *Secrets) EnsureSecretsEncryptionKey(random io.Reader) (bool, error) {
 	return true, nil
 }
 
+// RotateSecretsEncryptionKeyCommand is the command that rotates a
+// cluster's secrets encryption key.
+const RotateSecretsEncryptionKeyCommand = "imagebuild config cluster --rotate-secrets-key"
+
+// RotateSecretsEncryptionKey makes a new secrets encryption key, drawn
+// from random (nil: crypto/rand.Reader), moves the current one to the
+// front of RetiredSecretsEncryptionKeys, and raises ConfigGeneration, so
+// that the configs made next are changes the nodes accept. The caller
+// saves s.
+func (s *Secrets) RotateSecretsEncryptionKey(random io.Reader) error {
+	old := s.SecretsEncryptionKey
+	s.SecretsEncryptionKey = ""
+	if _, err := s.EnsureSecretsEncryptionKey(random); err != nil {
+		s.SecretsEncryptionKey = old
+		return fmt.Errorf("rotate the secrets encryption key: %w", err)
+	}
+	if old != "" {
+		s.RetiredSecretsEncryptionKeys = append([]string{old}, s.RetiredSecretsEncryptionKeys...)
+	}
+	s.ConfigGeneration = s.Generation() + 1
+	return nil
+}
+
+// Generation is the generation of the node configs made from s.
+func (s *Secrets) Generation() uint64 {
+	return max(s.ConfigGeneration, 1)
+}
+
 // encryptionKeyProblem says what is wrong with a secrets encryption key,
 // or "". It never quotes the key.
 func encryptionKeyProblem(key string) string {

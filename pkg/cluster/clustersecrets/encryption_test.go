@@ -85,3 +85,46 @@ func TestBadSecretsEncryptionKey(t *testing.T) {
 		})
 	}
 }
+
+// A rotation makes a new key, keeps the old ones newest first, and raises
+// the configs' generation; the file saves and loads with them.
+func TestRotateSecretsEncryptionKey(t *testing.T) {
+	s := sharedSecrets(t)
+	first := s.SecretsEncryptionKey
+	assert.EqualValues(t, 1, s.Generation())
+
+	require.NoError(t, s.RotateSecretsEncryptionKey(nil))
+	second := s.SecretsEncryptionKey
+	assert.NotEqual(t, first, second)
+	assert.Equal(t, []string{first}, s.RetiredSecretsEncryptionKeys)
+	assert.EqualValues(t, 2, s.Generation())
+
+	require.NoError(t, s.RotateSecretsEncryptionKey(nil))
+	assert.Equal(t, []string{second, first}, s.RetiredSecretsEncryptionKeys, "newest first")
+	assert.EqualValues(t, 3, s.Generation())
+
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	require.NoError(t, Save(path, &s))
+	loaded, err := Load(path)
+	require.NoError(t, err)
+	assert.Equal(t, s.RetiredSecretsEncryptionKeys, loaded.RetiredSecretsEncryptionKeys)
+	assert.EqualValues(t, 3, loaded.Generation())
+
+	// A failed draw changes nothing.
+	before := loaded.SecretsEncryptionKey
+	require.Error(t, loaded.RotateSecretsEncryptionKey(strings.NewReader("short")))
+	assert.Equal(t, before, loaded.SecretsEncryptionKey)
+	assert.EqualValues(t, 3, loaded.Generation())
+}
+
+// A secrets file listing a retired key twice, or a bad one, is refused
+// with the field named and no key quoted.
+func TestRetiredKeysChecked(t *testing.T) {
+	s := sharedSecrets(t)
+	s.RetiredSecretsEncryptionKeys = []string{s.SecretsEncryptionKey, "bm90IDMyIGJ5dGVz"}
+	err := s.Validate()
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "retiredSecretsEncryptionKeys[0]: is the current key or an earlier entry again")
+	assert.ErrorContains(t, err, "retiredSecretsEncryptionKeys[1]: decodes to 12 bytes; want 32")
+	assert.NotContains(t, err.Error(), s.SecretsEncryptionKey)
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *loaded != s {
+	if !reflect.DeepEqual(*loaded, s) {
 		t.Errorf("Load(Save(s)) != s:\n%+v\n%+v", *loaded, s)
 	}
 	path2 := filepath.Join(dir, "again.yaml")

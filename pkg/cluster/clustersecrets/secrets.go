@@ -61,7 +61,8 @@ const (
 // token nodes join with, and the key control-plane certificates are shared
 // under when control-plane nodes join.
 //
-// A Secrets is a plain value: copying it copies everything.
+// A Secrets is a plain value: copying it copies everything
+// (RetiredSecretsEncryptionKeys is replaced, never changed in place).
 type Secrets struct {
 	// APIVersion is APIVersion.
 	APIVersion string `yaml:"apiVersion"`
@@ -100,6 +101,15 @@ type Secrets struct {
 	// before the key existed lack it: Load accepts them, and
 	// EnsureSecretsEncryptionKey adds one.
 	SecretsEncryptionKey string `yaml:"secretsEncryptionKey,omitempty"`
+	// RetiredSecretsEncryptionKeys are the keys SecretsEncryptionKey
+	// replaced, newest first (RotateSecretsEncryptionKey). They are kept
+	// for good: a backup taken before a rotation holds Secrets encrypted
+	// with one of them, and its restore needs it.
+	RetiredSecretsEncryptionKeys []string `yaml:"retiredSecretsEncryptionKeys,omitempty"`
+	// ConfigGeneration is the generation of the node configs made from
+	// these secrets (absent: 1). A rotation raises it, so that the
+	// configs it makes are signed changes the nodes accept.
+	ConfigGeneration uint64 `yaml:"configGeneration,omitempty"`
 }
 
 // KeyPair is a certificate and its private key, both PEM. The certificate is

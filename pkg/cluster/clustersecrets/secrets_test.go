@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math/big"
 	mathrand "math/rand/v2"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -397,7 +398,7 @@ func TestRotateToken(t *testing.T) {
 	}
 	rest := s
 	rest.BootstrapToken = before.BootstrapToken
-	if rest != before {
+	if !reflect.DeepEqual(rest, before) {
 		t.Errorf("RotateToken changed more than the token")
 	}
 
@@ -408,7 +409,7 @@ func TestRotateToken(t *testing.T) {
 	if err := s.RotateToken(later, time.Hour, bytes.NewReader(nil)); err == nil {
 		t.Errorf("RotateToken with an empty random source succeeded")
 	}
-	if s != kept {
+	if !reflect.DeepEqual(s, kept) {
 		t.Errorf("a failed RotateToken changed the secrets")
 	}
 }

@@ -72,6 +72,14 @@ type Cluster struct {
 	// the cluster's secrets. Absent: Secrets are stored in plain text
 	// (configs made before there was a key).
 	SecretsEncryptionKey string `yaml:"secretsEncryptionKey,omitempty"`
+	// RetiredSecretsEncryptionKeys are the keys the cluster used before
+	// SecretsEncryptionKey, newest first (`imagebuild config cluster
+	// --rotate-secrets-key` moves the current key here). kube-apiserver
+	// reads Secrets with them until every Secret is rewritten with the
+	// current key, then no longer (pkg/node/kube/secretskeys); a restore
+	// of a backup taken before a rotation needs them again. Control-plane
+	// nodes only.
+	RetiredSecretsEncryptionKeys []string `yaml:"retiredSecretsEncryptionKeys,omitempty"`
 	// PodSecurity are the cluster's Pod Security admission levels, set by
 	// the control planes. Absent: DefaultPodSecurity.
 	PodSecurity *PodSecurity `yaml:"podSecurity,omitempty"`

@@ -131,6 +131,7 @@ var fields = []Field{
 	{"$.cluster.pki.serviceAccount.key", SecretValue},
 	{"$.cluster.pki.certificateKey", SecretValue},
 	{"$.cluster.secretsEncryptionKey", SecretValue},
+	{"$.cluster.retiredSecretsEncryptionKeys[*]", SecretValue},
 	{"$.cluster.podSecurity.enforce", Public},
 	{"$.cluster.podSecurity.audit", Public},
 	{"$.cluster.podSecurity.warn", Public},

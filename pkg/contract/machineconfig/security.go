@@ -109,16 +109,31 @@ func levelProblem(level string) string {
 func validateHardening(ps *strictyaml.Problems, p strictyaml.Path, c Cluster) {
 	if k := c.SecretsEncryptionKey; k != "" {
 		f := p.Field("secretsEncryptionKey")
-		const fix = "regenerate the node configs with imagebuild config cluster, which keeps the key in the cluster's secrets file"
-		// The key is secret: no problem quotes it.
-		b, err := base64.StdEncoding.Strict().DecodeString(k)
+		if !c.IsControlPlane() {
+			ps.Addf(f, "workers run no API server and must not hold the key of the cluster's Secrets; remove secretsEncryptionKey from a worker's config")
+		} else {
+			validateEncryptionKey(ps, f, k)
+		}
+	}
+	if len(c.RetiredSecretsEncryptionKeys) > 0 {
+		f := p.Field("retiredSecretsEncryptionKeys")
 		switch {
 		case !c.IsControlPlane():
-			ps.Addf(f, "workers run no API server and must not hold the key of the cluster's Secrets; remove secretsEncryptionKey from a worker's config")
-		case err != nil:
-			ps.Addf(f, "is not standard base64 (want %d random bytes, %d characters); %s", SecretsEncryptionKeyBytes, base64.StdEncoding.EncodedLen(SecretsEncryptionKeyBytes), fix)
-		case len(b) != SecretsEncryptionKeyBytes:
-			ps.Addf(f, "decodes to %d bytes, not %d; %s", len(b), SecretsEncryptionKeyBytes, fix)
+			ps.Addf(f, "workers run no API server and must not hold the keys of the cluster's Secrets; remove retiredSecretsEncryptionKeys from a worker's config")
+		case c.SecretsEncryptionKey == "":
+			ps.Addf(f, "retired keys need a current secretsEncryptionKey to rotate to; regenerate the node configs with imagebuild config cluster")
+		default:
+			seen := map[string]bool{c.SecretsEncryptionKey: true}
+			for i, k := range c.RetiredSecretsEncryptionKeys {
+				fi := f.Index(i)
+				if seen[k] {
+					// Neither key is quoted: both are secret.
+					ps.Addf(fi, "is the current key or an earlier entry again; each key is listed once")
+					continue
+				}
+				seen[k] = true
+				validateEncryptionKey(ps, fi, k)
+			}
 		}
 	}
 	if c.PodSecurity == nil {
@@ -133,6 +148,19 @@ func validateHardening(ps *strictyaml.Problems, p strictyaml.Path, c Cluster) {
 		if m.level != "" && !slices.Contains(AllPodSecurityLevels(), m.level) {
 			ps.Addf(f.Field(m.key), "%s (or leave it out for %s)", levelProblem(m.level), fieldOf(DefaultPodSecurity(), m.key))
 		}
+	}
+}
+
+// validateEncryptionKey checks one secrets encryption key at f; the key
+// is secret, so no problem quotes it.
+func validateEncryptionKey(ps *strictyaml.Problems, f strictyaml.Path, k string) {
+	const fix = "regenerate the node configs with imagebuild config cluster, which keeps the key in the cluster's secrets file"
+	b, err := base64.StdEncoding.Strict().DecodeString(k)
+	switch {
+	case err != nil:
+		ps.Addf(f, "is not standard base64 (want %d random bytes, %d characters); %s", SecretsEncryptionKeyBytes, base64.StdEncoding.EncodedLen(SecretsEncryptionKeyBytes), fix)
+	case len(b) != SecretsEncryptionKeyBytes:
+		ps.Addf(f, "decodes to %d bytes, not %d; %s", len(b), SecretsEncryptionKeyBytes, fix)
 	}
 }
 

@@ -31,6 +31,20 @@ func TestBadHardeningSettings(t *testing.T) {
 		{"key on a worker", "w-1", func(s string) string {
 			return strings.Replace(s, "  role: worker\n", "  role: worker\n  secretsEncryptionKey: "+base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n", 1)
 		}, []string{"$.cluster.secretsEncryptionKey: workers run no API server and must not hold the key of the cluster's Secrets; remove secretsEncryptionKey from a worker's config"}},
+		{"retired keys", "cp-1", func(s string) string {
+			cur := currentKey(s)
+			return strings.Replace(s, "  secretsEncryptionKey: "+cur+"\n", "  secretsEncryptionKey: "+cur+"\n  retiredSecretsEncryptionKeys:\n    - "+short+"\n    - "+cur+"\n", 1)
+		}, []string{
+			"$.cluster.retiredSecretsEncryptionKeys[0]: decodes to 16 bytes, not 32; regenerate the node configs with imagebuild config cluster",
+			"$.cluster.retiredSecretsEncryptionKeys[1]: is the current key or an earlier entry again; each key is listed once",
+		}},
+		{"retired keys without a current key", "cp-1", func(s string) string {
+			cur := currentKey(s)
+			return strings.Replace(s, "  secretsEncryptionKey: "+cur+"\n", "  retiredSecretsEncryptionKeys: ["+cur+"]\n", 1)
+		}, []string{"$.cluster.retiredSecretsEncryptionKeys: retired keys need a current secretsEncryptionKey to rotate to"}},
+		{"retired keys on a worker", "w-1", func(s string) string {
+			return strings.Replace(s, "  role: worker\n", "  role: worker\n  retiredSecretsEncryptionKeys: ["+base64.StdEncoding.EncodeToString(make([]byte, 32))+"]\n", 1)
+		}, []string{"$.cluster.retiredSecretsEncryptionKeys: workers run no API server and must not hold the keys of the cluster's Secrets"}},
 		{"unknown levels", "cp-1", func(s string) string {
 			return strings.Replace(s, "  role: init\n", "  role: init\n  podSecurity:\n    enforce: strict\n    warn: Restricted\n", 1)
 		}, []string{
@@ -54,6 +68,16 @@ func TestBadHardeningSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// currentKey is the secretsEncryptionKey of config c.
+func currentKey(c string) string {
+	for _, l := range strings.Split(c, "\n") {
+		if k, ok := strings.CutPrefix(l, "  secretsEncryptionKey: "); ok {
+			return k
+		}
+	}
+	return ""
 }
 
 func TestPodSecurityLevels(t *testing.T) {

@@ -32,6 +32,7 @@ func (r *runner) controllers() []controller.Scheduled {
 		&rolloutFollower{r: r},
 		&configChanges{r: r, seen: r.changeSeen},
 		&nodeAdmission{r: r},
+		&secretsKeys{r: r},
 	}
 	out := make([]controller.Scheduled, len(cs))
 	for i, c := range cs {

@@ -399,11 +399,8 @@ func immutableChanges(old, next *machineconfig.Config) error {
 		if oc.CACert != nc.CACert || oc.CACertHash != nc.CACertHash {
 			bad = append(bad, "cluster.caCert: the cluster CA")
 		}
-		// The key is never quoted. A new key would leave the Secrets
-		// etcd holds unreadable at kube-apiserver's next start; rotating
-		// it (both keys, every Secret rewritten) is not done by a change.
-		if oc.SecretsEncryptionKey != nc.SecretsEncryptionKey {
-			bad = append(bad, "cluster.secretsEncryptionKey: the key the cluster's Secrets are encrypted with in etcd")
+		if k := droppedSecretsKeys(oc, nc); k != "" {
+			bad = append(bad, k)
 		}
 		if old.Hostname != next.Hostname {
 			bad = append(bad, fmt.Sprintf("hostname: %q -> %q (a cluster node's name is its Node's)", old.Hostname, next.Hostname))
@@ -413,6 +410,27 @@ func immutableChanges(old, next *machineconfig.Config) error {
 		return nil
 	}
 	return fmt.Errorf("it changes what defines this formed node, which never changes in place (run `firstboot reset` to re-enroll instead):\n%s", strings.Join(bad, "\n"))
+}
+
+// droppedSecretsKeys says which of old's secrets encryption keys next
+// drops, or "". A rotation (imagebuild config cluster
+// --rotate-secrets-key) keeps the old key as retired, and retired keys
+// are kept for good: the Secrets in etcd, and a backup's, may be
+// encrypted with any of them. Keys are never quoted.
+func droppedSecretsKeys(old, next *machineconfig.Cluster) string {
+	keep := append([]string{next.SecretsEncryptionKey}, next.RetiredSecretsEncryptionKeys...)
+	switch {
+	case old.SecretsEncryptionKey != "" && !slices.Contains(keep, old.SecretsEncryptionKey):
+		return "cluster.secretsEncryptionKey: a new key that does not keep the current one as retired (the cluster's Secrets in etcd are encrypted with it); rotate with `imagebuild config cluster --rotate-secrets-key`, which keeps it"
+	case old.SecretsEncryptionKey == "" && next.SecretsEncryptionKey != "":
+		return "cluster.secretsEncryptionKey: a key for a control plane formed without one (its configuration would change under a running cluster); re-enroll with `firstboot reset`"
+	}
+	for i, k := range old.RetiredSecretsEncryptionKeys {
+		if !slices.Contains(keep, k) {
+			return fmt.Sprintf("cluster.retiredSecretsEncryptionKeys[%d]: dropped; retired keys are kept for good (a backup may need one)", i)
+		}
+	}
+	return ""
 }
 
 // serveConfigChange judges what the change sources offer now, once per

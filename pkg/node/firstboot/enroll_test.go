@@ -286,7 +286,7 @@ func TestImmutableFieldsRefused(t *testing.T) {
 		{"node IP", "cluster.nodeIP", func(c *machineconfig.Config) { c.Cluster.NodeIP = "10.77.0.21" }},
 		{"CA", "cluster.caCert", func(c *machineconfig.Config) { c.Cluster.CACertHash += "0" }},
 		{"name", "hostname", func(c *machineconfig.Config) { c.Hostname = "w-9" }},
-		{"secrets encryption key", "cluster.secretsEncryptionKey: the key the cluster's Secrets are encrypted with in etcd", func(c *machineconfig.Config) {
+		{"secrets encryption key", "cluster.secretsEncryptionKey: a key for a control plane formed without one", func(c *machineconfig.Config) {
 			c.Cluster.SecretsEncryptionKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 		}},
 	} {
@@ -300,6 +300,40 @@ func TestImmutableFieldsRefused(t *testing.T) {
 			assert.NotContains(t, err.Error(), "MDEyMzQ1Njc4", "the key is quoted")
 		})
 	}
+	t.Run("secrets encryption keys", func(t *testing.T) {
+		cpText := clusterConfig(t, "cp-1")
+		cp := parse(t, cpText)
+		cur := cp.Cluster.SecretsEncryptionKey
+		require.NotEmpty(t, cur)
+		const next, third = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", "YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXowMTIzNDU="
+		rotated := parse(t, cpText)
+		rotated.Cluster.SecretsEncryptionKey, rotated.Cluster.RetiredSecretsEncryptionKeys = next, []string{cur}
+		assert.NoError(t, immutableChanges(cp, rotated), "a rotation keeps the old key as retired")
+		again := parse(t, cpText)
+		again.Cluster.SecretsEncryptionKey, again.Cluster.RetiredSecretsEncryptionKeys = third, []string{next, cur}
+		assert.NoError(t, immutableChanges(rotated, again), "a second rotation")
+
+		for name, tc := range map[string]struct {
+			old  *machineconfig.Config
+			edit func(c *machineconfig.Config)
+			want string
+		}{
+			"new key, old one dropped": {cp, func(c *machineconfig.Config) { c.Cluster.SecretsEncryptionKey = next },
+				"cluster.secretsEncryptionKey: a new key that does not keep the current one as retired"},
+			"retired key dropped": {again, func(c *machineconfig.Config) {
+				c.Cluster.SecretsEncryptionKey, c.Cluster.RetiredSecretsEncryptionKeys = third, []string{next}
+			}, "cluster.retiredSecretsEncryptionKeys[1]: dropped; retired keys are kept for good"},
+		} {
+			n := parse(t, cpText)
+			tc.edit(n)
+			err := immutableChanges(tc.old, n)
+			require.Error(t, err, name)
+			assert.Contains(t, err.Error(), tc.want, name)
+			for _, k := range []string{cur, next, third} {
+				assert.NotContains(t, err.Error(), k, "%s: a key is quoted", name)
+			}
+		}
+	})
 	t.Run("a new token is not a new node", func(t *testing.T) {
 		n := parse(t, worker)
 		n.Cluster.Token = "abcdef.0123456789abcdef"

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -151,4 +152,45 @@ func (c *Client) Running(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
 	}
 	return len(resp.GetContainers()) > 0, nil
+}
+
+// Created is when the running container the kubelet created under name
+// was created (the newest, should there be two), and the zero time when
+// none runs. A container reads its files when it starts, so one created
+// before a file was written has not read it.
+func (c *Client) Created(ctx context.Context, name string) (time.Time, error) {
+	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{containerNameLabel: name},
+	}})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+	}
+	var newest int64
+	for _, ct := range resp.GetContainers() {
+		newest = max(newest, ct.GetCreatedAt())
+	}
+	if newest == 0 {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, newest), nil
+}
+
+// Stop stops every running container the kubelet created under name,
+// giving each timeout to end; the kubelet starts a new one (a static
+// pod's container restarts so, with its files read again).
+func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{containerNameLabel: name},
+	}})
+	if err != nil {
+		return fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+	}
+	for _, ct := range resp.GetContainers() {
+		if _, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ct.GetId(), Timeout: int64(timeout / time.Second)}); err != nil {
+			return fmt.Errorf("stop container %s (%s): %w", name, ct.GetId(), err)
+		}
+	}
+	return nil
 }

@@ -26,6 +26,20 @@ type runtime struct {
 	versionDelay  time.Duration
 	versionCalled chan struct{}
 	containers    []*runtimeapi.Container
+	stopped       []string
+}
+
+// StopContainer marks the container exited, as containerd does once it
+// ends.
+func (r *runtime) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	for _, c := range r.containers {
+		if c.Id == req.ContainerId {
+			c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			r.stopped = append(r.stopped, c.Id)
+			return &runtimeapi.StopContainerResponse{}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "container %q not found", req.ContainerId)
 }
 
 // ListContainers applies the filter's state and label selector, as
@@ -267,4 +281,33 @@ func dial(t *testing.T, ep string) (*Client, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c, ctx
+}
+
+// Created is the newest running container's creation time; Stop stops
+// every running container of the name, and nothing else.
+func TestCreatedAndStop(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 5, time.UTC)
+	container := func(id, name string, created time.Time, state runtimeapi.ContainerState) *runtimeapi.Container {
+		return &runtimeapi.Container{Id: id, State: state, CreatedAt: created.UnixNano(), Labels: map[string]string{containerNameLabel: name}}
+	}
+	r := &runtime{containers: []*runtimeapi.Container{
+		container("old", "kube-apiserver", at.Add(-time.Hour), runtimeapi.ContainerState_CONTAINER_EXITED),
+		container("a", "kube-apiserver", at, runtimeapi.ContainerState_CONTAINER_RUNNING),
+		container("b", "kube-apiserver", at.Add(-time.Minute), runtimeapi.ContainerState_CONTAINER_RUNNING),
+		container("etcd", "etcd", at.Add(time.Hour), runtimeapi.ContainerState_CONTAINER_RUNNING),
+	}}
+	c, ctx := dial(t, serve(t, r))
+	got, err := c.Created(ctx, "kube-apiserver")
+	if err != nil || !got.Equal(at) {
+		t.Errorf("Created = %v, %v; want %v", got, err, at)
+	}
+	if err := c.Stop(ctx, "kube-apiserver", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.stopped, []string{"a", "b"}) {
+		t.Errorf("stopped %v; want the running kube-apiserver containers a and b", r.stopped)
+	}
+	if got, err := c.Created(ctx, "kube-apiserver"); err != nil || !got.IsZero() {
+		t.Errorf("Created after Stop = %v, %v; want the zero time", got, err)
+	}
 }

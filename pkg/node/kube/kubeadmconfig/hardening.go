@@ -1,10 +1,12 @@
 package kubeadmconfig
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -188,15 +190,15 @@ func volumesYAML(indent string, vs []volume) string {
 
 // ControlPlaneFiles are the files a control plane's kube-apiserver reads
 // (layout.AuditPolicyFile, AdmissionConfigFile, and EncryptionConfigFile
-// when the cluster config holds a key), by path. Firstboot writes them,
-// root's alone, before kubeadm runs.
+// when the cluster config holds a key, at EncryptionPrepare), by path.
+// Firstboot writes them, root's alone, before kubeadm runs.
 func ControlPlaneFiles(c *machineconfig.Cluster) (map[string][]byte, error) {
 	files := map[string][]byte{
 		layout.AuditPolicyFile:     []byte(auditPolicy),
 		layout.AdmissionConfigFile: AdmissionConfig(c.PodSecurityLevels()),
 	}
 	if c.SecretsEncryptionKey != "" {
-		enc, err := EncryptionConfig(c.SecretsEncryptionKey)
+		enc, err := EncryptionConfig(c, EncryptionPrepare)
 		if err != nil {
 			return nil, err
 		}
@@ -205,20 +207,57 @@ func ControlPlaneFiles(c *machineconfig.Cluster) (map[string][]byte, error) {
 	return files, nil
 }
 
-// EncryptionConfig is the EncryptionConfiguration of Secrets with key (32
-// bytes, base64): written with secretbox (XSalsa20-Poly1305; aescbc is
-// weaker, KMS needs a service this cluster has none of), read with
-// secretbox and then as plain text, so that Secrets stored before the key
-// (a restore from an older backup) stay readable until rewritten. The
-// key's name is derived from it, so that a second key (a rotation) gets
-// another name.
-func EncryptionConfig(key string) ([]byte, error) {
-	b, err := base64.StdEncoding.Strict().DecodeString(key)
-	if err != nil || len(b) != machineconfig.SecretsEncryptionKeyBytes {
-		return nil, fmt.Errorf("the secrets encryption key is not %d bytes of base64", machineconfig.SecretsEncryptionKeyBytes)
+// EncryptionStage is how far a control plane's kube-apiserver has moved
+// to the cluster's current secrets encryption key (a rotation's steps, in
+// the Kubernetes documentation's order: every API server reads the new
+// key before any writes with it, and the old keys go only once every
+// Secret is written again with the new one).
+type EncryptionStage int
+
+const (
+	// EncryptionPrepare writes with the newest retired key — the key
+	// every control plane wrote with before the rotation — and reads with
+	// every key: safe whatever the other control planes do. Without a
+	// retired key it is EncryptionWrite.
+	EncryptionPrepare EncryptionStage = iota
+	// EncryptionWrite writes with the current key and reads with every
+	// key: once every control plane reads the current key.
+	EncryptionWrite
+	// EncryptionDone writes and reads with the current key alone: once
+	// every Secret is written again with it.
+	EncryptionDone
+)
+
+func (s EncryptionStage) String() string {
+	switch s {
+	case EncryptionPrepare:
+		return "prepare"
+	case EncryptionWrite:
+		return "write"
+	case EncryptionDone:
+		return "done"
 	}
-	sum := sha256.Sum256(b)
-	return []byte(`# Written by Terrarium firstboot from the machine config; kube-apiserver reads it.
+	return fmt.Sprintf("EncryptionStage(%d)", int(s))
+}
+
+// EncryptionConfig is the EncryptionConfiguration of Secrets at stage st
+// of c's keys (32 bytes, base64 each): secretbox (XSalsa20-Poly1305;
+// aescbc is weaker, KMS needs a service this cluster has none of) with
+// the key written with first, then the others the stage reads with, then
+// identity, so that Secrets stored before the cluster had a key (a
+// restore from an older backup) stay readable until rewritten. Each key's
+// name is derived from it (EncryptionKeyName).
+func EncryptionConfig(c *machineconfig.Cluster, st EncryptionStage) ([]byte, error) {
+	keys := []string{c.SecretsEncryptionKey}
+	switch retired := c.RetiredSecretsEncryptionKeys; {
+	case st == EncryptionDone:
+	case st == EncryptionPrepare && len(retired) > 0:
+		keys = slices.Concat(retired[:1], keys, retired[1:])
+	default:
+		keys = append(keys, retired...)
+	}
+	var b strings.Builder
+	b.WriteString(`# Written by Terrarium firstboot from the machine config; kube-apiserver reads it.
 apiVersion: apiserver.config.k8s.io/v1
 kind: EncryptionConfiguration
 resources:
@@ -226,10 +265,43 @@ resources:
     providers:
       - secretbox:
           keys:
-            - name: key-` + hex.EncodeToString(sum[:4]) + `
-              secret: ` + key + `
-      - identity: {}
-`), nil
+`)
+	for _, k := range keys {
+		name, err := EncryptionKeyName(k)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "            - name: %s\n              secret: %s\n", name, k)
+	}
+	b.WriteString("      - identity: {}\n")
+	return []byte(b.String()), nil
+}
+
+// EncryptionKeyName is the name of a secrets encryption key in the
+// EncryptionConfiguration: key-<8 hex digits of its SHA-256>. etcd's
+// values name it (k8s:enc:secretbox:v1:key-…:), and so do the console and
+// the cluster's record of a rotation; the key itself never shows.
+func EncryptionKeyName(key string) (string, error) {
+	b, err := base64.StdEncoding.Strict().DecodeString(key)
+	if err != nil || len(b) != machineconfig.SecretsEncryptionKeyBytes {
+		return "", fmt.Errorf("the secrets encryption key is not %d bytes of base64", machineconfig.SecretsEncryptionKeyBytes)
+	}
+	sum := sha256.Sum256(b)
+	return "key-" + hex.EncodeToString(sum[:4]), nil
+}
+
+// EncryptionStageOf is the stage of c's keys whose configuration is data,
+// and false when data is none of them (written for other keys, or not by
+// EncryptionConfig). Without retired keys every stage's configuration is
+// the same, and the stage is EncryptionDone.
+func EncryptionStageOf(c *machineconfig.Cluster, data []byte) (EncryptionStage, bool) {
+	for st := EncryptionDone; st >= EncryptionPrepare; st-- {
+		want, err := EncryptionConfig(c, st)
+		if err == nil && bytes.Equal(want, data) {
+			return st, true
+		}
+	}
+	return 0, false
 }
 
 // AdmissionConfig is the AdmissionConfiguration of Pod Security admission

@@ -3,6 +3,7 @@ package kubeadmconfig
 import (
 	"crypto/tls"
 	"encoding/base64"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -199,12 +200,10 @@ func TestControlPlaneFiles(t *testing.T) {
 	assert.ErrorContains(t, err, "the secrets encryption key is not 32 bytes of base64")
 }
 
-// TestEncryptionConfig: secretbox with the key first, so that Secrets are
-// written encrypted, then identity, so that plain ones stay readable; the
-// key's name changes with the key.
-func TestEncryptionConfig(t *testing.T) {
-	b, err := EncryptionConfig(testKey)
-	require.NoError(t, err)
+// encryptionKeys are the secretbox keys' names of an
+// EncryptionConfiguration in order, and whether identity comes last.
+func encryptionKeys(t *testing.T, b []byte) ([]string, bool) {
+	t.Helper()
 	var cfg struct {
 		APIVersion string `yaml:"apiVersion"`
 		Kind       string
@@ -224,14 +223,66 @@ func TestEncryptionConfig(t *testing.T) {
 	require.Len(t, r.Providers, 2)
 	sb, ok := r.Providers[0]["secretbox"]
 	require.True(t, ok, "secretbox first: %v", r.Providers)
-	require.Len(t, sb.Keys, 1)
-	assert.Equal(t, testKey, sb.Keys[0].Secret)
-	assert.Regexp(t, `^key-[0-9a-f]{8}$`, sb.Keys[0].Name)
-	assert.Contains(t, r.Providers[1], "identity", "identity last")
+	var names []string
+	for _, k := range sb.Keys {
+		name, err := EncryptionKeyName(k.Secret)
+		require.NoError(t, err)
+		assert.Equal(t, name, k.Name, "a key's name is its hash's")
+		assert.Regexp(t, `^key-[0-9a-f]{8}$`, k.Name)
+		names = append(names, k.Name)
+	}
+	_, identity := r.Providers[1]["identity"]
+	return names, identity
+}
 
-	other, err := EncryptionConfig(base64.StdEncoding.EncodeToString([]byte("another key of thirty-two bytes!")))
+// TestEncryptionConfig: secretbox with the key written with first, then
+// the other keys the stage reads, then identity, so that plain Secrets
+// stay readable; each stage of a rotation; a stage is found again from
+// its file.
+func TestEncryptionConfig(t *testing.T) {
+	other := base64.StdEncoding.EncodeToString([]byte("another key of thirty-two bytes!"))
+	third := base64.StdEncoding.EncodeToString([]byte("a third key, thirty-two bytes..."))
+	name := func(k string) string {
+		n, err := EncryptionKeyName(k)
+		require.NoError(t, err)
+		return n
+	}
+	one := &machineconfig.Cluster{SecretsEncryptionKey: testKey}
+	rotated := &machineconfig.Cluster{SecretsEncryptionKey: other, RetiredSecretsEncryptionKeys: []string{testKey, third}}
+	tests := []struct {
+		c    *machineconfig.Cluster
+		st   EncryptionStage
+		want []string
+	}{
+		{one, EncryptionPrepare, []string{name(testKey)}},
+		{one, EncryptionDone, []string{name(testKey)}},
+		{rotated, EncryptionPrepare, []string{name(testKey), name(other), name(third)}},
+		{rotated, EncryptionWrite, []string{name(other), name(testKey), name(third)}},
+		{rotated, EncryptionDone, []string{name(other)}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d retired, %s", len(tt.c.RetiredSecretsEncryptionKeys), tt.st), func(t *testing.T) {
+			b, err := EncryptionConfig(tt.c, tt.st)
+			require.NoError(t, err)
+			names, identity := encryptionKeys(t, b)
+			assert.Equal(t, tt.want, names)
+			assert.True(t, identity, "identity last")
+			st, ok := EncryptionStageOf(tt.c, b)
+			require.True(t, ok)
+			if len(tt.c.RetiredSecretsEncryptionKeys) > 0 {
+				assert.Equal(t, tt.st, st)
+			} else {
+				assert.Equal(t, EncryptionDone, st, "one key: every stage is done")
+			}
+		})
+	}
+	assert.NotEqual(t, name(testKey), name(other))
+	b, err := EncryptionConfig(one, EncryptionDone)
 	require.NoError(t, err)
-	assert.NotEqual(t, regexp.MustCompile(`key-\w+`).FindString(string(b)), regexp.MustCompile(`key-\w+`).FindString(string(other)))
+	_, ok := EncryptionStageOf(rotated, b)
+	assert.False(t, ok, "the old key's file is no stage of the rotated keys")
+	_, err = EncryptionConfig(&machineconfig.Cluster{SecretsEncryptionKey: testKey, RetiredSecretsEncryptionKeys: []string{"c2hvcnQ="}}, EncryptionWrite)
+	assert.ErrorContains(t, err, "not 32 bytes")
 }
 
 // TestAdmissionConfig: the cluster config's levels, the latest version of

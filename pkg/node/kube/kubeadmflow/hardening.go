@@ -1,7 +1,9 @@
 package kubeadmflow
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -56,7 +58,13 @@ func applyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
 		return err
 	}
 	for _, p := range sortedKeys(files) {
-		if err := writeWithMode(h, p, files[p], ownerOnly); err != nil {
+		data := files[p]
+		if p == layout.EncryptionConfigFile {
+			if data, err = keptEncryptionConfig(h, c, data); err != nil {
+				return err
+			}
+		}
+		if err := writeWithMode(h, p, data, ownerOnly); err != nil {
 			return err
 		}
 	}
@@ -72,6 +80,30 @@ func applyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
 	return nil
 }
 
+// keptEncryptionConfig is what the encryption configuration is to hold
+// (pkg/node/kube/secretskeys moves it on from there):
+//   - the file as it is when it is a stage of c's keys;
+//   - prepare (writes with the newest retired key, reads every key) when
+//     the file is there for other keys: a signed change brought a new key,
+//     which the other control planes may not read yet;
+//   - on a node that has none yet (forming, joining, restoring), write:
+//     it writes with the current key, which the cluster's control planes
+//     read unless a rotation is under way, and reads every key, those of
+//     a restored backup's Secrets too.
+func keptEncryptionConfig(h *Flow, c *machineconfig.Cluster, prepare []byte) ([]byte, error) {
+	got, err := os.ReadFile(h.Path(layout.EncryptionConfigFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return kubeadmconfig.EncryptionConfig(c, kubeadmconfig.EncryptionWrite)
+	case err != nil:
+		return nil, err
+	}
+	if _, ok := kubeadmconfig.EncryptionStageOf(c, got); ok {
+		return got, nil
+	}
+	return prepare, nil
+}
+
 // verifyControlPlaneFiles checks what applyControlPlaneFiles writes.
 func verifyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
 	files, err := kubeadmconfig.ControlPlaneFiles(c)
@@ -83,7 +115,11 @@ func verifyControlPlaneFiles(h *Flow, c *machineconfig.Cluster) error {
 		if err != nil {
 			return &os.PathError{Op: "read", Path: p, Err: err}
 		}
-		if string(got) != string(files[p]) {
+		if p == layout.EncryptionConfigFile {
+			if _, ok := kubeadmconfig.EncryptionStageOf(c, got); !ok {
+				return fmt.Errorf("%s is not written for the machine config's secrets encryption keys", p)
+			}
+		} else if string(got) != string(files[p]) {
 			return fmt.Errorf("%s differs from the machine config", p)
 		}
 		if err := checkMode(h, p, ownerOnly); err != nil {

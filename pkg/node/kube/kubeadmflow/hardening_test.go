@@ -54,6 +54,44 @@ func TestControlPlaneFiles(t *testing.T) {
 	assert.ErrorContains(t, verifyControlPlaneFiles(f, c), layout.AdmissionConfigFile+" differs from the machine config")
 }
 
+// A rotation: a node without the file writes with the current key; the
+// boot after a change to a new key writes the prepare stage (the old key's file is no stage of the new keys); a stage the
+// rotation's controller moved on to is kept at the next boot; a file
+// written for other keys is not.
+func TestEncryptionConfigAcrossARotation(t *testing.T) {
+	f := testFlow(t, nil)
+	oldKey := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	newKey := base64.StdEncoding.EncodeToString([]byte("another key of thirty-two bytes!"))
+	before := &machineconfig.Cluster{Role: machineconfig.RoleControlPlane, SecretsEncryptionKey: oldKey}
+	after := &machineconfig.Cluster{Role: machineconfig.RoleControlPlane, SecretsEncryptionKey: newKey, RetiredSecretsEncryptionKeys: []string{oldKey}}
+	stage := func(c *machineconfig.Cluster, st kubeadmconfig.EncryptionStage) string {
+		b, err := kubeadmconfig.EncryptionConfig(c, st)
+		require.NoError(t, err)
+		return string(b)
+	}
+	read := func() string {
+		b, err := os.ReadFile(f.Path(layout.EncryptionConfigFile))
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.NoError(t, applyControlPlaneFiles(f, before))
+	assert.Equal(t, stage(before, kubeadmconfig.EncryptionWrite), read(), "a node without the file writes with the current key")
+	assert.ErrorContains(t, verifyControlPlaneFiles(f, after), "is not written for the machine config's secrets encryption keys")
+	require.NoError(t, applyControlPlaneFiles(f, after))
+	assert.Equal(t, stage(after, kubeadmconfig.EncryptionPrepare), read())
+	require.NoError(t, verifyControlPlaneFiles(f, after))
+
+	for _, st := range []kubeadmconfig.EncryptionStage{kubeadmconfig.EncryptionWrite, kubeadmconfig.EncryptionDone} {
+		require.NoError(t, os.WriteFile(f.Path(layout.EncryptionConfigFile), []byte(stage(after, st)), 0o600))
+		require.NoError(t, applyControlPlaneFiles(f, after))
+		assert.Equal(t, stage(after, st), read(), "stage %s kept", st)
+		require.NoError(t, verifyControlPlaneFiles(f, after))
+	}
+	require.NoError(t, os.WriteFile(f.Path(layout.EncryptionConfigFile), []byte("# edited by hand\n"), 0o600))
+	require.NoError(t, applyControlPlaneFiles(f, after))
+	assert.Equal(t, stage(after, kubeadmconfig.EncryptionPrepare), read())
+}
+
 // A control plane whose config holds no key writes no encryption
 // configuration and says so in one line naming the fix.
 func TestControlPlaneWithoutEncryptionKey(t *testing.T) {

@@ -122,7 +122,7 @@ func TestPodsOnAndEvict(t *testing.T) {
 	assert.Equal(t, []Pod{
 		{Namespace: "default", Name: "web-1", UID: "u1", Phase: "Running", Controlled: true},
 		{Namespace: "kube-flannel", Name: "flannel-x", UID: "u2", Phase: "Running", DaemonSet: true, Controlled: true},
-		{Namespace: "kube-system", Name: "etcd-w-1", UID: "u3", Phase: "Running", Mirror: true},
+		{Namespace: "kube-system", Name: "etcd-w-1", UID: "u3", Phase: "Running", Mirror: true, Annotations: map[string]string{"kubernetes.io/config.mirror": "abc"}},
 		{Namespace: "default", Name: "job-1", UID: "u4", Phase: "Succeeded", Deleting: true},
 	}, pods)
 

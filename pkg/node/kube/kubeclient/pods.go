@@ -23,6 +23,11 @@ type Pod struct {
 	// Controlled: a controller (a ReplicaSet, a StatefulSet, a Job...)
 	// owns the pod and puts an evicted one back elsewhere.
 	Controlled bool
+	// Annotations are the pod's annotations (a mirror pod's are its
+	// static pod's).
+	Annotations map[string]string
+	// Ready: the pod's Ready condition is True.
+	Ready bool
 }
 
 // mirrorAnnotation marks the API's copy of a static pod.
@@ -41,13 +46,22 @@ type podJSON struct {
 		} `json:"ownerReferences"`
 	} `json:"metadata"`
 	Status struct {
-		Phase string `json:"phase"`
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
 	} `json:"status"`
 }
 
 func (j podJSON) pod() Pod {
 	p := Pod{Namespace: j.Metadata.Namespace, Name: j.Metadata.Name, UID: j.Metadata.UID, Phase: j.Status.Phase,
-		Deleting: j.Metadata.DeletionTimestamp != ""}
+		Deleting: j.Metadata.DeletionTimestamp != "", Annotations: j.Metadata.Annotations}
+	for _, c := range j.Status.Conditions {
+		if c.Type == "Ready" {
+			p.Ready = c.Status == "True"
+		}
+	}
 	_, p.Mirror = j.Metadata.Annotations[mirrorAnnotation]
 	for _, o := range j.Metadata.OwnerReferences {
 		if o.Controller {
@@ -56,6 +70,15 @@ func (j podJSON) pod() Pod {
 		}
 	}
 	return p
+}
+
+// Pod reads one pod; ErrNotFound when there is none.
+func (c *Client) Pod(ctx context.Context, namespace, name string) (Pod, error) {
+	var j podJSON
+	if err := c.get(ctx, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), &j); err != nil {
+		return Pod{}, fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
+	}
+	return j.pod(), nil
 }
 
 // PodsOn lists the pods bound to a node, in every namespace.

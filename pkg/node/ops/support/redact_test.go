@@ -144,6 +144,20 @@ func TestConfigSecretsAndRedactConfig(t *testing.T) {
 	}
 }
 
+// A rotated control plane's retired keys are secrets too.
+func TestRetiredKeysRedacted(t *testing.T) {
+	c, err := testCluster()
+	require.NoError(t, err)
+	cfg := parseStored(t, c.configs["cp-1"])
+	retired := "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+	cfg.Cluster.RetiredSecretsEncryptionKeys = []string{retired}
+	assert.Contains(t, ConfigSecrets(cfg), retired)
+	red := RedactConfig(cfg)
+	require.Len(t, red.Cluster.RetiredSecretsEncryptionKeys, 1)
+	assert.Equal(t, describedMarker(retired, "44 B, one line of text"), red.Cluster.RetiredSecretsEncryptionKeys[0])
+	assert.Equal(t, retired, cfg.Cluster.RetiredSecretsEncryptionKeys[0], "RedactConfig modified its argument")
+}
+
 func TestLastLines(t *testing.T) {
 	for in, want := range map[string]string{"": "", "a": "a", "a\nb\nc\n": "b\nc\n", "a\nb\nc": "b\nc\n", "b\nc\n": "b\nc\n"} {
 		assert.Equal(t, want, string(lastLines([]byte(in), 2)), "%q", in)
