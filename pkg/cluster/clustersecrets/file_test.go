@@ -1,16 +1,16 @@
 package clustersecrets
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
@@ -19,9 +19,7 @@ import (
 func mode(t *testing.T, path string) fs.FileMode {
 	t.Helper()
 	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return fi.Mode()
 }
 
@@ -34,22 +32,14 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	s := sharedSecrets(t)
 	dir := filepath.Join(t.TempDir(), "new", "dir")
 	path := filepath.Join(dir, "cluster.yaml")
-	if err := Save(path, &s); err != nil {
-		t.Fatal(err)
-	}
-	if m := mode(t, path); m != 0o600 {
-		t.Errorf("file mode %v, want 0600", m)
-	}
-	if m := mode(t, dir); m.Perm() != 0o700 || !m.IsDir() {
-		t.Errorf("directory mode %v, want drwx------", m)
-	}
-	if exists(path + ".partial") {
-		t.Errorf("%s.partial left behind", path)
-	}
+	require.NoError(t, Save(path, &s))
+	assert.Equal(t, fs.FileMode(0o600), mode(t, path), "file mode, want 0600")
+	m := mode(t, dir)
+	assert.True(t, m.IsDir(), "directory mode %v, want drwx------", m)
+	assert.Equal(t, fs.FileMode(0o700), m.Perm(), "directory mode %v, want drwx------", m)
+	assert.False(t, exists(path+".partial"), "%s.partial left behind", path)
 	first, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, field := range []string{
 		"apiVersion: terrarium.dev/v1alpha1\n", "kind: ClusterSecrets\n", "clusterName: terrarium-test\n",
 		"createdAt: 2026-03-14T15:09:26Z\n", "\nca:\n  cert: |\n    -----BEGIN CERTIFICATE-----\n", "\n  key: |\n    -----BEGIN EC PRIVATE KEY-----\n",
@@ -58,60 +48,37 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		"\n  expires: 2026-03-15T15:09:26Z\n", "\ncertificateKey: ",
 		"\nsigningKey: |\n  -----BEGIN PRIVATE KEY-----\n",
 	} {
-		if !bytes.Contains(first, []byte(field)) {
-			t.Errorf("saved file lacks %q:\n%s", field, first)
-		}
+		assert.Contains(t, string(first), field, "saved file lacks the field")
 	}
 
 	loaded, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(*loaded, s) {
-		t.Errorf("Load(Save(s)) != s:\n%+v\n%+v", *loaded, s)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, s, *loaded, "Load(Save(s)) != s")
 	path2 := filepath.Join(dir, "again.yaml")
-	if err := Save(path2, loaded); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Save(path2, loaded))
 	second, err := os.ReadFile(path2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(first, second) {
-		t.Errorf("Save(Load(Save(s))) differs from Save(s):\n%s\n---\n%s", first, second)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, string(first), string(second), "Save(Load(Save(s))) differs from Save(s)")
 
 	// Times in another zone are saved in UTC, and still round-trip.
 	zoned := s
 	zoned.CreatedAt = s.CreatedAt.In(time.FixedZone("x", -7*3600))
-	if err := Save(path2, &zoned); err != nil {
-		t.Fatal(err)
-	}
-	if third, _ := os.ReadFile(path2); !bytes.Equal(first, third) {
-		t.Errorf("a zoned CreatedAt saves differently:\n%s", third)
-	}
+	require.NoError(t, Save(path2, &zoned))
+	third, _ := os.ReadFile(path2)
+	assert.Equal(t, string(first), string(third), "a zoned CreatedAt saves differently")
 }
 
 func TestSaveReplaces(t *testing.T) {
 	s := sharedSecrets(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cluster.yaml")
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := Save(path, &s); err != nil {
-		t.Fatal(err)
-	}
-	if m := mode(t, path); m != 0o600 {
-		t.Errorf("file mode %v, want 0600", m)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("temporary files left behind: %v", entries)
-	}
-	if _, err := Load(path); err != nil {
-		t.Errorf("Load: %v", err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte("old"), 0o644))
+	require.NoError(t, Save(path, &s))
+	assert.Equal(t, fs.FileMode(0o600), mode(t, path), "file mode, want 0600")
+	entries, _ := os.ReadDir(dir)
+	assert.Len(t, entries, 1, "temporary files left behind")
+	_, err := Load(path)
+	assert.NoError(t, err, "Load")
 }
 
 func TestSaveRefusesNonRegular(t *testing.T) {
@@ -119,35 +86,23 @@ func TestSaveRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
 
 	asDir := filepath.Join(dir, "secrets.yaml")
-	if err := os.MkdirAll(filepath.Join(asDir, "inside"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(asDir, "inside"), 0o755))
 	err := Save(asDir, &s)
-	if err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), asDir) {
-		t.Errorf("Save over a directory: err = %v", err)
-	}
-	if m := mode(t, asDir); !m.IsDir() || !exists(filepath.Join(asDir, "inside")) {
-		t.Errorf("Save touched the directory")
-	}
+	assert.ErrorContains(t, err, "not a regular file", "Save over a directory")
+	assert.ErrorContains(t, err, asDir, "Save over a directory")
+	assert.True(t, mode(t, asDir).IsDir(), "Save touched the directory")
+	assert.True(t, exists(filepath.Join(asDir, "inside")), "Save touched the directory")
 
 	target := filepath.Join(dir, "target.yaml")
-	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o600))
 	link := filepath.Join(dir, "link.yaml")
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-	if err := Save(link, &s); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-		t.Errorf("Save over a symlink: err = %v", err)
-	}
-	if got, _ := os.ReadFile(target); string(got) != "keep" || mode(t, link)&fs.ModeSymlink == 0 {
-		t.Errorf("Save touched the symlink or its target")
-	}
+	require.NoError(t, os.Symlink(target, link))
+	assert.ErrorContains(t, Save(link, &s), "not a regular file", "Save over a symlink")
+	got, _ := os.ReadFile(target)
+	assert.Equal(t, "keep", string(got), "Save touched the symlink's target")
+	assert.NotZero(t, mode(t, link)&fs.ModeSymlink, "Save touched the symlink")
 	for _, p := range []string{asDir, link} {
-		if exists(p + ".partial") {
-			t.Errorf("%s.partial created", p)
-		}
+		assert.False(t, exists(p+".partial"), "%s.partial created", p)
 	}
 }
 
@@ -157,40 +112,30 @@ func TestSaveRefusesInvalid(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cluster.yaml")
 	err := Save(path, &s)
 	var ps strictyaml.Problems
-	if err == nil || !errors.As(err, &ps) || !strings.Contains(err.Error(), "$.etcdCA.key") {
-		t.Errorf("err = %v", err)
-	}
-	if exists(path) || exists(path+".partial") {
-		t.Errorf("invalid secrets were written")
-	}
-	if err := Save(path, nil); err == nil {
-		t.Errorf("Save(nil) succeeded")
-	}
+	assert.ErrorAs(t, err, &ps)
+	assert.ErrorContains(t, err, "$.etcdCA.key")
+	assert.False(t, exists(path), "invalid secrets were written")
+	assert.False(t, exists(path+".partial"), "invalid secrets were written")
+	assert.Error(t, Save(path, nil), "Save(nil) succeeded")
 
 	// An expired token is no reason not to save.
 	s = sharedSecrets(t)
 	s.BootstrapToken.Expires = testNow.Add(-time.Hour)
-	if err := Save(path, &s); err != nil {
-		t.Errorf("Save with an expired token: %v", err)
-	}
+	assert.NoError(t, Save(path, &s), "Save with an expired token")
 }
 
 // writeRaw saves s without any checks, for Load to find the problems.
 func writeRaw(t *testing.T, s *Secrets) string {
 	t.Helper()
 	data, err := yaml.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return writeText(t, string(data))
 }
 
 func writeText(t *testing.T, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
 	return path
 }
 
@@ -199,9 +144,7 @@ func savedText(t *testing.T) string {
 	t.Helper()
 	s := sharedSecrets(t)
 	data, err := encode(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(data)
 }
 
@@ -212,70 +155,59 @@ func TestLoadUnknownField(t *testing.T) {
 	path := writeText(t, text)
 	_, err := Load(path)
 	lines := problemLines(t, err)
-	if len(lines) != 2 {
-		t.Fatalf("want 2 problems:\n%v", err)
-	}
+	require.Len(t, lines, 2, "want 2 problems:\n%v", err)
 	for i, want := range []string{"$.bootstrapToken.ttl: unknown field", "$.extra: unknown field"} {
-		if !strings.HasPrefix(lines[i], path+": ") || !strings.Contains(lines[i], want) || !strings.Contains(lines[i], "(line ") {
-			t.Errorf("problem %q does not name file %s, field %q and line", lines[i], path, want)
-		}
+		assert.True(t, strings.HasPrefix(lines[i], path+": "), "problem %q does not name file %s", lines[i], path)
+		assert.Contains(t, lines[i], want, "problem does not name the field")
+		assert.Contains(t, lines[i], "(line ", "problem does not name the line")
 	}
 	var fe *strictyaml.FileError
-	if !errors.As(err, &fe) || fe.File != path {
-		t.Errorf("error is not a FileError for %s: %#v", path, err)
-	}
+	require.ErrorAs(t, err, &fe, "error is not a FileError")
+	assert.Equal(t, path, fe.File, "error is not a FileError for the file")
 }
 
 func TestLoadBadPEM(t *testing.T) {
 	good := sharedSecrets(t)
 	other, err := Generate("other", testNow, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := good
 	s.CA.Cert = good.CA.Cert[:len(good.CA.Cert)-40] // truncated
 	s.EtcdCA.Key = other.EtcdCA.Key                 // a different pair's key
 	path := writeRaw(t, &s)
 	_, err = Load(path)
 	lines := problemLines(t, err)
-	if len(lines) != 2 {
-		t.Fatalf("want 2 problems:\n%v", err)
-	}
+	require.Len(t, lines, 2, "want 2 problems:\n%v", err)
 	for i, want := range []string{path + ": $.ca.cert: is not valid PEM", path + ": $.etcdCA.key: does not match the certificate in $.etcdCA.cert"} {
-		if !strings.HasPrefix(lines[i], want) || !strings.Contains(lines[i], "(line ") {
-			t.Errorf("problem %q, want %q with a line", lines[i], want)
-		}
+		assert.True(t, strings.HasPrefix(lines[i], want), "problem %q, want %q", lines[i], want)
+		assert.Contains(t, lines[i], "(line ", "problem without a line")
 	}
 
 	// Garbled base64 inside an intact PEM frame.
 	s = good
 	s.FrontProxyCA.Cert = strings.Replace(good.FrontProxyCA.Cert, "\n", "\n!!!", 2)
 	_, err = Load(writeRaw(t, &s))
-	if lines := problemLines(t, err); len(lines) != 1 || !strings.Contains(lines[0], "$.frontProxyCA.cert:") {
-		t.Errorf("garbled PEM: %v", err)
-	}
+	lines = problemLines(t, err)
+	require.Len(t, lines, 1, "garbled PEM: %v", err)
+	assert.Contains(t, lines[0], "$.frontProxyCA.cert:", "garbled PEM")
 }
 
 func TestLoadExpiredToken(t *testing.T) {
 	s := sharedSecrets(t)
 	path := filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := Save(path, &s); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Save(path, &s))
 	// The token made at testNow with a 24h TTL has long expired by now:
 	// Load leaves that to the caller.
 	loaded, err := Load(path)
-	if err != nil {
-		t.Fatalf("Load failed on an expired token: %v", err)
-	}
+	require.NoError(t, err, "Load failed on an expired token")
 	err = loaded.CheckExpiry(time.Now())
 	wantProblems(t, err, []string{"$.bootstrapToken.expires:", "expired at 2026-03-15T15:09:26Z", "imagebuild config cluster --rotate-token"})
 }
 
 func TestLoadOther(t *testing.T) {
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "load cluster secrets: ") {
-		t.Errorf("missing file: %v", err)
-	}
+	_, err := Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Error(t, err, "missing file")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "missing file")
+	assert.True(t, strings.HasPrefix(err.Error(), "load cluster secrets: "), "missing file: %v", err)
 	text := savedText(t)
 	for name, tc := range map[string]struct{ text, want string }{
 		"empty":       {"", "$: document is empty"},
@@ -286,9 +218,7 @@ func TestLoadOther(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(writeText(t, tc.text))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("err = %v, want it to mention %q", err, tc.want)
-			}
+			assert.ErrorContains(t, err, tc.want)
 		})
 	}
 }

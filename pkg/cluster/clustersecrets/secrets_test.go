@@ -12,16 +12,17 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"math/big"
 	mathrand "math/rand/v2"
-	"reflect"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"testing/cryptotest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
 )
@@ -38,9 +39,7 @@ var shared = sync.OnceValues(func() (*Secrets, error) {
 func sharedSecrets(t *testing.T) Secrets {
 	t.Helper()
 	s, err := shared()
-	if err != nil {
-		t.Fatalf("Generate: %v", err)
-	}
+	require.NoError(t, err, "Generate")
 	return *s
 }
 
@@ -57,22 +56,18 @@ var kubeadmTokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
 func mustCert(t *testing.T, s string) *x509.Certificate {
 	t.Helper()
 	block, rest := pem.Decode([]byte(s))
-	if block == nil || block.Type != "CERTIFICATE" || len(bytes.TrimSpace(rest)) != 0 {
-		t.Fatalf("not one PEM CERTIFICATE block:\n%s", s)
-	}
+	require.NotNil(t, block, "not one PEM CERTIFICATE block:\n%s", s)
+	require.Equal(t, "CERTIFICATE", block.Type, "not one PEM CERTIFICATE block:\n%s", s)
+	require.Empty(t, bytes.TrimSpace(rest), "not one PEM CERTIFICATE block:\n%s", s)
 	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatalf("parse certificate: %v", err)
-	}
+	require.NoError(t, err, "parse certificate")
 	return cert
 }
 
 func mustKey(t *testing.T, s string) crypto.Signer {
 	t.Helper()
 	block, _ := pem.Decode([]byte(s))
-	if block == nil {
-		t.Fatalf("not PEM:\n%s", s)
-	}
+	require.NotNil(t, block, "not PEM:\n%s", s)
 	var key any
 	var err error
 	switch block.Type {
@@ -83,24 +78,19 @@ func mustKey(t *testing.T, s string) crypto.Signer {
 	case "PRIVATE KEY":
 		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
 	default:
-		t.Fatalf("unexpected PEM block type %q", block.Type)
+		require.Failf(t, "unexpected PEM block type", "%q", block.Type)
 	}
-	if err != nil {
-		t.Fatalf("parse %s: %v", block.Type, err)
-	}
+	require.NoError(t, err, "parse %s", block.Type)
 	return key.(crypto.Signer)
 }
 
 func mustPub(t *testing.T, s string) crypto.PublicKey {
 	t.Helper()
 	block, _ := pem.Decode([]byte(s))
-	if block == nil || block.Type != "PUBLIC KEY" {
-		t.Fatalf("not a PEM PUBLIC KEY block:\n%s", s)
-	}
+	require.NotNil(t, block, "not a PEM PUBLIC KEY block:\n%s", s)
+	require.Equal(t, "PUBLIC KEY", block.Type, "not a PEM PUBLIC KEY block:\n%s", s)
 	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
-	if err != nil {
-		t.Fatalf("parse public key: %v", err)
-	}
+	require.NoError(t, err, "parse public key")
 	return pub
 }
 
@@ -112,15 +102,10 @@ func samePub(a, b crypto.PublicKey) bool {
 // package's own checks.
 func checkSecrets(t *testing.T, s *Secrets, name string, now time.Time) {
 	t.Helper()
-	if s.APIVersion != "terrarium.dev/v1alpha1" || s.Kind != "ClusterSecrets" {
-		t.Errorf("apiVersion/kind = %q/%q", s.APIVersion, s.Kind)
-	}
-	if s.ClusterName != name {
-		t.Errorf("ClusterName = %q, want %q", s.ClusterName, name)
-	}
-	if !s.CreatedAt.Equal(now) {
-		t.Errorf("CreatedAt = %v, want %v", s.CreatedAt, now)
-	}
+	assert.Equal(t, "terrarium.dev/v1alpha1", s.APIVersion, "apiVersion")
+	assert.Equal(t, "ClusterSecrets", s.Kind, "kind")
+	assert.Equal(t, name, s.ClusterName, "ClusterName")
+	assert.True(t, s.CreatedAt.Equal(now), "CreatedAt = %v, want %v", s.CreatedAt, now)
 	serials := map[string]bool{}
 	for _, ca := range []struct {
 		name string
@@ -132,68 +117,48 @@ func checkSecrets(t *testing.T, s *Secrets, name string, now time.Time) {
 		{"etcdCA", "etcd-ca", s.EtcdCA},
 	} {
 		cert := mustCert(t, ca.kp.Cert)
-		if cert.Subject.CommonName != ca.cn {
-			t.Errorf("%s: CN = %q, want %q", ca.name, cert.Subject.CommonName, ca.cn)
-		}
-		if !cert.BasicConstraintsValid || !cert.IsCA {
-			t.Errorf("%s: not a CA", ca.name)
-		}
+		assert.Equal(t, ca.cn, cert.Subject.CommonName, "%s: CN", ca.name)
+		assert.True(t, cert.BasicConstraintsValid, "%s: not a CA", ca.name)
+		assert.True(t, cert.IsCA, "%s: not a CA", ca.name)
 		wantUsage := x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-		if cert.KeyUsage != wantUsage {
-			t.Errorf("%s: key usage = %v, want %v", ca.name, cert.KeyUsage, wantUsage)
-		}
-		if err := cert.CheckSignatureFrom(cert); err != nil {
-			t.Errorf("%s: not self-signed: %v", ca.name, err)
-		}
-		if !bytes.Equal(cert.RawIssuer, cert.RawSubject) {
-			t.Errorf("%s: issuer %v != subject %v", ca.name, cert.Issuer, cert.Subject)
-		}
-		if !cert.NotBefore.Equal(now.Add(-time.Hour)) || !cert.NotAfter.Equal(now.AddDate(10, 0, 0)) {
-			t.Errorf("%s: valid %v to %v, want an hour before %v for ten years", ca.name, cert.NotBefore, cert.NotAfter, now)
-		}
-		if cert.SerialNumber.Sign() <= 0 || cert.SerialNumber.BitLen() > 128 {
-			t.Errorf("%s: serial %v is not a positive 128-bit number", ca.name, cert.SerialNumber)
-		}
+		assert.Equal(t, wantUsage, cert.KeyUsage, "%s: key usage", ca.name)
+		assert.NoError(t, cert.CheckSignatureFrom(cert), "%s: not self-signed", ca.name)
+		assert.Equal(t, cert.RawSubject, cert.RawIssuer, "%s: issuer %v != subject %v", ca.name, cert.Issuer, cert.Subject)
+		assert.True(t, cert.NotBefore.Equal(now.Add(-time.Hour)), "%s: valid from %v, want an hour before %v", ca.name, cert.NotBefore, now)
+		assert.True(t, cert.NotAfter.Equal(now.AddDate(10, 0, 0)), "%s: valid to %v, want ten years from %v", ca.name, cert.NotAfter, now)
+		assert.Positive(t, cert.SerialNumber.Sign(), "%s: serial %v is not a positive 128-bit number", ca.name, cert.SerialNumber)
+		assert.LessOrEqual(t, cert.SerialNumber.BitLen(), 128, "%s: serial %v is not a positive 128-bit number", ca.name, cert.SerialNumber)
 		serials[cert.SerialNumber.String()] = true
 		pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-		if !ok || pub.Curve != elliptic.P256() {
-			t.Errorf("%s: key is %T, want ECDSA P-256", ca.name, cert.PublicKey)
+		if assert.True(t, ok, "%s: key is %T, want ECDSA P-256", ca.name, cert.PublicKey) {
+			assert.Equal(t, elliptic.P256(), pub.Curve, "%s: key is not ECDSA P-256", ca.name)
 		}
-		if key := mustKey(t, ca.kp.Key); !samePub(key.Public(), cert.PublicKey) {
-			t.Errorf("%s: key does not match certificate", ca.name)
-		}
+		key := mustKey(t, ca.kp.Key)
+		assert.True(t, samePub(key.Public(), cert.PublicKey), "%s: key does not match certificate", ca.name)
 	}
-	if len(serials) != 3 {
-		t.Errorf("CA serial numbers are not distinct: %v", serials)
-	}
+	assert.Len(t, serials, 3, "CA serial numbers are not distinct")
 
 	saKey, ok := mustKey(t, s.ServiceAccount.Key).(*rsa.PrivateKey)
-	if !ok || saKey.N.BitLen() != 2048 {
-		t.Errorf("service-account key is not RSA 2048")
-	} else if !samePub(saKey.Public(), mustPub(t, s.ServiceAccount.Pub)) {
-		t.Errorf("sa.pub does not match sa.key")
+	if assert.True(t, ok, "service-account key is not RSA 2048") &&
+		assert.Equal(t, 2048, saKey.N.BitLen(), "service-account key is not RSA 2048") {
+		assert.True(t, samePub(saKey.Public(), mustPub(t, s.ServiceAccount.Pub)), "sa.pub does not match sa.key")
 	}
 
 	hash, err := s.CACertHash()
-	if err != nil {
-		t.Fatalf("CACertHash: %v", err)
-	}
+	require.NoError(t, err, "CACertHash")
 	sum := sha256.Sum256(mustCert(t, s.CA.Cert).RawSubjectPublicKeyInfo)
-	if want := "sha256:" + hex.EncodeToString(sum[:]); hash != want {
-		t.Errorf("CACertHash = %q, want %q", hash, want)
-	}
+	assert.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), hash, "CACertHash")
 
-	if m := kubeadmTokenRE.FindStringSubmatch(s.Token()); m == nil {
-		t.Errorf("token %q does not match kubeadm's format", s.Token())
-	} else if m[1] != s.BootstrapToken.ID || m[2] != s.BootstrapToken.Secret {
-		t.Errorf("token %q is not id %q . secret %q", s.Token(), s.BootstrapToken.ID, s.BootstrapToken.Secret)
+	m := kubeadmTokenRE.FindStringSubmatch(s.Token())
+	if assert.NotNil(t, m, "token %q does not match kubeadm's format", s.Token()) {
+		assert.Equal(t, s.BootstrapToken.ID, m[1], "token %q is not id . secret", s.Token())
+		assert.Equal(t, s.BootstrapToken.Secret, m[2], "token %q is not id . secret", s.Token())
 	}
-	if key, err := hex.DecodeString(s.CertificateKey); err != nil || len(key) != 32 || strings.ToLower(s.CertificateKey) != s.CertificateKey {
-		t.Errorf("certificateKey %q is not 32 bytes in lowercase hex (%v)", s.CertificateKey, err)
-	}
-	if err := s.Check(now); err != nil {
-		t.Errorf("Check: %v", err)
-	}
+	key, err := hex.DecodeString(s.CertificateKey)
+	assert.NoError(t, err, "certificateKey %q is not hex", s.CertificateKey)
+	assert.Len(t, key, 32, "certificateKey %q is not 32 bytes", s.CertificateKey)
+	assert.Equal(t, strings.ToLower(s.CertificateKey), s.CertificateKey, "certificateKey is not lowercase")
+	assert.NoError(t, s.Check(now), "Check")
 }
 
 func TestGenerateDeterministic(t *testing.T) {
@@ -201,39 +166,26 @@ func TestGenerateDeterministic(t *testing.T) {
 	// source too, so that the whole output is reproducible.
 	cryptotest.SetGlobalRandom(t, 1)
 	a, err := Generate("det", testNow, time.Hour, seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	checkSecrets(t, a, "det", testNow)
-	if want := testNow.Add(time.Hour); !a.BootstrapToken.Expires.Equal(want) {
-		t.Errorf("token expires %v, want %v", a.BootstrapToken.Expires, want)
-	}
+	want := testNow.Add(time.Hour)
+	assert.True(t, a.BootstrapToken.Expires.Equal(want), "token expires %v, want %v", a.BootstrapToken.Expires, want)
 
 	cryptotest.SetGlobalRandom(t, 1)
 	b, err := Generate("det", testNow, time.Hour, seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ea, err := encode(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	eb, err := encode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(ea, eb) {
-		t.Errorf("same seeds gave different secrets:\n%s\n---\n%s", ea, eb)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, string(ea), string(eb), "same seeds gave different secrets")
 
 	cryptotest.SetGlobalRandom(t, 1)
 	c, err := Generate("det", testNow, time.Hour, seeded(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Token() == a.Token() || c.CertificateKey == a.CertificateKey || c.CA.Cert == a.CA.Cert {
-		t.Errorf("a different reader seed gave the same token, certificate key or CA")
-	}
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Token(), c.Token(), "a different reader seed gave the same token")
+	assert.NotEqual(t, a.CertificateKey, c.CertificateKey, "a different reader seed gave the same certificate key")
+	assert.NotEqual(t, a.CA.Cert, c.CA.Cert, "a different reader seed gave the same CA")
 }
 
 func TestGenerateRealistic(t *testing.T) {
@@ -243,15 +195,11 @@ func TestGenerateRealistic(t *testing.T) {
 	local := time.FixedZone("somewhere", 5*3600)
 	now := testNow.In(local).Add(123 * time.Millisecond)
 	s2, err := Generate("x", now, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s2.CreatedAt.Location() != time.UTC || !s2.CreatedAt.Equal(testNow) {
-		t.Errorf("CreatedAt = %v, want %v", s2.CreatedAt, testNow)
-	}
-	if s2.CA.Key == s.CA.Key || s2.Token() == s.Token() {
-		t.Errorf("two generations share a key or token")
-	}
+	require.NoError(t, err)
+	assert.Same(t, time.UTC, s2.CreatedAt.Location(), "CreatedAt = %v, want it in UTC", s2.CreatedAt)
+	assert.True(t, s2.CreatedAt.Equal(testNow), "CreatedAt = %v, want %v", s2.CreatedAt, testNow)
+	assert.NotEqual(t, s.CA.Key, s2.CA.Key, "two generations share a key")
+	assert.NotEqual(t, s.Token(), s2.Token(), "two generations share a token")
 }
 
 func TestGenerateErrors(t *testing.T) {
@@ -274,9 +222,9 @@ func TestGenerateErrors(t *testing.T) {
 				r = bytes.NewReader(tc.random)
 			}
 			_, err := Generate(tc.cluster, testNow, tc.ttl, r)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "generate cluster secrets: ") {
-				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
-			}
+			require.Error(t, err)
+			assert.ErrorContains(t, err, tc.want)
+			assert.True(t, strings.HasPrefix(err.Error(), "generate cluster secrets: "), "err = %v", err)
 		})
 	}
 }
@@ -287,9 +235,7 @@ func signLeaf(t *testing.T, kp KeyPair, name string, now time.Time) (certPEM, ke
 	ca := mustCert(t, kp.Cert)
 	caKey := mustKey(t, kp.Key)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(42),
 		Subject:      pkix.Name{CommonName: name},
@@ -300,13 +246,9 @@ func signLeaf(t *testing.T, kp KeyPair, name string, now time.Time) (certPEM, ke
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatalf("sign leaf with %s: %v", ca.Subject.CommonName, err)
-	}
+	require.NoError(t, err, "sign leaf with %s", ca.Subject.CommonName)
 	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
 		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
@@ -319,9 +261,8 @@ func TestCAsSignLeaves(t *testing.T) {
 		roots.AddCert(mustCert(t, kp.Cert))
 		leaf := mustCert(t, leafPEM)
 		opts := x509.VerifyOptions{Roots: roots, DNSName: "node1.example", CurrentTime: testNow.Add(time.Hour)}
-		if _, err := leaf.Verify(opts); err != nil {
-			t.Errorf("%s: leaf does not verify against its CA: %v", name, err)
-		}
+		_, err := leaf.Verify(opts)
+		assert.NoError(t, err, "%s: leaf does not verify against its CA", name)
 		// And not against another CA.
 		other := x509.NewCertPool()
 		if name == "ca" {
@@ -330,9 +271,8 @@ func TestCAsSignLeaves(t *testing.T) {
 			other.AddCert(mustCert(t, s.CA.Cert))
 		}
 		opts.Roots = other
-		if _, err := leaf.Verify(opts); err == nil {
-			t.Errorf("%s: leaf verifies against a different CA", name)
-		}
+		_, err = leaf.Verify(opts)
+		assert.Error(t, err, "%s: leaf verifies against a different CA", name)
 	}
 }
 
@@ -340,13 +280,9 @@ func TestFiles(t *testing.T) {
 	s := sharedSecrets(t)
 	files := s.Files()
 	want := []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key", "sa.key", "sa.pub"}
-	if len(files) != len(want) {
-		t.Errorf("Files has %d entries, want %d: %v", len(files), len(want), keys(files))
-	}
+	assert.Len(t, files, len(want), "Files has entries %v", keys(files))
 	for _, name := range want {
-		if _, ok := files[name]; !ok {
-			t.Errorf("Files lacks %s", name)
-		}
+		assert.Contains(t, files, name, "Files lacks %s", name)
 	}
 	for _, pair := range []struct{ crt, key, cn string }{
 		{"ca.crt", "ca.key", "kubernetes"},
@@ -354,16 +290,10 @@ func TestFiles(t *testing.T) {
 		{"etcd/ca.crt", "etcd/ca.key", "etcd-ca"},
 	} {
 		cert := mustCert(t, string(files[pair.crt]))
-		if cert.Subject.CommonName != pair.cn {
-			t.Errorf("%s: CN %q, want %q", pair.crt, cert.Subject.CommonName, pair.cn)
-		}
-		if !samePub(mustKey(t, string(files[pair.key])).Public(), cert.PublicKey) {
-			t.Errorf("%s does not match %s", pair.key, pair.crt)
-		}
+		assert.Equal(t, pair.cn, cert.Subject.CommonName, "%s: CN", pair.crt)
+		assert.True(t, samePub(mustKey(t, string(files[pair.key])).Public(), cert.PublicKey), "%s does not match %s", pair.key, pair.crt)
 	}
-	if !samePub(mustKey(t, string(files["sa.key"])).Public(), mustPub(t, string(files["sa.pub"]))) {
-		t.Errorf("sa.pub does not match sa.key")
-	}
+	assert.True(t, samePub(mustKey(t, string(files["sa.key"])).Public(), mustPub(t, string(files["sa.pub"]))), "sa.pub does not match sa.key")
 }
 
 func keys(m map[string][]byte) []string {
@@ -378,55 +308,30 @@ func TestRotateToken(t *testing.T) {
 	s := sharedSecrets(t)
 	before := s
 	later := testNow.Add(48 * time.Hour)
-	if err := s.CheckExpiry(later); err == nil {
-		t.Fatalf("token made with a 24h TTL has not expired 48h later")
-	}
-	if err := s.RotateToken(later.Add(500*time.Millisecond), 72*time.Hour, seeded(9)); err != nil {
-		t.Fatal(err)
-	}
-	if s.Token() == before.Token() {
-		t.Errorf("token unchanged")
-	}
-	if !kubeadmTokenRE.MatchString(s.Token()) {
-		t.Errorf("new token %q has the wrong format", s.Token())
-	}
-	if want := later.Add(72 * time.Hour); !s.BootstrapToken.Expires.Equal(want) {
-		t.Errorf("new token expires %v, want %v", s.BootstrapToken.Expires, want)
-	}
-	if err := s.Check(later); err != nil {
-		t.Errorf("Check after rotation: %v", err)
-	}
+	require.Error(t, s.CheckExpiry(later), "token made with a 24h TTL has not expired 48h later")
+	require.NoError(t, s.RotateToken(later.Add(500*time.Millisecond), 72*time.Hour, seeded(9)))
+	assert.NotEqual(t, before.Token(), s.Token(), "token unchanged")
+	assert.Regexp(t, kubeadmTokenRE, s.Token(), "new token has the wrong format")
+	want := later.Add(72 * time.Hour)
+	assert.True(t, s.BootstrapToken.Expires.Equal(want), "new token expires %v, want %v", s.BootstrapToken.Expires, want)
+	assert.NoError(t, s.Check(later), "Check after rotation")
 	rest := s
 	rest.BootstrapToken = before.BootstrapToken
-	if !reflect.DeepEqual(rest, before) {
-		t.Errorf("RotateToken changed more than the token")
-	}
+	assert.Equal(t, before, rest, "RotateToken changed more than the token")
 
 	kept := s
-	if err := s.RotateToken(later, 0, nil); err == nil {
-		t.Errorf("RotateToken with a zero TTL succeeded")
-	}
-	if err := s.RotateToken(later, time.Hour, bytes.NewReader(nil)); err == nil {
-		t.Errorf("RotateToken with an empty random source succeeded")
-	}
-	if !reflect.DeepEqual(s, kept) {
-		t.Errorf("a failed RotateToken changed the secrets")
-	}
+	assert.Error(t, s.RotateToken(later, 0, nil), "RotateToken with a zero TTL succeeded")
+	assert.Error(t, s.RotateToken(later, time.Hour, bytes.NewReader(nil)), "RotateToken with an empty random source succeeded")
+	assert.Equal(t, kept, s, "a failed RotateToken changed the secrets")
 }
 
 // problemLines returns the lines of err, which must hold strictyaml.Problems.
 func problemLines(t *testing.T, err error) []string {
 	t.Helper()
-	if err == nil {
-		t.Fatal("no error")
-	}
+	require.Error(t, err, "no error")
 	var ps strictyaml.Problems
-	if !errors.As(err, &ps) {
-		t.Fatalf("error %T is not strictyaml.Problems: %v", err, err)
-	}
-	if got := strings.Count(err.Error(), "\n") + 1; got != len(ps) {
-		t.Errorf("error has %d lines for %d problems:\n%v", got, len(ps), err)
-	}
+	require.ErrorAs(t, err, &ps, "error %T is not strictyaml.Problems", err)
+	assert.Equal(t, len(ps), strings.Count(err.Error(), "\n")+1, "error lines for %d problems:\n%v", len(ps), err)
 	return strings.Split(err.Error(), "\n")
 }
 
@@ -435,15 +340,12 @@ func problemLines(t *testing.T, err error) []string {
 func wantProblems(t *testing.T, err error, want ...[]string) {
 	t.Helper()
 	lines := problemLines(t, err)
-	if len(lines) != len(want) {
-		t.Errorf("got %d problems, want %d:\n%v", len(lines), len(want), err)
+	if !assert.Len(t, lines, len(want), "problems:\n%v", err) {
 		return
 	}
 	for i, parts := range want {
 		for _, p := range parts {
-			if !strings.Contains(lines[i], p) {
-				t.Errorf("problem %d %q lacks %q", i, lines[i], p)
-			}
+			assert.Contains(t, lines[i], p, "problem %d lacks %q", i, p)
 		}
 	}
 }
@@ -475,22 +377,19 @@ func TestCheckReportsEverything(t *testing.T) {
 		[]string{"$.bootstrapToken.expires:", "expired at 2026-03-14T13:39:26Z", "1h30m0s ago", "imagebuild config cluster --rotate-token"},
 		[]string{"$.certificateKey:", "64 lowercase hex"},
 	)
-	if strings.Contains(err.Error(), "short") {
-		t.Errorf("the token secret leaks into the error: %v", err)
-	}
+	assert.NotContains(t, err.Error(), "short", "the token secret leaks into the error")
 	// Validate is the same minus the expiry; CheckExpiry only the expiry.
-	if err := s.Validate(); err == nil || strings.Contains(err.Error(), "expired") || len(problemLines(t, err)) != 9 {
-		t.Errorf("Validate: %v", err)
-	}
+	err = s.Validate()
+	require.Error(t, err, "Validate")
+	assert.NotContains(t, err.Error(), "expired", "Validate")
+	assert.Len(t, problemLines(t, err), 9, "Validate: %v", err)
 	wantProblems(t, s.CheckExpiry(testNow), []string{"$.bootstrapToken.expires:", "expired", "--rotate-token"})
 }
 
 func TestCheckPEMProblems(t *testing.T) {
 	good := sharedSecrets(t)
 	other, err := Generate("other", testNow, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := good
 	s.CA.Cert = good.CA.Cert[:len(good.CA.Cert)/2]
 	s.CA.Key = ""
@@ -511,14 +410,10 @@ func TestCheckPEMProblems(t *testing.T) {
 	s = good
 	for _, kp := range []*string{&s.CA.Key, &s.ServiceAccount.Key} {
 		der, err := x509.MarshalPKCS8PrivateKey(mustKey(t, *kp))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		*kp = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	}
-	if err := s.Check(testNow); err != nil {
-		t.Errorf("PKCS#8 keys: %v", err)
-	}
+	assert.NoError(t, s.Check(testNow), "PKCS#8 keys")
 
 	// Two CAs sharing a key are refused.
 	s = good
@@ -528,9 +423,7 @@ func TestCheckPEMProblems(t *testing.T) {
 
 func TestCheckExpiry(t *testing.T) {
 	s := sharedSecrets(t)
-	if err := s.CheckExpiry(testNow.Add(23 * time.Hour)); err != nil {
-		t.Errorf("fresh secrets: %v", err)
-	}
+	assert.NoError(t, s.CheckExpiry(testNow.Add(23*time.Hour)), "fresh secrets")
 	// A clock behind the build host's.
 	wantProblems(t, s.CheckExpiry(testNow.Add(-2*time.Hour)),
 		[]string{"$.ca.cert:", "not valid until 2026-03-14T14:09:26Z", "clock"},
@@ -545,9 +438,7 @@ func TestCheckExpiry(t *testing.T) {
 		[]string{"$.bootstrapToken.expires:", "expired at 2026-03-15T15:09:26Z", "--rotate-token"},
 	)
 	// The token expires exactly at Expires.
-	if err := s.CheckExpiry(s.BootstrapToken.Expires); err == nil {
-		t.Errorf("token still valid at its expiry time")
-	}
+	assert.Error(t, s.CheckExpiry(s.BootstrapToken.Expires), "token still valid at its expiry time")
 	// CheckExpiry alone still says why it cannot tell.
 	s.CA.Cert = "junk"
 	wantProblems(t, s.CheckExpiry(testNow), []string{"$.ca.cert:", "is not PEM"})

@@ -4,12 +4,12 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -130,9 +130,7 @@ func serve(t *testing.T, r *runtime, is ...*images) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "containerd.sock")
 	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(s, r)
 	for _, i := range is {
@@ -165,18 +163,13 @@ func TestCheck(t *testing.T) {
 			defer cancel()
 			info, err := Check(ctx, ep)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), ep) {
-					t.Fatalf("Check = %v, want an error naming %s and containing %q", err, ep, tc.wantErr)
-				}
+				require.ErrorContains(t, err, tc.wantErr, "Check: want an error containing %q", tc.wantErr)
+				assert.ErrorContains(t, err, ep, "Check: want an error naming %s", ep)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			want := Info{RuntimeName: "containerd", RuntimeVersion: "v2.3.7", APIVersion: "v1", CgroupDriver: tc.wantDriver}
-			if info != want {
-				t.Fatalf("Check = %+v, want %+v", info, want)
-			}
+			assert.Equal(t, want, info, "Check")
 		})
 	}
 }
@@ -189,23 +182,21 @@ func TestCheckDeadline(t *testing.T) {
 	ep := serve(t, slow)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Check(ctx, ep); err != nil {
-		t.Fatalf("a runtime answering in 2.5 s within a 10 s deadline: %v", err)
-	}
+	_, err := Check(ctx, ep)
+	require.NoError(t, err, "a runtime answering in 2.5 s within a 10 s deadline")
 
 	slower := &runtime{versionDelay: time.Minute, versionCalled: make(chan struct{})}
 	called := slower.versionCalled
 	ep = serve(t, slower)
 	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Check(ctx, ep)
-	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "CRI v1 version") {
-		t.Fatalf("Check = %v, want DeadlineExceeded asking for the version", err)
-	}
+	_, err = Check(ctx, ep)
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "Check = %v, want DeadlineExceeded", err)
+	require.ErrorContains(t, err, "CRI v1 version", "Check: want the error asking for the version")
 	select {
 	case <-called:
 	default:
-		t.Fatal("the runtime was never asked")
+		require.Fail(t, "the runtime was never asked")
 	}
 }
 
@@ -213,9 +204,8 @@ func TestCheckNoSocket(t *testing.T) {
 	ep := filepath.Join(t.TempDir(), "missing.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := Check(ctx, ep); err == nil || !strings.Contains(err.Error(), ep) {
-		t.Fatalf("Check = %v, want an error naming %s", err, ep)
-	}
+	_, err := Check(ctx, ep)
+	assert.ErrorContains(t, err, ep, "Check: want an error naming %s", ep)
 }
 
 // Pull pulls an absent image once, leaves a present one alone, and names
@@ -236,18 +226,15 @@ func TestPull(t *testing.T) {
 	} {
 		pulled, err := c.Pull(ctx, tc.ref)
 		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || status.Code(err) != codes.NotFound {
-				t.Errorf("Pull(%s) = %v, want NotFound containing %q", tc.ref, err, tc.wantErr)
-			}
+			assert.ErrorContains(t, err, tc.wantErr, "Pull(%s)", tc.ref)
+			assert.Equal(t, codes.NotFound, status.Code(err), "Pull(%s) = %v, want NotFound", tc.ref, err)
 			continue
 		}
-		if err != nil || pulled != tc.wantPulled {
-			t.Errorf("Pull(%s) = %v, %v; want %v, nil", tc.ref, pulled, err, tc.wantPulled)
+		if assert.NoError(t, err, "Pull(%s)", tc.ref) {
+			assert.Equal(t, tc.wantPulled, pulled, "Pull(%s) pulled", tc.ref)
 		}
 	}
-	if want := []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v0.0.0"}; !slices.Equal(is.pulls, want) {
-		t.Errorf("runtime pulled %v, want %v", is.pulls, want)
-	}
+	assert.Equal(t, []string{"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v0.0.0"}, is.pulls, "runtime pulled")
 }
 
 // Running finds a container by the name the kubelet gave it, and only
@@ -263,8 +250,9 @@ func TestRunning(t *testing.T) {
 	}})
 	c, ctx := dial(t, ep)
 	for name, want := range map[string]bool{"kube-proxy": true, "kube-flannel": false, "coredns": false} {
-		if got, err := c.Running(ctx, name); err != nil || got != want {
-			t.Errorf("Running(%s) = %v, %v; want %v", name, got, err, want)
+		got, err := c.Running(ctx, name)
+		if assert.NoError(t, err, "Running(%s)", name) {
+			assert.Equal(t, want, got, "Running(%s)", name)
 		}
 	}
 }
@@ -274,9 +262,7 @@ func TestRunning(t *testing.T) {
 func dial(t *testing.T, ep string) (*Client, context.Context) {
 	t.Helper()
 	c, err := New(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -298,16 +284,13 @@ func TestCreatedAndStop(t *testing.T) {
 	}}
 	c, ctx := dial(t, serve(t, r))
 	got, err := c.Created(ctx, "kube-apiserver")
-	if err != nil || !got.Equal(at) {
-		t.Errorf("Created = %v, %v; want %v", got, err, at)
+	if assert.NoError(t, err, "Created") {
+		assert.True(t, got.Equal(at), "Created = %v; want %v", got, at)
 	}
-	if err := c.Stop(ctx, "kube-apiserver", 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(r.stopped, []string{"a", "b"}) {
-		t.Errorf("stopped %v; want the running kube-apiserver containers a and b", r.stopped)
-	}
-	if got, err := c.Created(ctx, "kube-apiserver"); err != nil || !got.IsZero() {
-		t.Errorf("Created after Stop = %v, %v; want the zero time", got, err)
+	require.NoError(t, c.Stop(ctx, "kube-apiserver", 30*time.Second))
+	assert.Equal(t, []string{"a", "b"}, r.stopped, "stopped; want the running kube-apiserver containers a and b")
+	got, err = c.Created(ctx, "kube-apiserver")
+	if assert.NoError(t, err, "Created after Stop") {
+		assert.True(t, got.IsZero(), "Created after Stop = %v; want the zero time", got)
 	}
 }
