@@ -31,10 +31,6 @@ func (s *Secrets) EnsureSecretsEncryptionKey(random io.Reader) (bool, error) {
 	return true, nil
 }
 
-// RotateSecretsEncryptionKeyCommand is the command that rotates a
-// cluster's secrets encryption key.
-const RotateSecretsEncryptionKeyCommand = "imagebuild config cluster --rotate-secrets-key"
-
 // RotateSecretsEncryptionKey makes a new secrets encryption key, drawn
 // from random (nil: crypto/rand.Reader), moves the current one to the
 // front of RetiredSecretsEncryptionKeys, and raises ConfigGeneration, so

@@ -13,6 +13,10 @@ import (
 // with in etcd (kube-apiserver's secretbox provider takes 32 bytes).
 const SecretsEncryptionKeyBytes = 32
 
+// RotateSecretsKeyCommand is the operator's command that rotates a
+// cluster's secrets encryption key (docs/security.md#rotating-the-key).
+const RotateSecretsKeyCommand = "imagebuild config cluster --rotate-secrets-key"
+
 // The Pod Security Standards' levels, from the most to the least
 // permissive.
 const (

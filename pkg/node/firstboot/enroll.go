@@ -421,7 +421,7 @@ func droppedSecretsKeys(old, next *machineconfig.Cluster) string {
 	keep := append([]string{next.SecretsEncryptionKey}, next.RetiredSecretsEncryptionKeys...)
 	switch {
 	case old.SecretsEncryptionKey != "" && !slices.Contains(keep, old.SecretsEncryptionKey):
-		return "cluster.secretsEncryptionKey: a new key that does not keep the current one as retired (the cluster's Secrets in etcd are encrypted with it); rotate with `imagebuild config cluster --rotate-secrets-key`, which keeps it"
+		return "cluster.secretsEncryptionKey: a new key that does not keep the current one as retired (the cluster's Secrets in etcd are encrypted with it); rotate with `" + machineconfig.RotateSecretsKeyCommand + "`, which keeps it"
 	case old.SecretsEncryptionKey == "" && next.SecretsEncryptionKey != "":
 		return "cluster.secretsEncryptionKey: a key for a control plane formed without one (its configuration would change under a running cluster); re-enroll with `firstboot reset`"
 	}

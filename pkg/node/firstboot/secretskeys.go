@@ -51,12 +51,12 @@ func (c *secretsKeys) Reconcile(ctx context.Context) error {
 	if cfg == nil || cfg.Cluster == nil || !cfg.Cluster.IsControlPlane() || cfg.Cluster.SecretsEncryptionKey == "" {
 		return nil
 	}
-	// Formed: kubeadm wrote the admin's kubeconfig.
-	if _, err := os.Stat(c.r.o.Host.Path(kubeadmflow.AdminKubeconfig)); err != nil {
-		return nil
-	}
 	now := c.r.o.Host.Now()
 	if cfg == c.settled && now.Before(c.next) {
+		return nil
+	}
+	// Formed: kubeadm wrote the admin's kubeconfig.
+	if _, err := os.Stat(c.r.o.Host.Path(kubeadmflow.AdminKubeconfig)); err != nil {
 		return nil
 	}
 	// Not beside an upgrade or a config change, which restart

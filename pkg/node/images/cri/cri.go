@@ -144,14 +144,20 @@ const containerNameLabel = "io.kubernetes.container.name"
 // Running reports whether a container the kubelet created under name
 // (the pod spec's container name, e.g. "kube-proxy") is running.
 func (c *Client) Running(ctx context.Context, name string) (bool, error) {
+	cs, err := c.running(ctx, name)
+	return len(cs) > 0, err
+}
+
+// running lists the running containers the kubelet created under name.
+func (c *Client) running(ctx context.Context, name string) ([]*runtimeapi.Container, error) {
 	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: map[string]string{containerNameLabel: name},
 	}})
 	if err != nil {
-		return false, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+		return nil, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
 	}
-	return len(resp.GetContainers()) > 0, nil
+	return resp.GetContainers(), nil
 }
 
 // Created is when the running container the kubelet created under name
@@ -159,15 +165,12 @@ func (c *Client) Running(ctx context.Context, name string) (bool, error) {
 // none runs. A container reads its files when it starts, so one created
 // before a file was written has not read it.
 func (c *Client) Created(ctx context.Context, name string) (time.Time, error) {
-	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{containerNameLabel: name},
-	}})
+	cs, err := c.running(ctx, name)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+		return time.Time{}, err
 	}
 	var newest int64
-	for _, ct := range resp.GetContainers() {
+	for _, ct := range cs {
 		newest = max(newest, ct.GetCreatedAt())
 	}
 	if newest == 0 {
@@ -180,14 +183,11 @@ func (c *Client) Created(ctx context.Context, name string) (time.Time, error) {
 // giving each timeout to end; the kubelet starts a new one (a static
 // pod's container restarts so, with its files read again).
 func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) error {
-	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{containerNameLabel: name},
-	}})
+	cs, err := c.running(ctx, name)
 	if err != nil {
-		return fmt.Errorf("ask the container runtime at %s for running %s containers: %w", c.endpoint, name, err)
+		return err
 	}
-	for _, ct := range resp.GetContainers() {
+	for _, ct := range cs {
 		if _, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ct.GetId(), Timeout: int64(timeout / time.Second)}); err != nil {
 			return fmt.Errorf("stop container %s (%s): %w", name, ct.GetId(), err)
 		}

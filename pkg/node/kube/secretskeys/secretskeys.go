@@ -220,7 +220,7 @@ func (r *Rotator) pass(ctx context.Context, c *machineconfig.Cluster) (kubeadmco
 		update[rewrittenField] = ""
 	}
 	if len(update) > 0 {
-		if _, err := r.update(ctx, rec, update); err != nil {
+		if err := r.update(ctx, rec, update); err != nil {
 			return st, false, err
 		}
 		return st, false, nil
@@ -248,7 +248,7 @@ func (r *Rotator) pass(ctx context.Context, c *machineconfig.Cluster) (kubeadmco
 		if err != nil {
 			return st, false, err
 		}
-		if _, err := r.update(ctx, rec, map[string]string{rewrittenField: current}); err != nil {
+		if err := r.update(ctx, rec, map[string]string{rewrittenField: current}); err != nil {
 			return st, false, err
 		}
 		r.Log.Info("rewrote every Secret", "secrets", n, "key", current)
@@ -324,14 +324,14 @@ func (r *Rotator) record(ctx context.Context, current string, retired []string) 
 		r.Log.Info("the cluster moves to a new secrets encryption key", "key", current, "from", k)
 		return &record{m}, nil
 	default:
-		r.say(step.Waiting, fmt.Sprintf("the cluster's Secrets move to %s, which this control plane's config does not hold (it has %s): bring it its config from `imagebuild config cluster --rotate-secrets-key` as a signed change", k, current))
+		r.say(step.Waiting, fmt.Sprintf("the cluster's Secrets move to %s, which this control plane's config does not hold (it has %s): bring it its config from `%s` as a signed change", k, current, machineconfig.RotateSecretsKeyCommand))
 		return nil, nil
 	}
 }
 
 // update sets fields of the record (an empty value removes one) at the
 // version read; a conflict is an error, and the next look reads again.
-func (r *Rotator) update(ctx context.Context, rec *record, fields map[string]string) (*record, error) {
+func (r *Rotator) update(ctx context.Context, rec *record, fields map[string]string) error {
 	m := rec.ConfigMap
 	m.Data = maps.Clone(m.Data)
 	if m.Data == nil {
@@ -344,11 +344,10 @@ func (r *Rotator) update(ctx context.Context, rec *record, fields map[string]str
 			m.Data[k] = v
 		}
 	}
-	out, err := r.API.UpdateConfigMap(ctx, m)
-	if err != nil {
-		return nil, fmt.Errorf("update the record of the secrets encryption key: %w", err)
+	if _, err := r.API.UpdateConfigMap(ctx, m); err != nil {
+		return fmt.Errorf("update the record of the secrets encryption key: %w", err)
 	}
-	return &record{out}, nil
+	return nil
 }
 
 // controlPlanes are the names of the cluster's control planes: the Nodes
