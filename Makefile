@@ -60,14 +60,17 @@ vet: bin lint-tool
 	$(GO) vet -tags e2e ./qemu-tests/...
 	cd components/cni-plugins && GOWORK=off $(GO) vet ./flannel
 	cd components/pause && GOWORK=off $(GO) vet .
+	cd components/local-path-provisioner && GOWORK=off $(GO) vet ./volume
 	$(GOLANGCI_LINT) run ./...
 	cd components/cni-plugins && GOWORK=off $(GOLANGCI_LINT) run ./flannel
 	cd components/pause && GOWORK=off $(GOLANGCI_LINT) run .
+	cd components/local-path-provisioner && GOWORK=off $(GOLANGCI_LINT) run ./volume
 	$(BIN)/imagebuild components check
 
 unit: bin
 	$(GO) test -race -count=1 ./cmd/... ./pkg/...
 	cd components/cni-plugins && GOWORK=off $(GO) test -race -count=1 ./flannel
+	cd components/local-path-provisioner && GOWORK=off $(GO) test -race -count=1 ./volume
 
 qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \

@@ -2,11 +2,13 @@ module github.com/terrarium-os/terrarium/components/cni-plugins
 
 go 1.26.0
 
-require github.com/containernetworking/cni v1.3.0
+require (
+	github.com/containernetworking/cni v1.3.0
+	github.com/containernetworking/plugins v1.9.1
+)
 
 require (
 	github.com/alexflint/go-filemutex v1.3.0 // indirect
-	github.com/containernetworking/plugins v1.9.1 // indirect
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/mattn/go-shellwords v1.0.12 // indirect
 	github.com/networkplumbing/go-nft v0.4.0 // indirect

@@ -45,6 +45,9 @@ type Versions struct {
 	// KubeNetworkPolicies is SIG Network's NetworkPolicy controller
 	// (sigs.k8s.io/kube-network-policies), which every node runs.
 	KubeNetworkPolicies string `yaml:"kubeNetworkPolicies"`
+	// LocalPathProvisioner is the default StorageClass's provisioner
+	// (github.com/rancher/local-path-provisioner).
+	LocalPathProvisioner string `yaml:"localPathProvisioner"`
 }
 
 // Load reads and checks the pins in dir (the components directory).
@@ -71,7 +74,7 @@ func Load(dir string) (*Versions, error) {
 	for _, f := range []struct{ name, v string }{
 		{"kubernetes", v.Kubernetes}, {"etcd", v.Etcd}, {"coredns", v.CoreDNS},
 		{"containerd", v.Containerd}, {"runc", v.Runc}, {"cniPlugins", v.CNIPlugins}, {"flannel", v.Flannel},
-		{"kubeNetworkPolicies", v.KubeNetworkPolicies},
+		{"kubeNetworkPolicies", v.KubeNetworkPolicies}, {"localPathProvisioner", v.LocalPathProvisioner},
 	} {
 		if !isSemver(f.v) {
 			ps.Addf(strictyaml.Root().Field(f.name), "%q is not a version like v1.2.3", f.v)
@@ -142,6 +145,10 @@ func (v *Versions) Images() []Image {
 		// netlink and needs no userland.
 		{Name: "registry.k8s.io/networking/kube-network-policies:" + v.KubeNetworkPolicies, Component: "kube-network-policies",
 			Programs: []string{"netpol"}, BinDir: "/bin"},
+		// The provisioner and its volume helper (ours), which its helper
+		// pods run from the same image: no shell, no busybox image.
+		{Name: "docker.io/rancher/local-path-provisioner:" + v.LocalPathProvisioner, Component: "local-path-provisioner",
+			Programs: []string{"local-path-provisioner", "local-path-volume"}, BinDir: "/usr/bin"},
 	}
 }
 

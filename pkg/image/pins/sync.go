@@ -35,6 +35,7 @@ func (v *Versions) Requirements() []Requirement {
 	add("cni-plugins", v.CNIPlugins, "github.com/containernetworking/plugins")
 	add("flannel", v.Flannel, "github.com/flannel-io/flannel")
 	add("kube-network-policies", v.KubeNetworkPolicies, "sigs.k8s.io/kube-network-policies")
+	add("local-path-provisioner", v.LocalPathProvisioner, "github.com/rancher/local-path-provisioner")
 	return rs
 }
 
