@@ -271,6 +271,11 @@ spec:
 	checkNetworkPolicy(t, ssh, cp.name)
 	checkCISBenchmark(t, ssh, cp.name, cisbench.ControlPlane)
 	checkCISBenchmark(t, dialSSH(ctx, t, w.sshPort, key), w.name, cisbench.Worker)
+	// A workload's storage: a StatefulSet's claim on the worker, kept
+	// across the power cut below.
+	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name)
+	// Resource metrics: kubectl top for both nodes, an HPA on CPU.
+	checkMetrics(t, ssh, flannelImage(t, ssh), cp.name, w.name)
 	logAuditGrowth(t, ssh)
 
 	// The site loses power, and the config sticks are gone when it comes
@@ -290,8 +295,12 @@ spec:
 		t.Fatalf("after the power cut without sticks, nodes are not both Ready:\n%s", nodes)
 	}
 	t.Logf("after the power cut, without sticks:\n%s", nodes)
-	// The audit line written before the cut is still on STATE.
+	// The audit line written before the cut is still on STATE, and the
+	// volume's data on the worker's.
 	checkAuditLine(t, ssh, secret)
+	if haveVolume {
+		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume)
+	}
 	// What the worker's health gate waited on, and its pods' restarts
 	// (a pod in CrashLoopBackOff waits out its back-off).
 	waited := regexp.MustCompile(`[^\n]*(health|pod network|waiting)[^\n]*`).FindAllString(w.vm.Console(), -1)

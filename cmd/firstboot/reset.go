@@ -10,13 +10,13 @@ import (
 )
 
 func resetCmd() *cobra.Command {
-	var yes, noReboot bool
+	var yes, noReboot, eraseVolumes bool
 	cmd := &cobra.Command{
 		Use:   "reset",
 		Short: "Erase TERRA-STATE on the next boot: the node forgets its enrollment and enrolls again",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			h := host.Real()
-			o := firstboot.ResetOptions{Host: h, In: os.Stdin, Out: os.Stdout, Yes: yes,
+			o := firstboot.ResetOptions{Host: h, In: os.Stdin, Out: os.Stdout, Yes: yes, EraseVolumes: eraseVolumes,
 				Reboot: func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") }}
 			if noReboot {
 				o.Reboot = nil
@@ -25,6 +25,7 @@ func resetCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&eraseVolumes, "erase-volumes", false, "with --yes: erase the workloads' local volumes on this node too (asked separately without --yes)")
 	cmd.Flags().BoolVar(&noReboot, "no-reboot", false, "only record the request; the reset happens at the next boot")
 	return cmd
 }

@@ -46,6 +46,12 @@ type Topology struct {
 	// control planes' configs; nil leaves them out (the defaults,
 	// machineconfig.DefaultPodSecurity).
 	PodSecurity *machineconfig.PodSecurity
+	// NoLocalStorage leaves the cluster without the local-path
+	// StorageClass (machineconfig.LocalStorage.Disabled on every node).
+	NoLocalStorage bool
+	// NoMetrics leaves the cluster without metrics-server
+	// (machineconfig.Metrics.Disabled on every node).
+	NoMetrics bool
 }
 
 // Role of node i in the ordered list ControlPlanes+Workers.
@@ -182,6 +188,12 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 			c.Cluster.SecretsEncryptionKey = s.SecretsEncryptionKey
 			c.Cluster.RetiredSecretsEncryptionKeys = s.RetiredSecretsEncryptionKeys
 			c.Cluster.PodSecurity = t.PodSecurity
+		}
+		if t.NoLocalStorage {
+			c.Cluster.LocalStorage = &machineconfig.LocalStorage{Disabled: true}
+		}
+		if t.NoMetrics {
+			c.Cluster.Metrics = &machineconfig.Metrics{Disabled: true}
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

@@ -79,6 +79,9 @@ const (
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
 	LabelStateFS = "TERRA-STATE"
+	// LabelVolumesFS is the ext4 volume label of a node's volume area
+	// (LocalVolumesImage).
+	LabelVolumesFS = "TERRA-VOLUMES"
 )
 
 // GPT partition type GUIDs, from the Discoverable Partitions Specification.
@@ -357,6 +360,19 @@ const (
 	UpgradesDir = "/var/lib/terrarium/upgrades"
 	// UpgradeRepository is the repository they are served under.
 	UpgradeRepository = "terrarium.internal/upgrade"
+	// LocalVolumesDir is a cluster node's volume area, where the
+	// local-path StorageClass keeps the volumes of the pods the node runs
+	// (pvc-<uid>_<namespace>_<claim>/): the ext4 filesystem in
+	// LocalVolumesImage, a file on TERRA-STATE allocated whole when first
+	// made, mounted here (loop, nodev, nosuid). LocalVolumesMarker, at its
+	// root, says the area is mounted: the volume helper makes no volume
+	// in a directory without it.
+	LocalVolumesDir    = "/var/lib/terrarium/volumes"
+	LocalVolumesImage  = "/var/lib/terrarium/volumes.ext4"
+	LocalVolumesMarker = ".terrarium-volume-area"
+	// LocalVolumesUnit mounts the area, in the host's mount namespace
+	// (the image's unit; firstboot's own mounts are private).
+	LocalVolumesUnit = "var-lib-terrarium-volumes.mount"
 )
 
 // TERRA-STATE layout, relative to its root.

@@ -93,6 +93,14 @@ type Cluster struct {
 	// (docs/operations/backup.md). Absent: every DefaultBackupInterval,
 	// the newest DefaultBackupKeep kept.
 	Backup *Backup `yaml:"backup,omitempty"`
+	// LocalStorage is the cluster's default StorageClass (local-path):
+	// whether the cluster has it, and this node's volume area. Absent:
+	// the cluster has it, each node's area sized by default
+	// (LocalStorage.AreaSize).
+	LocalStorage *LocalStorage `yaml:"localStorage,omitempty"`
+	// Metrics is the cluster's resource metrics API (metrics-server).
+	// Absent: the cluster has it.
+	Metrics *Metrics `yaml:"metrics,omitempty"`
 }
 
 // Backup is a control plane's etcd snapshot schedule.
@@ -310,6 +318,9 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 		ps.Addf(p.Field("pki"), "workers carry no CA keys; remove pki from a worker's config")
 	}
 	validateHardening(ps, p, c)
+	if c.LocalStorage != nil {
+		validateLocalStorage(ps, p.Field("localStorage"), *c.LocalStorage)
+	}
 	if c.Backup != nil {
 		if c.IsControlPlane() {
 			validateBackup(ps, p.Field("backup"), *c.Backup)

@@ -48,6 +48,8 @@ type Versions struct {
 	// LocalPathProvisioner is the default StorageClass's provisioner
 	// (github.com/rancher/local-path-provisioner).
 	LocalPathProvisioner string `yaml:"localPathProvisioner"`
+	// MetricsServer is the resource metrics API (sigs.k8s.io/metrics-server).
+	MetricsServer string `yaml:"metricsServer"`
 }
 
 // Load reads and checks the pins in dir (the components directory).
@@ -75,6 +77,7 @@ func Load(dir string) (*Versions, error) {
 		{"kubernetes", v.Kubernetes}, {"etcd", v.Etcd}, {"coredns", v.CoreDNS},
 		{"containerd", v.Containerd}, {"runc", v.Runc}, {"cniPlugins", v.CNIPlugins}, {"flannel", v.Flannel},
 		{"kubeNetworkPolicies", v.KubeNetworkPolicies}, {"localPathProvisioner", v.LocalPathProvisioner},
+		{"metricsServer", v.MetricsServer},
 	} {
 		if !isSemver(f.v) {
 			ps.Addf(strictyaml.Root().Field(f.name), "%q is not a version like v1.2.3", f.v)
@@ -149,6 +152,8 @@ func (v *Versions) Images() []Image {
 		// pods run from the same image: no shell, no busybox image.
 		{Name: "docker.io/rancher/local-path-provisioner:" + v.LocalPathProvisioner, Component: "local-path-provisioner",
 			Programs: []string{"local-path-provisioner", "local-path-volume"}, BinDir: "/usr/bin"},
+		{Name: "registry.k8s.io/metrics-server/metrics-server:" + v.MetricsServer, Component: "metrics-server",
+			Programs: []string{"metrics-server"}, BinDir: "/"},
 	}
 }
 

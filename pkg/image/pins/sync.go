@@ -36,6 +36,7 @@ func (v *Versions) Requirements() []Requirement {
 	add("flannel", v.Flannel, "github.com/flannel-io/flannel")
 	add("kube-network-policies", v.KubeNetworkPolicies, "sigs.k8s.io/kube-network-policies")
 	add("local-path-provisioner", v.LocalPathProvisioner, "github.com/rancher/local-path-provisioner")
+	add("metrics-server", v.MetricsServer, "sigs.k8s.io/metrics-server")
 	return rs
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 
@@ -565,6 +566,7 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 			return nil
 		},
 		Backups: etcdbackup.FromStick(e.host(), &e.media),
+		Volumes: mountedVolumes{},
 		Timing:  kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
 	}
 }
@@ -858,3 +860,13 @@ func consoleBanners(console string) []string {
 	}
 	return out
 }
+
+// mountedVolumes is a volume area that is there and mounted: the tests
+// here do not make one (pkg/node/kube/localvolumes does).
+type mountedVolumes struct{}
+
+func (mountedVolumes) Ensure(context.Context, int64, int64) (localvolumes.Result, error) {
+	return localvolumes.Result{Size: 1 << 30}, nil
+}
+
+func (mountedVolumes) Check() error { return nil }

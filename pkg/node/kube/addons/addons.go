@@ -1,8 +1,10 @@
 // Package addons renders the cluster add-ons that firstboot applies and
 // kubeadm does not: the pod network (flannel, from the bundle's image and
 // our CNI plugin in the slot), NetworkPolicy's enforcement
-// (kube-network-policies, from the bundle's image) and CoreDNS's
-// air-gapped configuration.
+// (kube-network-policies, from the bundle's image), CoreDNS's air-gapped
+// configuration, and what workloads get (docs/workloads.md): the default
+// StorageClass (local-path-provisioner) and the resource metrics API
+// (metrics-server), each from the bundle's image.
 package addons
 
 import (

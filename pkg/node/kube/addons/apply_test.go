@@ -18,6 +18,11 @@ func TestManifestsApplyInProcess(t *testing.T) {
 	require.NoError(t, err)
 	netpol, err := NetworkPolicy(NetworkPolicyInput{APIPort: 7445})
 	require.NoError(t, err)
+	localPath, err := LocalPath(LocalPathInput{VolumesDir: "/var/lib/terrarium/volumes"})
+	require.NoError(t, err)
+	_, _, metricsIn := testCA(t)
+	metrics, err := MetricsServer(metricsIn)
+	require.NoError(t, err)
 	for _, tt := range []struct {
 		name     string
 		manifest []byte
@@ -28,6 +33,15 @@ func TestManifestsApplyInProcess(t *testing.T) {
 		{"coredns", dns, []string{"ConfigMap kube-system/coredns"}},
 		{"kube-network-policies", netpol, []string{"ServiceAccount kube-system/kube-network-policies", "ClusterRole kube-network-policies",
 			"ClusterRoleBinding kube-network-policies", "DaemonSet kube-system/kube-network-policies"}},
+		{"local-path-provisioner", localPath, []string{"ServiceAccount kube-system/local-path-provisioner",
+			"Role kube-system/local-path-provisioner", "RoleBinding kube-system/local-path-provisioner",
+			"ClusterRole terrarium:local-path-provisioner", "ClusterRoleBinding terrarium:local-path-provisioner",
+			"ConfigMap kube-system/local-path-config", "Deployment kube-system/local-path-provisioner", "StorageClass local-path"}},
+		{"metrics-server", metrics, []string{"ServiceAccount kube-system/metrics-server",
+			"ClusterRole system:aggregated-metrics-reader", "ClusterRole system:metrics-server",
+			"RoleBinding kube-system/metrics-server-auth-reader", "ClusterRoleBinding metrics-server:system:auth-delegator",
+			"ClusterRoleBinding system:metrics-server", "Secret kube-system/metrics-server-tls", "Service kube-system/metrics-server",
+			"Deployment kube-system/metrics-server", "APIService v1beta1.metrics.k8s.io"}},
 		{"upgrades", Upgrades, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,7 +30,10 @@ const (
 	CoreDNSManifest       = "/etc/terrarium/addons/coredns-config.yaml"
 	// UpgradesManifest lets every node take its part in a cluster-wide
 	// upgrade (addons.Upgrades).
-	UpgradesManifest  = "/etc/terrarium/addons/upgrades.yaml"
+	UpgradesManifest = "/etc/terrarium/addons/upgrades.yaml"
+	// LocalPathManifest is the default StorageClass (addons.LocalPath),
+	// unless the cluster's config switches it off.
+	LocalPathManifest = "/etc/terrarium/addons/local-path-provisioner.yaml"
 	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
 	KubernetesPKIDir  = layout.KubernetesPKIDir
 	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
@@ -49,8 +52,10 @@ const (
 	// stepRuntime waits for containerd's CRI before kubeadm's preflight.
 	stepRuntime = "container runtime"
 	// stepImages pulls the images the node will run (pullImages).
-	stepImages  = "pull images"
-	bundleIndex = layout.BundleDir + "/index.json"
+	stepImages = "pull images"
+	// stepLocalStorage applies the default StorageClass.
+	stepLocalStorage = "local storage (local-path)"
+	bundleIndex      = layout.BundleDir + "/index.json"
 	// FlannelSubnetEnv is where flanneld writes the node's pod-subnet
 	// lease, which our flannel CNI plugin reads.
 	FlannelSubnetEnv = "/run/flannel/subnet.env"
@@ -89,6 +94,8 @@ func (f *Flow) Phases() []phase.Phase {
 		{Name: "kubernetes-host", Apply: on(applyKubernetesHost), Verify: on(verifyKubernetesHost)},
 		{Name: "kubernetes-pki", Apply: on(applyKubernetesPKI), Verify: on(verifyKubernetesPKI)},
 		{Name: "kubernetes-config", Apply: on(applyKubeadmConfig), Verify: on(verifyKubeadmConfig)},
+		// The volume area before the kubelet starts a pod that uses it.
+		{Name: PhaseLocalVolumes, Apply: on(applyLocalVolumes), Verify: on(verifyLocalVolumes)},
 		{Name: PhaseKubernetes, Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
 		f.filesPhase(),
 		f.upgradePhase(),
@@ -388,6 +395,15 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 		if err := writeWithMode(h, UpgradesManifest, addons.Upgrades, ownerOnly); err != nil {
 			return err
 		}
+		if c.Cluster.LocalStorageEnabled() {
+			lp, err := addons.LocalPath(addons.LocalPathInput{Image: localPathImage(h), VolumesDir: layout.LocalVolumesDir})
+			if err != nil {
+				return err
+			}
+			if err := writeWithMode(h, LocalPathManifest, lp, ownerOnly); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -431,6 +447,11 @@ func verifyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) 
 // flannelImage is the flannel image the bundle carries.
 func flannelImage(h *Flow) string {
 	return bundleImage(h, "docker.io/flannel/flannel", addons.DefaultFlannelImage)
+}
+
+// localPathImage is the local-path-provisioner image the bundle carries.
+func localPathImage(h *Flow) string {
+	return bundleImage(h, "docker.io/rancher/local-path-provisioner", addons.DefaultLocalPathImage)
 }
 
 // networkPolicyImage is the kube-network-policies image the bundle carries.

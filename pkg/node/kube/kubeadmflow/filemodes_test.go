@@ -348,8 +348,8 @@ func TestFilesPhase(t *testing.T) {
 	for _, ph := range f.Phases() {
 		names = append(names, ph.Name)
 	}
-	assert.Equal(t, []string{"kubernetes-host", "kubernetes-pki", "kubernetes-config", PhaseKubernetes, PhaseKubernetesFiles, "kubernetes-upgrade"}, names,
-		"after kubeadm's steps, before an upgrade restarts etcd as etcd")
+	assert.Equal(t, []string{"kubernetes-host", "kubernetes-pki", "kubernetes-config", PhaseLocalVolumes, PhaseKubernetes, PhaseKubernetesFiles, "kubernetes-upgrade"}, names,
+		"the files after kubeadm's steps, before an upgrade restarts etcd as etcd; the volume area before the kubelet")
 }
 
 // A Kubernetes upgrade's kubeadm rewrites the kubelet's configuration

@@ -27,6 +27,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/leaselock"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
 )
 
 // Flow is a cluster node's formation on a host. New builds it; every
@@ -76,7 +77,17 @@ type Deps struct {
 	// labelled (noderole; controlPlanes are the control planes'
 	// addresses). See AdmitNodes.
 	Admission func(ctx context.Context, kubeconfig, pkiDir string, controlPlanes []string) error
-	Timing    Timing
+	// Volumes keeps the node's volume area (localvolumes.Area).
+	Volumes VolumeArea
+	Timing  Timing
+}
+
+// VolumeArea is the node's volume area for the local-path StorageClass:
+// Ensure makes (size bytes, 0 for the default, leaving keep bytes of
+// TERRA-STATE free) and mounts it, Check only looks.
+type VolumeArea interface {
+	Ensure(ctx context.Context, size, keep int64) (localvolumes.Result, error)
+	Check() error
 }
 
 // ProbeFunc asks an HTTPS endpoint for its status code and body (up to
@@ -152,6 +163,9 @@ func Real(h *host.Host) Deps {
 		Admission: func(ctx context.Context, kubeconfig, pkiDir string, controlPlanes []string) error {
 			return admitNodes(ctx, h, client, kubeconfig, pkiDir, controlPlanes)
 		},
+		Volumes: &localvolumes.Area{Host: h, Say: func(format string, args ...any) {
+			slog.Info(fmt.Sprintf(format, args...))
+		}},
 		Timing: DefaultTiming(),
 	}
 }
@@ -194,7 +208,7 @@ func New(h *host.Host, d Deps, state *nodestate.Store, report host.Reporter, clu
 	var missing []string
 	for name, ok := range map[string]bool{
 		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "API version": d.APIVersion != nil,
-		"probe": d.Probe != nil, "backups": d.Backups != nil,
+		"probe": d.Probe != nil, "backups": d.Backups != nil, "volumes": d.Volumes != nil,
 		"state": state != nil, "reporter": report != nil, "cluster status": cluster != nil,
 		"timing": d.Timing.StepAttempts > 0 && d.Timing.APIPoll > 0 && d.Timing.FilePoll > 0,
 	} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,7 +76,17 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	}
 	switch c.Role {
 	case machineconfig.RoleInit:
-		return []kubeadmStep{
+		// The workloads' add-ons once the cluster runs: a workload's
+		// claim or autoscaler waits for them, not the cluster. The
+		// default StorageClass; the resource metrics API.
+		var workloads []kubeadmStep
+		if c.LocalStorageEnabled() {
+			workloads = append(workloads, kubeadmStep{name: stepLocalStorage, own: applyManifest(LocalPathManifest)})
+		}
+		if c.MetricsEnabled() {
+			workloads = append(workloads, kubeadmStep{name: stepMetrics, own: applyMetricsServer})
+		}
+		return slices.Concat([]kubeadmStep{
 			runtime,
 			images,
 			// Not kubeadm's init preflight: its checks the node's
@@ -123,8 +134,9 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
 			kubeadmInit(stepAddons, initAddonPhases),
 			{name: "upgrade coordination", own: applyManifest(UpgradesManifest)},
+		}, workloads, []kubeadmStep{
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
-		}
+		})
 	case machineconfig.RoleControlPlane:
 		return []kubeadmStep{
 			{name: stepWaitForAPI, own: waitForAPI},
