@@ -61,16 +61,19 @@ vet: bin lint-tool
 	cd components/cni-plugins && GOWORK=off $(GO) vet ./flannel
 	cd components/pause && GOWORK=off $(GO) vet .
 	cd components/local-path-provisioner && GOWORK=off $(GO) vet ./volume
+	cd components/metallb && GOWORK=off $(GO) vet ./link ./crds
 	$(GOLANGCI_LINT) run ./...
 	cd components/cni-plugins && GOWORK=off $(GOLANGCI_LINT) run ./flannel
 	cd components/pause && GOWORK=off $(GOLANGCI_LINT) run .
 	cd components/local-path-provisioner && GOWORK=off $(GOLANGCI_LINT) run ./volume
+	cd components/metallb && GOWORK=off $(GOLANGCI_LINT) run ./link ./crds
 	$(BIN)/imagebuild components check
 
 unit: bin
 	$(GO) test -race -count=1 ./cmd/... ./pkg/...
 	cd components/cni-plugins && GOWORK=off $(GO) test -race -count=1 ./flannel
 	cd components/local-path-provisioner && GOWORK=off $(GO) test -race -count=1 ./volume
+	cd components/metallb && GOWORK=off $(GO) test -race -count=1 ./link ./crds
 
 qemu-test: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,7 +118,7 @@ func TestClusterFormation(t *testing.T) {
 	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
 	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
 	key, configs := clusterConfigs(ctx, t, "e2e",
-		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--worker", w.name+"="+w.ip+"@"+w.linkMAC)
+		"--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC, "--worker", w.name+"="+w.ip+"@"+w.linkMAC, "--load-balancer", lbPool)
 	if fi, err := os.Stat(filepath.Join(configs, "secrets.yaml")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("secrets.yaml: %v, mode %v; want 0600", err, fi.Mode())
 	}
@@ -129,7 +130,9 @@ func TestClusterFormation(t *testing.T) {
 		t.Fatalf("imagebuild bundle disk: %v\n%s", err, out)
 	}
 
-	linkPort := freePort(t)
+	// The cluster's link is a multicast Ethernet segment, where the test
+	// joins as a station of the plant network (l2Station).
+	group := fmt.Sprintf("230.0.77.1:%d", freePort(t))
 	linkCap := filepath.Join(work, "link.pcap")
 	for _, n := range []*clusterNode{cp, w} {
 		n.m = newMachine(t, image)
@@ -141,11 +144,10 @@ func TestClusterFormation(t *testing.T) {
 		n.sshPort = n.m.forwardSSH()
 		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
 	}
-	// The worker listens and the control plane connects: when the control
-	// plane is powered on again after the cut, its new QEMU connects to the
-	// worker's, which accepts again. The capture is on the side that stays.
-	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: linkCap}
-	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+	// The capture is on the worker, which the formation's cuts leave up:
+	// on the segment it sees every frame.
+	w.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: w.linkMAC, Capture: linkCap}
+	cp.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: cp.linkMAC}
 	apiPort := cp.m.forwardAPI()
 	// The worker's RTC runs three hours behind (a machine off the shelf
 	// in another time zone's local time): it must step, then follow the
@@ -277,16 +279,37 @@ spec:
 	// Resource metrics: kubectl top for both nodes, an HPA on CPU.
 	checkMetrics(t, ssh, flannelImage(t, ssh), cp.name, w.name)
 	logAuditGrowth(t, ssh)
+	// LoadBalancer addresses: a station of the plant network on the
+	// cluster's link reaches a Service's address, answered for by one
+	// node, and by the cluster's link only.
+	station := newL2Station(t, group, stationMAC, stationIP)
+	lbNode := checkLoadBalancer(ctx, t, ssh, station, cp, w)
+	lbIP := netip.MustParseAddr(lbFirst)
+	if lbNode != nil {
+		assert.Contains(t, arpSenders(t, linkCap, lbIP), lbNode.linkMAC, "the cluster's link carries %s's answers for %s", lbNode.name, lbIP)
+	}
 
 	// The site loses power, and the config sticks are gone when it comes
-	// back: each node boots from its stored state and rejoins.
+	// back: each node boots from its stored state and rejoins. The node
+	// that answers for the LoadBalancer address goes first: the other
+	// takes the address over.
+	cutFirst := w
+	if lbNode != nil {
+		checkLoadBalancerFailover(ctx, t, station, lbNode, []*clusterNode{cp, w})
+		cutFirst = lbNode
+	}
 	for _, n := range []*clusterNode{w, cp} {
-		cutPower(ctx, t, n.vm)
+		if n != cutFirst || lbNode == nil {
+			cutPower(ctx, t, n.vm)
+		}
+	}
+	for _, n := range []*clusterNode{cp, w} {
+		assert.Empty(t, arpSenders(t, n.m.capture, lbIP), "%s's management NIC never answers for the LoadBalancer address %s", n.name, lbIP)
 	}
 	restart := time.Now()
 	linkCap2 := filepath.Join(work, "link-after-cut.pcap")
 	w.m.link.Capture = linkCap2 // a new QEMU would truncate the first capture
-	w.vm = w.m.boot(ctx)        // listens on the link first
+	w.vm = w.m.boot(ctx)
 	cp.vm = cp.m.boot(ctx)
 	waitHealthy(ctx, t, restart, "verified", "verified and healthy without its stick", cp, w)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
@@ -300,6 +323,13 @@ spec:
 	checkAuditLine(t, ssh, secret)
 	if haveVolume {
 		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume)
+	}
+	// The LoadBalancer address answers again.
+	if lbNode != nil {
+		if n, mac, err := answering(ctx, station, lbIP, lbFailover, nil, []*clusterNode{cp, w}); assert.NoError(t, err, "after the power cut, no node answers for %s", lbIP) {
+			assert.NoError(t, connectWithin(ctx, station, mac, lbIP, lbFailover), "after the power cut, %s:80 via %s", lbIP, n.name)
+			t.Logf("after the power cut: %s answers for %s and it takes connections", n.name, lbIP)
+		}
 	}
 	// What the worker's health gate waited on, and its pods' restarts
 	// (a pod in CrashLoopBackOff waits out its back-off).

@@ -8,6 +8,7 @@ package clusterconfig
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
@@ -52,6 +53,10 @@ type Topology struct {
 	// NoMetrics leaves the cluster without metrics-server
 	// (machineconfig.Metrics.Disabled on every node).
 	NoMetrics bool
+	// LoadBalancer are the address ranges (FIRST-LAST or CIDR) MetalLB
+	// gives Services of type LoadBalancer on the cluster's link
+	// (machineconfig.LoadBalancer on every node); none: no MetalLB.
+	LoadBalancer []string
 }
 
 // Role of node i in the ordered list ControlPlanes+Workers.
@@ -111,6 +116,18 @@ func (t *Topology) Check() error {
 			first = p
 		} else if p != first && t.PrefixLength > 0 {
 			problems = append(problems, fmt.Sprintf("%s: %s is outside the cluster subnet %s", n.Hostname, n.IP, first))
+		}
+	}
+	for _, s := range t.LoadBalancer {
+		r, err := machineconfig.ParseAddressRange(s)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("--load-balancer %v", err))
+			continue
+		}
+		for _, n := range t.nodes() {
+			if r.Contains(n.IP) {
+				problems = append(problems, fmt.Sprintf("--load-balancer %s holds %s's address %s; leave the nodes' addresses out of the pool", s, n.Hostname, n.IP))
+			}
 		}
 	}
 	if len(problems) > 0 {
@@ -194,6 +211,9 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		}
 		if t.NoMetrics {
 			c.Cluster.Metrics = &machineconfig.Metrics{Disabled: true}
+		}
+		if len(t.LoadBalancer) > 0 {
+			c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: slices.Clone(t.LoadBalancer)}
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

@@ -101,6 +101,10 @@ type Cluster struct {
 	// Metrics is the cluster's resource metrics API (metrics-server).
 	// Absent: the cluster has it.
 	Metrics *Metrics `yaml:"metrics,omitempty"`
+	// LoadBalancer gives Services of type LoadBalancer addresses on the
+	// cluster's link (MetalLB, L2). Absent: the cluster has no
+	// LoadBalancer addresses.
+	LoadBalancer *LoadBalancer `yaml:"loadBalancer,omitempty"`
 }
 
 // Backup is a control plane's etcd snapshot schedule.
@@ -320,6 +324,9 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 	validateHardening(ps, p, c)
 	if c.LocalStorage != nil {
 		validateLocalStorage(ps, p.Field("localStorage"), *c.LocalStorage)
+	}
+	if c.LoadBalancer != nil {
+		validateLoadBalancer(ps, p.Field("loadBalancer"), c, prefixes)
 	}
 	if c.Backup != nil {
 		if c.IsControlPlane() {

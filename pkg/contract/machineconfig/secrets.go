@@ -141,6 +141,7 @@ var fields = []Field{
 	{"$.cluster.localStorage.disabled", Public},
 	{"$.cluster.localStorage.size", Public},
 	{"$.cluster.metrics.disabled", Public},
+	{"$.cluster.loadBalancer.addresses[*]", Public},
 	{"$.install.disk.path", Public},
 	{"$.install.disk.id", Public},
 	{"$.install.disk.serial", Public},

@@ -50,6 +50,9 @@ type Versions struct {
 	LocalPathProvisioner string `yaml:"localPathProvisioner"`
 	// MetricsServer is the resource metrics API (sigs.k8s.io/metrics-server).
 	MetricsServer string `yaml:"metricsServer"`
+	// MetalLB gives Services of type LoadBalancer addresses on the
+	// plant network (go.universe.tf/metallb).
+	MetalLB string `yaml:"metallb"`
 }
 
 // Load reads and checks the pins in dir (the components directory).
@@ -77,7 +80,7 @@ func Load(dir string) (*Versions, error) {
 		{"kubernetes", v.Kubernetes}, {"etcd", v.Etcd}, {"coredns", v.CoreDNS},
 		{"containerd", v.Containerd}, {"runc", v.Runc}, {"cniPlugins", v.CNIPlugins}, {"flannel", v.Flannel},
 		{"kubeNetworkPolicies", v.KubeNetworkPolicies}, {"localPathProvisioner", v.LocalPathProvisioner},
-		{"metricsServer", v.MetricsServer},
+		{"metricsServer", v.MetricsServer}, {"metallb", v.MetalLB},
 	} {
 		if !isSemver(f.v) {
 			ps.Addf(strictyaml.Root().Field(f.name), "%q is not a version like v1.2.3", f.v)
@@ -154,6 +157,10 @@ func (v *Versions) Images() []Image {
 			Programs: []string{"local-path-provisioner", "local-path-volume"}, BinDir: "/usr/bin"},
 		{Name: "registry.k8s.io/metrics-server/metrics-server:" + v.MetricsServer, Component: "metrics-server",
 			Programs: []string{"metrics-server"}, BinDir: "/"},
+		// MetalLB's two images, as upstream's; the speaker's carries
+		// metallb-link (ours), its init container.
+		{Name: "quay.io/metallb/controller:" + v.MetalLB, Component: "metallb", Programs: []string{"controller"}, BinDir: "/"},
+		{Name: "quay.io/metallb/speaker:" + v.MetalLB, Component: "metallb", Programs: []string{"speaker", "metallb-link"}, BinDir: "/"},
 	}
 }
 

@@ -37,6 +37,7 @@ func (v *Versions) Requirements() []Requirement {
 	add("kube-network-policies", v.KubeNetworkPolicies, "sigs.k8s.io/kube-network-policies")
 	add("local-path-provisioner", v.LocalPathProvisioner, "github.com/rancher/local-path-provisioner")
 	add("metrics-server", v.MetricsServer, "sigs.k8s.io/metrics-server")
+	add("metallb", v.MetalLB, "go.universe.tf/metallb")
 	return rs
 }
 

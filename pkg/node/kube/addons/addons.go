@@ -3,8 +3,9 @@
 // our CNI plugin in the slot), NetworkPolicy's enforcement
 // (kube-network-policies, from the bundle's image), CoreDNS's air-gapped
 // configuration, and what workloads get (docs/workloads.md): the default
-// StorageClass (local-path-provisioner) and the resource metrics API
-// (metrics-server), each from the bundle's image.
+// StorageClass (local-path-provisioner), the resource metrics API
+// (metrics-server) and LoadBalancer addresses (MetalLB), each from the
+// bundle's images.
 package addons
 
 import (

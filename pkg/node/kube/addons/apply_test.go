@@ -23,6 +23,8 @@ func TestManifestsApplyInProcess(t *testing.T) {
 	_, _, metricsIn := testCA(t)
 	metrics, err := MetricsServer(metricsIn)
 	require.NoError(t, err)
+	metallb, pool, err := MetalLB(MetalLBInput{Addresses: []string{"10.77.0.100-10.77.0.120"}})
+	require.NoError(t, err)
 	for _, tt := range []struct {
 		name     string
 		manifest []byte
@@ -42,6 +44,16 @@ func TestManifestsApplyInProcess(t *testing.T) {
 			"RoleBinding kube-system/metrics-server-auth-reader", "ClusterRoleBinding metrics-server:system:auth-delegator",
 			"ClusterRoleBinding system:metrics-server", "Secret kube-system/metrics-server-tls", "Service kube-system/metrics-server",
 			"Deployment kube-system/metrics-server", "APIService v1beta1.metrics.k8s.io"}},
+		{"metallb-crds", MetalLBCRDs, []string{"CustomResourceDefinition bfdprofiles.metallb.io", "CustomResourceDefinition bgpadvertisements.metallb.io",
+			"CustomResourceDefinition bgppeers.metallb.io", "CustomResourceDefinition communities.metallb.io",
+			"CustomResourceDefinition ipaddresspools.metallb.io", "CustomResourceDefinition l2advertisements.metallb.io",
+			"CustomResourceDefinition servicel2statuses.metallb.io"}},
+		{"metallb", metallb, []string{"Namespace metallb-system", "ServiceAccount metallb-system/controller", "ServiceAccount metallb-system/speaker",
+			"Role metallb-system/controller", "Role metallb-system/pod-lister", "ClusterRole metallb-system:controller", "ClusterRole metallb-system:speaker",
+			"RoleBinding metallb-system/controller", "RoleBinding metallb-system/pod-lister",
+			"ClusterRoleBinding metallb-system:controller", "ClusterRoleBinding metallb-system:speaker",
+			"Deployment metallb-system/controller", "DaemonSet metallb-system/speaker"}},
+		{"metallb-pool", pool, []string{"IPAddressPool metallb-system/terrarium", "L2Advertisement metallb-system/terrarium"}},
 		{"upgrades", Upgrades, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,15 @@ func (r *recordingAPI) ApplyManifest(_ context.Context, m []byte, fieldManager s
 	return nil
 }
 
+// stepNames are the names of a role's steps, in order.
+func stepNames(c *machineconfig.Cluster) []string {
+	var names []string
+	for _, st := range steps(c) {
+		names = append(names, st.name)
+	}
+	return names
+}
+
 func initNode() *machineconfig.Config {
 	return &machineconfig.Config{Hostname: "cp-1", Cluster: &machineconfig.Cluster{Name: "lab", Role: machineconfig.RoleInit,
 		NodeIP: "10.77.0.10", ControlPlanes: []string{"10.77.0.10"}, PodCIDR: "10.244.0.0/16", CACertHash: "sha256:00",
@@ -81,13 +90,6 @@ func TestNetworkPolicyImageDefault(t *testing.T) {
 // config switches local storage off; other roles never apply it.
 func TestInitNodeAppliesLocalStorage(t *testing.T) {
 	ctx := context.Background()
-	stepNames := func(c *machineconfig.Cluster) []string {
-		var names []string
-		for _, st := range steps(c) {
-			names = append(names, st.name)
-		}
-		return names
-	}
 	for _, disabled := range []bool{false, true} {
 		f := testFlow(t, nil)
 		write(t, f, bundleIndex, 0o600, `{"manifests":[`+

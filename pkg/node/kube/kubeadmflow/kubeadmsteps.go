@@ -78,13 +78,17 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 	case machineconfig.RoleInit:
 		// The workloads' add-ons once the cluster runs: a workload's
 		// claim or autoscaler waits for them, not the cluster. The
-		// default StorageClass; the resource metrics API.
+		// default StorageClass; the resource metrics API; LoadBalancer
+		// addresses.
 		var workloads []kubeadmStep
 		if c.LocalStorageEnabled() {
 			workloads = append(workloads, kubeadmStep{name: stepLocalStorage, own: applyManifest(LocalPathManifest)})
 		}
 		if c.MetricsEnabled() {
 			workloads = append(workloads, kubeadmStep{name: stepMetrics, own: applyMetricsServer})
+		}
+		if c.LoadBalancerEnabled() {
+			workloads = append(workloads, kubeadmStep{name: stepLoadBalancer, own: applyMetalLB})
 		}
 		return slices.Concat([]kubeadmStep{
 			runtime,

@@ -25,19 +25,22 @@ type resource struct {
 // manifest, as kubectl does; the add-ons' kinds are known when the image
 // is built.
 var resources = map[string]resource{
-	"v1/Namespace":                                    {"namespaces", false},
-	"v1/ServiceAccount":                               {"serviceaccounts", true},
-	"v1/ConfigMap":                                    {"configmaps", true},
-	"v1/Secret":                                       {"secrets", true},
-	"v1/Service":                                      {"services", true},
-	"apps/v1/DaemonSet":                               {"daemonsets", true},
-	"apps/v1/Deployment":                              {"deployments", true},
-	"storage.k8s.io/v1/StorageClass":                  {"storageclasses", false},
-	"apiregistration.k8s.io/v1/APIService":            {"apiservices", false},
-	"rbac.authorization.k8s.io/v1/ClusterRole":        {"clusterroles", false},
-	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": {"clusterrolebindings", false},
-	"rbac.authorization.k8s.io/v1/Role":               {"roles", true},
-	"rbac.authorization.k8s.io/v1/RoleBinding":        {"rolebindings", true},
+	"v1/Namespace":                                     {"namespaces", false},
+	"v1/ServiceAccount":                                {"serviceaccounts", true},
+	"v1/ConfigMap":                                     {"configmaps", true},
+	"v1/Secret":                                        {"secrets", true},
+	"v1/Service":                                       {"services", true},
+	"apps/v1/DaemonSet":                                {"daemonsets", true},
+	"apps/v1/Deployment":                               {"deployments", true},
+	"storage.k8s.io/v1/StorageClass":                   {"storageclasses", false},
+	"apiregistration.k8s.io/v1/APIService":             {"apiservices", false},
+	"rbac.authorization.k8s.io/v1/ClusterRole":         {"clusterroles", false},
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  {"clusterrolebindings", false},
+	"rbac.authorization.k8s.io/v1/Role":                {"roles", true},
+	"rbac.authorization.k8s.io/v1/RoleBinding":         {"rolebindings", true},
+	"apiextensions.k8s.io/v1/CustomResourceDefinition": {"customresourcedefinitions", false},
+	"metallb.io/v1beta1/IPAddressPool":                 {"ipaddresspools", true},
+	"metallb.io/v1beta1/L2Advertisement":               {"l2advertisements", true},
 }
 
 // Object is one document of a manifest, as ApplyManifest sends it.
