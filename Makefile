@@ -82,7 +82,7 @@ qemu-test: image
 
 test: deps bin vet unit qemu-test
 
-# Every Go fuzz target (go test -list '^Fuzz' ./pkg/...) for FUZZTIME each,
+# Every Go fuzz target (go test -list '^Fuzz' ./pkg/... and the components' own programs) for FUZZTIME each,
 # one after another; not part of `make test`. A failing input is written to
 # the package's testdata/fuzz/ and becomes a regression test
 # (docs/fuzzing.md). `make fuzz FUZZTIME=30s` for a quick pass;

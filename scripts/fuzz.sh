@@ -13,20 +13,29 @@ GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-10m}
 
 # `go test -list` prints a package's matching names, then "ok <package>".
-list=$($GO test -list '^Fuzz' ./pkg/...)
+# A target is "DIR PACKAGE NAME": DIR is the module it is tested in, the
+# repository's own or a component's nested module (components/*/ with Go
+# packages of ours, tested with GOWORK=off as `make unit` does).
 targets=()
-names=()
-while IFS= read -r line; do
-	case $line in
-	Fuzz*) names+=("$line") ;;
-	ok*)
-		pkg=$(awk '{print $2}' <<<"$line")
-		for n in "${names[@]}"; do targets+=("$pkg $n"); done
-		names=()
-		;;
-	*) names=() ;;
-	esac
-done <<<"$list"
+# collect DIR PATTERN lists DIR's fuzz targets in PATTERN's packages.
+collect() {
+	local dir=$1 pattern=$2 list line pkg n names=()
+	list=$(cd "$dir" && GOWORK=off $GO test -list '^Fuzz' "$pattern")
+	while IFS= read -r line; do
+		case $line in
+		Fuzz*) names+=("$line") ;;
+		ok*)
+			pkg=$(awk '{print $2}' <<<"$line")
+			for n in "${names[@]}"; do targets+=("$dir $pkg $n"); done
+			names=()
+			;;
+		*) names=() ;;
+		esac
+	done <<<"$list"
+}
+collect . ./pkg/...
+collect components/metallb ./link
+collect components/local-path-provisioner ./volume
 if [ -n "${FUZZ_MATCH:-}" ]; then
 	kept=()
 	for t in "${targets[@]}"; do
@@ -43,8 +52,8 @@ echo "fuzz: ${#targets[@]} targets, $FUZZTIME each"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-# fuzz PKG NAME runs one target into $log.
-fuzz() { $GO test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" "$1" >"$log" 2>&1; }
+# fuzz DIR PKG NAME runs one target into $log.
+fuzz() { (cd "$1" && GOWORK=off $GO test -run '^$' -fuzz "^$3\$" -fuzztime "$FUZZTIME" "$2") >"$log" 2>&1; }
 
 # deadline_race reports whether the run in $log failed only because a worker
 # missed the end of -fuzztime (go.dev/issue/75804): no input was found.
@@ -54,14 +63,14 @@ deadline_race() {
 
 failed=()
 for t in "${targets[@]}"; do
-	read -r pkg name <<<"$t"
+	read -r dir pkg name <<<"$t"
 	echo "== $pkg $name"
 	ok=true
-	if ! fuzz "$pkg" "$name"; then
+	if ! fuzz "$dir" "$pkg" "$name"; then
 		ok=false
 		if deadline_race; then
 			echo "(stopped by Go's fuzztime deadline race, no failing input; running it again)"
-			fuzz "$pkg" "$name" && ok=true
+			fuzz "$dir" "$pkg" "$name" && ok=true
 		fi
 	fi
 	if ! $ok; then

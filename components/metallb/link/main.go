@@ -33,6 +33,10 @@ func main() {
 	}
 }
 
+// maxLinkName is the longest name Linux gives a link (IFNAMSIZ less its
+// NUL).
+const maxLinkName = 15
+
 // link is a network link and the addresses on it.
 type link struct {
 	name  string
@@ -88,8 +92,8 @@ func run(args []string, out io.Writer, links func() ([]link, error)) error {
 	if err != nil {
 		return err
 	}
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("the cluster's link %q: its name is not UTF-8, which the speaker's expressions cannot name", name)
+	if !utf8.ValidString(name) || len(name) > maxLinkName {
+		return fmt.Errorf("the cluster's link %q: not a link name this program can express (UTF-8, at most %d bytes)", name, maxLinkName)
 	}
 	if err := writeFile(*file, excludeConfig(name)); err != nil {
 		return err
@@ -126,7 +130,8 @@ func excludeConfig(name string) []byte {
 		"announcedInterfacesToExclude: [" + yamlQuote(allBut(name)) + "]\n")
 }
 
-// allBut (name in UTF-8) is a regular expression (RE2, which has no look-ahead) that
+// allBut (name in UTF-8, at most maxLinkName bytes: the expression grows
+// with the square of its length) is a regular expression (RE2, which has no look-ahead) that
 // matches every string but name: one that differs from name at some
 // rune, or stops short of its end, or goes on past it.
 func allBut(name string) string {

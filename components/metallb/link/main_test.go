@@ -83,6 +83,8 @@ func TestRefusals(t *testing.T) {
 		{"not an address", []string{"-node-ip", "cp-1", "-o", filepath.Join(dir, "c")}, node, "-node-ip"},
 		{"no file", []string{"-node-ip", "10.77.0.10"}, node, "-o: no file named"},
 		{"extra", []string{"-node-ip", "10.77.0.10", "-o", filepath.Join(dir, "d"), "more"}, node, "unexpected arguments"},
+		{"name too long", []string{"-node-ip", "10.0.0.1", "-o", filepath.Join(dir, "f")},
+			fakeLinks(l("a-very-long-link-name", "10.0.0.1/24")), "not a link name this program can express"},
 		{"links fail", []string{"-node-ip", "10.77.0.10", "-o", filepath.Join(dir, "e")},
 			func() ([]link, error) { return nil, errors.New("list links: denied") }, "list links: denied"},
 	} {
@@ -115,8 +117,8 @@ func FuzzAllBut(f *testing.F) {
 	f.Add("a*b", "aab")
 	f.Add("é]x", "é")
 	f.Fuzz(func(t *testing.T, name, other string) {
-		if !utf8.ValidString(name) || !utf8.ValidString(other) {
-			t.Skip("run refuses a link name that is not UTF-8")
+		if !utf8.ValidString(name) || !utf8.ValidString(other) || len(name) > maxLinkName {
+			t.Skip("run refuses a link name that is not UTF-8 or longer than Linux allows")
 		}
 		re, err := regexp.Compile("(" + allBut(name) + ")")
 		if err != nil {
