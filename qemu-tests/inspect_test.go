@@ -178,7 +178,10 @@ func (s *stateDisk) fsUUID() string {
 // checkCapture asserts that every IP packet in a pcap file stayed on the
 // test network: IPv4 inside subnet (or DHCP's 0.0.0.0/broadcast), IPv6
 // link-local or multicast only.
-func checkCapture(t *testing.T, path string, subnet *net.IPNet) (packets int) {
+// pcapFrames reads the frames of a little-endian pcap capture (QEMU's
+// filter-dump). A capture still being written may end in a partial
+// record, which is left out.
+func pcapFrames(t *testing.T, path string) [][]byte {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -187,17 +190,25 @@ func checkCapture(t *testing.T, path string, subnet *net.IPNet) (packets int) {
 	if len(data) < 24 || binary.LittleEndian.Uint32(data) != 0xa1b2c3d4 {
 		t.Fatalf("%s is not a little-endian pcap file", path)
 	}
-	ok4 := func(ip net.IP) bool {
-		return subnet.Contains(ip) || ip.Equal(net.IPv4zero) || ip.Equal(net.IPv4bcast)
-	}
-	ok6 := func(ip net.IP) bool { return ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() }
+	var frames [][]byte
 	for off := 24; off+16 <= len(data); {
 		n := int(binary.LittleEndian.Uint32(data[off+8:]))
 		if off+16+n > len(data) {
 			break
 		}
-		frame := data[off+16 : off+16+n]
+		frames = append(frames, data[off+16:off+16+n])
 		off += 16 + n
+	}
+	return frames
+}
+
+func checkCapture(t *testing.T, path string, subnet *net.IPNet) (packets int) {
+	t.Helper()
+	ok4 := func(ip net.IP) bool {
+		return subnet.Contains(ip) || ip.Equal(net.IPv4zero) || ip.Equal(net.IPv4bcast)
+	}
+	ok6 := func(ip net.IP) bool { return ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() }
+	for _, frame := range pcapFrames(t, path) {
 		if len(frame) < 14 {
 			continue
 		}

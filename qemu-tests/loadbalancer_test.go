@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,21 +162,11 @@ func checkLoadBalancerFailover(ctx context.Context, t *testing.T, st *l2Station,
 }
 
 // arpSenders are the MACs of the ARP packets in a pcap capture that claim
-// ip (its sender address): requests, replies and gratuitous ARP. A
-// capture still being written may end in a partial record.
+// ip (its sender address): requests, replies and gratuitous ARP.
 func arpSenders(t *testing.T, path string, ip netip.Addr) []string {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.True(t, len(data) >= 24 && binary.LittleEndian.Uint32(data) == 0xa1b2c3d4, "%s is not a little-endian pcap file", path)
 	var out []string
-	for off := 24; off+16 <= len(data); {
-		n := int(binary.LittleEndian.Uint32(data[off+8:]))
-		if off+16+n > len(data) {
-			break
-		}
-		f := data[off+16 : off+16+n]
-		off += 16 + n
+	for _, f := range pcapFrames(t, path) {
 		if len(f) >= 42 && binary.BigEndian.Uint16(f[12:14]) == 0x0806 && netip.AddrFrom4([4]byte(f[28:32])) == ip {
 			out = append(out, net.HardwareAddr(f[22:28]).String())
 		}

@@ -1,11 +1,9 @@
 package addons
 
 import (
-	"bytes"
 	_ "embed"
 	"fmt"
 	"path/filepath"
-	"text/template"
 )
 
 // DefaultLocalPathImage is used when the bundle names none.
@@ -31,13 +29,5 @@ func LocalPath(in LocalPathInput) ([]byte, error) {
 	if !filepath.IsAbs(in.VolumesDir) || filepath.Clean(in.VolumesDir) != in.VolumesDir {
 		return nil, fmt.Errorf("local-path-provisioner: the volume area %q is not a clean absolute path", in.VolumesDir)
 	}
-	t, err := template.New("local-path-provisioner").Option("missingkey=error").Parse(localPathTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("parse local-path-provisioner manifest: %w", err)
-	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, in); err != nil {
-		return nil, fmt.Errorf("render local-path-provisioner manifest: %w", err)
-	}
-	return b.Bytes(), nil
+	return renderManifest("local-path-provisioner", localPathTemplate, in)
 }

@@ -1,7 +1,6 @@
 package addons
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -10,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"text/template"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/kube/nodecert"
@@ -70,17 +68,9 @@ func MetricsServer(in MetricsServerInput) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics-server: its serving certificate: %w", err)
 	}
-	t, err := template.New("metrics-server").Option("missingkey=error").Parse(metricsServerTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics-server manifest: %w", err)
-	}
 	b64 := base64.StdEncoding.EncodeToString
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: in.CA.Raw})
-	var b bytes.Buffer
-	if err := t.Execute(&b, struct{ Image, CertBase64, KeyBase64, CABase64 string }{
+	return renderManifest("metrics-server", metricsServerTemplate, struct{ Image, CertBase64, KeyBase64, CABase64 string }{
 		in.Image, b64(certPEM), b64(keyPEM), b64(caPEM),
-	}); err != nil {
-		return nil, fmt.Errorf("render metrics-server manifest: %w", err)
-	}
-	return b.Bytes(), nil
+	})
 }
