@@ -293,13 +293,11 @@ spec:
 	// back: each node boots from its stored state and rejoins. The node
 	// that answers for the LoadBalancer address goes first: the other
 	// takes the address over.
-	cutFirst := w
 	if lbNode != nil {
 		checkLoadBalancerFailover(ctx, t, station, lbNode, []*clusterNode{cp, w})
-		cutFirst = lbNode
 	}
 	for _, n := range []*clusterNode{w, cp} {
-		if n != cutFirst || lbNode == nil {
+		if n != lbNode { // the failover cut that one
 			cutPower(ctx, t, n.vm)
 		}
 	}
