@@ -25,14 +25,18 @@ import (
 )
 
 // TestClusterBackupRestore: disaster recovery of a one-control-plane
-// cluster. The cluster forms and runs a workload (a ConfigMap and a
-// Deployment of a bundled image on the worker); a TERRA-BACKUP stick
-// inserted into the control plane receives the cluster's encrypted backup.
-// Then every VM is destroyed with its disks. A new control plane, booted
-// from the image with the old control plane's config disk and the backup
-// stick, restores etcd from it; a new worker with the old worker's config
-// disk joins; the ConfigMap is there and the Deployment runs again on the
-// worker. Every packet stays inside the test networks.
+// cluster whose backups carry the nodes' volumes (--backup-volumes). The
+// cluster forms and runs a workload (a ConfigMap, a Deployment of a
+// bundled image on the worker, a StatefulSet with a volume there); a
+// TERRA-BACKUP stick inserted into the control plane receives the
+// cluster's encrypted backup, then, inserted into the worker, the
+// worker's volumes. Then every VM is destroyed with its disks. A new
+// control plane, booted from the image with the old control plane's
+// config disk and the backup stick, restores etcd from it; a new worker
+// with the old worker's config disk and the stick restores its volumes
+// and joins; the ConfigMap is there, the Deployment runs again on the
+// worker, and the StatefulSet's volume holds what was written. Every
+// packet stays inside the test networks.
 func TestClusterBackupRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
@@ -40,15 +44,14 @@ func TestClusterBackupRestore(t *testing.T) {
 	// test applications.
 	image, bin := fixture(t, "TERRARIUM_TEST_IMAGE"), fixture(t, "TERRARIUM_BIN")
 	work := t.TempDir()
-	topology := []string{"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20"}
+	topology := []string{"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20", "--backup-volumes"}
 	key, configs := clusterConfigs(ctx, t, "e2e-dr", topology...)
 	secrets := filepath.Join(configs, "secrets.yaml")
 
 	// generation makes and boots a fresh pair of VMs (new disks from the
-	// image) with the cluster's config disks; the control plane also gets
-	// extra disks.
+	// image) with the cluster's config disks and, on both, extra disks.
 	linkPort := freePort(t)
-	generation := func(gen int, cpExtra ...qemu.Disk) (cp, w *clusterNode, start time.Time) {
+	generation := func(gen int, extra ...qemu.Disk) (cp, w *clusterNode, start time.Time) {
 		cp = &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
 		w = &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
 		for _, n := range []*clusterNode{cp, w} {
@@ -64,8 +67,8 @@ func TestClusterBackupRestore(t *testing.T) {
 			Capture: filepath.Join(work, fmt.Sprintf("link-%d.pcap", gen))}
 		cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
 		start = time.Now()
-		w.vm = w.m.boot(ctx, configAttached(w.disk))
-		cp.vm = cp.m.boot(ctx, append([]qemu.Disk{configAttached(cp.disk)}, cpExtra...)...)
+		w.vm = w.m.boot(ctx, append([]qemu.Disk{configAttached(w.disk)}, extra...)...)
+		cp.vm = cp.m.boot(ctx, append([]qemu.Disk{configAttached(cp.disk)}, extra...)...)
 		return cp, w, start
 	}
 	destroy := func(nodes ...*clusterNode) {
@@ -106,6 +109,9 @@ spec:
 `
 	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
 	ssh.run("kubectl rollout status --timeout=10m deployment/sleeper")
+	wSSH := dialSSH(ctx, t, w.sshPort, key)
+	vol, ok := checkLocalStorage(t, ssh, wSSH, w.name)
+	require.True(t, ok, "the StatefulSet's volume on the worker")
 	t.Logf("workload running:\n%s", ssh.run("kubectl get pods -o wide"))
 
 	// The backup: a TERRA-BACKUP stick inserted into the running control
@@ -117,10 +123,20 @@ spec:
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 	require.NoError(t, cp.vm.HotplugDisk(ctx, qemu.Disk{ID: "backup", Path: stick, Format: "raw", Bus: qemu.BusUSB}))
-	m, err := cp.vm.Expect(ctx, regexp.MustCompile(`backup: wrote \S*/(terrarium-backup-\S+\.age) \((\d+) KiB\) of a fresh snapshot to the TERRA-BACKUP stick; it may be removed`))
+	m, err := cp.vm.Expect(ctx, regexp.MustCompile(`backup: wrote \S*/(terrarium-backup-\S+\.age) \((\d+) KiB\) of a fresh snapshot to the TERRA-BACKUP stick`))
 	require.NoError(t, err, "no backup written to the stick")
+	// The control plane's own volumes (none) come with it.
+	cpVolumes, err := cp.vm.Expect(ctx, regexp.MustCompile(`backup: wrote \S*/(terrarium-volumes-e2e-dr-cp-1-\S+\.age) \((\d+) KiB\) of 0 volumes, 0 files to the TERRA-BACKUP stick; it may be removed`))
+	require.NoError(t, err, "no volume backup of the control plane on the stick")
 	require.NoError(t, cp.vm.UnplugDisk(ctx, "backup"))
-	t.Logf("backup on the stick: %s, %s KiB", m[1], m[2])
+	t.Logf("backup on the stick: %s, %s KiB; %s, %s KiB", m[1], m[2], cpVolumes[1], cpVolumes[2])
+
+	// The worker's volumes: the same stick inserted into it.
+	require.NoError(t, w.vm.HotplugDisk(ctx, qemu.Disk{ID: "backup", Path: stick, Format: "raw", Bus: qemu.BusUSB}))
+	wVolumes, err := w.vm.Expect(ctx, regexp.MustCompile(`backup: wrote \S*/(terrarium-volumes-e2e-dr-w-1-\S+\.age) \((\d+) KiB\) of 1 volumes, (\d+) files to the TERRA-BACKUP stick; it may be removed`))
+	require.NoError(t, err, "no volume backup of the worker on the stick")
+	require.NoError(t, w.vm.UnplugDisk(ctx, "backup"))
+	t.Logf("the worker's volumes on the stick: %s, %s KiB, %s files", wVolumes[1], wVolumes[2], wVolumes[3])
 	// Its output through files, not sudo's pty, which now and then loses
 	// it.
 	cli, err := ssh.sudoTry("firstboot backup --dir /tmp/backups && ls -l /tmp/backups /var/lib/terrarium/etcd-snapshots")
@@ -140,6 +156,21 @@ spec:
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "cluster e2e-dr")
 	assert.FileExists(t, filepath.Join(work, "opened", backup.SnapshotName))
+	t.Logf("imagebuild config backup-open: %s", strings.TrimSpace(string(out)))
+
+	// And the worker's volumes, with the token the StatefulSet wrote.
+	v, err = volume.Open(stick)
+	require.NoError(t, err)
+	data, err = v.ReadFile(wVolumes[1], 1<<30)
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	local = filepath.Join(work, wVolumes[1])
+	require.NoError(t, os.WriteFile(local, data, 0o600))
+	out, err = exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "backup-open", "--secrets", secrets, "-o", filepath.Join(work, "volumes"), local).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	token, err := os.ReadFile(filepath.Join(work, "volumes", filepath.Base(vol.path), "token"))
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, vol.token, strings.TrimSpace(string(token)), "the operator reads the volume from the backup")
 	t.Logf("imagebuild config backup-open: %s", strings.TrimSpace(string(out)))
 
 	// The secrets encryption key is rotated after the backup
@@ -164,6 +195,9 @@ spec:
 	restored, err := cp.vm.Expect(ctx, regexp.MustCompile(`restore etcd from a backup: restored: ([^\n]*)`))
 	require.NoError(t, err, "the new control plane did not restore from the stick")
 	t.Logf("%s: restored %s, %s after power-on", cp.name, restored[1], time.Since(start).Round(time.Second))
+	restored, err = w.vm.Expect(ctx, regexp.MustCompile(`restore volumes from a backup: restored: (1 volumes[^\n]*)`))
+	require.NoError(t, err, "the new worker did not restore its volumes from the stick")
+	t.Logf("%s: restored %s, %s after power-on", w.name, restored[1], time.Since(start).Round(time.Second))
 	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
 	// The new worker waited out its predecessor's Node (Ready in the
 	// snapshot) instead of failing its kubelet start, which refuses a
@@ -185,6 +219,7 @@ spec:
 	ssh.run("kubectl rollout status --timeout=15m deployment/sleeper")
 	pods := ssh.output("kubectl get pods -l app=sleeper -o wide", regexp.MustCompile(`sleeper-\S+\s+1/1\s+Running.*w-1`))
 	assert.Regexp(t, `sleeper-\S+\s+1/1\s+Running.*w-1`, pods, "the Deployment runs on the rejoined worker")
+	checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, vol, "the restore of "+w.name+" onto a new machine")
 	nodes := ssh.output("kubectl get nodes", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
 	assert.Regexp(t, `(?s)cp-1\s+Ready.*w-1\s+Ready`, nodes)
 	t.Logf("after the restore, %s after power-on:\n%s\n%s", time.Since(start).Round(time.Second), nodes, pods)

@@ -320,7 +320,7 @@ spec:
 	// volume's data on the worker's.
 	checkAuditLine(t, ssh, secret)
 	if haveVolume {
-		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume)
+		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume, "the power cut of "+w.name)
 	}
 	// The LoadBalancer address answers again.
 	if lbNode != nil {

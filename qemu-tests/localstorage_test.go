@@ -140,21 +140,22 @@ func checkVolumeOnNode(t *testing.T, nodeSSH *sshClient, node string, v localVol
 	t.Logf("%s's volume area:\n%s", node, strings.TrimSpace(out))
 }
 
-// checkLocalVolumeKept: after the power cut, the StatefulSet's pod runs
-// again on its node with the token checkLocalStorage wrote.
-func checkLocalVolumeKept(t *testing.T, ssh, nodeSSH *sshClient, node string, v localVolume) {
+// checkLocalVolumeKept: after what happened to the node (a power cut, a
+// restore onto a new machine), the StatefulSet's pod runs again on it with
+// the token checkLocalStorage wrote.
+func checkLocalVolumeKept(t *testing.T, ssh, nodeSSH *sshClient, node string, v localVolume, after string) {
 	t.Helper()
 	if out, err := ssh.read("kubectl wait --for=condition=Ready --timeout=" + storagePodTimeout.String() + " pod/" + storagePod); err != nil {
-		t.Errorf("after the power cut, pod %s is not Ready: %v\n%s", storagePod, err, out)
+		t.Errorf("after %s, pod %s is not Ready: %v\n%s", after, storagePod, err, out)
 		return
 	}
 	out, err := ssh.read("kubectl exec " + storagePod + " -- busybox cat " + storageFile)
 	if err != nil || strings.TrimSpace(out) != v.token {
-		t.Errorf("after the power cut, %s holds %q, not the token written before (%s): %v", storageFile, strings.TrimSpace(out), v.token, err)
+		t.Errorf("after %s, %s holds %q, not the token written before (%s): %v", after, storageFile, strings.TrimSpace(out), v.token, err)
 		return
 	}
 	checkVolumeOnNode(t, nodeSSH, node, v)
-	t.Logf("local storage: the volume's token is intact after the power cut of %s", node)
+	t.Logf("local storage: the volume's token is intact after %s", after)
 }
 
 // flannelImage is the image of the cluster's flannel, which every node has

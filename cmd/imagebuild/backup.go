@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -28,28 +29,46 @@ func backupPassphrase(path string) (*clustersecrets.Secrets, string, error) {
 	return s, pass, nil
 }
 
+// volumesPassphrase is node's volume backup passphrase in the cluster whose
+// secrets are s.
+func volumesPassphrase(s *clustersecrets.Secrets, path, node string) (string, error) {
+	pass, err := backup.VolumesPassphrase([]byte(s.CA.Key), s.ClusterName, node)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return pass, nil
+}
+
 func backupKeyCmd() *cobra.Command {
-	var secretsPath string
+	var secretsPath, node string
 	cmd := &cobra.Command{
 		Use:   "backup-key",
 		Short: "Print the cluster's backup passphrase (derived from its CA key), for the age tool",
 		Long: `Prints the passphrase the cluster's backups (terrarium-backup-*.age) are
 encrypted to: HKDF-SHA256 of the cluster CA's private key, bound to the
 cluster's name (docs/operations/backup.md). Anyone holding the secrets file
-can derive it; keep it as you keep the secrets file.`,
+can derive it; keep it as you keep the secrets file. With --node, prints that
+node's volume backup passphrase instead (terrarium-volumes-*.age).`,
 		Example: `  imagebuild config backup-key --secrets cluster/secrets.yaml
-  age -d terrarium-backup-plant-7-cp-1-20261126T120000Z.age | tar -t   # paste the passphrase`,
+  age -d terrarium-backup-plant-7-cp-1-20261126T120000Z.age | tar -t   # paste the passphrase
+  imagebuild config backup-key --secrets cluster/secrets.yaml --node w-1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, pass, err := backupPassphrase(secretsPath)
+			s, pass, err := backupPassphrase(secretsPath)
 			if err != nil {
 				return err
 			}
-			fmt.Println(pass)
-			return nil
+			if node != "" {
+				if pass, err = volumesPassphrase(s, secretsPath, node); err != nil {
+					return err
+				}
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), pass)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&secretsPath, "secrets", "", "the cluster's secrets file")
+	cmd.Flags().StringVar(&node, "node", "", "print this node's volume backup passphrase")
 	return cmd
 }
 
@@ -57,13 +76,19 @@ func backupOpenCmd() *cobra.Command {
 	var secretsPath, out string
 	cmd := &cobra.Command{
 		Use:   "backup-open FILE",
-		Short: "Decrypt and check a cluster backup, unpacking its etcd snapshot and PKI into a directory",
+		Short: "Decrypt and check a cluster or volume backup, unpacking it into a directory",
 		Long: `Decrypts a backup with the cluster's passphrase, checks every member's size and
 digest against its manifest, and unpacks snapshot.db and pki/ into -o (which
 must not exist or be empty). It prints the manifest: which cluster, which
-node, when.`,
-		Example: `  imagebuild config backup-open --secrets cluster/secrets.yaml -o restored/ terrarium-backup-plant-7-cp-1-20261126T120000Z.age`,
-		Args:    cobra.ExactArgs(1),
+node, when.
+
+A node's volume backup (terrarium-volumes-<cluster>-<node>-<time>.age) is
+decrypted with that node's passphrase, found from its file name, and its
+volumes unpacked into -o, one directory each, with their modes and times
+(their owners too when run as root).`,
+		Example: `  imagebuild config backup-open --secrets cluster/secrets.yaml -o restored/ terrarium-backup-plant-7-cp-1-20261126T120000Z.age
+  imagebuild config backup-open --secrets cluster/secrets.yaml -o volumes/ terrarium-volumes-plant-7-w-1-20261203T050000Z.age`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return errors.New("give -o, the directory to unpack into")
@@ -71,7 +96,7 @@ node, when.`,
 			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 				return fmt.Errorf("-o %s is not empty", out)
 			}
-			_, pass, err := backupPassphrase(secretsPath)
+			s, pass, err := backupPassphrase(secretsPath)
 			if err != nil {
 				return err
 			}
@@ -80,6 +105,19 @@ node, when.`,
 				return err
 			}
 			defer f.Close()
+			if node, _, ok := backup.ParseVolumesFileName(filepath.Base(args[0]), s.ClusterName); ok {
+				pass, err := volumesPassphrase(s, secretsPath, node)
+				if err != nil {
+					return err
+				}
+				m, err := backup.ExtractVolumes(f, pass, out, os.Geteuid() == 0)
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				fmt.Printf("%s: cluster %s (CA %s), volumes of %s at %s, release %s: %s\nunpacked into %s\n",
+					args[0], m.Cluster, m.CACertHash, m.Node, m.TakenAt.Format("2006-01-02T15:04:05Z07:00"), m.Release, m.VolumesSummary(), out)
+				return nil
+			}
 			m, err := backup.Extract(f, pass, out)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)

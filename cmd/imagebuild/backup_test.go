@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,4 +60,53 @@ func TestBackupOpen(t *testing.T) {
 	assert.ErrorIs(t, open(other, filepath.Join(dir, "other")), backup.ErrNotThisCluster)
 	_, _, err = backupPassphrase("")
 	assert.ErrorContains(t, err, "give --secrets")
+}
+
+// A node's volume backup opens with the secrets file alone: backup-open
+// finds the node's passphrase from the file's name, and backup-key
+// --node prints it for the age tool.
+func TestVolumeBackupOpen(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now().UTC().Truncate(time.Second)
+	s, err := clustersecrets.Generate("plant-7", now, time.Hour, nil)
+	require.NoError(t, err)
+	secrets := filepath.Join(dir, "secrets.yaml")
+	require.NoError(t, clustersecrets.Save(secrets, s))
+	pass, err := backup.VolumesPassphrase([]byte(s.CA.Key), "plant-7", "w-1")
+	require.NoError(t, err)
+	hash, err := s.CACertHash()
+	require.NoError(t, err)
+
+	area := filepath.Join(dir, "area")
+	require.NoError(t, os.MkdirAll(filepath.Join(area, "pvc-1_default_data-0"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(area, "pvc-1_default_data-0", "token"), []byte("token-1"), 0o644))
+	scan, err := backup.ScanVolumes(area)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = backup.WriteVolumes(context.Background(), &buf, pass, backup.VolumesManifest{Cluster: "plant-7", CACertHash: hash, Node: "w-1", TakenAt: now}, area, scan)
+	require.NoError(t, err)
+	file := filepath.Join(dir, backup.VolumesFileName("plant-7", "w-1", now))
+	require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o600))
+
+	cmd := backupOpenCmd()
+	out := filepath.Join(dir, "opened")
+	cmd.SetArgs([]string{"--secrets", secrets, "-o", out, file})
+	require.NoError(t, cmd.Execute())
+	got, err := os.ReadFile(filepath.Join(out, "pvc-1_default_data-0", "token"))
+	require.NoError(t, err)
+	assert.Equal(t, "token-1", string(got))
+
+	// Renamed to another node's name, it does not open.
+	other := filepath.Join(dir, backup.VolumesFileName("plant-7", "w-2", now))
+	require.NoError(t, os.Rename(file, other))
+	cmd = backupOpenCmd()
+	cmd.SetArgs([]string{"--secrets", secrets, "-o", filepath.Join(dir, "other"), other})
+	assert.ErrorIs(t, cmd.Execute(), backup.ErrNotThisNode)
+
+	key := backupKeyCmd()
+	var stdout bytes.Buffer
+	key.SetArgs([]string{"--secrets", secrets, "--node", "w-1"})
+	key.SetOut(&stdout)
+	require.NoError(t, key.Execute())
+	assert.Equal(t, pass+"\n", stdout.String())
 }

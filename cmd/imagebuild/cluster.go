@@ -124,6 +124,7 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.StringVar(&podSecurity, "pod-security", "", "Pod Security admission levels as MODE=LEVEL pairs, MODE enforce, audit or warn, LEVEL privileged, baseline or restricted (default "+machineconfig.DefaultPodSecurity().String()+")")
 	f.BoolVar(&o.Topology.NoLocalStorage, "no-local-storage", false, "leave the cluster without its default StorageClass (local-path: volumes on each node's TERRA-STATE)")
 	f.BoolVar(&o.Topology.NoMetrics, "no-metrics", false, "leave the cluster without its resource metrics API (metrics-server: kubectl top, autoscaling on CPU and memory)")
+	f.BoolVar(&o.Topology.BackupVolumes, "backup-volumes", false, "carry each node's local volumes in its backups: a TERRA-BACKUP stick inserted into any node receives them, encrypted to that node's own passphrase (docs/operations/backup.md)")
 	f.StringSliceVar(&o.Topology.LoadBalancer, "load-balancer", nil, "addresses MetalLB gives Services of type LoadBalancer, announced on the cluster's link: FIRST-LAST or CIDR (repeat or comma-separate; default none, no MetalLB)")
 	f.StringArrayVar(&sshKeys, "ssh-key", nil, "authorized_keys file for the admin user (repeat)")
 	f.StringVar(&adminName, "admin", machineconfig.DefaultAdminName, "admin user name")

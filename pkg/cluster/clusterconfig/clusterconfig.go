@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
@@ -53,6 +54,10 @@ type Topology struct {
 	// NoMetrics leaves the cluster without metrics-server
 	// (machineconfig.Metrics.Disabled on every node).
 	NoMetrics bool
+	// BackupVolumes opts every node's local volumes into its backups
+	// (machineconfig.Backup.VolumesPassphrase, each node's own, derived
+	// from the cluster CA's key).
+	BackupVolumes bool
 	// LoadBalancer are the address ranges (FIRST-LAST or CIDR) MetalLB
 	// gives Services of type LoadBalancer on the cluster's link
 	// (machineconfig.LoadBalancer on every node); none: no MetalLB.
@@ -211,6 +216,13 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		}
 		if t.NoMetrics {
 			c.Cluster.Metrics = &machineconfig.Metrics{Disabled: true}
+		}
+		if t.BackupVolumes {
+			pass, err := backup.VolumesPassphrase([]byte(s.CA.Key), s.ClusterName, n.Hostname)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n.Hostname, err)
+			}
+			c.Cluster.Backup = &machineconfig.Backup{VolumesPassphrase: pass}
 		}
 		if len(t.LoadBalancer) > 0 {
 			c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: slices.Clone(t.LoadBalancer)}

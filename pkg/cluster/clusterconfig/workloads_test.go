@@ -1,12 +1,18 @@
 package clusterconfig
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 )
 
 // By default every node's config leaves the cluster its local-path
@@ -29,6 +35,45 @@ func TestNoLocalStorageNoMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// --backup-volumes gives every node its own volume backup passphrase, the
+// one the cluster CA's key derives for its name; a control plane's config
+// with another node's passphrase is refused.
+func TestBackupVolumes(t *testing.T) {
+	dir := t.TempDir()
+	topo := topology()
+	topo.BackupVolumes = true
+	_, err := Write(WriteOptions{Topology: topo, ClusterName: "lab", SecretsPath: filepath.Join(dir, "secrets.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	s, err := clustersecrets.Load(filepath.Join(dir, "secrets.yaml"))
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+		cl := parsed(t, dir, n).Cluster
+		want, err := backup.VolumesPassphrase([]byte(s.CA.Key), "lab", n)
+		require.NoError(t, err)
+		assert.Equal(t, want, cl.VolumesBackupPassphrase(), n)
+		assert.False(t, seen[want], "%s: each node has its own passphrase", n)
+		seen[want] = true
+		interval, keep := cl.BackupSchedule()
+		assert.Equal(t, machineconfig.DefaultBackupInterval, interval, "%s: the schedule stays the default", n)
+		assert.Equal(t, machineconfig.DefaultBackupKeep, keep, n)
+	}
+
+	cp1, err := os.ReadFile(filepath.Join(dir, "cp-1.yaml"))
+	require.NoError(t, err)
+	w1, err := backup.VolumesPassphrase([]byte(s.CA.Key), "lab", "w-1")
+	require.NoError(t, err)
+	cp1Pass := parsed(t, dir, "cp-1").Cluster.VolumesBackupPassphrase()
+	_, err = machineconfig.Parse("cp-1.yaml", []byte(strings.Replace(string(cp1), cp1Pass, w1, 1)))
+	assert.ErrorContains(t, err, `$.cluster.backup.volumesPassphrase: is not the passphrase the cluster's CA key gives node "cp-1"`)
+
+	// Without the flag no node's backups carry volumes.
+	dir = t.TempDir()
+	_, err = Write(WriteOptions{Topology: topology(), ClusterName: "lab", SecretsPath: filepath.Join(dir, "secrets.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	assert.Empty(t, parsed(t, dir, "w-1").Cluster.VolumesBackupPassphrase())
 }
 
 // --load-balancer puts the same pool into every node's config; a range

@@ -107,8 +107,7 @@ var (
 
 // FileName is the name of a backup of cluster taken on node at t.
 func FileName(cluster, node string, t time.Time) string {
-	safe := func(s string) string { return strings.Trim(fileSafeRE.ReplaceAllString(strings.ToLower(s), "-"), "-") }
-	return Prefix + safe(cluster) + "-" + safe(node) + "-" + t.UTC().Format(timeInName) + Suffix
+	return Prefix + fileSafe(cluster) + "-" + fileSafe(node) + "-" + t.UTC().Format(timeInName) + Suffix
 }
 
 // IsBackupName reports whether name (a base name) is a backup's.

@@ -8,11 +8,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // PassphrasePrefix starts every backup passphrase (and names the scheme's
 // version).
 const PassphrasePrefix = "terrarium-backup-v1:"
+
+// VolumesPassphrasePrefix starts every volume backup passphrase.
+const VolumesPassphrasePrefix = "terrarium-volumes-v1:"
 
 // scryptWorkFactor is age's scrypt cost (log2 N). The passphrase carries
 // 256 bits from HKDF, so the cost guards nothing a guess could reach; it
@@ -30,15 +34,39 @@ const scryptWorkFactor = 10
 // cluster's secrets can derive it (`imagebuild config backup-key`), and
 // with it decrypt a backup with the age tool (`age -d`).
 func Passphrase(caKeyPEM []byte, cluster string) (string, error) {
+	return derive(caKeyPEM, "terrarium etcd backup", cluster, PassphrasePrefix)
+}
+
+// VolumesPassphrase derives the passphrase of one node's volume backups
+// (VolumesFileName) from the cluster CA's private key, as Passphrase
+// does, with salt "terrarium volume backup" and info the cluster's name,
+// a NUL byte and the node's: each node's config carries its own (workers
+// hold no CA key), and it opens that node's volume backups only.
+func VolumesPassphrase(caKeyPEM []byte, cluster, node string) (string, error) {
+	return derive(caKeyPEM, "terrarium volume backup", cluster+"\x00"+node, VolumesPassphrasePrefix)
+}
+
+// IsVolumesPassphrase reports whether s has a volume backup passphrase's
+// form: VolumesPassphrasePrefix and 32 bytes in base64url.
+func IsVolumesPassphrase(s string) bool {
+	rest, ok := strings.CutPrefix(s, VolumesPassphrasePrefix)
+	if !ok {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	return err == nil && len(b) == 32
+}
+
+func derive(caKeyPEM []byte, salt, info, prefix string) (string, error) {
 	der, err := canonicalKey(caKeyPEM)
 	if err != nil {
 		return "", fmt.Errorf("deriving the backup passphrase: the cluster CA key: %w", err)
 	}
-	k, err := hkdf.Key(sha256.New, der, []byte("terrarium etcd backup"), cluster, 32)
+	k, err := hkdf.Key(sha256.New, der, []byte(salt), info, 32)
 	if err != nil {
 		return "", fmt.Errorf("deriving the backup passphrase: %w", err)
 	}
-	return PassphrasePrefix + base64.RawURLEncoding.EncodeToString(k), nil
+	return prefix + base64.RawURLEncoding.EncodeToString(k), nil
 }
 
 // canonicalKey is a PEM private key as PKCS #8 DER, whichever of PKCS #1,

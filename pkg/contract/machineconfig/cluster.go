@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
 )
 
@@ -90,8 +91,9 @@ type Cluster struct {
 	// config, absent from an appliance kernel) is enforced.
 	IgnorePreflightErrors []string `yaml:"ignorePreflightErrors,omitempty"`
 	// Backup schedules a control plane's etcd snapshots on TERRA-STATE
+	// and says whether the node's backups carry its local volumes
 	// (docs/operations/backup.md). Absent: every DefaultBackupInterval,
-	// the newest DefaultBackupKeep kept.
+	// the newest DefaultBackupKeep kept, no volumes.
 	Backup *Backup `yaml:"backup,omitempty"`
 	// LocalStorage is the cluster's default StorageClass (local-path):
 	// whether the cluster has it, and this node's volume area. Absent:
@@ -107,13 +109,30 @@ type Cluster struct {
 	LoadBalancer *LoadBalancer `yaml:"loadBalancer,omitempty"`
 }
 
-// Backup is a control plane's etcd snapshot schedule.
+// Backup is a control plane's etcd snapshot schedule, and the node's
+// volume backups.
 type Backup struct {
 	// Interval between two snapshots, a Go duration (30m, 6h), from
-	// MinBackupInterval to MaxBackupInterval.
+	// MinBackupInterval to MaxBackupInterval. Control planes only.
 	Interval string `yaml:"interval,omitempty"`
 	// Keep is how many snapshots stay on STATE (1 to MaxBackupKeep).
+	// Control planes only.
 	Keep int `yaml:"keep,omitempty"`
+	// VolumesPassphrase opts the node's local volumes into its backups:
+	// a TERRA-BACKUP stick then receives them too, encrypted to this
+	// passphrase, and a new node of this name restores them from one
+	// (backup.VolumesPassphrase: derived from the cluster CA's key for
+	// this node; imagebuild config cluster --backup-volumes writes it).
+	VolumesPassphrase string `yaml:"volumesPassphrase,omitempty"`
+}
+
+// VolumesBackupPassphrase is the passphrase of the node's volume backups;
+// "" when its backups carry no volumes.
+func (c *Cluster) VolumesBackupPassphrase() string {
+	if c == nil || c.Backup == nil {
+		return ""
+	}
+	return c.Backup.VolumesPassphrase
 }
 
 // The etcd snapshot schedule's defaults and bounds.
@@ -141,7 +160,23 @@ func (c *Cluster) BackupSchedule() (interval time.Duration, keep int) {
 	return interval, keep
 }
 
-func validateBackup(ps *strictyaml.Problems, p strictyaml.Path, b Backup) {
+func validateBackup(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, hostname string) {
+	b := *c.Backup
+	if !c.IsControlPlane() && (b.Interval != "" || b.Keep != 0) {
+		ps.Addf(p, "workers hold no etcd to back up; remove backup.interval and backup.keep from a worker's config")
+	}
+	if v := b.VolumesPassphrase; v != "" {
+		switch {
+		case !backup.IsVolumesPassphrase(v):
+			ps.Addf(p.Field("volumesPassphrase"), "is not %s<32 bytes in base64url>; write it with imagebuild config cluster --backup-volumes", backup.VolumesPassphrasePrefix)
+		case c.PKI != nil && c.PKI.CAKey != "":
+			// A control plane can check it is this node's.
+			want, err := backup.VolumesPassphrase([]byte(c.PKI.CAKey), c.Name, hostname)
+			if err == nil && want != v {
+				ps.Addf(p.Field("volumesPassphrase"), "is not the passphrase the cluster's CA key gives node %s: this config was edited or made for another node; regenerate it with imagebuild config cluster --backup-volumes", quote(hostname))
+			}
+		}
+	}
 	if b.Interval != "" {
 		d, err := time.ParseDuration(b.Interval)
 		switch {
@@ -225,7 +260,7 @@ func CACertHash(certPEM string) (string, error) {
 // validateCluster checks the cluster section against itself and the
 // node's network (n): what a config disk gets wrong is reported before
 // anything is applied.
-func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Network) {
+func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Network, hostname string) {
 	if !isLabel(c.Name) {
 		ps.Addf(p.Field("name"), "%s is not a DNS label", quote(c.Name))
 	}
@@ -329,11 +364,7 @@ func validateCluster(ps *strictyaml.Problems, p strictyaml.Path, c Cluster, n Ne
 		validateLoadBalancer(ps, p.Field("loadBalancer"), c, prefixes)
 	}
 	if c.Backup != nil {
-		if c.IsControlPlane() {
-			validateBackup(ps, p.Field("backup"), *c.Backup)
-		} else {
-			ps.Addf(p.Field("backup"), "workers hold no etcd to back up; remove backup from a worker's config")
-		}
+		validateBackup(ps, p.Field("backup"), c, hostname)
 	}
 }
 

@@ -85,6 +85,12 @@ func TestBadClusterConfigs(t *testing.T) {
 		{"backup on a worker", "w-1", func(s string) string {
 			return strings.Replace(s, "  role: worker\n", "  role: worker\n  backup:\n    keep: 3\n", 1)
 		}, []string{"$.cluster.backup: workers hold no etcd to back up"}},
+		{"volume backup passphrase of another form", "w-1", func(s string) string {
+			return strings.Replace(s, "  role: worker\n", "  role: worker\n  backup:\n    volumesPassphrase: terrarium-backup-v1:"+strings.Repeat("A", 43)+"\n", 1)
+		}, []string{"$.cluster.backup.volumesPassphrase: is not terrarium-volumes-v1:<32 bytes in base64url>", "--backup-volumes"}},
+		{"volume backup passphrase not the CA's for this node", "cp-1", func(s string) string {
+			return strings.Replace(s, "  role: init\n", "  role: init\n  backup:\n    volumesPassphrase: terrarium-volumes-v1:"+strings.Repeat("A", 43)+"\n", 1)
+		}, []string{`$.cluster.backup.volumesPassphrase: is not the passphrase the cluster's CA key gives node "cp-1"`}},
 		{"unknown role", "w-1", func(s string) string {
 			return replaceLine(s, "role:", "  role: master")
 		}, []string{`$.cluster.role: "master" is not a role`}},

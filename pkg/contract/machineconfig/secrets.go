@@ -138,6 +138,7 @@ var fields = []Field{
 	{"$.cluster.ignorePreflightErrors[*]", Public},
 	{"$.cluster.backup.interval", Public},
 	{"$.cluster.backup.keep", Public},
+	{"$.cluster.backup.volumesPassphrase", SecretValue},
 	{"$.cluster.localStorage.disabled", Public},
 	{"$.cluster.localStorage.size", Public},
 	{"$.cluster.metrics.disabled", Public},

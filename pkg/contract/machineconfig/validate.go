@@ -31,7 +31,7 @@ func (c *Config) validate() strictyaml.Problems {
 		validateRegistry(&ps, root.Field("registry"), *c.Registry, c.Cluster != nil && c.Cluster.PKI != nil, len(c.TrustedKeys) > 0)
 	}
 	if c.Cluster != nil {
-		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network)
+		validateCluster(&ps, root.Field("cluster"), *c.Cluster, c.Network, c.Hostname)
 	}
 	if c.Install != nil {
 		validateInstall(&ps, root.Field("install"), *c.Install)

@@ -10,6 +10,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
@@ -40,17 +41,47 @@ func (b BackupResult) String() string {
 	return fmt.Sprintf("%s (%d KiB) of %s", b.Path, b.Size>>10, what)
 }
 
-// Backup writes an encrypted backup of the cluster into dir (created if
-// missing) on an enrolled control plane: `firstboot backup`.
-func Backup(ctx context.Context, o Options, dir string) (BackupResult, error) {
+// Backup writes what the node can back up into dir (created if missing):
+// on a control plane the cluster's encrypted backup, and, when its config
+// opts in, the node's volumes (volumebackup): `firstboot backup`.
+func Backup(ctx context.Context, o Options, dir string) ([]fmt.Stringer, error) {
 	r, cfg, err := openEnrolled(o, "there is no cluster to back up")
 	if err != nil {
-		return BackupResult{}, err
+		return nil, err
 	}
 	if err := os.MkdirAll(o.Host.Path(dir), 0o700); err != nil {
-		return BackupResult{}, err
+		return nil, err
 	}
-	return r.writeBackup(ctx, cfg, dir)
+	return r.writeBackups(ctx, cfg, dir)
+}
+
+// writeBackups writes into dir (a path on the host) what the node backs
+// up: the cluster's backup on a control plane, the node's volumes when
+// its config opts in. It returns what it wrote, in order, also when a
+// later write failed.
+func (r *runner) writeBackups(ctx context.Context, cfg *machineconfig.Config, dir string) ([]fmt.Stringer, error) {
+	etcd, vols := r.isEtcdMember(cfg), volumebackup.Enabled(cfg)
+	if !etcd && !vols {
+		return nil, fmt.Errorf("this node runs no etcd member and %w: back up a control plane of the cluster", volumebackup.ErrNotEnabled)
+	}
+	var out []fmt.Stringer
+	if etcd {
+		res, err := r.writeBackup(ctx, cfg, dir)
+		if err != nil {
+			return out, err
+		}
+		r.note("backup", step.Written, res.String())
+		out = append(out, res)
+	}
+	if vols {
+		res, err := volumebackup.Write(ctx, r.o.Host, cfg, r.rel.Version, r.o.Host.Path(dir), volumebackup.WithSpace(r.o.Space, cfg.StateReserveBytes()))
+		if err != nil {
+			return out, err
+		}
+		r.note("volume backup", step.Written, res.String())
+		out = append(out, res)
+	}
+	return out, nil
 }
 
 // isEtcdMember says the node runs an etcd member of its cluster: a
@@ -134,29 +165,33 @@ func backupStatus(s etcdbackup.Snapshot, interval time.Duration, keep int) strin
 	return fmt.Sprintf("etcd snapshot %s (%d KiB), every %s, %d kept", s.TakenAt.UTC().Format(time.RFC3339), s.Size>>10, interval, keep)
 }
 
-// serveBackupStick writes a backup to a TERRA-BACKUP stick inserted into
-// a running control plane, once per insertion.
+// serveBackupStick writes the node's backups (writeBackups) to a
+// TERRA-BACKUP stick inserted into the running node, once per insertion.
 func (r *runner) serveBackupStick(ctx context.Context, cfg *machineconfig.Config, served *string) {
 	m, ok := r.newStick(served, layout.LabelBackup, layout.LabelBackupFAT)
 	if !ok {
 		return
 	}
-	if !r.isEtcdMember(cfg) {
-		r.say("backup: a %s stick (%s) on a node without etcd: insert it into a control plane", layout.LabelBackup, m.Device)
+	if !r.isEtcdMember(cfg) && !volumebackup.Enabled(cfg) {
+		r.say("backup: a %s stick (%s) on a node without etcd whose backups carry no volumes: insert it into a control plane (volumes: make the configs with imagebuild config cluster --backup-volumes)", layout.LabelBackup, m.Device)
 		return
 	}
-	r.say("backup: a %s stick (%s): writing the cluster's backup", layout.LabelBackup, m.Device)
-	var res BackupResult
+	r.say("backup: a %s stick (%s): writing the node's backups", layout.LabelBackup, m.Device)
+	var written []fmt.Stringer
 	err := r.o.Media.Use(ctx, m, true, func(dir string) error {
 		var err error
-		res, err = r.writeBackup(ctx, cfg, dir)
+		written, err = r.writeBackups(ctx, cfg, dir)
 		return err
 	})
+	for i, w := range written {
+		if i == len(written)-1 && err == nil {
+			r.say("backup: wrote %s to the %s stick; it may be removed", w, layout.LabelBackup)
+		} else {
+			r.say("backup: wrote %s to the %s stick", w, layout.LabelBackup)
+		}
+	}
 	if err != nil {
 		r.note("backup", step.Failed, err.Error())
-		r.say("backup: nothing written to %s: %v", m.Device, err)
-		return
+		r.say("backup: nothing more written to %s: %v", m.Device, err)
 	}
-	r.note("backup", step.Written, res.String())
-	r.say("backup: wrote %s to the %s stick; it may be removed", res, layout.LabelBackup)
 }

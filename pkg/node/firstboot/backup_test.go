@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/cluster/clusterconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -116,8 +117,11 @@ func TestBackupOfScheduledSnapshotWhenEtcdIsDown(t *testing.T) {
 		}
 		return inner(ctx, name, args...)
 	}
-	res, err := Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
+	written, err := Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
 	require.NoError(t, err)
+	require.Len(t, written, 1, "the cluster's backup; the config carries no volumes")
+	res, ok := written[0].(BackupResult)
+	require.True(t, ok)
 	assert.False(t, res.Fresh)
 	assert.Equal(t, time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC), res.Snapshot.TakenAt.UTC())
 	assert.Contains(t, res.String(), "the newest scheduled snapshot (2026-11-27T04:00:00Z; etcd gave no fresh one")
@@ -127,4 +131,52 @@ func TestBackupOfScheduledSnapshotWhenEtcdIsDown(t *testing.T) {
 	require.NoError(t, os.Remove(e.path(layout.EtcdSnapshotDir+"/etcd-20261127T040000Z.db")))
 	_, err = Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
 	assert.ErrorContains(t, err, "no snapshot to back up")
+}
+
+// A worker whose config opts its volumes into its backups writes them to
+// a TERRA-BACKUP stick inserted into it, encrypted to its own passphrase;
+// `firstboot backup` writes them too.
+func TestVolumeBackupOnAWorker(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	config := clusterConfigWith(t, "w-1", 1, func(topo *clusterconfig.Topology) { topo.BackupVolumes = true })
+	require.NoError(t, e.run(config), e.console.String())
+	e.write(layout.LocalVolumesDir+"/"+layout.LocalVolumesMarker, "marker")
+	e.write(layout.LocalVolumesDir+"/pvc-1_default_data-db-0/token", "token-1")
+
+	o := e.options(staticSource(config))
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	onStick := func() []string {
+		m, _ := filepath.Glob(e.path("/stick/" + backup.VolumesPrefix + "lab-w-1-*" + backup.Suffix))
+		return m
+	}
+	e.mkdir("/stick")
+	e.media.insert(layout.LabelBackupFAT, "/dev/sdc1", "/stick")
+	require.Eventually(t, func() bool { return len(onStick()) == 1 }, 10*time.Second, time.Millisecond, "no volume backup on the stick")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Regexp(t, `backup: wrote \S+/terrarium-volumes-lab-w-1-\d{8}T\d{6}Z\.age \(\d+ KiB\) of 1 volumes, 1 files to the TERRA-BACKUP stick; it may be removed`, e.console.String())
+	matches, _ := filepath.Glob(e.path("/stick/" + backup.Prefix + "*"))
+	assert.Empty(t, matches, "a worker holds no etcd to back up")
+
+	cfg, err := machineconfig.Parse("w-1.yaml", []byte(config))
+	require.NoError(t, err)
+	f, err := os.Open(onStick()[0])
+	require.NoError(t, err)
+	defer f.Close()
+	out := filepath.Join(t.TempDir(), "opened")
+	m, err := backup.ExtractVolumes(f, cfg.Cluster.VolumesBackupPassphrase(), out, false)
+	require.NoError(t, err)
+	assert.Equal(t, "w-1", m.Node)
+	token, err := os.ReadFile(filepath.Join(out, "pvc-1_default_data-db-0", "token"))
+	require.NoError(t, err)
+	assert.Equal(t, "token-1", string(token))
+
+	written, err := Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
+	require.NoError(t, err)
+	require.Len(t, written, 1)
+	assert.Contains(t, written[0].String(), "/tmp/backups/terrarium-volumes-lab-w-1-")
 }

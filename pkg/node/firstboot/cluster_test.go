@@ -33,19 +33,23 @@ func clusterConfig(t *testing.T, node string) string {
 
 // clusterConfigWith is a node's config in a cluster of controlPlanes
 // control planes (cp-1 at 10.77.0.10, cp-2 at .11, ...) and a worker.
-func clusterConfigWith(t *testing.T, node string, controlPlanes int) string {
+func clusterConfigWith(t *testing.T, node string, controlPlanes int, edits ...func(*clusterconfig.Topology)) string {
 	t.Helper()
 	dir := t.TempDir()
 	var cps []clusterconfig.Node
 	for i := range controlPlanes {
 		cps = append(cps, clusterconfig.Node{Hostname: fmt.Sprintf("cp-%d", i+1), IP: netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + i)})})
 	}
+	topo := clusterconfig.Topology{
+		ControlPlanes: cps,
+		Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
+		PrefixLength:  24, Interface: "en*",
+	}
+	for _, edit := range edits {
+		edit(&topo)
+	}
 	_, err := clusterconfig.Write(clusterconfig.WriteOptions{
-		Topology: clusterconfig.Topology{
-			ControlPlanes: cps,
-			Workers:       []clusterconfig.Node{{Hostname: "w-1", IP: netip.MustParseAddr("10.77.0.20")}},
-			PrefixLength:  24, Interface: "en*",
-		},
+		Topology:    topo,
 		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: 24 * time.Hour, Now: time.Now().UTC().Truncate(time.Second),
 	})
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 )
 
 // Defaults returns the production wiring.
@@ -40,6 +41,7 @@ func Defaults(log *slog.Logger) Options {
 	md := &media.Block{Host: h, Dir: "/run/terrarium/media"}
 	cluster := kubeadmflow.Real(h)
 	cluster.Backups = etcdbackup.FromStick(h, md)
+	cluster.VolumeBackups = volumebackup.FromStick(h, md)
 	esp := &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"}
 	var boot bootloader.BootLoader = esp
 	install := DiskInstaller(h, slotinstall.ByPartLabel("/dev/disk/by-partlabel"), esp)

@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 
@@ -565,9 +566,10 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 			e.csrSigners = append(e.csrSigners, kubeconfig+" "+pkiDir)
 			return nil
 		},
-		Backups: etcdbackup.FromStick(e.host(), &e.media),
-		Volumes: mountedVolumes{},
-		Timing:  kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
+		Backups:       etcdbackup.FromStick(e.host(), &e.media),
+		VolumeBackups: volumebackup.FromStick(e.host(), &e.media),
+		Volumes:       mountedVolumes{},
+		Timing:        kubeadmflow.Timing{APIPoll: time.Millisecond, FilePoll: time.Millisecond, StepRetry: time.Millisecond, StepAttempts: attempts},
 	}
 }
 

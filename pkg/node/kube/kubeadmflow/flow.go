@@ -28,6 +28,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/leaselock"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 )
 
 // Flow is a cluster node's formation on a host. New builds it; every
@@ -79,7 +80,10 @@ type Deps struct {
 	Admission func(ctx context.Context, kubeconfig, pkiDir string, controlPlanes []string) error
 	// Volumes keeps the node's volume area (localvolumes.Area).
 	Volumes VolumeArea
-	Timing  Timing
+	// VolumeBackups offers a new node the volume backups it restores its
+	// volumes from (a TERRA-BACKUP stick: volumebackup.FromStick).
+	VolumeBackups volumebackup.Source
+	Timing        Timing
 }
 
 // VolumeArea is the node's volume area for the local-path StorageClass:
@@ -208,7 +212,7 @@ func New(h *host.Host, d Deps, state *nodestate.Store, report host.Reporter, clu
 	var missing []string
 	for name, ok := range map[string]bool{
 		"host": h != nil, "runtime": d.Runtime != nil, "API": d.API != nil, "API version": d.APIVersion != nil,
-		"probe": d.Probe != nil, "backups": d.Backups != nil, "volumes": d.Volumes != nil,
+		"probe": d.Probe != nil, "backups": d.Backups != nil, "volumes": d.Volumes != nil, "volume backups": d.VolumeBackups != nil,
 		"state": state != nil, "reporter": report != nil, "cluster status": cluster != nil,
 		"timing": d.Timing.StepAttempts > 0 && d.Timing.APIPoll > 0 && d.Timing.FilePoll > 0,
 	} {

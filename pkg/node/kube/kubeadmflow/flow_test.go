@@ -60,7 +60,7 @@ func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow 
 		probe = HTTPSProbe
 	}
 	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
-	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming, Backups: noBackups, APIVersion: noAPIVersion,
+	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming, Backups: noBackups, VolumeBackups: noBackups, APIVersion: noAPIVersion,
 		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }, Volumes: &fakeVolumes{}}
 	f, err := New(h, d, state, host.ReporterFunc(func(string, step.Result, string) {}), func(func(*ClusterStatus)) {})
 	require.NoError(t, err)
@@ -71,7 +71,7 @@ func TestNewRefusesMissingDependencies(t *testing.T) {
 	f := testFlow(t, nil)
 	_, err := New(f.Host, Deps{Timing: fastTiming}, f.State, f.Report, f.Cluster)
 	require.Error(t, err)
-	for _, name := range []string{"runtime", "API", "API version", "probe", "backups", "volumes"} {
+	for _, name := range []string{"runtime", "API", "API version", "probe", "backups", "volumes", "volume backups"} {
 		assert.Contains(t, err.Error(), name)
 	}
 	d := f.Deps
