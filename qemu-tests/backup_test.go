@@ -110,7 +110,7 @@ spec:
 	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
 	ssh.run("kubectl rollout status --timeout=10m deployment/sleeper")
 	wSSH := dialSSH(ctx, t, w.sshPort, key)
-	vol, ok := checkLocalStorage(t, ssh, wSSH, w.name)
+	vol, ok := checkLocalStorage(t, ssh, wSSH, w.name, "")
 	require.True(t, ok, "the StatefulSet's volume on the worker")
 	t.Logf("workload running:\n%s", ssh.run("kubectl get pods -o wide"))
 

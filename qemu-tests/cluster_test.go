@@ -108,8 +108,9 @@ func withManagementNIC(t *testing.T, path, mac string) string {
 // CoreDNS runs, a pod on the worker runs an image that only the control
 // plane has (side-loaded there), and a Service reaches it from the other
 // node; a NetworkPolicy blocks and then admits a pod on the control plane
-// reaching it. Every packet of the whole run stays inside the test
-// networks.
+// reaching it. The worker's volumes live on a second disk of its own,
+// formatted on first use; they survive its power cuts. Every packet of
+// the whole run stays inside the test networks.
 func TestClusterFormation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()
@@ -142,8 +143,19 @@ func TestClusterFormation(t *testing.T) {
 			n.m.yieldCPU()
 		}
 		n.sshPort = n.m.forwardSSH()
-		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
+		cfg := withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC)
+		if n == w {
+			cfg = withVolumeDisk(t, cfg, workerVolumeDisk)
+		}
+		n.disk = n.m.configDisk("config.img", cfg)
 	}
+	// The worker's volume area is a whole second disk, formatted on first
+	// use; the control plane's the file on TERRA-STATE.
+	dataDisk := filepath.Join(work, "w-1-data.qcow2")
+	if out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", dataDisk, "2G").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v\n%s", err, out)
+	}
+	data := qemu.Disk{ID: "data", Path: dataDisk, Format: "qcow2", Serial: workerVolumeDisk}
 	// The capture is on the worker, which the formation's cuts leave up:
 	// on the segment it sees every frame.
 	w.m.link = &qemu.Network{Mode: qemu.NetMulticast, Peer: group, MAC: w.linkMAC, Capture: linkCap}
@@ -158,7 +170,7 @@ func TestClusterFormation(t *testing.T) {
 	bootCP := func() *qemu.VM {
 		return cp.m.boot(ctx, configAttached(cp.disk), qemu.Disk{ID: "bundle", Path: bundleDisk, Format: "raw", ReadOnly: true})
 	}
-	w.vm = w.m.boot(ctx, configAttached(w.disk))
+	w.vm = w.m.boot(ctx, configAttached(w.disk), data)
 	cp.vm = bootCP()
 
 	// Power cut once the image unpack window is open, as the init node's
@@ -275,7 +287,7 @@ spec:
 	checkCISBenchmark(t, dialSSH(ctx, t, w.sshPort, key), w.name, cisbench.Worker)
 	// A workload's storage: a StatefulSet's claim on the worker, kept
 	// across the power cut below.
-	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name)
+	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, workerVolumeDisk)
 	// Resource metrics: kubectl top for both nodes, an HPA on CPU.
 	checkMetrics(t, ssh, flannelImage(t, ssh), cp.name, w.name)
 	logAuditGrowth(t, ssh)
@@ -307,7 +319,7 @@ spec:
 	restart := time.Now()
 	linkCap2 := filepath.Join(work, "link-after-cut.pcap")
 	w.m.link.Capture = linkCap2 // a new QEMU would truncate the first capture
-	w.vm = w.m.boot(ctx)
+	w.vm = w.m.boot(ctx, data)
 	cp.vm = cp.m.boot(ctx)
 	waitHealthy(ctx, t, restart, "verified", "verified and healthy without its stick", cp, w)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
@@ -448,6 +460,10 @@ type e2eSecret struct{ name, plain string }
 // etcdctlAsAPIServer reads the control plane's etcd as kube-apiserver
 // does, with its etcd client certificate
 // (pkg/node/kube/etcdmember.ClientFlags).
+// workerVolumeDisk is the serial of the disk that is w-1's volume area in
+// TestClusterFormation (cluster.localStorage.disk).
+const workerVolumeDisk = "TERRA-DATA-W1"
+
 const etcdctlAsAPIServer = "etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt " +
 	"--cert=/etc/kubernetes/pki/apiserver-etcd-client.crt --key=/etc/kubernetes/pki/apiserver-etcd-client.key"
 

@@ -27,9 +27,11 @@ const (
 	storageFile  = "/data/token"
 )
 
-// localVolume is what checkLocalStorage wrote, for checkLocalVolumeKept.
+// localVolume is what checkLocalStorage wrote, for checkLocalVolumeKept:
+// the token, the volume's directory, and the serial of the disk that is
+// the node's volume area ("" for the file on TERRA-STATE).
 type localVolume struct {
-	token, path string
+	token, path, diskSerial string
 }
 
 // checkLocalStorage: the cluster's default StorageClass (local-path,
@@ -37,8 +39,9 @@ type localVolume struct {
 // area of node, the node its pod runs on. It logs how long the claim took
 // from creation to Bound, writes a random token into the volume and
 // returns it. nodeSSH is node's own shell: the volume area is mounted
-// there (ext4, nodev, nosuid) and holds the volume's directory.
-func checkLocalStorage(t *testing.T, ssh, nodeSSH *sshClient, node string) (localVolume, bool) {
+// there (ext4, nodev, nosuid) and holds the volume's directory; it is the
+// disk of serial diskSerial, or ("") the file on TERRA-STATE.
+func checkLocalStorage(t *testing.T, ssh, nodeSSH *sshClient, node, diskSerial string) (localVolume, bool) {
 	t.Helper()
 	if out, err := ssh.read("kubectl -n kube-system rollout status deployment/local-path-provisioner --timeout=" + storageProvisionerTimeout.String()); err != nil {
 		t.Errorf("local-path-provisioner does not run: %v\n%s", err, out)
@@ -95,7 +98,10 @@ spec:
 			}
 		}
 		if time.Now().After(deadline) {
-			desc, _ := ssh.read("kubectl describe pvc " + storageClaim + "; kubectl -n kube-system logs deployment/local-path-provisioner --tail=30")
+			desc, _ := ssh.read("kubectl describe pvc " + storageClaim +
+				"; kubectl -n kube-system get pods -o wide; kubectl get events -A --sort-by=.lastTimestamp | tail -40" +
+				"; kubectl -n kube-system logs -l app=local-path-provisioner --prefix --timestamps --tail=60" +
+				"; kubectl -n kube-system logs -l app=local-path-provisioner --prefix --previous --tail=30")
 			t.Errorf("claim %s not Bound within %s of the StatefulSet:\n%s", storageClaim, storageBoundTimeout, desc)
 			return localVolume{}, false
 		}
@@ -110,7 +116,7 @@ spec:
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	v := localVolume{token: hex.EncodeToString(b)}
+	v := localVolume{token: hex.EncodeToString(b), diskSerial: diskSerial}
 	if out, err := ssh.read("kubectl exec " + storagePod + " -- busybox sh -c 'echo " + v.token + " > " + storageFile + " && busybox sync && busybox cat " + storageFile + "'"); err != nil || strings.TrimSpace(out) != v.token {
 		t.Errorf("write %s in %s's volume: %v\n%s", storageFile, storagePod, err, out)
 		return localVolume{}, false
@@ -124,10 +130,24 @@ spec:
 	return v, true
 }
 
-// checkVolumeOnNode: node's volume area is mounted from its file on
-// TERRA-STATE (ext4, nodev, nosuid) and holds v with its token.
+// checkVolumeOnNode: node's volume area is mounted (ext4, nodev, nosuid)
+// from its file on TERRA-STATE, or from the whole disk of v.diskSerial,
+// and holds v with its token.
 func checkVolumeOnNode(t *testing.T, nodeSSH *sshClient, node string, v localVolume) {
 	t.Helper()
+	if v.diskSerial != "" {
+		out, err := nodeSSH.sudoTry("findmnt -n -o SOURCE,FSTYPE,OPTIONS,LABEL /var/lib/terrarium/volumes; cat /sys/block/$(basename $(findmnt -n -o SOURCE /var/lib/terrarium/volumes))/serial; echo; cat " + v.path + "/token")
+		if err != nil {
+			t.Errorf("%s's volume disk: %v\n%s", node, err, out)
+			return
+		}
+		if !regexp.MustCompile(`^/dev/vd[a-z]\s+ext4\s+\S*nosuid,nodev\S*\s+TERRA-VOLUMES`).MatchString(out) || !strings.Contains(out, v.diskSerial) || !strings.Contains(out, v.token) {
+			t.Errorf("%s's volume area is not the whole disk %s (ext4, TERRA-VOLUMES) holding %s:\n%s", node, v.diskSerial, v.path, out)
+			return
+		}
+		t.Logf("%s's volume area, a disk of its own:\n%s", node, strings.TrimSpace(out))
+		return
+	}
 	out, err := nodeSSH.sudoTry("findmnt -n -o SOURCE,FSTYPE,OPTIONS,SIZE /var/lib/terrarium/volumes; losetup -n -O BACK-FILE -j /var/lib/terrarium/volumes.ext4; cat " + v.path + "/token")
 	if err != nil {
 		t.Errorf("%s's volume area: %v\n%s", node, err, out)
@@ -138,6 +158,17 @@ func checkVolumeOnNode(t *testing.T, nodeSSH *sshClient, node string, v localVol
 		return
 	}
 	t.Logf("%s's volume area:\n%s", node, strings.TrimSpace(out))
+}
+
+// withVolumeDisk makes the whole disk of serial the volume area of the
+// node whose config yaml is (cluster.localStorage.disk).
+func withVolumeDisk(t *testing.T, yaml, serial string) string {
+	t.Helper()
+	s := strings.Replace(yaml, "\ncluster:\n", "\ncluster:\n  localStorage:\n    disk:\n      serial: "+serial+"\n", 1)
+	if s == yaml {
+		t.Fatal("the config has no cluster section to give a volume disk")
+	}
+	return s
 }
 
 // checkLocalVolumeKept: after what happened to the node (a power cut, a

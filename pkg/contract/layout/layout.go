@@ -373,6 +373,11 @@ const (
 	// LocalVolumesUnit mounts the area, in the host's mount namespace
 	// (the image's unit; firstboot's own mounts are private).
 	LocalVolumesUnit = "var-lib-terrarium-volumes.mount"
+	// LocalVolumesDiskDropIn turns LocalVolumesUnit to a whole disk's
+	// filesystem (cluster.localStorage.disk), by its UUID: firstboot
+	// writes it once it formatted or found the disk; the /etc overlay on
+	// TERRA-STATE keeps it for every later boot.
+	LocalVolumesDiskDropIn = "/etc/systemd/system/" + LocalVolumesUnit + ".d/disk.conf"
 )
 
 // TERRA-STATE layout, relative to its root.

@@ -102,29 +102,34 @@ func ParseSize(s string) (int64, error) {
 }
 
 func validateInstall(ps *strictyaml.Problems, path strictyaml.Path, in Install) {
-	d := path.Field("disk")
-	if in.Disk.Path != "" && (!strings.HasPrefix(in.Disk.Path, DiskByPath) || len(in.Disk.Path) == len(DiskByPath)) {
-		ps.Addf(d.Field("path"), "%q is not a %s link (ls -l %s on the machine lists them)", in.Disk.Path, DiskByPath, DiskByPath)
+	validateDiskSelector(ps, path.Field("disk"), in.Disk)
+}
+
+// validateDiskSelector checks a disk selector at d (install.disk,
+// cluster.localStorage.disk).
+func validateDiskSelector(ps *strictyaml.Problems, d strictyaml.Path, sel DiskSelector) {
+	if sel.Path != "" && (!strings.HasPrefix(sel.Path, DiskByPath) || len(sel.Path) == len(DiskByPath)) {
+		ps.Addf(d.Field("path"), "%q is not a %s link (ls -l %s on the machine lists them)", sel.Path, DiskByPath, DiskByPath)
 	}
-	if in.Disk.ID != "" && (!strings.HasPrefix(in.Disk.ID, DiskByID) || len(in.Disk.ID) == len(DiskByID)) {
-		ps.Addf(d.Field("id"), "%q is not a %s link (ls -l %s on the machine lists them)", in.Disk.ID, DiskByID, DiskByID)
+	if sel.ID != "" && (!strings.HasPrefix(sel.ID, DiskByID) || len(sel.ID) == len(DiskByID)) {
+		ps.Addf(d.Field("id"), "%q is not a %s link (ls -l %s on the machine lists them)", sel.ID, DiskByID, DiskByID)
 	}
-	if in.Disk.Serial != strings.TrimSpace(in.Disk.Serial) {
-		ps.Addf(d.Field("serial"), "%q has leading or trailing blanks; write the serial number alone", in.Disk.Serial)
+	if sel.Serial != strings.TrimSpace(sel.Serial) {
+		ps.Addf(d.Field("serial"), "%q has leading or trailing blanks; write the serial number alone", sel.Serial)
 	}
 	var minSize, maxSize int64
 	var err error
-	if in.Disk.MinSize != "" {
-		if minSize, err = ParseSize(in.Disk.MinSize); err != nil {
+	if sel.MinSize != "" {
+		if minSize, err = ParseSize(sel.MinSize); err != nil {
 			ps.Addf(d.Field("minSize"), "%v", err)
 		}
 	}
-	if in.Disk.MaxSize != "" {
-		if maxSize, err = ParseSize(in.Disk.MaxSize); err != nil {
+	if sel.MaxSize != "" {
+		if maxSize, err = ParseSize(sel.MaxSize); err != nil {
 			ps.Addf(d.Field("maxSize"), "%v", err)
 		}
 	}
 	if minSize > 0 && maxSize > 0 && minSize > maxSize {
-		ps.Addf(d.Field("maxSize"), "%s is less than minSize %s: no disk can match", in.Disk.MaxSize, in.Disk.MinSize)
+		ps.Addf(d.Field("maxSize"), "%s is less than minSize %s: no disk can match", sel.MaxSize, sel.MinSize)
 	}
 }

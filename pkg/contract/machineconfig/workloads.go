@@ -24,6 +24,21 @@ type LocalStorage struct {
 	// Config.LocalVolumesKeep free: a node short of room makes it smaller
 	// and says so. Absent: a quarter of TERRA-STATE.
 	Size string `yaml:"size,omitempty"`
+	// Disk makes a whole second disk this node's volume area instead of
+	// a file on TERRA-STATE: selected as install.disk selects, never a
+	// disk holding Terrarium, and formatted (ext4, label TERRA-VOLUMES)
+	// on first use only when it is empty; a disk already formatted so is
+	// used as it is, volumes and all.
+	Disk *DiskSelector `yaml:"disk,omitempty"`
+}
+
+// LocalVolumesDisk is the disk this node's config makes its volume area;
+// nil for a file on TERRA-STATE.
+func (c *Cluster) LocalVolumesDisk() *DiskSelector {
+	if c == nil || c.LocalStorage == nil || c.LocalStorage.Disabled {
+		return nil
+	}
+	return c.LocalStorage.Disk
 }
 
 // The volume area's bounds.
@@ -76,6 +91,16 @@ func (c *Cluster) LocalVolumesSize() int64 {
 }
 
 func validateLocalStorage(ps *strictyaml.Problems, p strictyaml.Path, s LocalStorage) {
+	if s.Disk != nil {
+		validateDiskSelector(ps, p.Field("disk"), *s.Disk)
+		switch {
+		case s.Disabled:
+			ps.Addf(p.Field("disk"), "the cluster's local storage is disabled: the disk would stay unused; remove disk or disabled")
+		case s.Size != "":
+			ps.Addf(p.Field("size"), "sizes a volume area on TERRA-STATE, and disk makes the whole disk the area; remove size or disk")
+		}
+		return
+	}
 	if s.Size == "" {
 		return
 	}

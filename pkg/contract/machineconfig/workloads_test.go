@@ -17,6 +17,7 @@ func TestLocalStorage(t *testing.T) {
 		name, storage string
 		enabled       bool
 		size          int64
+		disk          *machineconfig.DiskSelector
 		problem       string
 	}{
 		{name: "absent", enabled: true},
@@ -25,6 +26,11 @@ func TestLocalStorage(t *testing.T) {
 		{name: "not a size", storage: "  localStorage:\n    size: lots\n", problem: `$.cluster.localStorage.size: "lots" is not a size`},
 		{name: "too small", storage: "  localStorage:\n    size: 1MiB\n", problem: "$.cluster.localStorage.size: \"1MiB\" is below the smallest volume area"},
 		{name: "sized but disabled", storage: "  localStorage:\n    disabled: true\n    size: 1GiB\n", problem: "$.cluster.localStorage.size: the cluster's local storage is disabled"},
+		{name: "a disk", storage: "  localStorage:\n    disk:\n      serial: DATA1\n      minSize: 100GiB\n", enabled: true, disk: &machineconfig.DiskSelector{Serial: "DATA1", MinSize: "100GiB"}},
+		{name: "a disk and a size", storage: "  localStorage:\n    size: 20GiB\n    disk:\n      serial: DATA1\n", problem: "$.cluster.localStorage.size: sizes a volume area on TERRA-STATE, and disk makes the whole disk the area; remove size or disk"},
+		{name: "a disk but disabled", storage: "  localStorage:\n    disabled: true\n    disk:\n      serial: DATA1\n", problem: "$.cluster.localStorage.disk: the cluster's local storage is disabled"},
+		{name: "a disk by a path that is none", storage: "  localStorage:\n    disk:\n      path: /dev/sdb\n", problem: `$.cluster.localStorage.disk.path: "/dev/sdb" is not a /dev/disk/by-path/ link`},
+		{name: "a disk no size fits", storage: "  localStorage:\n    disk:\n      minSize: 2TB\n      maxSize: 1TB\n", problem: "$.cluster.localStorage.disk.maxSize: 1TB is less than minSize 2TB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := machineconfig.Parse("cp-1.yaml", []byte(strings.Replace(cfgs["cp-1"], "  role: init\n", "  role: init\n"+tt.storage, 1)))
@@ -37,6 +43,7 @@ func TestLocalStorage(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.enabled, c.Cluster.LocalStorageEnabled(), "local storage on")
 			assert.Equal(t, tt.size, c.Cluster.LocalVolumesSize(), "volume area size")
+			assert.Equal(t, tt.disk, c.Cluster.LocalVolumesDisk(), "volume disk")
 		})
 	}
 }

@@ -867,7 +867,7 @@ func consoleBanners(console string) []string {
 // here do not make one (pkg/node/kube/localvolumes does).
 type mountedVolumes struct{}
 
-func (mountedVolumes) Ensure(context.Context, int64, int64) (localvolumes.Result, error) {
+func (mountedVolumes) Ensure(context.Context, localvolumes.Spec) (localvolumes.Result, error) {
 	return localvolumes.Result{Size: 1 << 30}, nil
 }
 

@@ -119,7 +119,7 @@ func Install(ctx context.Context, o Options) (Result, error) {
 			humanSize(int64(stateStart*sector)+layout.MinStateSize+layout.GPTReserve), humanSize(layout.MinStateSize))
 	}
 	if !o.Wipe {
-		if what, err := holds(f); err != nil {
+		if what, err := Holds(f); err != nil {
 			return res, err
 		} else if what != "" {
 			return res, fmt.Errorf("%w: %s holds %s; set install.wipe: true in the machine config to overwrite it (everything on it is lost)", ErrNotEmpty, o.Target, what)
@@ -275,8 +275,8 @@ func newGUID() (string, error) {
 	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
-// holds says what a disk's first MiB holds ("" when it is all zeros).
-func holds(f *os.File) (string, error) {
+// Holds says what a disk's first MiB holds ("" when it is all zeros).
+func Holds(f *os.File) (string, error) {
 	b := make([]byte, layout.MiB)
 	if _, err := f.ReadAt(b, 0); err != nil {
 		return "", fmt.Errorf("read %s: %w", f.Name(), err)

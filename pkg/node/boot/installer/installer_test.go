@@ -174,7 +174,7 @@ func TestSelect(t *testing.T) {
 			"/dev/vda (1.0 GiB): smaller than the 4.0 GiB Terrarium needs",
 		}},
 		{name: "a removable disk is not taken unasked", sel: machineconfig.DiskSelector{MaxSize: "20GiB"}, medium: "sr0", err: ErrNoTarget,
-			says: []string{"/dev/sda (16.0 GiB, serial USB1): removable (select it by path, id or serial to install to it)"}},
+			says: []string{"/dev/sda (16.0 GiB, serial USB1): removable (select it by path, id or serial to use it)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

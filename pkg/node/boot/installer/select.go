@@ -26,6 +26,12 @@ type Rules struct {
 	InUse map[string]string
 	// MinSize is the smallest disk Terrarium installs onto.
 	MinSize int64
+	// Field is the config field the selector came from, for the
+	// messages; "" is install.disk.
+	Field string
+	// AnySector takes disks of any sector size (a data disk holds a
+	// filesystem made on it, not Terrarium's image).
+	AnySector bool
 }
 
 // Select picks the install target among disks: the first, by kernel
@@ -35,9 +41,13 @@ type Rules struct {
 // them by path, id or serial.
 func Select(disks []Disk, sel machineconfig.DiskSelector, rules Rules) (Disk, error) {
 	medium, minSize := rules.Medium, rules.MinSize
+	field := rules.Field
+	if field == "" {
+		field = "install.disk"
+	}
 	lo, hi, err := sel.Sizes()
 	if err != nil {
-		return Disk{}, fmt.Errorf("install.disk: %w", err)
+		return Disk{}, fmt.Errorf("%s: %w", field, err)
 	}
 	named := sel.Path != "" || sel.ID != "" || sel.Serial != ""
 	var why []string
@@ -55,17 +65,17 @@ func Select(disks []Disk, sel machineconfig.DiskSelector, rules Rules) (Disk, er
 		case hi > 0 && d.Size > hi:
 			reason = "larger than maxSize " + sel.MaxSize
 		case d.Name == medium && named:
-			return Disk{}, fmt.Errorf("%w: install.disk (%s) selects %s, the medium this node booted from; Terrarium never installs over its installer: select another disk", ErrBootMedium, sel, d)
+			return Disk{}, fmt.Errorf("%w: %s (%s) selects %s, the medium this node booted from; Terrarium never installs over its installer: select another disk", ErrBootMedium, field, sel, d)
 		case d.Name == medium:
 			reason = "the boot medium"
 		case rules.InUse[d.Name] != "":
 			reason = rules.InUse[d.Name]
 		case d.Optical:
 			reason = "an optical drive"
-		case d.SectorSize != 0 && d.SectorSize != sector:
+		case d.SectorSize != 0 && d.SectorSize != sector && !rules.AnySector:
 			reason = fmt.Sprintf("%d-byte sectors (Terrarium's image has 512-byte ones)", d.SectorSize)
 		case d.Removable && !named:
-			reason = "removable (select it by path, id or serial to install to it)"
+			reason = "removable (select it by path, id or serial to use it)"
 		case d.Size < minSize:
 			reason = fmt.Sprintf("smaller than the %s Terrarium needs", humanSize(minSize))
 		}
@@ -77,7 +87,7 @@ func Select(disks []Disk, sel machineconfig.DiskSelector, rules Rules) (Disk, er
 	if len(why) == 0 {
 		why = append(why, "the machine has no disks")
 	}
-	return Disk{}, fmt.Errorf("%w: install.disk selects %s, and none fits:\n  %s", ErrNoTarget, sel, strings.Join(why, "\n  "))
+	return Disk{}, fmt.Errorf("%w: %s selects %s, and none fits:\n  %s", ErrNoTarget, field, sel, strings.Join(why, "\n  "))
 }
 
 func orNone(s string) string {

@@ -87,10 +87,10 @@ type Deps struct {
 }
 
 // VolumeArea is the node's volume area for the local-path StorageClass:
-// Ensure makes (size bytes, 0 for the default, leaving keep bytes of
-// TERRA-STATE free) and mounts it, Check only looks.
+// Ensure makes it as the spec says (a file on TERRA-STATE, or a whole
+// disk) and mounts it, Check only looks.
 type VolumeArea interface {
-	Ensure(ctx context.Context, size, keep int64) (localvolumes.Result, error)
+	Ensure(ctx context.Context, spec localvolumes.Spec) (localvolumes.Result, error)
 	Check() error
 }
 

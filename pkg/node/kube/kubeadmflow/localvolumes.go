@@ -7,6 +7,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
@@ -28,7 +29,9 @@ func applyLocalVolumes(ctx context.Context, h *Flow, c *machineconfig.Config) er
 	if c.Cluster == nil || !c.Cluster.LocalStorageEnabled() {
 		return nil
 	}
-	res, err := h.Volumes.Ensure(ctx, c.Cluster.LocalVolumesSize(), c.LocalVolumesKeep())
+	res, err := h.Volumes.Ensure(ctx, localvolumes.Spec{
+		Size: c.Cluster.LocalVolumesSize(), Keep: c.LocalVolumesKeep(), Disk: c.Cluster.LocalVolumesDisk(),
+	})
 	if err != nil {
 		return err
 	}
@@ -36,6 +39,8 @@ func applyLocalVolumes(ctx context.Context, h *Flow, c *machineconfig.Config) er
 	case res.Skipped != "":
 		h.Report.Report(StepLocalVolumes, step.Skipped, res.Skipped)
 		return nil
+	case res.Made && res.Disk != "":
+		h.Report.Report(StepLocalVolumes, step.Applied, fmt.Sprintf("%d MiB, the whole disk %s", res.Size>>20, res.Disk))
 	case res.Made:
 		h.Report.Report(StepLocalVolumes, step.Applied, fmt.Sprintf("%d MiB on TERRA-STATE", res.Size>>20))
 	}

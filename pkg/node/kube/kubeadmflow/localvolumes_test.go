@@ -31,14 +31,16 @@ import (
 type fakeVolumes struct {
 	ensured []int64
 	kept    []int64
+	disks   []*machineconfig.DiskSelector
 	result  localvolumes.Result
 	err     error
 	checked int
 }
 
-func (f *fakeVolumes) Ensure(_ context.Context, size, keep int64) (localvolumes.Result, error) {
-	f.ensured = append(f.ensured, size)
-	f.kept = append(f.kept, keep)
+func (f *fakeVolumes) Ensure(_ context.Context, spec localvolumes.Spec) (localvolumes.Result, error) {
+	f.ensured = append(f.ensured, spec.Size)
+	f.kept = append(f.kept, spec.Keep)
+	f.disks = append(f.disks, spec.Disk)
 	return f.result, f.err
 }
 

@@ -1,12 +1,15 @@
 // Package localvolumes keeps a cluster node's volume area: where the
 // local-path StorageClass puts the volumes of the pods the node runs
-// (layout.LocalVolumesDir). The area is an ext4 filesystem in a file on
-// TERRA-STATE, allocated whole when the node first makes it, so the
-// volumes can never take the room etcd, the images and the logs need,
-// nor they the volumes': a full volume area fills only itself. The
-// image's mount unit (layout.LocalVolumesUnit: loop, nodev, nosuid) mounts
-// it on every boot before the kubelet may start a pod on it; its root's
-// marker (layout.LocalVolumesMarker) tells the volume helper that it is.
+// (layout.LocalVolumesDir). By default the area is an ext4 filesystem in a
+// file on TERRA-STATE, allocated whole when the node first makes it, so
+// the volumes can never take the room etcd, the images and the logs need,
+// nor they the volumes': a full volume area fills only itself. A node's
+// config may instead make a whole second disk the area
+// (cluster.localStorage.disk). The image's mount unit
+// (layout.LocalVolumesUnit: nodev, nosuid; a drop-in turns it to the disk)
+// mounts it on every boot before the kubelet may start a pod on it; its
+// root's marker (layout.LocalVolumesMarker) tells the volume helper that
+// it is.
 package localvolumes
 
 import (
@@ -21,6 +24,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
@@ -34,6 +38,18 @@ type Area struct {
 	FS diskspace.FS
 	// Say tells the node's log what the area decided.
 	Say func(format string, args ...any)
+	// Disks lists the machine's disks and those holding Terrarium, for a
+	// disk area; nil: the kernel's (installer.List, installer.Installed).
+	Disks func() (disks []installer.Disk, terrarium map[string]bool, err error)
+}
+
+// Spec is what the node's config asks of its area.
+type Spec struct {
+	// Size is the size of an area on TERRA-STATE (0: the default), and
+	// Keep what it leaves free there (see Plan).
+	Size, Keep int64
+	// Disk makes the disk it selects the area instead; nil: TERRA-STATE.
+	Disk *machineconfig.DiskSelector
 }
 
 // newSuffix names the area's file while it is made: a power cut leaves
@@ -48,20 +64,38 @@ type Result struct {
 	Made bool
 	// Skipped says why the node has no area.
 	Skipped string
+	// Disk is the disk the area is, for a disk area ("" on TERRA-STATE).
+	Disk string
 }
 
-// Ensure makes the area if the node has none (size bytes, 0 for the
-// default, leaving keep bytes free: see Plan), mounts it if it is not, and
-// marks its root. Every step checks before it acts: run again after a
-// power cut, it finishes the job.
-func (a *Area) Ensure(ctx context.Context, size, keep int64) (Result, error) {
+// Ensure makes the area if the node has none (spec's), mounts it if it is
+// not, and marks its root. Every step checks before it acts: run again
+// after a power cut, it finishes the job. An area the node has already is
+// kept as it is, whatever spec says now.
+func (a *Area) Ensure(ctx context.Context, spec Spec) (Result, error) {
+	size, keep := spec.Size, spec.Keep
 	dir, img := a.Host.Path(layout.LocalVolumesDir), a.Host.Path(layout.LocalVolumesImage)
 	mounted, err := a.mounted(dir)
 	if err != nil {
 		return Result{}, err
 	}
+	_, imgErr := os.Stat(img)
+	hasFile := imgErr == nil
+	if spec.Disk != nil && hasFile {
+		a.say("volume area: %s on TERRA-STATE is the area; %s applies only to a new area (an area is never moved)", layout.LocalVolumesImage, diskField)
+	}
 	if mounted {
 		res := Result{Size: fileSize(img)}
+		return res, a.mark(dir)
+	}
+	if !hasFile && (spec.Disk != nil || a.onDisk()) {
+		if spec.Disk == nil {
+			return Result{}, fmt.Errorf("volume area: the area is a disk (%s), and the config no longer selects one: put %s back", layout.LocalVolumesDiskDropIn, diskField)
+		}
+		res, err := a.ensureDisk(ctx, *spec.Disk)
+		if err != nil {
+			return Result{}, err
+		}
 		return res, a.mark(dir)
 	}
 	var res Result
@@ -97,24 +131,31 @@ func (a *Area) Ensure(ctx context.Context, size, keep int64) (Result, error) {
 			return Result{}, fmt.Errorf("volume area: %w", err)
 		}
 	}
-	// systemd mounts it, in the host's namespace (firstboot's mounts are
-	// its own), as it does on every later boot before the kubelet.
-	if err := a.Host.Run(ctx, "systemctl", "start", layout.LocalVolumesUnit); err != nil {
-		return Result{}, fmt.Errorf("mount the volume area: %w", err)
-	}
-	if mounted, err := a.mounted(dir); err != nil {
+	if err := a.start(ctx); err != nil {
 		return Result{}, err
-	} else if !mounted {
-		return Result{}, fmt.Errorf("mount the volume area: %s started, but %s is not a mount point", layout.LocalVolumesUnit, layout.LocalVolumesDir)
 	}
 	return res, a.mark(dir)
+}
+
+// start has systemd mount the area, in the host's namespace (firstboot's
+// mounts are its own), as it does on every later boot before the kubelet.
+func (a *Area) start(ctx context.Context) error {
+	if err := a.Host.Run(ctx, "systemctl", "start", layout.LocalVolumesUnit); err != nil {
+		return fmt.Errorf("mount the volume area: %w", err)
+	}
+	if mounted, err := a.mounted(a.Host.Path(layout.LocalVolumesDir)); err != nil {
+		return err
+	} else if !mounted {
+		return fmt.Errorf("mount the volume area: %s started, but %s is not a mount point", layout.LocalVolumesUnit, layout.LocalVolumesDir)
+	}
+	return nil
 }
 
 // Check says whether the area is mounted and marked, without changing
 // anything; a node without an area (Ensure skipped it) passes.
 func (a *Area) Check() error {
 	dir, img := a.Host.Path(layout.LocalVolumesDir), a.Host.Path(layout.LocalVolumesImage)
-	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) && !a.onDisk() {
 		return nil
 	}
 	mounted, err := a.mounted(dir)
@@ -122,7 +163,11 @@ func (a *Area) Check() error {
 		return err
 	}
 	if !mounted {
-		return fmt.Errorf("the volume area %s is not mounted on %s", layout.LocalVolumesImage, layout.LocalVolumesDir)
+		what := layout.LocalVolumesImage
+		if a.onDisk() {
+			what = "disk (" + layout.LocalVolumesDiskDropIn + ")"
+		}
+		return fmt.Errorf("the volume area %s is not mounted on %s", what, layout.LocalVolumesDir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, layout.LocalVolumesMarker)); err != nil {
 		return fmt.Errorf("the volume area on %s has no %s", layout.LocalVolumesDir, layout.LocalVolumesMarker)

@@ -125,7 +125,7 @@ func TestEnsureMakesMountsAndMarks(t *testing.T) {
 	require.NoError(t, os.MkdirAll(n.h.Path(filepath.Dir(layout.LocalVolumesImage)), 0o755))
 	a := n.area(8*gib, 6*gib)
 
-	res, err := a.Ensure(ctx, 0, keep)
+	res, err := a.Ensure(ctx, localvolumes.Spec{Size: 0, Keep: keep})
 	require.NoError(t, err)
 	assert.Equal(t, localvolumes.Result{Size: 2 * gib, Made: true}, res)
 	st, err := os.Stat(n.h.Path(layout.LocalVolumesImage))
@@ -146,7 +146,7 @@ func TestEnsureMakesMountsAndMarks(t *testing.T) {
 
 	// Mounted: nothing to do.
 	n.ran = nil
-	res, err = a.Ensure(ctx, 0, keep)
+	res, err = a.Ensure(ctx, localvolumes.Spec{Size: 0, Keep: keep})
 	require.NoError(t, err)
 	assert.Equal(t, localvolumes.Result{Size: 2 * gib}, res)
 	assert.Empty(t, n.ran)
@@ -155,7 +155,7 @@ func TestEnsureMakesMountsAndMarks(t *testing.T) {
 	// and a config asking another size is told it applies to a new area.
 	n.mounted, n.ran = false, nil
 	require.Error(t, a.Check(), "an area not mounted is drift")
-	res, err = a.Ensure(ctx, 4*gib, keep)
+	res, err = a.Ensure(ctx, localvolumes.Spec{Size: 4 * gib, Keep: keep})
 	require.NoError(t, err)
 	assert.Equal(t, localvolumes.Result{Size: 2 * gib}, res)
 	assert.NotContains(t, strings.Join(n.ran, "\n"), "mkfs")
@@ -168,7 +168,7 @@ func TestEnsureAfterAPowerCutWhileMaking(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(half), 0o755))
 	require.NoError(t, os.WriteFile(half, []byte("half made"), 0o600))
 
-	res, err := n.area(8*gib, 6*gib).Ensure(context.Background(), 128*mib, keep)
+	res, err := n.area(8*gib, 6*gib).Ensure(context.Background(), localvolumes.Spec{Size: 128 * mib, Keep: keep})
 	require.NoError(t, err)
 	assert.True(t, res.Made)
 	st, err := os.Stat(n.h.Path(layout.LocalVolumesImage))
@@ -182,21 +182,21 @@ func TestEnsureFailuresLeaveNoArea(t *testing.T) {
 	require.NoError(t, os.MkdirAll(n.h.Path(filepath.Dir(layout.LocalVolumesImage)), 0o755))
 	n.fail["mkfs.ext4"] = fmt.Errorf("exit status 1")
 
-	_, err := n.area(8*gib, 6*gib).Ensure(context.Background(), 0, keep)
+	_, err := n.area(8*gib, 6*gib).Ensure(context.Background(), localvolumes.Spec{Size: 0, Keep: keep})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "volume area: make its filesystem")
 	assert.NoFileExists(t, n.h.Path(layout.LocalVolumesImage), "a failed mkfs leaves no area under its name")
 
 	delete(n.fail, "mkfs.ext4")
 	n.fail["systemctl"] = fmt.Errorf("exit status 1")
-	_, err = n.area(8*gib, 6*gib).Ensure(context.Background(), 0, keep)
+	_, err = n.area(8*gib, 6*gib).Ensure(context.Background(), localvolumes.Spec{Size: 0, Keep: keep})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "mount the volume area")
 	assert.NoFileExists(t, n.h.Path(filepath.Join(layout.LocalVolumesDir, layout.LocalVolumesMarker)), "no marker on the directory beneath")
 
 	delete(n.fail, "systemctl")
 	n.mountFails = true
-	_, err = n.area(8*gib, 6*gib).Ensure(context.Background(), 0, keep)
+	_, err = n.area(8*gib, 6*gib).Ensure(context.Background(), localvolumes.Spec{Size: 0, Keep: keep})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is not a mount point")
 	assert.NoFileExists(t, n.h.Path(filepath.Join(layout.LocalVolumesDir, layout.LocalVolumesMarker)), "no marker on the directory beneath")
@@ -205,7 +205,7 @@ func TestEnsureFailuresLeaveNoArea(t *testing.T) {
 func TestEnsureWithoutRoom(t *testing.T) {
 	n := newNode(t)
 	a := n.area(4*gib, 2*gib)
-	res, err := a.Ensure(context.Background(), 0, keep)
+	res, err := a.Ensure(context.Background(), localvolumes.Spec{Size: 0, Keep: keep})
 	require.NoError(t, err, "a node short of room forms without an area")
 	assert.Contains(t, res.Skipped, "no room for a volume area")
 	assert.Empty(t, n.ran)

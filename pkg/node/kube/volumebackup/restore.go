@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -148,13 +147,13 @@ func unpack(c *machineconfig.Config, file, staging string) (*backup.VolumesManif
 	case m.Node != c.Hostname:
 		return nil, fmt.Errorf("it holds the volumes of node %s, and this node is %s", m.Node, c.Hostname)
 	}
-	if err := syncFS(staging); err != nil {
+	if err := atomicfile.SyncFS(staging); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(staging, completeName), []byte(filepath.Base(file)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	return m, syncFS(staging)
+	return m, atomicfile.SyncFS(staging)
 }
 
 // moveIntoPlace moves every volume of a complete restore from staging to
@@ -170,13 +169,13 @@ func moveIntoPlace(area, staging string) error {
 			return fmt.Errorf("restore volumes: move %s into place: %w", n, err)
 		}
 	}
-	if err := syncFS(area); err != nil {
+	if err := atomicfile.SyncFS(area); err != nil {
 		return fmt.Errorf("restore volumes: %w", err)
 	}
 	if err := os.RemoveAll(staging); err != nil {
 		return fmt.Errorf("restore volumes: %w", err)
 	}
-	return syncFS(area)
+	return atomicfile.SyncFS(area)
 }
 
 // volumesIn are the volumes at the top of dir.
@@ -195,14 +194,4 @@ func volumesIn(dir string) ([]string, error) {
 		}
 	}
 	return names, nil
-}
-
-// syncFS flushes the file system holding dir.
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Syncfs(int(f.Fd()))
 }

@@ -1,0 +1,195 @@
+package localvolumes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
+)
+
+// diskField names the selector in messages.
+const diskField = "cluster.localStorage.disk"
+
+// ErrDiskHoldsData says the selected disk holds something other than a
+// volume area: it is never formatted.
+var ErrDiskHoldsData = errors.New("the disk holds data")
+
+// ensureDisk makes the disk sel selects the node's volume area: an empty
+// disk is formatted (ext4, label TERRA-VOLUMES, a UUID of its own), a disk
+// already formatted so is taken as it is, anything else is refused. The
+// mount unit is turned to the filesystem's UUID by a drop-in, then
+// started. Each step checks before it acts: cut by a power loss, a rerun
+// finds the filesystem made and goes on.
+func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (Result, error) {
+	d, err := a.selectDisk(sel)
+	if err != nil {
+		return Result{}, err
+	}
+	dev := a.Host.Path(d.Dev())
+	id, err := readExt4(dev)
+	if err != nil {
+		return Result{}, fmt.Errorf("volume area: read %s: %w", d.Dev(), err)
+	}
+	made := false
+	if id.label != layout.LabelVolumesFS {
+		f, err := os.Open(dev)
+		if err != nil {
+			return Result{}, fmt.Errorf("volume area: %w", err)
+		}
+		what, err := installer.Holds(f)
+		_ = f.Close() // read only
+		if err != nil {
+			return Result{}, fmt.Errorf("volume area: %w", err)
+		}
+		if what != "" {
+			if id.ext4 {
+				what = fmt.Sprintf("an ext4 filesystem labelled %q", id.label)
+			}
+			return Result{}, fmt.Errorf("volume area: %s selects %s, which holds %s: %w; Terrarium formats only an empty disk for volumes. Select another disk, or empty this one (wipefs -a %s) if what it holds may go",
+				diskField, d, what, ErrDiskHoldsData, d.Dev())
+		}
+		if id.uuid, err = newUUID(); err != nil {
+			return Result{}, err
+		}
+		// No reserved blocks (nothing of root's lives there), no lazy
+		// initialization left running in the background.
+		if err := a.Host.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", layout.LabelVolumesFS, "-U", id.uuid, "-m", "0",
+			"-E", "lazy_itable_init=0,lazy_journal_init=0", d.Dev()); err != nil {
+			return Result{}, fmt.Errorf("volume area: make the filesystem on %s: %w", d.Dev(), err)
+		}
+		made = true
+		a.say("volume area: made an ext4 filesystem (label %s, UUID %s) on %s", layout.LabelVolumesFS, id.uuid, d)
+	}
+	changed, err := writeIfChanged(a.Host.Path(layout.LocalVolumesDiskDropIn), dropIn(id.uuid))
+	if err != nil {
+		return Result{}, fmt.Errorf("volume area: %w", err)
+	}
+	if changed {
+		if err := a.Host.Run(ctx, "systemctl", "daemon-reload"); err != nil {
+			return Result{}, fmt.Errorf("volume area: %w", err)
+		}
+	}
+	if err := a.start(ctx); err != nil {
+		return Result{}, err
+	}
+	return Result{Size: d.Size, Made: made, Disk: d.String()}, nil
+}
+
+// writeIfChanged writes data at p (mode 0644, its directory made) unless
+// p holds it already, and says whether it wrote.
+func writeIfChanged(p string, data []byte) (bool, error) {
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return false, err
+	}
+	return true, atomicfile.WriteFile(p, data, 0o644)
+}
+
+// dropIn is the mount unit's drop-in for the filesystem uuid: systemd
+// waits for the disk's device (its default timeout) before it mounts.
+func dropIn(uuid string) []byte {
+	return []byte(`# Written by firstboot: this node's volume area is a whole disk
+# (cluster.localStorage.disk), its ext4 filesystem found by UUID.
+[Unit]
+ConditionPathExists=
+
+[Mount]
+What=/dev/disk/by-uuid/` + uuid + `
+Options=nodev,nosuid
+`)
+}
+
+// selectDisk is the disk sel selects among the machine's, never one that
+// holds Terrarium.
+func (a *Area) selectDisk(sel machineconfig.DiskSelector) (installer.Disk, error) {
+	list := a.Disks
+	if list == nil {
+		list = func() ([]installer.Disk, map[string]bool, error) {
+			disks, err := installer.List(a.Host.Path("/sys/class/block"), a.Host.Path("/dev/disk"), a.Host.Path("/run/udev/data"))
+			if err != nil {
+				return nil, nil, err
+			}
+			own, err := installer.Installed(a.Host.Path("/sys/class/block"))
+			return disks, own, err
+		}
+	}
+	disks, own, err := list()
+	if err != nil {
+		return installer.Disk{}, fmt.Errorf("volume area: list the disks: %w", err)
+	}
+	rules := installer.Rules{Field: diskField, AnySector: true, MinSize: machineconfig.MinLocalVolumesSize, InUse: map[string]string{}}
+	for name := range own {
+		rules.InUse[name] = "holds Terrarium (its slots and TERRA-STATE)"
+	}
+	d, err := installer.Select(disks, sel, rules)
+	if err != nil {
+		return installer.Disk{}, fmt.Errorf("volume area: %w", err)
+	}
+	return d, nil
+}
+
+// ext4ID is what an ext4 superblock says of its filesystem.
+type ext4ID struct {
+	ext4        bool
+	uuid, label string
+}
+
+// readExt4 reads the ext4 superblock at the start of dev, if there is one.
+func readExt4(dev string) (ext4ID, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return ext4ID{}, err
+	}
+	defer f.Close()
+	sb := make([]byte, 1024)
+	if _, err := f.ReadAt(sb, 1024); err != nil {
+		return ext4ID{}, err
+	}
+	return parseExt4Superblock(sb), nil
+}
+
+// parseExt4Superblock reads an ext2/3/4 superblock (1024 bytes): the magic
+// 0xEF53 at 0x38, the UUID at 0x68, the volume name at 0x78.
+func parseExt4Superblock(sb []byte) ext4ID {
+	if len(sb) < 0x88 || binary.LittleEndian.Uint16(sb[0x38:]) != 0xef53 {
+		return ext4ID{}
+	}
+	u := sb[0x68:0x78]
+	label, _, _ := bytes.Cut(sb[0x78:0x88], []byte{0})
+	return ext4ID{
+		ext4:  true,
+		uuid:  fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]),
+		label: strings.ToValidUTF8(string(label), "?"),
+	}
+}
+
+// newUUID is a random (version 4) UUID, lower case as /dev/disk/by-uuid
+// names it.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// onDisk says whether the node's area is a disk (the drop-in exists).
+func (a *Area) onDisk() bool {
+	_, err := os.Stat(a.Host.Path(layout.LocalVolumesDiskDropIn))
+	return !errors.Is(err, fs.ErrNotExist)
+}
