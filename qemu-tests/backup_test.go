@@ -57,17 +57,25 @@ func TestClusterBackupRestore(t *testing.T) {
 		for _, n := range []*clusterNode{cp, w} {
 			n.m = newMachine(t, image)
 			n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+			cfg := withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC)
 			if n == w {
 				n.m.yieldCPU()
+				cfg = withVolumeDisk(t, cfg, workerVolumeDisk)
 			}
 			n.sshPort = n.m.forwardSSH()
-			n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
+			n.disk = n.m.configDisk("config.img", cfg)
 		}
+		// The worker's volume area is a whole disk of its own, new and
+		// empty on each generation's machine.
+		dataDisk := filepath.Join(work, fmt.Sprintf("w-1-data-%d.qcow2", gen))
+		out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", dataDisk, "2G").CombinedOutput()
+		require.NoError(t, err, "qemu-img create: %s", out)
+		data := qemu.Disk{ID: "data", Path: dataDisk, Format: "qcow2", Serial: workerVolumeDisk}
 		w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC,
 			Capture: filepath.Join(work, fmt.Sprintf("link-%d.pcap", gen))}
 		cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
 		start = time.Now()
-		w.vm = w.m.boot(ctx, append([]qemu.Disk{configAttached(w.disk)}, extra...)...)
+		w.vm = w.m.boot(ctx, append([]qemu.Disk{configAttached(w.disk), data}, extra...)...)
 		cp.vm = cp.m.boot(ctx, append([]qemu.Disk{configAttached(cp.disk)}, extra...)...)
 		return cp, w, start
 	}
@@ -75,6 +83,9 @@ func TestClusterBackupRestore(t *testing.T) {
 		for _, n := range nodes {
 			cutPower(ctx, t, n.vm)
 			require.NoError(t, os.Remove(n.m.disk), "the VM's disk is destroyed with it")
+			if n == w {
+				require.NoError(t, os.Remove(filepath.Join(work, "w-1-data-1.qcow2")), "and its volume disk")
+			}
 		}
 	}
 
@@ -110,7 +121,7 @@ spec:
 	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
 	ssh.run("kubectl rollout status --timeout=10m deployment/sleeper")
 	wSSH := dialSSH(ctx, t, w.sshPort, key)
-	vol, ok := checkLocalStorage(t, ssh, wSSH, w.name, "")
+	vol, ok := checkLocalStorage(t, ssh, wSSH, w.name, workerVolumeDisk)
 	require.True(t, ok, "the StatefulSet's volume on the worker")
 	t.Logf("workload running:\n%s", ssh.run("kubectl get pods -o wide"))
 

@@ -14,7 +14,11 @@ import (
 // Bounds of checkLocalStorage's waits.
 const (
 	storageProvisionerTimeout = 10 * time.Minute // the provisioner's Deployment running
-	storageBoundTimeout       = 5 * time.Minute  // the claim Bound once its pod is scheduled
+	// The claim Bound once its pod is scheduled: the provisioner starts a
+	// helper pod on the pod's node, which takes as long as any pod start
+	// there, so the bound is a pod start's. A starved worker under TCG
+	// took 3 minutes from the helper pod's creation to its start.
+	storageBoundTimeout = storagePodTimeout
 	storagePodTimeout         = 10 * time.Minute // the pod Ready (after a power cut: its node back)
 	storagePollEvery          = time.Second
 )

@@ -13,7 +13,7 @@ import (
 // watch runs, once the boot is done, what a running node watches: each a
 // controller in its own loop (pkg/node/controller), until ctx ends.
 func (r *runner) watch(ctx context.Context, cfg *machineconfig.Config) error {
-	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick a control plane's backup", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
+	r.say("watching for signed config changes: insert a %s stick holding machine.yaml and machine.yaml.sig; a %s stick receives a support bundle, a %s stick the node's backups (a control plane's etcd, and its volumes where the config opts in)", layout.LabelConfig, layout.LabelSupport, layout.LabelBackup)
 	r.cfg.set(cfg)
 	controller.Run(ctx, r.o.Log, r.controllers()...)
 	return nil
@@ -55,7 +55,7 @@ func (c *supportStick) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-// backupStick writes a control plane's backup to each TERRA-BACKUP stick.
+// backupStick writes the node's backups to each TERRA-BACKUP stick.
 type backupStick struct {
 	r      *runner
 	served string
