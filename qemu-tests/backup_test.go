@@ -83,7 +83,7 @@ func TestClusterBackupRestore(t *testing.T) {
 		for _, n := range nodes {
 			cutPower(ctx, t, n.vm)
 			require.NoError(t, os.Remove(n.m.disk), "the VM's disk is destroyed with it")
-			if n == w {
+			if n.name == "w-1" {
 				require.NoError(t, os.Remove(filepath.Join(work, "w-1-data-1.qcow2")), "and its volume disk")
 			}
 		}
