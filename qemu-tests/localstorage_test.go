@@ -19,8 +19,8 @@ const (
 	// there, so the bound is a pod start's. A starved worker under TCG
 	// took 3 minutes from the helper pod's creation to its start.
 	storageBoundTimeout = storagePodTimeout
-	storagePodTimeout         = 10 * time.Minute // the pod Ready (after a power cut: its node back)
-	storagePollEvery          = time.Second
+	storagePodTimeout   = 10 * time.Minute // the pod Ready (after a power cut: its node back)
+	storagePollEvery    = time.Second
 )
 
 // The StatefulSet checkLocalStorage makes in default, and its claim.

@@ -115,38 +115,50 @@ func fileOf(b []byte) File {
 // duplicate stops it with an error naming the member; what was written is
 // left for the caller to remove with dir.
 func Extract(r io.Reader, passphrase, dir string) (*Manifest, error) {
+	var m *Manifest
+	err := decryptInto(r, passphrase, dir, ErrNotThisCluster, func(dec io.Reader, root *os.Root) error {
+		var err error
+		m, err = extractTar(dec, root)
+		return err
+	})
+	return m, err
+}
+
+// decryptInto decrypts the age file r with passphrase and hands what it
+// holds to extract with dir (created) opened as an os.Root; notOurs is the
+// error for a file the passphrase does not open. After extract it reads
+// to the end: tar stops at its end marker, and when that ends a full
+// 64 KiB chunk, age checks that nothing follows the file only on a
+// further read, so a file with bytes after it is refused.
+func decryptInto(r io.Reader, passphrase, dir string, notOurs error, extract func(dec io.Reader, root *os.Root) error) error {
 	id, err := age.NewScryptIdentity(passphrase)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	id.SetMaxWorkFactor(maxWorkFactor)
 	dec, err := age.Decrypt(bufio.NewReader(r), id)
 	if err != nil {
 		var noMatch *age.NoIdentityMatchError
 		if errors.As(err, &noMatch) {
-			return nil, ErrNotThisCluster
+			return notOurs
 		}
-		return nil, fmt.Errorf("not a readable age file: %w", err)
+		return fmt.Errorf("not a readable age file: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer root.Close()
-	m, err := extractTar(dec, root)
-	if err != nil {
-		return nil, err
+	if err := extract(dec, root); err != nil {
+		return err
 	}
-	// tar stops at its end marker. When that ends a full 64 KiB chunk, age
-	// checks that nothing follows the file only on a further read: read to
-	// the end, so a file with bytes after it is refused.
 	if _, err := io.Copy(io.Discard, dec); err != nil {
-		return nil, fmt.Errorf("after the archive: %w", err)
+		return fmt.Errorf("after the archive: %w", err)
 	}
-	return m, nil
+	return nil
 }
 
 // extractTar reads a backup's tar from r into root.

@@ -19,6 +19,7 @@ package backup
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -128,17 +129,11 @@ func ParseManifest(b []byte) (*Manifest, error) {
 }
 
 func (m *Manifest) check() error {
-	switch {
-	case m.APIVersion != APIVersion || m.Kind != Kind:
+	if m.APIVersion != APIVersion || m.Kind != Kind {
 		return fmt.Errorf("apiVersion/kind is %q/%q, want %s/%s: not a Terrarium cluster backup", m.APIVersion, m.Kind, APIVersion, Kind)
-	case !nameLabelRE.MatchString(m.Cluster):
-		return fmt.Errorf("cluster: %q is not a cluster name", m.Cluster)
-	case !caHashRE.MatchString(m.CACertHash):
-		return fmt.Errorf("caCertHash: %q is not sha256:<64 hex digits>", m.CACertHash)
-	case m.Node == "" || len(m.Node) > 253:
-		return fmt.Errorf("node: %q is not a node name", m.Node)
-	case m.TakenAt.IsZero():
-		return fmt.Errorf("takenAt: missing")
+	}
+	if err := checkWhose(m.Cluster, m.CACertHash, m.Node, m.TakenAt); err != nil {
+		return err
 	}
 	if err := m.Snapshot.check(MaxSnapshot); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
@@ -158,6 +153,21 @@ func (m *Manifest) check() error {
 				return fmt.Errorf("pki: %q is not a file a backup carries", name)
 			}
 		}
+	}
+	return nil
+}
+
+// checkWhose checks what names a backup's cluster, node and time.
+func checkWhose(cluster, caCertHash, node string, takenAt time.Time) error {
+	switch {
+	case !nameLabelRE.MatchString(cluster):
+		return fmt.Errorf("cluster: %q is not a cluster name", cluster)
+	case !caHashRE.MatchString(caCertHash):
+		return fmt.Errorf("caCertHash: %q is not sha256:<64 hex digits>", caCertHash)
+	case node == "" || len(node) > 253:
+		return fmt.Errorf("node: %q is not a node name", node)
+	case takenAt.IsZero():
+		return errors.New("takenAt: missing")
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package backup
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -134,16 +133,11 @@ func (m *VolumesManifest) check() error {
 	switch {
 	case m.APIVersion != APIVersion || m.Kind != VolumesKind:
 		return fmt.Errorf("apiVersion/kind is %q/%q, want %s/%s: not a Terrarium volume backup", m.APIVersion, m.Kind, APIVersion, VolumesKind)
-	case !nameLabelRE.MatchString(m.Cluster):
-		return fmt.Errorf("cluster: %q is not a cluster name", m.Cluster)
-	case !caHashRE.MatchString(m.CACertHash):
-		return fmt.Errorf("caCertHash: %q is not sha256:<64 hex digits>", m.CACertHash)
-	case m.Node == "" || len(m.Node) > 253:
-		return fmt.Errorf("node: %q is not a node name", m.Node)
-	case m.TakenAt.IsZero():
-		return errors.New("takenAt: missing")
 	case len(m.Volumes) > MaxVolumes:
 		return fmt.Errorf("volumes: %d, more than %d", len(m.Volumes), MaxVolumes)
+	}
+	if err := checkWhose(m.Cluster, m.CACertHash, m.Node, m.TakenAt); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i, v := range m.Volumes {
@@ -402,35 +396,13 @@ func (zeros) Read(b []byte) (int, error) {
 // through a link stops it with an error naming the member; what was
 // written is left for the caller to remove with dir.
 func ExtractVolumes(r io.Reader, passphrase, dir string, owners bool) (*VolumesManifest, error) {
-	id, err := age.NewScryptIdentity(passphrase)
-	if err != nil {
-		return nil, err
-	}
-	id.SetMaxWorkFactor(maxWorkFactor)
-	dec, err := age.Decrypt(bufio.NewReader(r), id)
-	if err != nil {
-		var noMatch *age.NoIdentityMatchError
-		if errors.As(err, &noMatch) {
-			return nil, ErrNotThisNode
-		}
-		return nil, fmt.Errorf("not a readable age file: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	m, err := extractVolumesTar(dec, root, owners)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := io.Copy(io.Discard, dec); err != nil {
-		return nil, fmt.Errorf("after the archive: %w", err)
-	}
-	return m, nil
+	var m *VolumesManifest
+	err := decryptInto(r, passphrase, dir, ErrNotThisNode, func(dec io.Reader, root *os.Root) error {
+		var err error
+		m, err = extractVolumesTar(dec, root, owners)
+		return err
+	})
+	return m, err
 }
 
 // ErrNotThisNode says a volume backup does not decrypt under the node's
