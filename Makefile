@@ -96,7 +96,7 @@ fuzz:
 # under TCG, so not part of `make test`.
 e2e: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
-		$(GO) test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterFormation|TestFlatBatteryInitNode' ./qemu-tests/...
+		$(GO) test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterFormation|TestFlatBatteryInitNode|TestVolumeDiskInitNode' ./qemu-tests/...
 
 # One-machine scenarios too long for make test: slot fallback, upgrades
 # from a stick, the ISO's installer, the bundle rebuilt from empty caches.
