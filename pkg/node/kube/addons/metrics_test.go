@@ -92,6 +92,11 @@ func TestMetricsServer(t *testing.T) {
 						SecurityContext struct {
 							RunAsUser int `yaml:"runAsUser"`
 						} `yaml:"securityContext"`
+						LivenessProbe struct {
+							TimeoutSeconds   int `yaml:"timeoutSeconds"`
+							PeriodSeconds    int `yaml:"periodSeconds"`
+							FailureThreshold int `yaml:"failureThreshold"`
+						} `yaml:"livenessProbe"`
 					}
 					Volumes []struct {
 						Name   string
@@ -113,6 +118,11 @@ func TestMetricsServer(t *testing.T) {
 	for _, a := range c.Args {
 		assert.NotContains(t, a, "insecure")
 	}
+	// A busy node's late answers are not a reason to restart it: a minute
+	// of failed probes, 5 s each.
+	lp := c.LivenessProbe
+	assert.GreaterOrEqual(t, lp.TimeoutSeconds, 5)
+	assert.GreaterOrEqual(t, lp.PeriodSeconds*lp.FailureThreshold, 60)
 	// Its process (not root) reads its key through its group, which no
 	// one else has.
 	pod := dep.Spec.Template.Spec
