@@ -161,9 +161,9 @@ func decryptInto(r io.Reader, passphrase, dir string, notOurs error, extract fun
 	return nil
 }
 
-// extractTar reads a backup's tar from r into root.
-func extractTar(r io.Reader, root *os.Root) (*Manifest, error) {
-	tr := tar.NewReader(r)
+// readManifest reads the manifest, which every backup's archive begins
+// with, of at most limit bytes.
+func readManifest(tr *tar.Reader, limit int64) ([]byte, error) {
 	hdr, err := tr.Next()
 	if err != nil {
 		return nil, fmt.Errorf("the archive: %w", orEOF(err))
@@ -171,12 +171,22 @@ func extractTar(r io.Reader, root *os.Root) (*Manifest, error) {
 	if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg {
 		return nil, fmt.Errorf("the archive begins with %q, not %s", hdr.Name, ManifestName)
 	}
-	if hdr.Size > MaxSmallFile {
-		return nil, fmt.Errorf("%s: %d bytes, more than %d", ManifestName, hdr.Size, MaxSmallFile)
+	if hdr.Size > limit {
+		return nil, fmt.Errorf("%s: %d bytes, more than %d", ManifestName, hdr.Size, limit)
 	}
-	mb, err := io.ReadAll(io.LimitReader(tr, MaxSmallFile))
+	mb, err := io.ReadAll(io.LimitReader(tr, limit))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	return mb, nil
+}
+
+// extractTar reads a backup's tar from r into root.
+func extractTar(r io.Reader, root *os.Root) (*Manifest, error) {
+	tr := tar.NewReader(r)
+	mb, err := readManifest(tr, MaxSmallFile)
+	if err != nil {
+		return nil, err
 	}
 	m, err := ParseManifest(mb)
 	if err != nil {

@@ -412,19 +412,9 @@ var ErrNotThisNode = errors.New("the volume backup does not decrypt with this no
 // extractVolumesTar reads a volume backup's tar from r into root.
 func extractVolumesTar(r io.Reader, root *os.Root, owners bool) (*VolumesManifest, error) {
 	tr := tar.NewReader(r)
-	hdr, err := tr.Next()
+	mb, err := readManifest(tr, MaxVolumesManifest)
 	if err != nil {
-		return nil, fmt.Errorf("the archive: %w", orEOF(err))
-	}
-	if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg {
-		return nil, fmt.Errorf("the archive begins with %q, not %s", hdr.Name, ManifestName)
-	}
-	if hdr.Size > MaxVolumesManifest {
-		return nil, fmt.Errorf("%s: %d bytes, more than %d", ManifestName, hdr.Size, MaxVolumesManifest)
-	}
-	mb, err := io.ReadAll(io.LimitReader(tr, MaxVolumesManifest))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ManifestName, err)
+		return nil, err
 	}
 	m, err := ParseVolumesManifest(mb)
 	if err != nil {
