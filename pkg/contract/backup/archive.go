@@ -227,14 +227,7 @@ func extractTar(r io.Reader, root *os.Root) (*Manifest, error) {
 			return nil, fmt.Errorf("%s: %w", hdr.Name, err)
 		}
 	}
-	var missing []string
-	for name := range want {
-		if !seen[name] {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
-		sort.Strings(missing)
+	if missing := absent(want, seen); len(missing) > 0 {
 		return nil, fmt.Errorf("the archive lacks %v", missing)
 	}
 	return m, nil
@@ -263,6 +256,19 @@ func copyChecked(root *os.Root, name string, r io.Reader, f File) error {
 		return fmt.Errorf("sha256 %s, the manifest says %s: the backup is damaged", got, f.SHA256)
 	}
 	return nil
+}
+
+// absent are the keys of want that seen lacks, sorted: the members a
+// manifest lists and an archive did not hold.
+func absent[V any](want map[string]V, seen map[string]bool) []string {
+	var missing []string
+	for name := range want {
+		if !seen[name] {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	return missing
 }
 
 func orEOF(err error) error {

@@ -117,12 +117,18 @@ func IsBackupName(name string) bool {
 }
 
 // ParseManifest reads and checks a manifest.
-func ParseManifest(b []byte) (*Manifest, error) {
-	var m Manifest
+func ParseManifest(b []byte) (*Manifest, error) { return parseManifest[Manifest](b) }
+
+// parseManifest reads a manifest of either format and runs its check.
+func parseManifest[M any, P interface {
+	*M
+	check() error
+}](b []byte) (*M, error) {
+	var m M
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", ManifestName, err)
 	}
-	if err := m.check(); err != nil {
+	if err := P(&m).check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", ManifestName, err)
 	}
 	return &m, nil

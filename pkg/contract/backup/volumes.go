@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -119,14 +118,7 @@ func fileSafe(s string) string {
 
 // ParseVolumesManifest reads and checks a volume backup's manifest.
 func ParseVolumesManifest(b []byte) (*VolumesManifest, error) {
-	var m VolumesManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", ManifestName, err)
-	}
-	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("%s: %w", ManifestName, err)
-	}
-	return &m, nil
+	return parseManifest[VolumesManifest](b)
 }
 
 func (m *VolumesManifest) check() error {
@@ -172,9 +164,12 @@ func ScanVolumes(dir string) (VolumesScan, error) {
 		return VolumesScan{}, fmt.Errorf("the volume area: %w", err)
 	}
 	defer area.Close()
-	names, err := volumeNames(area)
+	names, err := ListVolumes(dir)
 	if err != nil {
-		return VolumesScan{}, err
+		return VolumesScan{}, fmt.Errorf("the volume area: %w", err)
+	}
+	if len(names) > MaxVolumes {
+		return VolumesScan{}, fmt.Errorf("the volume area holds %d volumes, more than a backup carries (%d)", len(names), MaxVolumes)
 	}
 	var s VolumesScan
 	entries := int64(0)
@@ -208,20 +203,21 @@ func ScanVolumes(dir string) (VolumesScan, error) {
 	return s, nil
 }
 
-// volumeNames are the volumes at the top of area, sorted.
-func volumeNames(area *os.Root) ([]string, error) {
-	entries, err := fs.ReadDir(area.FS(), ".")
+// ListVolumes are the volumes at the top of dir (directories IsVolumeName
+// accepts), sorted; none when dir does not exist.
+func ListVolumes(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("the volume area: %w", err)
+		return nil, err
 	}
 	var names []string
 	for _, e := range entries {
 		if e.IsDir() && IsVolumeName(e.Name()) {
 			names = append(names, e.Name())
 		}
-	}
-	if len(names) > MaxVolumes {
-		return nil, fmt.Errorf("the volume area holds %d volumes, more than a backup carries (%d)", len(names), MaxVolumes)
 	}
 	return names, nil
 }
@@ -450,14 +446,7 @@ func extractVolumesTar(r io.Reader, root *os.Root, owners bool) (*VolumesManifes
 			made[name] = true
 		}
 	}
-	var missing []string
-	for name := range listed {
-		if !made[name] {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
-		sort.Strings(missing)
+	if missing := absent(listed, made); len(missing) > 0 {
 		return nil, fmt.Errorf("the archive lacks the volumes %v its manifest lists", missing)
 	}
 	// A directory's mode and time last: writing into it moved its time,

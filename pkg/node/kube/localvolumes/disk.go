@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
@@ -36,22 +34,12 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 	if err != nil {
 		return Result{}, err
 	}
-	dev := a.Host.Path(d.Dev())
-	id, err := readExt4(dev)
+	id, what, err := a.probe(d)
 	if err != nil {
-		return Result{}, fmt.Errorf("volume area: read %s: %w", d.Dev(), err)
+		return Result{}, err
 	}
 	made := false
 	if id.label != layout.LabelVolumesFS {
-		f, err := os.Open(dev)
-		if err != nil {
-			return Result{}, fmt.Errorf("volume area: %w", err)
-		}
-		what, err := installer.Holds(f)
-		_ = f.Close() // read only
-		if err != nil {
-			return Result{}, fmt.Errorf("volume area: %w", err)
-		}
 		if what != "" {
 			if id.ext4 {
 				what = fmt.Sprintf("an ext4 filesystem labelled %q", id.label)
@@ -71,7 +59,7 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 		made = true
 		a.say("volume area: made an ext4 filesystem (label %s, UUID %s) on %s", layout.LabelVolumesFS, id.uuid, d)
 	}
-	changed, err := writeIfChanged(a.Host.Path(layout.LocalVolumesDiskDropIn), dropIn(id.uuid))
+	changed, err := a.Host.WriteIfChanged(layout.LocalVolumesDiskDropIn, dropIn(id.uuid), 0o644)
 	if err != nil {
 		return Result{}, fmt.Errorf("volume area: %w", err)
 	}
@@ -84,18 +72,6 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 		return Result{}, err
 	}
 	return Result{Size: d.Size, Made: made, Disk: d.String()}, nil
-}
-
-// writeIfChanged writes data at p (mode 0644, its directory made) unless
-// p holds it already, and says whether it wrote.
-func writeIfChanged(p string, data []byte) (bool, error) {
-	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
-		return false, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return false, err
-	}
-	return true, atomicfile.WriteFile(p, data, 0o644)
 }
 
 // dropIn is the mount unit's drop-in for the filesystem uuid: systemd
@@ -147,18 +123,23 @@ type ext4ID struct {
 	uuid, label string
 }
 
-// readExt4 reads the ext4 superblock at the start of dev, if there is one.
-func readExt4(dev string) (ext4ID, error) {
-	f, err := os.Open(dev)
+// probe reads what disk d holds: the ext4 superblock at its start, if
+// there is one, and what its first MiB holds ("" when it is all zeros).
+func (a *Area) probe(d installer.Disk) (ext4ID, string, error) {
+	f, err := os.Open(a.Host.Path(d.Dev()))
 	if err != nil {
-		return ext4ID{}, err
+		return ext4ID{}, "", fmt.Errorf("volume area: %w", err)
 	}
 	defer f.Close()
 	sb := make([]byte, 1024)
 	if _, err := f.ReadAt(sb, 1024); err != nil {
-		return ext4ID{}, err
+		return ext4ID{}, "", fmt.Errorf("volume area: read %s: %w", d.Dev(), err)
 	}
-	return parseExt4Superblock(sb), nil
+	what, err := installer.Holds(f)
+	if err != nil {
+		return ext4ID{}, "", fmt.Errorf("volume area: %w", err)
+	}
+	return parseExt4Superblock(sb), what, nil
 }
 
 // parseExt4Superblock reads an ext2/3/4 superblock (1024 bytes): the magic

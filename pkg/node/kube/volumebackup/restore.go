@@ -2,9 +2,7 @@ package volumebackup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,11 +65,7 @@ func Restore(ctx context.Context, h *host.Host, c *machineconfig.Config, src Sou
 		return Restored{Skipped: "the node has no volume area"}, nil
 	}
 	staging := filepath.Join(area, stagingName)
-	if _, err := os.Stat(filepath.Join(staging, completeName)); err == nil {
-		file, err := os.ReadFile(filepath.Join(staging, completeName))
-		if err != nil {
-			return Restored{}, fmt.Errorf("restore volumes: %w", err)
-		}
+	if file, err := os.ReadFile(filepath.Join(staging, completeName)); err == nil {
 		if err := moveIntoPlace(area, staging); err != nil {
 			return Restored{}, err
 		}
@@ -80,7 +74,7 @@ func Restore(ctx context.Context, h *host.Host, c *machineconfig.Config, src Sou
 	if err := os.RemoveAll(staging); err != nil {
 		return Restored{}, fmt.Errorf("restore volumes: drop an interrupted restore: %w", err)
 	}
-	if names, err := volumesIn(area); err != nil {
+	if names, err := backup.ListVolumes(area); err != nil {
 		return Restored{}, err
 	} else if len(names) > 0 {
 		return Restored{Skipped: "the volume area already holds volumes: " + strings.Join(names, ", ")}, nil
@@ -160,7 +154,7 @@ func unpack(c *machineconfig.Config, file, staging string) (*backup.VolumesManif
 // the top of the area, then drops staging. A volume already moved (by a
 // restore cut short) is not there any more to move.
 func moveIntoPlace(area, staging string) error {
-	names, err := volumesIn(staging)
+	names, err := backup.ListVolumes(staging)
 	if err != nil {
 		return fmt.Errorf("restore volumes: %w", err)
 	}
@@ -176,22 +170,4 @@ func moveIntoPlace(area, staging string) error {
 		return fmt.Errorf("restore volumes: %w", err)
 	}
 	return atomicfile.SyncFS(area)
-}
-
-// volumesIn are the volumes at the top of dir.
-func volumesIn(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, e := range entries {
-		if e.IsDir() && backup.IsVolumeName(e.Name()) {
-			names = append(names, e.Name())
-		}
-	}
-	return names, nil
 }
