@@ -306,7 +306,7 @@ spec:
 	// that answers for the LoadBalancer address goes first: the other
 	// takes the address over.
 	if lbNode != nil {
-		checkLoadBalancerFailover(ctx, t, station, lbNode, []*clusterNode{cp, w})
+		checkLoadBalancerFailover(ctx, t, ssh, key, station, lbNode, []*clusterNode{cp, w})
 	}
 	for _, n := range []*clusterNode{w, cp} {
 		if n != lbNode { // the failover cut that one

@@ -24,7 +24,9 @@ const hpaApp = "e2e-cpu"
 // docs/workloads.md) answers for every node and pod, and a
 // HorizontalPodAutoscaler scales a Deployment on it: up to 2 under a
 // bounded load (one busy loop held to 100m by its CPU limit, against a
-// 20m request), back to 1 when the load stops. image runs busybox.
+// 20m request), back to 1 when the load stops. The load runs while its
+// ConfigMap says so: stopping it leaves the pods in place, so the scale
+// down waits on the metrics alone, not on a rollout. image runs busybox.
 func checkMetrics(t *testing.T, ssh *sshClient, image string, nodes ...string) {
 	t.Helper()
 	if image == "" {
@@ -55,7 +57,14 @@ func checkMetrics(t *testing.T, ssh *sshClient, image string, nodes ...string) {
 		return
 	}
 
-	manifest := `apiVersion: apps/v1
+	manifest := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: ` + hpaApp + `}
+data:
+  run: |
+    yes
+---
+apiVersion: apps/v1
 kind: Deployment
 metadata: {name: ` + hpaApp + `}
 spec:
@@ -68,10 +77,12 @@ spec:
       containers:
         - name: load
           image: ` + image + `
-          command: [busybox, sh, -c, "while :; do :; done"]
+          command: [busybox, sh, -c, 'while read -r run < /load/run && [ "$run" = yes ]; do :; done; exec busybox sleep 86400']
+          volumeMounts: [{name: load, mountPath: /load}]
           resources:
             requests: {cpu: 20m}
             limits: {cpu: 100m}
+      volumes: [{name: load, configMap: {name: ` + hpaApp + `}}]
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
@@ -87,7 +98,7 @@ spec:
     scaleDown: {stabilizationWindowSeconds: 0}
 `
 	defer func() {
-		if out, err := ssh.read("kubectl delete hpa/" + hpaApp + " deployment/" + hpaApp + " --ignore-not-found --wait=false"); err != nil {
+		if out, err := ssh.read("kubectl delete hpa/" + hpaApp + " deployment/" + hpaApp + " configmap/" + hpaApp + " --ignore-not-found --wait=false"); err != nil {
 			t.Errorf("cleaning up after the autoscaling check: %v\n%s", err, out)
 		}
 	}()
@@ -100,8 +111,9 @@ spec:
 		return
 	}
 	up := time.Since(start)
-	// The load stops: new pods that sleep.
-	if out, err := ssh.read(`kubectl patch deployment ` + hpaApp + ` --type=json -p '[{"op":"replace","path":"/spec/template/spec/containers/0/command","value":["busybox","sleep","86400"]}]'`); err != nil {
+	// The load stops: the kubelets update the ConfigMap's file in the
+	// running pods, whose loops end.
+	if out, err := ssh.read(`kubectl patch configmap ` + hpaApp + ` --type=merge -p '{"data":{"run":"no\n"}}'`); err != nil {
 		t.Errorf("stop the load: %v\n%s", err, out)
 		return
 	}
