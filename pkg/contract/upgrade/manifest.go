@@ -156,7 +156,7 @@ func (m *Manifest) Validate() error {
 	}
 	if _, err := parseVersion(m.MinFromVersion); err != nil {
 		add("minFromVersion: %v", err)
-	} else if c, err := compareVersions(m.MinFromVersion, m.Version); err == nil && c > 0 {
+	} else if c, err := CompareVersions(m.MinFromVersion, m.Version); err == nil && c > 0 {
 		add("minFromVersion %s is newer than version %s", m.MinFromVersion, m.Version)
 	}
 	for _, f := range []struct{ name, v string }{{"kubernetesVersion", m.KubernetesVersion}, {"etcdVersion", m.EtcdVersion}} {

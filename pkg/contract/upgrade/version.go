@@ -131,8 +131,10 @@ func compareIdentifiers(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// compareVersions parses and compares two semantic versions.
-func compareVersions(a, b string) (int, error) {
+// CompareVersions parses and compares two semantic versions (0.2.0,
+// v1.36.3): -1 when a is older, 0 when they are the same release, +1
+// when a is newer.
+func CompareVersions(a, b string) (int, error) {
 	va, err := parseVersion(a)
 	if err != nil {
 		return 0, err

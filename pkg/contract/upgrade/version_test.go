@@ -27,17 +27,17 @@ func TestCompareVersions(t *testing.T) {
 		"1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.0.1", "1.1.0", "1.10.0", "2.0.0"}
 	for i := range ordered {
 		for j := range ordered {
-			c, err := compareVersions(ordered[i], ordered[j])
+			c, err := CompareVersions(ordered[i], ordered[j])
 			require.NoError(t, err)
 			assert.Equal(t, cmpInt(i, j), c, "%s vs %s", ordered[i], ordered[j])
 		}
 	}
 	for _, pair := range [][2]string{{"1.0.0+a", "1.0.0+b"}, {"v1.0.0", "1.0.0"}, {"1.0.0-rc.1+x", "1.0.0-rc.1"}} {
-		c, err := compareVersions(pair[0], pair[1])
+		c, err := CompareVersions(pair[0], pair[1])
 		require.NoError(t, err)
 		assert.Zero(t, c, "%s vs %s", pair[0], pair[1])
 	}
-	_, err := compareVersions("1.0.0", "x")
+	_, err := CompareVersions("1.0.0", "x")
 	assert.Error(t, err)
 }
 

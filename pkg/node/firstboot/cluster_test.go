@@ -190,9 +190,7 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	// A node that runs kubeadm checks it is the bundle's version first.
 	assert.Less(t, strings.Index(cmds, "kubeadm version -o short"), strings.Index(cmds, "init phase certs all"), "kubeadm's version checked before its first phase")
 	assert.NotEqual(t, -1, strings.Index(cmds, "kubeadm version -o short"), "kubeadm's version never checked")
-	dns := e.read(kubeadmflow.CoreDNSManifest)
-	assert.Contains(t, dns, "name: coredns", "CoreDNS configuration")
-	assert.NotContains(t, dns, "forward", "CoreDNS configuration")
+	assert.Contains(t, cmds, "api-apply as terrarium ConfigMap kube-system/coredns", "CoreDNS's configuration never applied")
 	// The init node's preflight is its own (step "node preflight").
 	assert.NotContains(t, got, "phase preflight", "the init node ran kubeadm's preflight")
 	assert.Contains(t, e.console.String(), "node preflight: done")
@@ -252,9 +250,6 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	}
 	assert.Contains(t, cfg, `{name: encryption-provider-config, value: "`+layout.EncryptionConfigFile+`"}`)
 	assert.Contains(t, e.read("/etc/terrarium/apilb.json"), `"10.77.0.10:6443"`)
-	flannelManifest := e.read(kubeadmflow.FlannelManifest)
-	assert.Contains(t, flannelManifest, `"Network": "10.244.0.0/16"`)
-	assert.Contains(t, flannelManifest, "docker.io/flannel/flannel:v0.28.10")
 	st := e.status()
 	require.NotNil(t, st.Cluster)
 	assert.Equal(t, "init", st.Cluster.Role)
@@ -270,6 +265,41 @@ func TestInitNodeRunsKubeadmPhasesInOrder(t *testing.T) {
 	e.mu.Lock()
 	assert.Equal(t, []string{kubeadmflow.AdminKubeconfig + " " + kubeadmflow.KubernetesPKIDir}, e.csrSigners)
 	e.mu.Unlock()
+}
+
+// The init node records each add-on as its step applies it: the
+// cluster-addons phase then finds nothing to do, at formation and at the
+// next boot; a cluster formed before the record gets every add-on once.
+func TestInitNodeRecordsAddons(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	cfg := clusterConfig(t, "cp-1")
+	require.NoError(t, e.run(cfg), e.console.String())
+	record, ok := e.configMaps.get(kubeadmflow.AddonsRecordNamespace + "/" + kubeadmflow.AddonsRecordName)
+	require.True(t, ok, "no add-ons record")
+	assert.Contains(t, record, "pod-network")
+	assert.Contains(t, record, "cluster-dns")
+	assert.Contains(t, record, "upgrade-coordination")
+	assert.NotContains(t, e.console.String(), "add-on pod-network: started", "applied twice at formation")
+	applies := func() int {
+		n := 0
+		for _, c := range e.commands() {
+			if strings.HasPrefix(c, "api-apply as terrarium ") {
+				n++
+			}
+		}
+		return n
+	}
+	formed := applies()
+	require.NoError(t, e.run(cfg), e.console.String())
+	assert.Equal(t, formed, applies(), "the next boot applied add-ons again")
+
+	// The record lost (a cluster formed before it): every add-on again.
+	e.configMaps = fakeConfigMaps{}
+	require.NoError(t, e.run(cfg), e.console.String())
+	assert.Contains(t, e.console.String(), "add-on pod-network: started")
+	assert.Greater(t, applies(), formed)
+	_, ok = e.configMaps.get(kubeadmflow.AddonsRecordNamespace + "/" + kubeadmflow.AddonsRecordName)
+	assert.True(t, ok, "recorded again")
 }
 
 // A power cut in the middle: the next run resumes at the step that did

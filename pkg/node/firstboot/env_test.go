@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,9 @@ type env struct {
 	media fakeMedia
 	// leases are the API's Leases (the join lock).
 	leases fakeLeases
+	// configMaps are the ConfigMaps applied to the fake API (the
+	// add-ons' record).
+	configMaps fakeConfigMaps
 	// nodes are the API's nodes, all Ready; nil means cp-1 and w-1.
 	nodes []string
 	// deletedNodes are the Nodes the admin deleted, in order (under mu).
@@ -543,7 +547,7 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 				defer e.mu.Unlock()
 				e.cmds = append(e.cmds, append([]string{"api-apply"}, objs...))
 			}
-			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, nodes: nodes, deleted: deleted, applied: applied}, nil
+			return fakeAPI{kubeconfig: kubeconfig, leases: &e.leases, configMaps: &e.configMaps, nodes: nodes, deleted: deleted, applied: applied}, nil
 		},
 		Probe: func(caPEM string) (kubeadmflow.ProbeFunc, func()) {
 			return func(ctx context.Context, url string) (int, []byte, error) { return 200, e.probeBody(url), nil }, func() {}
@@ -616,6 +620,7 @@ func (f fakeRuntime) Running(ctx context.Context, endpoint, name string) (bool, 
 type fakeAPI struct {
 	kubeconfig string
 	leases     *fakeLeases
+	configMaps *fakeConfigMaps
 	nodes      []string
 	deleted    func(name string)
 	// applied records a manifest's objects applied as a command
@@ -728,6 +733,9 @@ func (f fakeAPI) ConfigMap(ctx context.Context, ns, name string) (kubeclient.Con
 	if f.kubeconfig != kubeadmflow.JoinKubeconfig && f.kubeconfig != kubeadmflow.AdminKubeconfig {
 		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 403, Status: "403 Forbidden", Body: "as " + f.kubeconfig}
 	}
+	if data, ok := f.configMaps.get(ns + "/" + name); ok {
+		return kubeclient.ConfigMap{Namespace: ns, Name: name, Data: data}, nil
+	}
 	if ns+"/"+name != "kube-system/kubelet-config" {
 		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
 	}
@@ -750,7 +758,41 @@ func (f fakeAPI) ApplyManifest(ctx context.Context, manifest []byte, fieldManage
 		names = append(names, o.String())
 	}
 	f.applied(names)
+	var cm struct {
+		Kind     string
+		Metadata struct{ Namespace, Name string }
+		Data     map[string]string
+	}
+	if json.Unmarshal(manifest, &cm) == nil && cm.Kind == "ConfigMap" {
+		f.configMaps.merge(cm.Metadata.Namespace+"/"+cm.Metadata.Name, cm.Data)
+	}
 	return nil
+}
+
+// fakeConfigMaps keeps the ConfigMaps applied as JSON, their data merged
+// key by key as server-side apply merges one field manager's keys.
+type fakeConfigMaps struct {
+	mu     sync.Mutex
+	byName map[string]map[string]string
+}
+
+func (f *fakeConfigMaps) get(name string) (map[string]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.byName[name]
+	return maps.Clone(d), ok
+}
+
+func (f *fakeConfigMaps) merge(name string, data map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.byName == nil {
+		f.byName = map[string]map[string]string{}
+	}
+	if f.byName[name] == nil {
+		f.byName[name] = map[string]string{}
+	}
+	maps.Copy(f.byName[name], data)
 }
 
 func (f fakeAPI) DeleteNode(ctx context.Context, name string) error {

@@ -190,9 +190,6 @@ func (r *runner) publishUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errClusterUnreachable, err)
 	}
-	if _, err := r.o.Host.WriteIfChanged(kubeadmflow.UpgradesManifest, addons.Upgrades, 0o600); err != nil {
-		return "", err
-	}
 	nodes, err := r.applyNodeObjects(ctx, admin, true)
 	if err != nil {
 		r.rollout.dropAdmin()

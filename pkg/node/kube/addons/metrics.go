@@ -47,14 +47,9 @@ func MetricsServerServiceNames(dnsDomain string) []string {
 // that names the CA. The manifest holds a private key: apply it, never
 // write it to disk.
 func MetricsServer(in MetricsServerInput) ([]byte, error) {
-	if in.Image == "" {
-		in.Image = DefaultMetricsServerImage
-	}
-	if in.CA == nil || in.CAKey == nil {
-		return nil, errors.New("metrics-server: the cluster CA is required to issue its serving certificate")
-	}
-	if in.DNSDomain == "" {
-		return nil, errors.New("metrics-server: the cluster's DNS domain is required")
+	in, err := in.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	names := MetricsServerServiceNames(in.DNSDomain)
 	certPEM, keyPEM, err := nodecert.Issue(&x509.Certificate{
@@ -69,8 +64,36 @@ func MetricsServer(in MetricsServerInput) ([]byte, error) {
 		return nil, fmt.Errorf("metrics-server: its serving certificate: %w", err)
 	}
 	b64 := base64.StdEncoding.EncodeToString
+	return renderMetricsServer(in, b64(certPEM), b64(keyPEM))
+}
+
+// MetricsServerWithoutPair renders metrics-server's manifest as
+// MetricsServer does with its serving pair left empty: what decides the
+// add-on apart from the pair issued each time it is applied.
+func MetricsServerWithoutPair(in MetricsServerInput) ([]byte, error) {
+	in, err := in.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return renderMetricsServer(in, `""`, `""`)
+}
+
+func (in MetricsServerInput) withDefaults() (MetricsServerInput, error) {
+	if in.Image == "" {
+		in.Image = DefaultMetricsServerImage
+	}
+	if in.CA == nil || in.CAKey == nil {
+		return in, errors.New("metrics-server: the cluster CA is required to issue its serving certificate")
+	}
+	if in.DNSDomain == "" {
+		return in, errors.New("metrics-server: the cluster's DNS domain is required")
+	}
+	return in, nil
+}
+
+func renderMetricsServer(in MetricsServerInput, certBase64, keyBase64 string) ([]byte, error) {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: in.CA.Raw})
 	return renderManifest("metrics-server", metricsServerTemplate, struct{ Image, CertBase64, KeyBase64, CABase64 string }{
-		in.Image, b64(certPEM), b64(keyPEM), b64(caPEM),
+		in.Image, certBase64, keyBase64, base64.StdEncoding.EncodeToString(caPEM),
 	})
 }

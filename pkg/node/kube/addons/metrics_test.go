@@ -150,3 +150,44 @@ func TestMetricsServerRefusals(t *testing.T) {
 	_, err = MetricsServer(noDomain)
 	assert.ErrorContains(t, err, "DNS domain")
 }
+
+// Without its serving pair the manifest is the same at every render and
+// at every time, holds no key, and changes with what decides the add-on.
+func TestMetricsServerWithoutPair(t *testing.T) {
+	_, _, in := testCA(t)
+	a, err := MetricsServerWithoutPair(in)
+	require.NoError(t, err)
+	later := in
+	later.Now = in.Now.Add(48 * time.Hour)
+	b, err := MetricsServerWithoutPair(later)
+	require.NoError(t, err)
+	assert.Equal(t, string(a), string(b), "the same add-on rendered twice")
+	assert.NotContains(t, string(a), "PRIVATE KEY")
+	assert.NotContains(t, string(a), base64.StdEncoding.EncodeToString([]byte("-----BEGIN")), "no PEM block in the Secret")
+
+	newer := in
+	newer.Image = "registry.k8s.io/metrics-server/metrics-server:v0.8.1"
+	c, err := MetricsServerWithoutPair(newer)
+	require.NoError(t, err)
+	assert.NotEqual(t, string(a), string(c), "another image is another add-on")
+
+	full, err := MetricsServer(in)
+	require.NoError(t, err)
+	kinds := func(m string) []string {
+		var out []string
+		dec := yaml.NewDecoder(strings.NewReader(m))
+		for {
+			var doc map[string]any
+			if dec.Decode(&doc) != nil {
+				return out
+			}
+			out = append(out, doc["kind"].(string))
+		}
+	}
+	assert.Equal(t, kinds(string(full)), kinds(string(a)), "the same objects as the manifest with its pair")
+
+	noCA := in
+	noCA.CA = nil
+	_, err = MetricsServerWithoutPair(noCA)
+	assert.ErrorContains(t, err, "the cluster CA is required")
+}

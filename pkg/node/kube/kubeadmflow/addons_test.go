@@ -2,27 +2,82 @@ package kubeadmflow
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
-// recordingAPI keeps the manifests applied to it, and their field
-// managers.
+// recordingAPI keeps the manifests applied to it and their field
+// managers, apart from the add-ons' record, which it keeps as the API
+// would: each add-on's key merged into the ConfigMap.
 type recordingAPI struct {
 	oneNode
 	applied, managers []string
+	record            map[string]string
 }
 
 func (r *recordingAPI) ApplyManifest(_ context.Context, m []byte, fieldManager string) error {
+	if strings.HasPrefix(fieldManager, addonRecordManager) {
+		var cm struct {
+			Kind     string
+			Metadata struct{ Namespace, Name string }
+			Data     map[string]string
+		}
+		if err := json.Unmarshal(m, &cm); err != nil {
+			return err
+		}
+		if cm.Kind != "ConfigMap" || cm.Metadata.Namespace != AddonsRecordNamespace || cm.Metadata.Name != AddonsRecordName {
+			return fmt.Errorf("the record applied as %s/%s %s", cm.Metadata.Namespace, cm.Metadata.Name, cm.Kind)
+		}
+		if len(cm.Data) != 1 || fieldManager != addonRecordManager+slices.Collect(maps.Keys(cm.Data))[0] {
+			return fmt.Errorf("manager %s applied keys %v: one add-on's key under its own manager", fieldManager, cm.Data)
+		}
+		if r.record == nil {
+			r.record = map[string]string{}
+		}
+		maps.Copy(r.record, cm.Data)
+		return nil
+	}
 	r.applied = append(r.applied, string(m))
 	r.managers = append(r.managers, fieldManager)
+	return nil
+}
+
+func (r *recordingAPI) ConfigMap(_ context.Context, ns, name string) (kubeclient.ConfigMap, error) {
+	if ns != AddonsRecordNamespace || name != AddonsRecordName || r.record == nil {
+		return kubeclient.ConfigMap{}, &kubeclient.StatusError{Code: 404, Status: "404 Not Found"}
+	}
+	return kubeclient.ConfigMap{Namespace: ns, Name: name, Data: maps.Clone(r.record)}, nil
+}
+
+// withRelease writes the slot's release.json, version v.
+func withRelease(t *testing.T, f *Flow, v string) {
+	t.Helper()
+	write(t, f, layout.ReleaseFile, 0o644, `{"name":"terrarium","version":"`+v+`"}`)
+}
+
+// runInitStep runs the init node's step of this name.
+func runInitStep(ctx context.Context, t *testing.T, f *Flow, c *machineconfig.Config, name string) error {
+	t.Helper()
+	for _, st := range steps(c.Cluster) {
+		if st.name == name {
+			return st.own(ctx, f, c)
+		}
+	}
+	t.Fatalf("the init node has no step %q", name)
 	return nil
 }
 
@@ -41,40 +96,33 @@ func initNode() *machineconfig.Config {
 		Token: "abcdef.0123456789abcdef"}}
 }
 
-// The init node writes kube-network-policies' manifest beside flannel's,
-// root's alone, naming the image its bundle carries and the node's API
-// balancer; its pod network step applies both, flannel's first.
-func TestInitNodeAppliesNetworkPolicy(t *testing.T) {
+// The init node's pod network step applies flannel's manifest, then
+// kube-network-policies', both naming the images its bundle carries and
+// the node's API balancer, and records the add-on; nothing is written to
+// disk.
+func TestInitNodeAppliesPodNetwork(t *testing.T) {
 	ctx := context.Background()
 	f := testFlow(t, nil)
 	write(t, f, bundleIndex, 0o600, `{"manifests":[`+
 		`{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
 		`{"annotations":{"io.containerd.image.name":"docker.io/flannel/flannel:v0.28.10"}},`+
 		`{"annotations":{"io.containerd.image.name":"registry.k8s.io/networking/kube-network-policies:v0.9.1"}}]}`)
-	write(t, f, "/etc/passwd", 0o644, passwdWithEtcd)
+	withRelease(t, f, "0.3.0")
 	c := initNode()
-	require.NoError(t, applyKubeadmConfig(ctx, f, c))
-
-	np, err := os.ReadFile(f.Path(NetworkPolicyManifest))
-	require.NoError(t, err)
-	assert.Contains(t, string(np), "image: registry.k8s.io/networking/kube-network-policies:v0.9.1\n", "the bundle's image")
-	assert.Contains(t, string(np), `value: "7445"`, "the API through the node's balancer")
-	require.NoError(t, checkMode(f, NetworkPolicyManifest, ownerOnly))
-	flannel, err := os.ReadFile(f.Path(FlannelManifest))
-	require.NoError(t, err)
-
 	api := &recordingAPI{}
 	f.API = func(string) (APIClient, error) { return api, nil }
-	var podNetwork *kubeadmStep
-	for _, st := range steps(c.Cluster) {
-		if st.name == "pod network (flannel)" {
-			podNetwork = &st
-		}
-	}
-	require.NotNil(t, podNetwork, "the init node's steps have a pod network step")
-	require.NoError(t, podNetwork.own(ctx, f, c))
-	assert.Equal(t, []string{string(flannel), string(np)}, api.applied)
+	require.NoError(t, runInitStep(ctx, t, f, c, "pod network (flannel)"))
+
+	require.Len(t, api.applied, 2)
+	assert.Contains(t, api.applied[0], `"Network": "10.244.0.0/16"`, "flannel's, with the cluster's pod CIDR")
+	assert.Contains(t, api.applied[0], "docker.io/flannel/flannel:v0.28.10", "the bundle's flannel")
+	assert.Contains(t, api.applied[1], "image: registry.k8s.io/networking/kube-network-policies:v0.9.1\n", "the bundle's image")
+	assert.Contains(t, api.applied[1], `value: "7445"`, "the API through the node's balancer")
 	assert.Equal(t, []string{AddonFieldManager, AddonFieldManager}, api.managers)
+	var rec addonRecord
+	require.NoError(t, json.Unmarshal([]byte(api.record[addonPodNetwork]), &rec))
+	assert.Equal(t, addonRecord{Fingerprint: fingerprint([]byte(api.applied[0]), []byte(api.applied[1])), Release: "0.3.0", Node: "cp-1"}, rec)
+	assert.NoDirExists(t, f.Path("/etc/terrarium/addons"), "the manifests are applied from memory")
 }
 
 // A bundle without a kube-network-policies image gets the default name.
@@ -85,8 +133,8 @@ func TestNetworkPolicyImageDefault(t *testing.T) {
 	assert.Equal(t, "docker.io/flannel/flannel:v0.28.10", flannelImage(f))
 }
 
-// The init node writes local-path-provisioner's manifest with the bundle's
-// image and applies it after the cluster's own add-ons, unless the cluster
+// The init node applies local-path-provisioner's manifest with the
+// bundle's image after the cluster's own add-ons, unless the cluster
 // config switches local storage off; other roles never apply it.
 func TestInitNodeAppliesLocalStorage(t *testing.T) {
 	ctx := context.Background()
@@ -95,34 +143,26 @@ func TestInitNodeAppliesLocalStorage(t *testing.T) {
 		write(t, f, bundleIndex, 0o600, `{"manifests":[`+
 			`{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
 			`{"annotations":{"io.containerd.image.name":"docker.io/rancher/local-path-provisioner:v0.0.31"}}]}`)
-		write(t, f, "/etc/passwd", 0o644, passwdWithEtcd)
+		withRelease(t, f, "0.3.0")
 		c := initNode()
 		if disabled {
 			c.Cluster.LocalStorage = &machineconfig.LocalStorage{Disabled: true}
 		}
-		require.NoError(t, applyKubeadmConfig(ctx, f, c))
 		names := stepNames(c.Cluster)
 		if disabled {
-			assert.NoFileExists(t, f.Path(LocalPathManifest))
 			assert.NotContains(t, names, stepLocalStorage)
 			continue
 		}
-		lp, err := os.ReadFile(f.Path(LocalPathManifest))
-		require.NoError(t, err)
-		assert.Contains(t, string(lp), "image: docker.io/rancher/local-path-provisioner:v0.0.31\n", "the bundle's image")
-		assert.Contains(t, string(lp), `"paths": ["/var/lib/terrarium/volumes"]`)
-		require.NoError(t, checkMode(f, LocalPathManifest, ownerOnly))
 		require.Contains(t, names, stepLocalStorage)
 		assert.Equal(t, []string{stepLocalStorage, stepMetrics, "admin kubeconfig"}, names[len(names)-3:], "the admin kubeconfig stays last")
 
 		api := &recordingAPI{}
 		f.API = func(string) (APIClient, error) { return api, nil }
-		for _, st := range steps(c.Cluster) {
-			if st.name == stepLocalStorage {
-				require.NoError(t, st.own(ctx, f, c))
-			}
-		}
-		assert.Equal(t, []string{string(lp)}, api.applied)
+		require.NoError(t, runInitStep(ctx, t, f, c, stepLocalStorage))
+		require.Len(t, api.applied, 1)
+		assert.Contains(t, api.applied[0], "image: docker.io/rancher/local-path-provisioner:v0.0.31\n", "the bundle's image")
+		assert.Contains(t, api.applied[0], `"paths": ["/var/lib/terrarium/volumes"]`)
+		assert.Contains(t, api.record, addonLocalStorage)
 	}
 	for _, role := range []string{machineconfig.RoleControlPlane, machineconfig.RoleWorker} {
 		assert.NotContains(t, stepNames(&machineconfig.Cluster{Role: role}), stepLocalStorage, role)
@@ -139,6 +179,7 @@ func TestInitNodeAppliesMetricsServer(t *testing.T) {
 		`{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.3"}},`+
 		`{"annotations":{"io.containerd.image.name":"registry.k8s.io/metrics-server/metrics-server:v0.8.1"}}]}`)
 	clusterCA(t, f)
+	withRelease(t, f, "0.3.0")
 	c := initNode()
 	var step *kubeadmStep
 	for _, st := range steps(c.Cluster) {
@@ -150,6 +191,7 @@ func TestInitNodeAppliesMetricsServer(t *testing.T) {
 	api := &recordingAPI{}
 	f.API = func(string) (APIClient, error) { return api, nil }
 	require.NoError(t, step.own(ctx, f, c))
+	assert.Contains(t, api.record, addonMetrics)
 	require.Len(t, api.applied, 1)
 	assert.Contains(t, api.applied[0], "image: registry.k8s.io/metrics-server/metrics-server:v0.8.1\n", "the bundle's image")
 	assert.Contains(t, api.applied[0], "kind: APIService")

@@ -24,16 +24,6 @@ const (
 	KubeadmConfigFile = "/etc/terrarium/kubeadm.yaml"
 	ClusterCAFile     = "/etc/terrarium/pki/cluster-ca.pem"
 	PodResolvConf     = "/etc/terrarium/pod-resolv.conf"
-	FlannelManifest   = "/etc/terrarium/addons/flannel.yaml"
-	// NetworkPolicyManifest enforces NetworkPolicy (addons.NetworkPolicy).
-	NetworkPolicyManifest = "/etc/terrarium/addons/kube-network-policies.yaml"
-	CoreDNSManifest       = "/etc/terrarium/addons/coredns-config.yaml"
-	// UpgradesManifest lets every node take its part in a cluster-wide
-	// upgrade (addons.Upgrades).
-	UpgradesManifest = "/etc/terrarium/addons/upgrades.yaml"
-	// LocalPathManifest is the default StorageClass (addons.LocalPath),
-	// unless the cluster's config switches it off.
-	LocalPathManifest = "/etc/terrarium/addons/local-path-provisioner.yaml"
 	CNIConflist       = "/etc/cni/net.d/10-flannel.conflist"
 	KubernetesPKIDir  = layout.KubernetesPKIDir
 	AdminKubeconfig   = "/etc/kubernetes/admin.conf"
@@ -99,6 +89,7 @@ func (f *Flow) Phases() []phase.Phase {
 		{Name: PhaseKubernetes, Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
 		f.filesPhase(),
 		f.upgradePhase(),
+		f.addonsPhase(),
 	}
 }
 
@@ -368,41 +359,6 @@ func applyKubeadmConfig(ctx context.Context, h *Flow, c *machineconfig.Config) e
 		}
 		if err := applyControlPlaneFiles(h, c.Cluster); err != nil {
 			return err
-		}
-	}
-	if c.Cluster.Role == machineconfig.RoleInit {
-		m, err := addons.Flannel(addons.FlannelInput{PodCIDR: c.Cluster.PodCIDR, Image: flannelImage(h), APIPort: machineconfig.LocalAPIPort})
-		if err != nil {
-			return err
-		}
-		if err := writeWithMode(h, FlannelManifest, m, ownerOnly); err != nil {
-			return err
-		}
-		np, err := addons.NetworkPolicy(addons.NetworkPolicyInput{Image: networkPolicyImage(h), APIPort: machineconfig.LocalAPIPort})
-		if err != nil {
-			return err
-		}
-		if err := writeWithMode(h, NetworkPolicyManifest, np, ownerOnly); err != nil {
-			return err
-		}
-		dns, err := addons.CoreDNSConfig(kubeadmconfig.DNSDomain)
-		if err != nil {
-			return err
-		}
-		if err := writeWithMode(h, CoreDNSManifest, dns, ownerOnly); err != nil {
-			return err
-		}
-		if err := writeWithMode(h, UpgradesManifest, addons.Upgrades, ownerOnly); err != nil {
-			return err
-		}
-		if c.Cluster.LocalStorageEnabled() {
-			lp, err := addons.LocalPath(addons.LocalPathInput{Image: localPathImage(h), VolumesDir: layout.LocalVolumesDir})
-			if err != nil {
-				return err
-			}
-			if err := writeWithMode(h, LocalPathManifest, lp, ownerOnly); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -82,13 +82,13 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 		// addresses.
 		var workloads []kubeadmStep
 		if c.LocalStorageEnabled() {
-			workloads = append(workloads, kubeadmStep{name: stepLocalStorage, own: applyManifest(LocalPathManifest)})
+			workloads = append(workloads, kubeadmStep{name: stepLocalStorage, own: applyAddon(addonLocalStorage)})
 		}
 		if c.MetricsEnabled() {
-			workloads = append(workloads, kubeadmStep{name: stepMetrics, own: applyMetricsServer})
+			workloads = append(workloads, kubeadmStep{name: stepMetrics, own: applyAddon(addonMetrics)})
 		}
 		if c.LoadBalancerEnabled() {
-			workloads = append(workloads, kubeadmStep{name: stepLoadBalancer, own: applyMetalLB})
+			workloads = append(workloads, kubeadmStep{name: stepLoadBalancer, own: applyAddon(addonLoadBalancer)})
 		}
 		return slices.Concat([]kubeadmStep{
 			runtime,
@@ -132,12 +132,12 @@ func steps(c *machineconfig.Cluster) []kubeadmStep {
 			// step a formed node has not done runs on its next heal and
 			// records the slot's Kubernetes as configured, ahead of the
 			// kubernetes-upgrade phase.
-			{name: "pod network (flannel)", own: applyManifest(FlannelManifest, NetworkPolicyManifest)},
+			{name: "pod network (flannel)", own: applyAddon(addonPodNetwork)},
 			// CoreDNS's air-gapped Corefile before kubeadm's add-on
 			// phase, which keeps it (see addons.CoreDNSConfig).
-			{name: "cluster DNS configuration", own: applyManifest(CoreDNSManifest)},
+			{name: "cluster DNS configuration", own: applyAddon(addonClusterDNS)},
 			kubeadmInit(stepAddons, initAddonPhases),
-			{name: "upgrade coordination", own: applyManifest(UpgradesManifest)},
+			{name: "upgrade coordination", own: applyAddon(addonUpgrades)},
 		}, workloads, []kubeadmStep{
 			{name: "admin kubeconfig", own: installAdminKubeconfig},
 		})
@@ -362,30 +362,6 @@ func doStep(ctx context.Context, h *Flow, c *machineconfig.Config, prog *nodesta
 // it applied them with kubectl (manager "kubectl"); applying with
 // force-conflicts moves those fields to this manager.
 const AddonFieldManager = "terrarium"
-
-// applyManifest is a step that applies manifests, in order, as the
-// admin, in process (kubeclient's server-side apply): a kubectl process
-// took seconds of an emulated node's CPU to start and ask the API's
-// discovery before its first object, on the way to every node's pod
-// network.
-func applyManifest(files ...string) func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-	return func(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-		api, err := h.API(AdminKubeconfig)
-		if err != nil {
-			return err
-		}
-		for _, file := range files {
-			b, err := os.ReadFile(h.Path(file))
-			if err != nil {
-				return err
-			}
-			if err := api.ApplyManifest(ctx, b, AddonFieldManager); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-		}
-		return nil
-	}
-}
 
 // installAdminKubeconfig gives the admin user the admin kubeconfig (the
 // control-plane components never use it: kubeadm gives each its own).

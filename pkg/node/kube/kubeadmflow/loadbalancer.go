@@ -18,40 +18,31 @@ const stepLoadBalancer = "LoadBalancer addresses (MetalLB)"
 // API server serves a new CRD's objects within seconds.
 const crdEstablishWait = 2 * time.Minute
 
-// applyMetalLB applies MetalLB's CRDs, MetalLB itself and then the pool
-// from the cluster config, once the API serves the CRDs' kinds.
-func applyMetalLB(ctx context.Context, h *Flow, c *machineconfig.Config) error {
-	manifest, pool, err := addons.MetalLB(addons.MetalLBInput{
-		ControllerImage: bundleImage(h, "quay.io/metallb/controller", addons.DefaultMetalLBControllerImage),
-		SpeakerImage:    bundleImage(h, "quay.io/metallb/speaker", addons.DefaultMetalLBSpeakerImage),
-		Addresses:       c.Cluster.LoadBalancer.Addresses,
-	})
-	if err != nil {
-		return err
-	}
-	api, err := h.API(AdminKubeconfig)
-	if err != nil {
-		return err
-	}
-	if err := api.ApplyManifest(ctx, addons.MetalLBCRDs, AddonFieldManager); err != nil {
-		return fmt.Errorf("metallb's CRDs: %w", err)
-	}
-	if err := api.ApplyManifest(ctx, manifest, AddonFieldManager); err != nil {
-		return fmt.Errorf("metallb: %w", err)
-	}
-	deadline := h.Now().Add(crdEstablishWait)
-	for {
-		err := api.ApplyManifest(ctx, pool, AddonFieldManager)
-		if err == nil {
-			return nil
+// applyMetalLB applies MetalLB's CRDs, MetalLB itself (manifest) and
+// then the pool from the cluster config, once the API serves the CRDs'
+// kinds.
+func applyMetalLB(manifest, pool []byte) func(ctx context.Context, h *Flow, c *machineconfig.Config, api APIClient) error {
+	return func(ctx context.Context, h *Flow, _ *machineconfig.Config, api APIClient) error {
+		if err := api.ApplyManifest(ctx, addons.MetalLBCRDs, AddonFieldManager); err != nil {
+			return fmt.Errorf("metallb's CRDs: %w", err)
 		}
-		if !errors.Is(err, kubeclient.ErrNotFound) || !h.Now().Before(deadline) {
-			return fmt.Errorf("metallb's address pool: %w", err)
+		if err := api.ApplyManifest(ctx, manifest, AddonFieldManager); err != nil {
+			return fmt.Errorf("metallb: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(h.Timing.APIPoll):
+		deadline := h.Now().Add(crdEstablishWait)
+		for {
+			err := api.ApplyManifest(ctx, pool, AddonFieldManager)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, kubeclient.ErrNotFound) || !h.Now().Before(deadline) {
+				return fmt.Errorf("metallb's address pool: %w", err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(h.Timing.APIPoll):
+			}
 		}
 	}
 }

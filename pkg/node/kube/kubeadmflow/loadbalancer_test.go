@@ -57,6 +57,7 @@ func TestInitNodeAppliesMetalLB(t *testing.T) {
 	write(t, f, bundleIndex, 0o600, `{"manifests":[`+
 		`{"annotations":{"io.containerd.image.name":"quay.io/metallb/controller:v0.14.10"}},`+
 		`{"annotations":{"io.containerd.image.name":"quay.io/metallb/speaker:v0.14.10"}}]}`)
+	withRelease(t, f, "0.3.0")
 	c := initNode()
 	assert.Nil(t, loadBalancerStep(t, c.Cluster), "no pool, no MetalLB")
 	c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: []string{"10.77.0.100-10.77.0.120"}}
@@ -74,6 +75,7 @@ func TestInitNodeAppliesMetalLB(t *testing.T) {
 	assert.Contains(t, api.applied[1], "image: quay.io/metallb/speaker:v0.14.10\n", "the bundle's image")
 	assert.Contains(t, api.applied[2], "- 10.77.0.100-10.77.0.120\n")
 	assert.Equal(t, 4, api.asked, "the pool waited for its kinds to be served")
+	assert.Contains(t, api.record, addonLoadBalancer, "recorded once applied")
 
 	for _, role := range []string{machineconfig.RoleControlPlane, machineconfig.RoleWorker} {
 		assert.Nil(t, loadBalancerStep(t, &machineconfig.Cluster{Role: role, LoadBalancer: c.Cluster.LoadBalancer}), role)
@@ -84,12 +86,14 @@ func TestInitNodeAppliesMetalLB(t *testing.T) {
 // what it was applying.
 func TestMetalLBFailure(t *testing.T) {
 	f := testFlow(t, nil)
+	withRelease(t, f, "0.3.0")
 	c := initNode()
 	c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: []string{"10.77.0.100-10.77.0.120"}}
 	api := &crdAPI{fail: errors.New("403 Forbidden")}
 	f.API = func(string) (APIClient, error) { return api, nil }
 	err := loadBalancerStep(t, c.Cluster).own(context.Background(), f, c)
 	require.ErrorContains(t, err, "metallb's CRDs: 403 Forbidden")
+	assert.Empty(t, api.record, "not recorded when it failed")
 
 	api = &crdAPI{notServedFor: 1 << 30}
 	f.API = func(string) (APIClient, error) { return api, nil }
