@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -134,6 +135,25 @@ func journalOf(t *testing.T, ssh *sshClient) nodestate.Journal {
 	var j nodestate.Journal
 	require.NoError(t, json.Unmarshal([]byte(raw[i:]), &j))
 	return j
+}
+
+// addonEntry is who applied an add-on, as the cluster's add-ons record
+// (kube-system/terrarium-addons) says.
+type addonEntry struct {
+	Release string `json:"release"`
+	Node    string `json:"node"`
+}
+
+// addonsRecordOf reads the add-ons record's entry for addon.
+func addonsRecordOf(t *testing.T, ssh *sshClient, addon string) addonEntry {
+	t.Helper()
+	out := ssh.output("kubectl -n kube-system get configmap "+kubeadmflow.AddonsRecordName+" -o jsonpath='{.data."+addon+"}'", regexp.MustCompile(`"release"`))
+	var e addonEntry
+	i := strings.Index(out, "{")
+	if i < 0 || json.Unmarshal([]byte(strings.TrimSpace(out[i:])), &e) != nil {
+		t.Errorf("the add-ons record's %s: %q", addon, out)
+	}
+	return e
 }
 
 // stepAt is when the journal last recorded step with result.
@@ -256,6 +276,9 @@ spec:
 `
 	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
 	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+	// A StatefulSet's volume on the worker, carried through both
+	// upgrades (its drain and its reboots onto each slot).
+	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, "")
 	t.Logf("workload:\n%s", ssh.run("kubectl get pods -o wide"))
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	var avail availability
@@ -268,6 +291,11 @@ spec:
 		t.Helper()
 		require.NoError(t, cp.vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
 	}
+
+	// As in a cluster formed before the add-ons' record, which an upgrade
+	// gives every add-on once (docs/cluster.md): the control plane's
+	// trial slot applies them and records its release.
+	ssh.run("kubectl -n kube-system delete configmap " + kubeadmflow.AddonsRecordName)
 
 	// 1. The faulty upgrade: the control plane's trial fails; it falls
 	// back and the cluster stays on the old release.
@@ -300,6 +328,11 @@ spec:
 		regexp.MustCompile(`kube-proxy:v`))
 	assert.Equal(t, "registry.k8s.io/kube-proxy:"+oldK, strings.TrimSpace(proxy), "kube-proxy back on the old release")
 	assert.NotContains(t, w.vm.Console(), "rollout: upgrading this node", "the worker never installed the faulty upgrade")
+	// The trial slot applied the add-ons; its fallback, whose add-ons
+	// render the same, leaves them.
+	assert.Equal(t, addonEntry{Release: "0.1.1", Node: "cp-1"}, addonsRecordOf(t, ssh, "pod-network"))
+	assert.Equal(t, 1, strings.Count(cp.vm.Console(), "add-on pod-network: done"), "the pod network applied once, on the trial")
+	ssh.run("kubectl -n kube-system delete configmap " + kubeadmflow.AddonsRecordName)
 	t.Logf("availability so far: %s", &avail)
 
 	// 2. The good upgrade: control plane first, then the worker.
@@ -343,6 +376,10 @@ spec:
 	server := ssh.output("kubectl get --raw /version", regexp.MustCompile(`"gitVersion"`))
 	assert.Contains(t, server, `"gitVersion": "`+newK+`"`)
 	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+	assert.Equal(t, addonEntry{Release: "0.2.0", Node: "cp-1"}, addonsRecordOf(t, ssh, "pod-network"), "the new release's control plane applied the add-ons")
+	if haveVolume {
+		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume, "the OS upgrade of both nodes")
+	}
 
 	// One at a time: the worker installed only after the control plane
 	// was done (their clocks follow the control plane's).
