@@ -92,6 +92,7 @@ func TestClusterBackupRestore(t *testing.T) {
 	// The cluster and its workload.
 	cp, w, start := generation(1)
 	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
+	shareCPU(t, cp, w)
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	const drSecret = "plant-7-line-password"
 	workload := `apiVersion: v1
@@ -210,6 +211,7 @@ spec:
 	require.NoError(t, err, "the new worker did not restore its volumes from the stick")
 	t.Logf("%s: restored %s, %s after power-on", w.name, restored[1], time.Since(start).Round(time.Second))
 	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy", cp, w)
+	shareCPU(t, cp, w)
 	// The new worker waited out its predecessor's Node (Ready in the
 	// snapshot) instead of failing its kubelet start, which refuses a
 	// name whose Node is Ready, as kubeadm's kubelet-start does.

@@ -226,6 +226,7 @@ func TestClusterFormation(t *testing.T) {
 		}
 	})
 	waitHealthy(ctx, t, start, "provisioned", "provisioned, healthy and in the cluster", cp, w)
+	shareCPU(t, cp, w)
 
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
 	nodes := ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
@@ -322,6 +323,7 @@ spec:
 	w.vm = w.m.boot(ctx, data)
 	cp.vm = cp.m.boot(ctx)
 	waitHealthy(ctx, t, restart, "verified", "verified and healthy without its stick", cp, w)
+	shareCPU(t, cp, w)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
 	nodes = ssh.output("kubectl get nodes -o wide", regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`))
 	if !regexp.MustCompile(`(?s)cp-1\s+Ready.*w-1\s+Ready`).MatchString(nodes) {
