@@ -259,15 +259,26 @@ func addonsRecord(ctx context.Context, api APIClient) (map[string]addonRecord, e
 }
 
 // addonPlan is what the phase finds: the add-ons to apply and those a
-// newer release keeps.
+// newer release keeps, with the API and this slot's release it found
+// them with.
 type addonPlan struct {
-	apply []addon
+	api     APIClient
+	release string
+	apply   []addon
 	// newer are the add-ons a newer release applied, with its entry.
 	newer map[string]addonRecord
 }
 
 // planAddons compares this slot's add-ons with the record.
-func planAddons(ctx context.Context, h *Flow, c *machineconfig.Config, api APIClient, rel string) (addonPlan, error) {
+func planAddons(ctx context.Context, h *Flow, c *machineconfig.Config) (addonPlan, error) {
+	api, err := h.API(AdminKubeconfig)
+	if err != nil {
+		return addonPlan{}, err
+	}
+	rel, err := slotRelease(h)
+	if err != nil {
+		return addonPlan{}, err
+	}
 	all, err := clusterAddons(h, c)
 	if err != nil {
 		return addonPlan{}, err
@@ -276,7 +287,7 @@ func planAddons(ctx context.Context, h *Flow, c *machineconfig.Config, api APICl
 	if err != nil {
 		return addonPlan{}, fmt.Errorf("the add-ons' record: %w", err)
 	}
-	p := addonPlan{newer: map[string]addonRecord{}}
+	p := addonPlan{api: api, release: rel, newer: map[string]addonRecord{}}
 	for _, a := range all {
 		r, ok := rec[a.name]
 		switch {
@@ -326,15 +337,7 @@ func verifyClusterAddons(ctx context.Context, h *Flow, c *machineconfig.Config) 
 	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
 		return nil
 	}
-	api, err := h.API(AdminKubeconfig)
-	if err != nil {
-		return err
-	}
-	rel, err := slotRelease(h)
-	if err != nil {
-		return err
-	}
-	p, err := planAddons(ctx, h, c, api, rel)
+	p, err := planAddons(ctx, h, c)
 	if err != nil {
 		return err
 	}
@@ -348,15 +351,7 @@ func applyClusterAddons(ctx context.Context, h *Flow, c *machineconfig.Config) e
 	if c.Cluster == nil || !c.Cluster.IsControlPlane() {
 		return nil
 	}
-	api, err := h.API(AdminKubeconfig)
-	if err != nil {
-		return err
-	}
-	rel, err := slotRelease(h)
-	if err != nil {
-		return err
-	}
-	p, err := planAddons(ctx, h, c, api, rel)
+	p, err := planAddons(ctx, h, c)
 	if err != nil {
 		return err
 	}
@@ -367,12 +362,12 @@ func applyClusterAddons(ctx context.Context, h *Flow, c *machineconfig.Config) e
 	sort.Strings(newer)
 	for _, name := range newer {
 		r := p.newer[name]
-		h.Report.Report("add-on "+name, step.Skipped, fmt.Sprintf("release %s applied it on %s, newer than this %s", r.Release, r.Node, rel))
+		h.Report.Report("add-on "+name, step.Skipped, fmt.Sprintf("release %s applied it on %s, newer than this %s", r.Release, r.Node, p.release))
 	}
 	for _, a := range p.apply {
 		what := "add-on " + a.name
-		h.Report.Report(what, step.Started, "as release "+rel+" renders it")
-		if err := applyAndRecord(ctx, h, c, api, a, rel); err != nil {
+		h.Report.Report(what, step.Started, "as release "+p.release+" renders it")
+		if err := applyAndRecord(ctx, h, c, p.api, a, p.release); err != nil {
 			return err
 		}
 		h.Report.Report(what, step.Done, a.fingerprint)
