@@ -39,6 +39,24 @@ type clusterNode struct {
 	disk                       string
 }
 
+// shareCPU gives a node that yielded the host's cores while its cluster
+// formed (yieldCPU) its share back once every node is healthy: niceness
+// 0 for its QEMU's threads, as each node has its own CPU on real
+// hardware. At niceness 10 beside a control plane's two busy vCPUs, a
+// worker got a few percent of a core: its pods' sandboxes timed out, its
+// probes failed and its Node went NotReady (make e2e). Its next boot
+// yields again (m.nice).
+func shareCPU(t *testing.T, nodes ...*clusterNode) {
+	t.Helper()
+	for _, n := range nodes {
+		if n.m.nice == 0 {
+			continue
+		}
+		require.NoError(t, n.vm.SetNice(0), "%s: QEMU's niceness back to 0", n.name)
+		t.Logf("%s: QEMU at niceness 0 now that the cluster is healthy", n.name)
+	}
+}
+
 // clusterConfigs makes a new admin SSH key and runs `imagebuild config
 // cluster --name NAME ARGS...` with it, writing into a new directory; it
 // returns the key and that directory (secrets.yaml, NODE.yaml, NODE.img).

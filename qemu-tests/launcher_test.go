@@ -252,21 +252,3 @@ func seen(ctx context.Context, t testing.TB, vm *qemu.VM, re *regexp.Regexp) {
 // yieldCPU gives the machine one vCPU at niceness 10: a worker next to
 // control-plane VMs on the same two host cores (see cpus and nice).
 func (m *machine) yieldCPU() { m.cpus, m.nice = 1, 10 }
-
-// shareCPU gives a node that yielded the host's cores while its cluster
-// formed (yieldCPU) its share back once every node is healthy: niceness
-// 0 for its QEMU's threads, as each node has its own CPU on real
-// hardware. At niceness 10 beside a control plane's two busy vCPUs, a
-// worker got a few percent of a core: its pods' sandboxes timed out, its
-// probes failed and its Node went NotReady (make e2e). Its next boot
-// yields again (m.nice).
-func shareCPU(t *testing.T, nodes ...*clusterNode) {
-	t.Helper()
-	for _, n := range nodes {
-		if n.m.nice == 0 {
-			continue
-		}
-		require.NoError(t, n.vm.SetNice(0), "%s: QEMU's niceness back to 0", n.name)
-		t.Logf("%s: QEMU at niceness 0 now that the cluster is healthy", n.name)
-	}
-}
