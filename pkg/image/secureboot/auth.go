@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 	"unicode/utf16"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 // EFI variable attributes (UEFI 2.10, 8.2).
@@ -25,7 +27,7 @@ const secureBootAttrs = AttrNonVolatile | AttrBootServiceAccess | AttrRuntimeAcc
 // with: what a time-based authenticated write signs besides the data.
 type Variable struct {
 	Name       string
-	Vendor     GUID
+	Vendor     efisig.GUID
 	Attributes uint32
 }
 
@@ -34,9 +36,9 @@ type Variable struct {
 // database's, all non-volatile, boot and runtime, time-based
 // authenticated.
 func VariableOf(r Role) Variable {
-	vendor := EFIGlobalVariable()
+	vendor := efisig.EFIGlobalVariable()
 	if r == DB {
-		vendor = EFIImageSecurityDatabase()
+		vendor = efisig.EFIImageSecurityDatabase()
 	}
 	return Variable{Name: string(r), Vendor: vendor, Attributes: secureBootAttrs}
 }
@@ -130,7 +132,7 @@ func (a *AuthenticatedVariable) MarshalBinary() ([]byte, error) {
 	b = binary.LittleEndian.AppendUint32(b, uint32(winCertHeaderSize+len(a.SignedData)))
 	b = binary.LittleEndian.AppendUint16(b, winCertRevision)
 	b = binary.LittleEndian.AppendUint16(b, winCertTypeEFIGUID)
-	pkcs7 := EFICertTypePKCS7()
+	pkcs7 := efisig.EFICertTypePKCS7()
 	b = append(b, pkcs7[:]...)
 	b = append(b, a.SignedData...)
 	return append(b, a.Data...), nil
@@ -164,8 +166,8 @@ func ParseAuthenticatedVariable(b []byte) (*AuthenticatedVariable, error) {
 		return bad("WIN_CERTIFICATE revision %#04x, not 0x0200", binary.LittleEndian.Uint16(h[4:]))
 	case binary.LittleEndian.Uint16(h[6:]) != winCertTypeEFIGUID:
 		return bad("WIN_CERTIFICATE type %#04x, not WIN_CERT_TYPE_EFI_GUID", binary.LittleEndian.Uint16(h[6:]))
-	case GUID(h[8:24]) != EFICertTypePKCS7():
-		return bad("certificate type %s, not PKCS#7", GUID(h[8:24]))
+	case efisig.GUID(h[8:24]) != efisig.EFICertTypePKCS7():
+		return bad("certificate type %s, not PKCS#7", efisig.GUID(h[8:24]))
 	case length <= winCertHeaderSize:
 		return bad("WIN_CERTIFICATE length %d holds no signature", length)
 	case length > uint64(len(h)):

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 // Our signed updates are efitools' sign-efi-sig-list's, byte for byte
@@ -24,7 +26,7 @@ func TestSignVariableMatchesEfitools(t *testing.T) {
 	for _, r := range Roles() {
 		t.Run(string(r), func(t *testing.T) {
 			signer := ks.Key(signerOf(r))
-			esl, err := X509SignatureList(ks.Owner, ks.Key(r).Cert).MarshalBinary()
+			esl, err := efisig.X509SignatureList(ks.Owner, ks.Key(r).Cert).MarshalBinary()
 			require.NoError(t, err)
 			eslFile := writeFile(t, dir, ESLFile(r), esl)
 
@@ -64,7 +66,7 @@ func TestVerifyAuthenticatedVariable(t *testing.T) {
 	ks := newTestKeySet(t)
 	other := newTestKeySet(t)
 	ts := NewEFITime(testTime())
-	esl, err := X509SignatureList(ks.Owner, ks.DB.Cert).MarshalBinary()
+	esl, err := efisig.X509SignatureList(ks.Owner, ks.DB.Cert).MarshalBinary()
 	require.NoError(t, err)
 	signed, err := SignVariable(VariableOf(DB), ts, esl, &ks.KEK)
 	require.NoError(t, err)
@@ -88,7 +90,7 @@ func TestVerifyAuthenticatedVariable(t *testing.T) {
 		{name: "another signer", v: VariableOf(DB), by: ks, role: PK, err: ErrBadSignature},
 		{name: "another site's KEK", v: VariableOf(DB), by: other, role: KEK, err: ErrBadSignature},
 		{name: "another variable", v: VariableOf(KEK), by: ks, role: KEK, err: ErrBadSignature},
-		{name: "append instead of replace", v: Variable{Name: "db", Vendor: EFIImageSecurityDatabase(), Attributes: secureBootAttrs | AttrAppendWrite}, by: ks, role: KEK, err: ErrBadSignature},
+		{name: "append instead of replace", v: Variable{Name: "db", Vendor: efisig.EFIImageSecurityDatabase(), Attributes: secureBootAttrs | AttrAppendWrite}, by: ks, role: KEK, err: ErrBadSignature},
 		{name: "data changed", change: func(a *AuthenticatedVariable) { a.Data[len(a.Data)-1] ^= 1 }, v: VariableOf(DB), by: ks, role: KEK, err: ErrBadSignature},
 		{name: "later timestamp", change: func(a *AuthenticatedVariable) { a.Timestamp.Second++ }, v: VariableOf(DB), by: ks, role: KEK, err: ErrBadSignature},
 		{name: "signature garbled", change: func(a *AuthenticatedVariable) { a.SignedData[len(a.SignedData)-1] ^= 1 }, v: VariableOf(DB), by: ks, role: KEK, err: ErrBadSignature},

@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 // ExtraCert is a certificate enrolled in db besides the site's own, with
 // its owner's GUID: e.g. Microsoft's UEFI CA on hardware whose graphics or
 // network option ROMs it signed (docs/secure-boot.md).
 type ExtraCert struct {
-	Owner GUID
+	Owner efisig.GUID
 	Cert  *x509.Certificate
 }
 
@@ -74,13 +76,13 @@ func (ks *KeySet) Enrollment(ts time.Time, opts ...EnrollOption) (map[string][]b
 	et := NewEFITime(ts)
 	files := map[string][]byte{}
 	for _, r := range Roles() {
-		lists := []SignatureList{X509SignatureList(ks.Owner, ks.Key(r).Cert)}
+		lists := []efisig.SignatureList{efisig.X509SignatureList(ks.Owner, ks.Key(r).Cert)}
 		if r == DB {
 			for _, c := range o.extraDB {
-				lists = append(lists, X509SignatureList(c.Owner, c.Cert))
+				lists = append(lists, efisig.X509SignatureList(c.Owner, c.Cert))
 			}
 		}
-		esl, err := MarshalSignatureLists(lists...)
+		esl, err := efisig.MarshalSignatureLists(lists...)
 		if err != nil {
 			return nil, fmt.Errorf("make enrollment files: %s: %w", ESLFile(r), err)
 		}

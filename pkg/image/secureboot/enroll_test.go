@@ -8,12 +8,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 func TestEnrollment(t *testing.T) {
 	ks := newTestKeySet(t)
 	extra := newTestKeySet(t) // stands in for a vendor's CA, e.g. Microsoft's UEFI CA
-	vendor, err := ParseGUID(testOwnerStr)
+	vendor, err := efisig.ParseGUID(testOwnerStr)
 	require.NoError(t, err)
 
 	for _, tc := range []struct {
@@ -39,11 +41,11 @@ func TestEnrollment(t *testing.T) {
 			assert.Equal(t, []string{"KEK.auth", "KEK.esl", "PK.auth", "PK.esl", "db.auth", "db.esl"}, names)
 
 			for _, r := range Roles() {
-				lists, err := ParseSignatureLists(files[ESLFile(r)])
+				lists, err := efisig.ParseSignatureLists(files[ESLFile(r)])
 				require.NoError(t, err, r)
 				var got [][2]any
 				for _, l := range lists {
-					assert.Equal(t, EFICertX509(), l.Type)
+					assert.Equal(t, efisig.EFICertX509(), l.Type)
 					for _, s := range l.Signatures {
 						got = append(got, [2]any{s.Owner, s.Data})
 					}

@@ -15,31 +15,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the fuzz seed corpus under testdata/fuzz")
 
-// FuzzParseSignatureLists feeds .esl files (a variable's content) to
-// ParseSignatureLists: only ErrMalformed; what it accepts is written back
-// byte for byte, and Certificates fails only with ErrMalformed.
-func FuzzParseSignatureLists(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		lists, err := ParseSignatureLists(data)
-		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error does not wrap ErrMalformed: %v", err)
-			}
-			return
-		}
-		again, err := MarshalSignatureLists(lists...)
-		if err != nil {
-			t.Fatalf("write back what was read: %v", err)
-		}
-		if !bytes.Equal(again, data) {
-			t.Fatal("what was read writes back different")
-		}
-		if _, err := Certificates(lists); err != nil && !errors.Is(err, ErrMalformed) {
-			t.Fatalf("Certificates: error does not wrap ErrMalformed: %v", err)
-		}
-	})
-}
-
 // FuzzParseAuthenticatedVariable feeds .auth files to
 // ParseAuthenticatedVariable and Verify: only ErrMalformed from the parser
 // and ErrMalformed or ErrBadSignature from Verify; what it accepts is
@@ -104,12 +79,6 @@ func FuzzReadUKI(f *testing.F) {
 // fuzzSeeds are the committed seeds of each target, by file name.
 func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	ks := newTestKeySet(t)
-	esl, err := X509SignatureList(ks.Owner, ks.DB.Cert).MarshalBinary()
-	require.NoError(t, err)
-	two, err := MarshalSignatureLists(X509SignatureList(ks.Owner, ks.PK.Cert), SignatureList{
-		Type: EFICertX509(), Header: []byte{1}, Signatures: []SignatureData{{Owner: ks.Owner, Data: []byte("ab")}, {Data: []byte("cd")}},
-	})
-	require.NoError(t, err)
 	files, err := ks.Enrollment(testTime())
 	require.NoError(t, err)
 
@@ -120,7 +89,6 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	ukiBytes, err := os.ReadFile(uki)
 	require.NoError(t, err)
 	return map[string]map[string][]byte{
-		"FuzzParseSignatureLists": {"x509": esl, "two-lists": two, "empty": {}},
 		"FuzzParseAuthenticatedVariable": {
 			"pk": files[AuthFile(PK)], "db": files[AuthFile(DB)],
 			"delete": bytes.Clone(files[AuthFile(KEK)][:len(files[AuthFile(KEK)])-len(files[ESLFile(KEK)])]),

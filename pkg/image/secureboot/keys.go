@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 // Role is a key's place in the Secure Boot hierarchy, and the name of the
@@ -70,7 +72,7 @@ type Key struct {
 type KeySet struct {
 	Dir   string
 	Site  string // the PK certificate's organization (empty if it has none)
-	Owner GUID
+	Owner efisig.GUID
 	PK    Key
 	KEK   Key
 	DB    Key
@@ -158,7 +160,7 @@ func Generate(dir, site string, opts ...Option) (*KeySet, error) {
 			return nil, fmt.Errorf("generate Secure Boot keys in %s: %s exists: a key set is never replaced; use another directory, or Load this one", dir, name)
 		}
 	}
-	owner, err := NewGUID()
+	owner, err := efisig.NewGUID()
 	if err != nil {
 		return nil, fmt.Errorf("generate Secure Boot keys in %s: %w", dir, err)
 	}

@@ -257,27 +257,3 @@ func TestLoadPKCS1Key(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ks.KEK.Private.Equal(loaded.KEK.Private))
 }
-
-func TestGUID(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		got  GUID
-		want string
-	}{
-		{"EFI_GLOBAL_VARIABLE", EFIGlobalVariable(), "8be4df61-93ca-11d2-aa0d-00e098032b8c"},
-		{"EFI_IMAGE_SECURITY_DATABASE_GUID", EFIImageSecurityDatabase(), "d719b2cb-3d3a-4596-a3bc-dad00e67656f"},
-		{"EFI_CERT_X509_GUID", EFICertX509(), "a5c059a1-94e4-4aa7-87b5-ab155c2bf072"},
-		{"EFI_CERT_TYPE_PKCS7_GUID", EFICertTypePKCS7(), "4aafd29d-68df-49ee-8aa9-347d375665a7"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tc.got.String())
-			g, err := ParseGUID(tc.want)
-			require.NoError(t, err)
-			assert.Equal(t, tc.got, g)
-		})
-	}
-	for _, bad := range []string{"", "8be4df61", "{8be4df61-93ca-11d2-aa0d-00e098032b8c}", "urn:uuid:8be4df61-93ca-11d2-aa0d-00e098032b8c", "8be4df6193ca11d2aa0d00e098032b8c"} {
-		_, err := ParseGUID(bad)
-		assert.Error(t, err, bad)
-	}
-}

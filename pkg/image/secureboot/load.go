@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
 // fixKeySet is what to do about a key set file that is missing or bad.
@@ -52,7 +54,7 @@ func Load(dir string, opts ...Option) (*KeySet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load Secure Boot keys: %w", newKeySetError(ownerPath, err, fixKeySet))
 	}
-	if ks.Owner, err = ParseGUID(strings.TrimSpace(string(b))); err != nil {
+	if ks.Owner, err = efisig.ParseGUID(strings.TrimSpace(string(b))); err != nil {
 		return nil, fmt.Errorf("load Secure Boot keys: %w", newKeySetError(ownerPath, err, "write the owner GUID the key set's lists carry (e.g. from uuidgen, once) into it"))
 	}
 	seen := map[string]Role{}

@@ -1,11 +1,16 @@
-package secureboot
+package efisig
 
 import (
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 )
+
+// ErrMalformed means a signature list does not parse, or does not
+// encode.
+var ErrMalformed = errors.New("malformed signature list")
 
 // SignatureList is one EFI_SIGNATURE_LIST: signatures of one type, each
 // of the same size, with the GUID of their owner. The content of PK, KEK

@@ -1,4 +1,9 @@
-package secureboot
+// Package efisig reads and writes what UEFI Secure Boot keeps in its
+// variables: GUIDs in the firmware's byte order, and EFI_SIGNATURE_LISTs
+// (the content of PK, KEK, db and dbx, and of .esl files). The build
+// writes them for enrollment; a node reads its firmware's db to check,
+// before it installs a slot, what the firmware would run.
+package efisig
 
 import (
 	"fmt"
@@ -11,7 +16,7 @@ import (
 // is the usual text form, the one efitools' -g takes.
 type GUID [16]byte
 
-// The UEFI specification's GUIDs that this package needs, as functions:
+// The UEFI specification's GUIDs that Terrarium needs, as functions:
 // a GUID is an array, and a package variable could be changed.
 
 // EFIGlobalVariable is the vendor GUID of PK and KEK
