@@ -1,12 +1,15 @@
 package secureboot
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/authenticode"
 )
 
 // sectionOffset is the file offset of a byte inside section name's data.
@@ -78,4 +81,26 @@ func TestSignPE(t *testing.T) {
 	}
 
 	assert.Error(t, SignPE(t.Context(), &ks.DB, uki, uki), "in place")
+	assert.ErrorIs(t, SignPE(t.Context(), &ks.DB, signed, filepath.Join(dir, "twice.efi")), authenticode.ErrSigned, "signed already")
+}
+
+// TestSignPEReproducible: the signature holds no time, so the same key
+// and image give the same bytes, and another key other bytes.
+func TestSignPEReproducible(t *testing.T) {
+	ks := newTestKeySet(t)
+	other := newTestKeySet(t)
+	sdboot := requireHostFile(t, hostSDBoot, "systemd-boot-efi")
+	dir := t.TempDir()
+	sign := func(k *Key, name string) []byte {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		require.NoError(t, SignPE(t.Context(), k, sdboot, p))
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		return b
+	}
+	first, second := sign(&ks.DB, "first.efi"), sign(&ks.DB, "second.efi")
+	assert.True(t, bytes.Equal(first, second), "two signatures by one key differ")
+	assert.False(t, bytes.Equal(first, sign(&other.DB, "other.efi")), "two keys' signatures are the same")
+	assert.Zero(t, len(first)%8, "the signed image ends on an 8-byte boundary")
 }
