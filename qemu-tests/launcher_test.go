@@ -82,6 +82,8 @@ type machine struct {
 	// machine whose firmware boots USB sticks and CDs first.
 	iso           *qemu.Disk
 	diskBootIndex int
+	// secureBoot runs OVMF's Secure Boot build (qemu.Config.SecureBoot).
+	secureBoot bool
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image (a qcow2,
@@ -151,6 +153,7 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		Network:          qemu.Network{Mode: qemu.NetRestricted, Capture: m.capture, MAC: m.mac, Forward: m.forward},
 		Link:             m.link,
 		FwCfg:            m.fwCfg,
+		SecureBoot:       m.secureBoot,
 		ExtraArgs:        m.extraArgs(),
 	})
 	if err != nil {

@@ -26,6 +26,9 @@ import (
 // upgradeBuild is one build of testdata/upgrade.yaml.tmpl.
 type upgradeBuild struct {
 	Version, Overlay, Faults, Key string
+	// SecureBootKeys, if set, signs the build for Secure Boot with the
+	// key set in that directory.
+	SecureBootKeys string
 }
 
 // buildUpgrade builds b into out and returns the path of its upgrade file.

@@ -145,6 +145,10 @@ const (
 	ESPLoaderConf       = "loader/loader.conf"
 	ESPEntriesDir       = "loader/entries"
 	ESPEntryTokenPrefix = "terrarium-"
+	// ESPEnrollKeysDir holds a Secure Boot image's enrollment files
+	// (PK.auth, KEK.auth, db.auth): systemd-boot enrolls them by itself,
+	// with loader.conf's secure-boot-enroll, from loader/keys/auto only.
+	ESPEnrollKeysDir = "loader/keys/auto"
 )
 
 // KernelPath is the ESP path of the slot's kernel.
@@ -152,6 +156,11 @@ func (s Slot) KernelPath() string { return fmt.Sprintf("terrarium/%s/vmlinuz", s
 
 // InitrdPath is the ESP path of the slot's initramfs.
 func (s Slot) InitrdPath() string { return fmt.Sprintf("terrarium/%s/initrd.img", s) }
+
+// UKIPath is the ESP path of the slot's signed unified kernel image
+// (kernel, initramfs and command line in one PE) on a Secure Boot image,
+// which has it in place of the kernel and the initramfs.
+func (s Slot) UKIPath() string { return fmt.Sprintf("terrarium/%s/terrarium.efi", s) }
 
 // EntryID is the Boot Loader Spec entry id of the slot (the file name
 // without boot counter and without ".conf").

@@ -27,9 +27,7 @@ func TestEntryFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			if got := tt.slot.EntryFile(tt.tries); got != tt.want {
-				t.Errorf("Slot(%q).EntryFile(%d) = %q, want %q", tt.slot, tt.tries, got, tt.want)
-			}
+			assert.Equal(t, tt.want, tt.slot.EntryFile(tt.tries), "Slot(%q).EntryFile(%d)", tt.slot, tt.tries)
 		})
 	}
 }
@@ -41,60 +39,43 @@ func TestSlot(t *testing.T) {
 		other                 Slot
 		label                 string
 		entryID, kernel, init string
+		uki                   string
 	}{
-		{SlotA, true, SlotB, LabelSlotA, "terrarium-a", "terrarium/a/vmlinuz", "terrarium/a/initrd.img"},
-		{SlotB, true, SlotA, LabelSlotB, "terrarium-b", "terrarium/b/vmlinuz", "terrarium/b/initrd.img"},
+		{SlotA, true, SlotB, LabelSlotA, "terrarium-a", "terrarium/a/vmlinuz", "terrarium/a/initrd.img", "terrarium/a/terrarium.efi"},
+		{SlotB, true, SlotA, LabelSlotB, "terrarium-b", "terrarium/b/vmlinuz", "terrarium/b/initrd.img", "terrarium/b/terrarium.efi"},
 		// Invalid slots are not slots, but Other and Label still give
 		// answers that never name a third partition.
-		{Slot(""), false, SlotA, LabelSlotA, "terrarium-", "terrarium//vmlinuz", "terrarium//initrd.img"},
-		{Slot("A"), false, SlotA, LabelSlotA, "terrarium-A", "terrarium/A/vmlinuz", "terrarium/A/initrd.img"},
-		{Slot("c"), false, SlotA, LabelSlotA, "terrarium-c", "terrarium/c/vmlinuz", "terrarium/c/initrd.img"},
+		{Slot(""), false, SlotA, LabelSlotA, "terrarium-", "terrarium//vmlinuz", "terrarium//initrd.img", "terrarium//terrarium.efi"},
+		{Slot("A"), false, SlotA, LabelSlotA, "terrarium-A", "terrarium/A/vmlinuz", "terrarium/A/initrd.img", "terrarium/A/terrarium.efi"},
+		{Slot("c"), false, SlotA, LabelSlotA, "terrarium-c", "terrarium/c/vmlinuz", "terrarium/c/initrd.img", "terrarium/c/terrarium.efi"},
 	}
 	for _, tt := range tests {
 		t.Run("slot "+string(tt.slot), func(t *testing.T) {
-			if got := tt.slot.Valid(); got != tt.valid {
-				t.Errorf("Valid() = %v, want %v", got, tt.valid)
-			}
-			if got := tt.slot.Other(); got != tt.other {
-				t.Errorf("Other() = %q, want %q", got, tt.other)
-			}
-			if got := tt.slot.Label(); got != tt.label {
-				t.Errorf("Label() = %q, want %q", got, tt.label)
-			}
-			if got := tt.slot.EntryID(); got != tt.entryID {
-				t.Errorf("EntryID() = %q, want %q", got, tt.entryID)
-			}
-			if got := tt.slot.KernelPath(); got != tt.kernel {
-				t.Errorf("KernelPath() = %q, want %q", got, tt.kernel)
-			}
-			if got := tt.slot.InitrdPath(); got != tt.init {
-				t.Errorf("InitrdPath() = %q, want %q", got, tt.init)
-			}
+			assert.Equal(t, tt.valid, tt.slot.Valid(), "Valid()")
+			assert.Equal(t, tt.other, tt.slot.Other(), "Other()")
+			assert.Equal(t, tt.label, tt.slot.Label(), "Label()")
+			assert.Equal(t, tt.entryID, tt.slot.EntryID(), "EntryID()")
+			assert.Equal(t, tt.kernel, tt.slot.KernelPath(), "KernelPath()")
+			assert.Equal(t, tt.init, tt.slot.InitrdPath(), "InitrdPath()")
+			assert.Equal(t, tt.uki, tt.slot.UKIPath())
 		})
 	}
 	for _, s := range Slots() {
-		if s.Other().Other() != s {
-			t.Errorf("Slot(%q).Other().Other() = %q", s, s.Other().Other())
-		}
-		if s.Other() == s {
-			t.Errorf("Slot(%q).Other() is itself", s)
-		}
+		assert.Equal(t, s, s.Other().Other(), "Slot(%q).Other().Other()", s)
+		assert.NotEqual(t, s, s.Other(), "Slot(%q).Other() is itself", s)
 	}
-	if got := Slots(); len(got) != 2 || got[0] != SlotA || got[1] != SlotB {
-		t.Errorf("Slots() = %v, want [a b]", got)
-	}
+	assert.Equal(t, []Slot{SlotA, SlotB}, Slots(), "Slots()")
 }
 
 func TestLabelsFitFAT(t *testing.T) {
 	// FAT volume labels hold at most 11 characters.
 	for _, l := range []string{LabelESPFS, LabelConfigFAT} {
-		if len(l) > 11 {
-			t.Errorf("FAT label %q is longer than 11 characters", l)
-		}
+		assert.LessOrEqual(t, len(l), 11, "FAT label %q is longer than 11 characters", l)
 	}
-	if !strings.HasPrefix(LabelConfig, LabelConfigFAT) || len(LabelConfigFAT) != 11 {
-		t.Errorf("LabelConfigFAT %q is not LabelConfig %q cut to 11 characters", LabelConfigFAT, LabelConfig)
-	}
+	assert.True(t, strings.HasPrefix(LabelConfig, LabelConfigFAT),
+		"LabelConfigFAT %q is not LabelConfig %q cut to 11 characters", LabelConfigFAT, LabelConfig)
+	assert.Len(t, LabelConfigFAT, 11,
+		"LabelConfigFAT %q is not LabelConfig %q cut to 11 characters", LabelConfigFAT, LabelConfig)
 }
 
 func TestStableGUID(t *testing.T) {
@@ -115,36 +96,22 @@ func TestStableGUID(t *testing.T) {
 	for _, in := range inputs {
 		t.Run(in.image+"/"+in.name, func(t *testing.T) {
 			g := StableGUID(in.image, in.name)
-			if again := StableGUID(in.image, in.name); again != g {
-				t.Errorf("not deterministic: %s then %s", g, again)
-			}
-			if !guidRE.MatchString(g) {
-				t.Errorf("%s is not a lowercase version-5 RFC 4122 GUID", g)
-			}
+			assert.Equal(t, g, StableGUID(in.image, in.name), "not deterministic")
+			assert.Regexp(t, guidRE, g, "%s is not a lowercase version-5 RFC 4122 GUID", g)
 			u, err := uuid.Parse(g)
-			if err != nil {
-				t.Fatalf("uuid.Parse(%s): %v", g, err)
-			}
-			if u.Version() != 5 {
-				t.Errorf("version %d, want 5", u.Version())
-			}
-			if u.Variant() != uuid.RFC4122 {
-				t.Errorf("variant %v, want RFC 4122", u.Variant())
-			}
+			require.NoError(t, err, "uuid.Parse(%s)", g)
+			assert.Equal(t, uuid.Version(5), u.Version(), "version")
+			assert.Equal(t, uuid.RFC4122, u.Variant(), "variant")
 			key := in.image + "\x01" + in.name
 			for other, og := range seen {
-				if og == g {
-					t.Errorf("same GUID %s as %q", g, other)
-				}
+				assert.NotEqual(t, og, g, "same GUID %s as %q", g, other)
 			}
 			seen[key] = g
 		})
 	}
 	// A known value (computed independently) pins the derivation: changing
 	// it changes every GPT Terrarium writes, which must be deliberate.
-	if got, want := StableGUID("img", "disk"), "478094a0-3551-5081-b4be-041ac303f01d"; got != want {
-		t.Errorf("StableGUID(img, disk) = %s, want %s", got, want)
-	}
+	assert.Equal(t, "478094a0-3551-5081-b4be-041ac303f01d", StableGUID("img", "disk"), "StableGUID(img, disk)")
 }
 
 func TestAlignUp(t *testing.T) {
@@ -160,27 +127,25 @@ func TestAlignUp(t *testing.T) {
 		{1536*MiB + 1, 1537 * MiB},
 	}
 	for _, tt := range tests {
-		if got := AlignUp(tt.in); got != tt.want {
-			t.Errorf("AlignUp(%d) = %d, want %d", tt.in, got, tt.want)
-		}
-		if got := AlignUp(tt.in); got%Alignment != 0 || got < tt.in || got-tt.in >= Alignment {
-			t.Errorf("AlignUp(%d) = %d is not the next multiple of %d", tt.in, got, Alignment)
-		}
+		got := AlignUp(tt.in)
+		assert.Equal(t, tt.want, got, "AlignUp(%d)", tt.in)
+		// got is the next multiple of Alignment: a multiple, not below
+		// the input, and less than one Alignment above it.
+		assert.Zero(t, got%Alignment, "AlignUp(%d) = %d is not a multiple of %d", tt.in, got, Alignment)
+		assert.GreaterOrEqual(t, got, tt.in, "AlignUp(%d) = %d is below its input", tt.in, got)
+		assert.Less(t, got-tt.in, Alignment, "AlignUp(%d) = %d is not the next multiple of %d", tt.in, got, Alignment)
 	}
 }
 
 func TestSizes(t *testing.T) {
-	if FirstPartitionOffset%Alignment != 0 || GPTReserve%Alignment != 0 {
-		t.Errorf("FirstPartitionOffset %d or GPTReserve %d not aligned to %d", FirstPartitionOffset, GPTReserve, Alignment)
-	}
-	if Alignment%SectorSize != 0 {
-		t.Errorf("Alignment %d is not a multiple of the sector size %d", Alignment, SectorSize)
-	}
+	assert.Zero(t, FirstPartitionOffset%Alignment, "FirstPartitionOffset %d not aligned to %d", FirstPartitionOffset, Alignment)
+	assert.Zero(t, GPTReserve%Alignment, "GPTReserve %d not aligned to %d", GPTReserve, Alignment)
+	assert.Zero(t, Alignment%SectorSize, "Alignment %d is not a multiple of the sector size %d", Alignment, SectorSize)
 	// The GPT (protective MBR, header, 128 entries of 128 bytes) must fit
 	// before the first partition and after the last.
-	if gpt := int64(SectorSize*2 + 128*128); FirstPartitionOffset < gpt || GPTReserve < gpt-SectorSize {
-		t.Errorf("GPT of %d bytes does not fit in %d / %d", gpt, FirstPartitionOffset, GPTReserve)
-	}
+	gpt := int64(SectorSize*2 + 128*128)
+	assert.GreaterOrEqual(t, FirstPartitionOffset, gpt, "GPT of %d bytes does not fit before the first partition at %d", gpt, FirstPartitionOffset)
+	assert.GreaterOrEqual(t, GPTReserve, gpt-SectorSize, "backup GPT of %d bytes does not fit in the reserve of %d", gpt-SectorSize, GPTReserve)
 }
 
 // TestContractDocumented: every path and label of the on-disk contract is
@@ -191,7 +156,7 @@ func TestContractDocumented(t *testing.T) {
 	for _, name := range []string{
 		LabelESP, LabelSlotA, LabelSlotB, LabelState, LabelConfig, LabelConfigFAT, LabelStateFS,
 		TypeESP, TypeRootX86_64, TypeVar,
-		ESPBootloader, ESPSystemdBoot, ESPLoaderConf, ESPEntriesDir,
+		ESPBootloader, ESPSystemdBoot, ESPLoaderConf, ESPEntriesDir, ESPEnrollKeysDir,
 		CmdlineSlot, CmdlineResetState, CmdlineRescue,
 		ReleaseFile, StateMount, EmbeddedConfig, BundleDir, RegistryConfigFile, LabelBundle, LabelBundleFAT,
 		InitramfsModulesDir, InitramfsModulesOrder, InitramfsBusybox, ConfigFile, ConfigSignatureFile,

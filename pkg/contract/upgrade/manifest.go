@@ -54,7 +54,17 @@ const (
 	// JSON, pkg/image/sbom), signed with the rest; optional, and written
 	// to no disk of the node.
 	RoleSBOM Role = "sbom"
+	// RoleUKIA and RoleUKIB are a Secure Boot build's signed unified
+	// kernel images for slot A and slot B (layout.Slot.UKIPath on the
+	// ESP): the same kernel and initramfs, each with its slot's command
+	// line. A node that boots UKIs installs the target slot's and needs
+	// it; any other node installs the kernel and the initramfs.
+	RoleUKIA Role = "uki-a"
+	RoleUKIB Role = "uki-b"
 )
+
+// UKIRole is the role of slot's unified kernel image ("a" or "b").
+func UKIRole(slot string) Role { return Role("uki-" + slot) }
 
 // Roles lists the roles every upgrade file has a part of, in the order
 // Write expects parts.
@@ -62,7 +72,7 @@ func Roles() []Role { return []Role{RoleRootfs, RoleKernel, RoleInitramfs} }
 
 // OptionalRoles lists the roles an upgrade file may have a part of, after
 // those of Roles.
-func OptionalRoles() []Role { return []Role{RoleSBOM} }
+func OptionalRoles() []Role { return []Role{RoleSBOM, RoleUKIA, RoleUKIB} }
 
 // Manifest describes an upgrade file: the build it carries, what it may
 // upgrade, and the size and SHA-256 of every part. It is the file's
@@ -185,7 +195,7 @@ func (m *Manifest) validateParts() []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(m.Parts) > maxParts {
-		return []string{fmt.Sprintf("%d parts; an upgrade file has %d or %d", len(m.Parts), len(Roles()), len(Roles())+len(OptionalRoles()))}
+		return []string{fmt.Sprintf("%d parts; an upgrade file has %d to %d", len(m.Parts), len(Roles()), len(Roles())+len(OptionalRoles()))}
 	}
 	names := map[string]bool{}
 	roles := map[Role]int{}
@@ -216,6 +226,9 @@ func (m *Manifest) validateParts() []string {
 		if roles[r] == 0 {
 			add("no part has role %s", r)
 		}
+	}
+	if (roles[RoleUKIA] == 0) != (roles[RoleUKIB] == 0) {
+		add("a part has role %s or %s but not both: a Secure Boot upgrade carries both slots' unified kernel images", RoleUKIA, RoleUKIB)
 	}
 	return problems
 }

@@ -92,6 +92,29 @@ func TestRoundTrip(t *testing.T) {
 
 // An upgrade file may carry the build's SBOM as a fourth part: it is
 // signed and checked like the others.
+// TestUKIParts: a Secure Boot build's upgrade file carries both slots'
+// UKIs besides the kernel and initramfs; each is found by its slot's role.
+func TestUKIParts(t *testing.T) {
+	parts := append(sampleParts(),
+		testPart{"terrarium-a.efi", upgrade.RoleUKIA, []byte("MZ uki for slot a")},
+		testPart{"terrarium-b.efi", upgrade.RoleUKIB, []byte("MZ uki for slot b")})
+	var buf bytes.Buffer
+	_, err := upgrade.Write(context.Background(), &buf, sampleManifest(), writeParts(t, parts), fixedKey(1))
+	require.NoError(t, err)
+	f, err := open(buf.Bytes())
+	require.NoError(t, err)
+	v, err := f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
+	require.NoError(t, err)
+	m := v.Manifest()
+	for _, slot := range []string{"a", "b"} {
+		p, ok := m.PartByRole(upgrade.UKIRole(slot))
+		require.True(t, ok, "slot %s's UKI", slot)
+		var out bytes.Buffer
+		require.NoError(t, v.CopyPart(context.Background(), &out, p.Name))
+		assert.Equal(t, "MZ uki for slot "+slot, out.String())
+	}
+}
+
 func TestSBOMPart(t *testing.T) {
 	parts := append(sampleParts(), testPart{"sbom.cdx.json", upgrade.RoleSBOM, []byte(`{"bomFormat":"CycloneDX"}`)})
 	var buf bytes.Buffer

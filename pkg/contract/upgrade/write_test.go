@@ -56,6 +56,9 @@ func TestWriteRefuses(t *testing.T) {
 			t.Name = "sbom2.cdx.json"
 			return append(ps, s, t)
 		}, "2 parts have role sbom"},
+		{"one slot's UKI", func(_ *upgrade.Manifest, ps []upgrade.Part) []upgrade.Part {
+			return append(ps, upgrade.Part{Name: "terrarium-a.efi", Role: upgrade.RoleUKIA, Open: ps[2].Open})
+		}, "uki-a or uki-b but not both"},
 		{"path in a name", func(_ *upgrade.Manifest, ps []upgrade.Part) []upgrade.Part {
 			ps[0].Name = "../rootfs"
 			return ps

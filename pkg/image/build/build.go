@@ -63,7 +63,7 @@ func step[T any](st *progress.Stages, name string, fn func() (T, string, error))
 }
 
 // stageCount is the number of step calls in Run, for the progress bar.
-const stageCount = 14
+const stageCount = 15
 
 // Run builds the image s describes into opt.OutDir. Its stages take their
 // inputs and return their outputs; Run is the only place that wires one
@@ -144,9 +144,23 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	signed, err := step(st, "Secure Boot (UKIs, signatures)", func() (*signedBoot, string, error) {
+		if !s.SecureBootOn() {
+			return nil, "(no secureBoot)", nil
+		}
+		sb, err := signBoot(ctx, s, base, boot, slots, work)
+		if err != nil {
+			return nil, "", err
+		}
+		man.SecureBoot = sb.manifest
+		return sb, sb.note(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	espImg := filepath.Join(work, "esp.img")
 	if _, err := step(st, "EFI system partition", func() (struct{}, string, error) {
-		return struct{}{}, "", esp.Write(ctx, espImg, s.Disk.ESPSizeMiB*layout.MiB, espContents(s, boot, slots), epoch)
+		return struct{}{}, "", esp.Write(ctx, espImg, s.Disk.ESPSizeMiB*layout.MiB, espContents(s, boot, slots, signed), epoch)
 	}); err != nil {
 		return nil, err
 	}
@@ -212,6 +226,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 			builtAt: epoch.UTC().Format(upgrade.BuiltAtLayout),
 			rootfs:  slots[layout.SlotA], kernel: boot.kernel, initrd: boot.initrd,
 			images: bundles.imageNames(), sbom: sbomFile, key: s.Resolve(s.Upgrade.SigningKey),
+			ukis: signed.slotUKIs(),
 		}, dst)
 		if err != nil {
 			return struct{}{}, "", err
@@ -339,9 +354,13 @@ func buildSlots(ctx context.Context, c *cache.Cache, s *spec.Spec, in rootfs.Slo
 }
 
 // espContents is the disk image's ESP: an entry per slot image, with boot
-// counting, the preferred slot first.
-func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string) esp.Contents {
+// counting, the preferred slot first; with signed, systemd-boot and each
+// slot's UKI signed, and the enrollment files.
+func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string, signed *signedBoot) esp.Contents {
 	c := esp.Contents{SystemdBoot: boot.sdboot, TimeoutSeconds: s.Boot.TimeoutSeconds}
+	if signed != nil {
+		c.SystemdBoot, c.EnrollKeys, c.SecureBootEnroll = signed.sdboot, signed.enrollKeys, s.SecureBoot.Enroll
+	}
 	def := layout.Slot(s.Boot.Default)
 	for _, slot := range layout.Slots() {
 		if _, ok := slots[slot]; !ok {
@@ -356,6 +375,9 @@ func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string) esp
 			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
 			Cmdline: s.Kernel.Cmdline, Tries: s.Boot.Tries, SortKey: sortKey,
 		})
+		if signed != nil {
+			c.Entries[len(c.Entries)-1].UKI = signed.ukis[slot]
+		}
 	}
 	return c
 }

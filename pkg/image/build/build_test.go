@@ -69,7 +69,7 @@ func TestESPContents(t *testing.T) {
 			for _, sl := range tt.slots {
 				slots[sl] = "/cache/slot-" + string(sl)
 			}
-			c := espContents(s, testBoot, slots)
+			c := espContents(s, testBoot, slots, nil)
 			assert.Equal(t, testBoot.sdboot, c.SystemdBoot)
 			got := map[layout.Slot]string{}
 			for _, e := range c.Entries {

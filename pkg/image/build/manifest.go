@@ -31,7 +31,9 @@ type Manifest struct {
 	Bundle *bundle.Manifest `json:"bundle,omitempty"`
 	// Components lists the programs built from pinned sources.
 	Components []ComponentProgram `json:"components,omitempty"`
-	Outputs    map[string]Output  `json:"outputs"`
+	// SecureBoot records a Secure Boot image's signer and UKIs.
+	SecureBoot *SecureBootInfo   `json:"secureBoot,omitempty"`
+	Outputs    map[string]Output `json:"outputs"`
 }
 
 // PartitionInfo records one partition of the image.

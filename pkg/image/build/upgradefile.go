@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/image/sbom"
@@ -22,11 +23,14 @@ func UpgradeFileName(name, version string) string {
 // upgradeInputs are what the upgrade file stage reads.
 type upgradeInputs struct {
 	name, version, minFrom string
-	builtAt                string   // upgrade.BuiltAtLayout
-	rootfs, kernel, initrd string   // files
-	sbom                   string   // the build's SBOM (optional)
-	images                 []string // the names of the slot bundle's images
-	key                    string   // the signing key file
+	builtAt                string // upgrade.BuiltAtLayout
+	rootfs, kernel, initrd string // files
+	sbom                   string // the build's SBOM (optional)
+	// ukis are a Secure Boot build's signed UKIs, one per slot (both or
+	// none).
+	ukis   map[layout.Slot]string
+	images []string // the names of the slot bundle's images
+	key    string   // the signing key file
 }
 
 // writeUpgradeFile writes the signed upgrade file of a build to dst, whole
@@ -52,6 +56,11 @@ func writeUpgradeFile(ctx context.Context, in upgradeInputs, dst string) (upgrad
 	}
 	if in.sbom != "" {
 		parts = append(parts, upgrade.FilePart(sbom.FileName, upgrade.RoleSBOM, in.sbom))
+	}
+	for _, slot := range layout.Slots() {
+		if uki, ok := in.ukis[slot]; ok {
+			parts = append(parts, upgrade.FilePart("terrarium-"+string(slot)+".efi", upgrade.UKIRole(string(slot)), uki))
+		}
 	}
 	var out upgrade.Manifest
 	err = atomicfile.Write(dst, 0o644, func(w io.Writer) error {

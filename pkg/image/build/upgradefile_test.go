@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 )
@@ -62,6 +63,24 @@ func TestWriteUpgradeFile(t *testing.T) {
 		_, ok := vm.PartByRole(role)
 		assert.True(t, ok, "part %s", role)
 	}
+	_, ok := vm.PartByRole(upgrade.RoleUKIA)
+	assert.False(t, ok, "a build without secureBoot carries no UKI")
+
+	// A Secure Boot build's carries both slots' UKIs.
+	in.ukis = map[layout.Slot]string{}
+	for _, slot := range layout.Slots() {
+		in.ukis[slot] = filepath.Join(dir, "uki-"+string(slot))
+		require.NoError(t, os.WriteFile(in.ukis[slot], []byte("MZ signed uki "+string(slot)), 0o600))
+	}
+	sb := filepath.Join(dir, "sb.upgrade")
+	m, err = writeUpgradeFile(context.Background(), in, sb)
+	require.NoError(t, err)
+	for _, slot := range layout.Slots() {
+		p, ok := m.PartByRole(upgrade.UKIRole(string(slot)))
+		require.True(t, ok, "slot %s's UKI", slot)
+		assert.Equal(t, "terrarium-"+string(slot)+".efi", p.Name)
+	}
+	in.ukis = nil
 
 	in.key = filepath.Join(dir, "missing.key")
 	_, err = writeUpgradeFile(context.Background(), in, filepath.Join(dir, "c.upgrade"))

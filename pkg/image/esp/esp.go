@@ -1,6 +1,8 @@
 // Package esp writes the EFI system partition: systemd-boot as the
-// removable-media boot loader, a kernel and initramfs per slot, and Boot
-// Loader Spec entries with boot counting. mkfs.fat --invariant and mcopy
+// removable-media boot loader, a kernel and initramfs per slot (or, on a
+// Secure Boot image, one signed unified kernel image per slot and the
+// site's enrollment files), and Boot Loader Spec entries with boot
+// counting. mkfs.fat --invariant and mcopy
 // make the FAT filesystems, with every time taken from the build's epoch,
 // so the same inputs give the same bytes.
 package esp
@@ -28,6 +30,9 @@ type Entry struct {
 	Kernel  string // host path of the kernel
 	Initrd  string // host path of the initramfs
 	Cmdline []string
+	// UKI is the host path of the slot's signed unified kernel image, in
+	// place of Kernel, Initrd and Cmdline: its command line is inside it.
+	UKI string
 	// Tries starts the entry's boot counter; 0 writes a blessed entry.
 	Tries int
 	// SortKey orders entries: systemd-boot boots the first good entry, so
@@ -44,6 +49,13 @@ type Contents struct {
 	SystemdBoot    string // host path of systemd-bootx64.efi
 	TimeoutSeconds int
 	Entries        []Entry
+	// EnrollKeys are a Secure Boot image's enrollment files, name → host
+	// path (PK.auth, KEK.auth, db.auth), written to
+	// layout.ESPEnrollKeysDir.
+	EnrollKeys map[string]string
+	// SecureBootEnroll is loader.conf's secure-boot-enroll (if-safe,
+	// manual, force, off); written only with EnrollKeys.
+	SecureBootEnroll string
 }
 
 // Files returns the ESP's files: path on the ESP -> content source. A
@@ -60,8 +72,15 @@ func (c Contents) Files() map[string]string {
 			name = e.ID + ".conf"
 		}
 		files[layout.ESPEntriesDir+"/"+name] = e.conf()
+		if e.UKI != "" {
+			files[e.Slot.UKIPath()] = "file:" + e.UKI
+			continue
+		}
 		files[e.Slot.KernelPath()] = "file:" + e.Kernel
 		files[e.Slot.InitrdPath()] = "file:" + e.Initrd
+	}
+	for name, host := range c.EnrollKeys {
+		files[layout.ESPEnrollKeysDir+"/"+name] = "file:" + host
 	}
 	return files
 }
@@ -70,8 +89,12 @@ func (c Contents) loaderConf() string {
 	// "terrarium-*" matches every slot; systemd-boot sorts entries whose
 	// tries are exhausted last, so the first match is the preferred slot
 	// while it is good and the other slot once it is bad.
-	return fmt.Sprintf("# Written by Terrarium imagebuild.\ntimeout %d\ndefault %s*\neditor no\nauto-entries no\nauto-firmware no\nconsole-mode keep\n",
+	conf := fmt.Sprintf("# Written by Terrarium imagebuild.\ntimeout %d\ndefault %s*\neditor no\nauto-entries no\nauto-firmware no\nconsole-mode keep\n",
 		c.TimeoutSeconds, layout.ESPEntryTokenPrefix)
+	if len(c.EnrollKeys) > 0 && c.SecureBootEnroll != "" {
+		conf += "secure-boot-enroll " + c.SecureBootEnroll + "\n"
+	}
+	return conf
 }
 
 func (e Entry) conf() string {
@@ -79,6 +102,12 @@ func (e Entry) conf() string {
 	fmt.Fprintf(&b, "title %s\n", e.Title)
 	fmt.Fprintf(&b, "version %s\n", e.Version)
 	fmt.Fprintf(&b, "sort-key %s\n", e.SortKey)
+	if e.UKI != "" {
+		// systemd-boot 257 has no "uki" key; "efi" starts the UKI
+		// through the firmware's LoadImage, which checks its signature.
+		fmt.Fprintf(&b, "efi /%s\n", e.Slot.UKIPath())
+		return b.String()
+	}
 	fmt.Fprintf(&b, "linux /%s\n", e.Slot.KernelPath())
 	fmt.Fprintf(&b, "initrd /%s\n", e.Slot.InitrdPath())
 	opts := append(append([]string(nil), e.Cmdline...), layout.CmdlineSlot+"="+string(e.Slot))

@@ -121,6 +121,49 @@ func TestEntryConf(t *testing.T) {
 	}
 }
 
+// TestFilesSecureBoot: a Secure Boot image's ESP has one UKI per slot in
+// place of the kernel and initramfs, entries that start it with "efi" and
+// carry no command line, the enrollment files, and loader.conf's
+// secure-boot-enroll; a Secure Boot ESP is written and read back whole.
+func TestFilesSecureBoot(t *testing.T) {
+	c := hostFiles(t)
+	dir := t.TempDir()
+	for i := range c.Entries {
+		c.Entries[i].UKI = filepath.Join(dir, "uki-"+string(c.Entries[i].Slot))
+		require.NoError(t, os.WriteFile(c.Entries[i].UKI, bytes.Repeat([]byte("MZ uki "+string(c.Entries[i].Slot)), 9000), 0o644))
+	}
+	c.EnrollKeys = map[string]string{}
+	for _, name := range []string{"PK.auth", "KEK.auth", "db.auth"} {
+		c.EnrollKeys[name] = filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(c.EnrollKeys[name], []byte("auth "+name), 0o644))
+	}
+	c.SecureBootEnroll = "if-safe"
+	files := c.Files()
+
+	assert.Equal(t, "title Terrarium 1.0 (slot A)\nversion 1.0\nsort-key terrarium-1\nefi /terrarium/a/terrarium.efi\n",
+		files["loader/entries/terrarium-a+3.conf"])
+	assert.Equal(t, "title Terrarium 1.0 (slot B)\nversion 1.0\nsort-key terrarium-2\nefi /terrarium/b/terrarium.efi\n",
+		files["loader/entries/terrarium-b.conf"])
+	for _, slot := range layout.Slots() {
+		assert.Equal(t, "file:"+filepath.Join(dir, "uki-"+string(slot)), files[slot.UKIPath()])
+		assert.NotContains(t, files, slot.KernelPath(), "a Secure Boot ESP carries no bare kernel")
+		assert.NotContains(t, files, slot.InitrdPath(), "a Secure Boot ESP carries no bare initramfs")
+	}
+	for name, host := range c.EnrollKeys {
+		assert.Equal(t, "file:"+host, files["loader/keys/auto/"+name])
+	}
+	assert.True(t, strings.HasSuffix(files["loader/loader.conf"], "\nsecure-boot-enroll if-safe\n"), "loader.conf:\n%s", files["loader/loader.conf"])
+	assert.Len(t, files, 2+1+2+2+3, "boot loader twice, loader.conf, two entries, two UKIs, three enrollment files")
+
+	img := filepath.Join(t.TempDir(), "esp.img")
+	require.NoError(t, Write(context.Background(), img, 64*layout.MiB, c, time.Unix(1767225600, 0)))
+	checkContent(t, img, c)
+
+	// Without enrollment files loader.conf says nothing of enrolling.
+	c.EnrollKeys = nil
+	assert.NotContains(t, c.Files()["loader/loader.conf"], "secure-boot-enroll")
+}
+
 func TestWriteFsck(t *testing.T) {
 	fsck := requireTool(t, "fsck.fat")
 	tests := []struct {

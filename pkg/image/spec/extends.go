@@ -85,6 +85,7 @@ func (s *Spec) absolutePaths() {
 		s.Components = cs
 	}
 	s.Upgrade.SigningKey = s.Resolve(s.Upgrade.SigningKey)
+	s.SecureBoot.Keys = s.Resolve(s.SecureBoot.Keys)
 }
 
 func resolveAll(s *Spec, paths []string) []string {

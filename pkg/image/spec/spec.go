@@ -94,6 +94,8 @@ type Spec struct {
 	// Upgrade holds the upgrade file's settings and the keys the image
 	// trusts for upgrade files.
 	Upgrade Upgrade `yaml:"upgrade,omitempty"`
+	// SecureBoot signs the boot chain with the site's own keys.
+	SecureBoot SecureBoot `yaml:"secureBoot,omitempty"`
 
 	// dir is the directory relative paths are resolved against.
 	dir string
@@ -275,6 +277,9 @@ func (s *Spec) setDefaults() {
 	if s.SourceDateEpoch == 0 {
 		s.SourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 	}
+	if s.SecureBoot.Keys != "" && s.SecureBoot.Enroll == "" {
+		s.SecureBoot.Enroll = EnrollIfSafe
+	}
 	if s.WantsOutput(OutputOVA) && s.VSphere.HardwareVersion == 0 {
 		s.VSphere.HardwareVersion = ova.DefaultHardwareVersion
 	}
@@ -328,6 +333,7 @@ func (s *Spec) Validate() error {
 	s.validateBoot(&p, root)
 	s.validateOutputs(&p, root)
 	s.validateUpgrade(&p, root.Field("upgrade"))
+	s.validateSecureBoot(&p, root)
 	return p.Err()
 }
 

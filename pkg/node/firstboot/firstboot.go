@@ -34,6 +34,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -119,6 +120,8 @@ type runner struct {
 	pub *status.Publisher
 	// cmdline is this boot's kernel command line (the slot's).
 	cmdline string
+	// secureBoot is the firmware's Secure Boot mode at this boot.
+	secureBoot efiboot.SecureBootMode
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 	// changing is held by whatever changes the node while it runs — a
@@ -166,9 +169,13 @@ func newRunner(o Options) (*runner, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		o.Log.Warn("status: TERRA-STATE's creation is not shown", "err", err)
 	}
+	r.secureBoot, err = efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.SecureBoot()
+	if err != nil {
+		o.Log.Warn("status: the firmware's Secure Boot mode is not shown", "err", err)
+	}
 	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, status.Status{
 		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
-		StateCreated: created,
+		StateCreated: created, SecureBoot: string(r.secureBoot),
 	})
 	return r, nil
 }
@@ -182,6 +189,20 @@ func (r *runner) publish() { r.pub.Publish(nil) }
 func (r *runner) say(format string, args ...any) {
 	_, _ = fmt.Fprintf(r.o.Console, "terrarium: "+format+"\n", args...) // the log below keeps it
 	r.o.Log.Info(fmt.Sprintf(format, args...))
+}
+
+// saySecureBoot tells the console whether the firmware checked what it
+// booted, and warns of a machine anyone can enroll keys into.
+func (r *runner) saySecureBoot() {
+	switch r.secureBoot {
+	case efiboot.SecureBootOn:
+		r.say("Secure Boot: on (the firmware ran only boot files its db allows)")
+	case efiboot.SecureBootSetup:
+		r.say("Secure Boot: setup mode: the firmware has no platform key, so whoever boots this machine can enroll keys; enroll the site's (docs/secure-boot.md)")
+	case "":
+	default:
+		r.say("Secure Boot: %s", r.secureBoot)
+	}
 }
 
 // record changes the node state and this boot's record, and saves them.
@@ -226,6 +247,7 @@ func (r *runner) run(ctx context.Context) error {
 		return fmt.Errorf("journal on TERRA-STATE: %w", err)
 	}
 	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.boot)
+	r.saySecureBoot()
 	// A clock that reads before this image was built (a flat RTC
 	// battery) is wrong: stepped before anything is recorded.
 	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil).Later(r.lastRecorded()), host.ReporterFunc(r.report)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
@@ -37,7 +38,8 @@ type Installer func(ctx context.Context, v *upgrade.Verified, running layout.Slo
 func DiskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) Installer {
 	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
 		return slotinstall.Install(ctx, slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
-			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries})
+			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries,
+			FirmwareDB: efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.DBCertificates})
 	}
 }
 

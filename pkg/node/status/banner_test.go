@@ -51,7 +51,7 @@ func TestBanner(t *testing.T) {
 		Name: "terrarium", Version: "1.2.3", Slot: "b", Boot: 7,
 		State: StateVerified, Mode: "verify", Hostname: "node-1",
 		Addresses: []string{"10.0.0.10/24 (enp0s2)", "fd00::10/64 (enp0s2)"},
-		Healthy:   &healthy, Blessed: "good",
+		Healthy:   &healthy, Blessed: "good", SecureBoot: "on",
 	}
 	b := Banner(s)
 	assert.Equal(t, []string{
@@ -59,6 +59,7 @@ func TestBanner(t *testing.T) {
 		" hostname   node-1",
 		" addresses  10.0.0.10/24 (enp0s2), fd00::10/64 (enp0s2)",
 		" state      verified (healthy, boot good)",
+		" firmware   UEFI, Secure Boot on",
 	}, trimmed(boxLines(t, b)))
 	assert.Equal(t, 68, utf8.RuneCountInString(strings.SplitN(b, "\n", 2)[0]), "banner width")
 }

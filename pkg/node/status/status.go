@@ -40,10 +40,12 @@ const File = layout.StatusFile
 
 // Status is the content of status.json.
 type Status struct {
-	Name         string   `json:"name"`
-	Version      string   `json:"version"`
-	Slot         string   `json:"slot"`
-	Boot         int      `json:"boot"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Slot    string `json:"slot"`
+	Boot    int    `json:"boot"`
+	// SecureBoot is the firmware's Secure Boot mode (efiboot.SecureBootMode).
+	SecureBoot   string   `json:"secureBoot,omitempty"`
 	State        string   `json:"state"`
 	Mode         string   `json:"mode,omitempty"`
 	Hostname     string   `json:"hostname,omitempty"`
@@ -181,6 +183,9 @@ func Banner(s Status) string {
 		{"hostname", orDash(s.Hostname)},
 		{"addresses", orDash(strings.Join(s.Addresses, ", "))},
 		{"state", s.State + modeNote(s)},
+	}
+	if s.SecureBoot != "" {
+		rows = append(rows, [2]string{"firmware", "UEFI, Secure Boot " + s.SecureBoot})
 	}
 	if s.Enrolled != "" {
 		rows = append(rows, [2]string{"enrolled", s.Enrolled})

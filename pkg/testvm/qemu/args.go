@@ -11,8 +11,12 @@ import (
 // args returns QEMU's arguments (without the binary) for a Config that has
 // been through withDefaults.
 func (c Config) args() []string {
+	machine := "q35"
+	if c.SecureBoot {
+		machine += ",smm=on"
+	}
 	a := []string{
-		"-machine", "q35",
+		"-machine", machine,
 		"-accel", "tcg",
 		"-cpu", c.CPUModel,
 		"-m", strconv.Itoa(c.MemoryMiB),
@@ -25,6 +29,13 @@ func (c Config) args() []string {
 		"-nodefaults",
 		"-no-user-config",
 		"-display", "none",
+	)
+	if c.SecureBoot {
+		// Only SMM may write the variable store: the guest cannot
+		// enroll keys behind the firmware's back.
+		a = append(a, "-global", "driver=cfi.pflash01,property=secure,value=on")
+	}
+	a = append(a,
 		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+escape(c.OVMFCode),
 		"-drive", "if=pflash,format=raw,unit=1,file="+escape(filepath.Join(c.Dir, VarsFile)),
 		"-device", "qemu-xhci,id=xhci",

@@ -1,12 +1,13 @@
 package qemu
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // hasPair reports whether args contains flag immediately followed by value.
@@ -22,9 +23,7 @@ func hasPair(args []string, flag, value string) bool {
 func buildArgs(t *testing.T, cfg Config) []string {
 	t.Helper()
 	cfg, err := cfg.withDefaults()
-	if err != nil {
-		t.Fatalf("withDefaults: %v", err)
-	}
+	require.NoError(t, err, "withDefaults")
 	return cfg.args()
 }
 
@@ -48,26 +47,16 @@ func TestArgsDefaults(t *testing.T) {
 		{"-nic", "none"},
 	}
 	for _, w := range want {
-		if !hasPair(args, w[0], w[1]) {
-			t.Errorf("missing %s %s in %q", w[0], w[1], args)
-		}
+		assert.True(t, hasPair(args, w[0], w[1]), "missing %s %s in %q", w[0], w[1], args)
 	}
 	for _, flag := range []string{"-nodefaults", "-no-user-config"} {
-		if !slices.Contains(args, flag) {
-			t.Errorf("missing %s", flag)
-		}
+		assert.Contains(t, args, flag)
 	}
 	for _, a := range args {
-		if strings.Contains(a, "kvm") {
-			t.Errorf("argument %q mentions kvm; only TCG is available", a)
-		}
+		assert.NotContains(t, a, "kvm", "only TCG is available")
 	}
-	if slices.Contains(args, "-netdev") {
-		t.Error("NetNone must not create a netdev")
-	}
-	if slices.Contains(args, "-icount") {
-		t.Error("the guest's clock follows the host's unless InstructionClock is set")
-	}
+	assert.NotContains(t, args, "-netdev", "NetNone must not create a netdev")
+	assert.NotContains(t, args, "-icount", "the guest's clock follows the host's unless InstructionClock is set")
 }
 
 func TestArgs(t *testing.T) {
@@ -161,12 +150,10 @@ func TestArgs(t *testing.T) {
 			tt.cfg.Dir = t.TempDir()
 			args := buildArgs(t, tt.cfg)
 			for _, w := range tt.want {
-				if !hasPair(args, w[0], w[1]) {
-					t.Errorf("missing %s %s in\n%q", w[0], w[1], args)
-				}
+				assert.True(t, hasPair(args, w[0], w[1]), "missing %s %s in\n%q", w[0], w[1], args)
 			}
-			if tt.last != nil && !slices.Equal(args[len(args)-len(tt.last):], tt.last) {
-				t.Errorf("args end %q, want %q", args[len(args)-len(tt.last):], tt.last)
+			if tt.last != nil {
+				assert.Equal(t, tt.last, args[len(args)-len(tt.last):], "the arguments' end")
 			}
 		})
 	}
@@ -175,24 +162,16 @@ func TestArgs(t *testing.T) {
 func TestArgsNoHotplugPorts(t *testing.T) {
 	args := buildArgs(t, Config{Dir: t.TempDir(), HotplugPorts: -1})
 	for _, a := range args {
-		if strings.HasPrefix(a, "pcie-root-port") {
-			t.Errorf("unexpected %s", a)
-		}
+		assert.False(t, strings.HasPrefix(a, "pcie-root-port"), "unexpected %s", a)
 	}
 }
 
 func TestArgvNice(t *testing.T) {
 	cfg, err := Config{Dir: t.TempDir()}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.argv()[0]; got != DefaultBinary {
-		t.Errorf("argv[0] = %q without Nice, want %q", got, DefaultBinary)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, DefaultBinary, cfg.argv()[0], "argv[0] without Nice")
 	cfg.Nice = 10
-	if got := strings.Join(cfg.argv()[:4], " "); got != "nice -n 10 "+DefaultBinary {
-		t.Errorf("argv starts %q with Nice 10", got)
-	}
+	assert.Equal(t, "nice -n 10 "+DefaultBinary, strings.Join(cfg.argv()[:4], " "), "argv with Nice 10")
 }
 
 func TestConfigInvalid(t *testing.T) {
@@ -234,18 +213,14 @@ func TestConfigInvalid(t *testing.T) {
 				tt.cfg.Dir = t.TempDir()
 			}
 			_, err := tt.cfg.withDefaults()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want one containing %q", err, tt.want)
-			}
+			require.ErrorContains(t, err, tt.want)
 		})
 	}
 }
 
 func TestPrepareDirVars(t *testing.T) {
 	template := filepath.Join(t.TempDir(), "VARS.fd")
-	if err := os.WriteFile(template, []byte("template"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(template, []byte("template"), 0o644))
 	tests := []struct {
 		name     string
 		existing []byte // efivars.fd before Start; nil = absent
@@ -258,44 +233,46 @@ func TestPrepareDirVars(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "machine")
 			if tt.existing != nil {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(dir, VarsFile), tt.existing, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, VarsFile), tt.existing, 0o644))
 			}
 			sock := filepath.Join(dir, QMPSocket)
 			cfg, err := Config{Dir: dir, OVMFVars: template}.withDefaults()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(sock, nil, 0o644); err != nil { // stale socket from an earlier run
-				t.Fatal(err)
-			}
-			if err := prepareDir(cfg); err != nil {
-				t.Fatalf("prepareDir: %v", err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(sock, nil, 0o644)) // stale socket from an earlier run
+			require.NoError(t, prepareDir(cfg), "prepareDir")
 			got, err := os.ReadFile(filepath.Join(dir, VarsFile))
-			if err != nil || !bytes.Equal(got, []byte(tt.want)) {
-				t.Errorf("efivars.fd = %q, %v; want %q", got, err, tt.want)
-			}
-			if _, err := os.Stat(sock); !os.IsNotExist(err) {
-				t.Errorf("stale %s not removed: %v", QMPSocket, err)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, string(got), "efivars.fd")
+			assert.NoFileExists(t, sock, "the stale socket is removed")
 		})
 	}
 }
 
 func TestPrepareDirMissingTemplate(t *testing.T) {
 	cfg, err := Config{Dir: t.TempDir(), OVMFVars: "/nonexistent/VARS.fd"}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	require.ErrorContains(t, prepareDir(cfg), "seeding UEFI vars")
+}
+
+// TestArgsSecureBoot: a Secure Boot machine runs OVMF's Secure Boot build
+// with SMM and a variable store only SMM writes; the default machine has
+// neither.
+func TestArgsSecureBoot(t *testing.T) {
+	dir := t.TempDir()
+	args := buildArgs(t, Config{Dir: dir, SecureBoot: true})
+	for _, w := range [][2]string{
+		{"-machine", "q35,smm=on"},
+		{"-global", "driver=cfi.pflash01,property=secure,value=on"},
+		{"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + SecureBootOVMFCode},
+		{"-drive", "if=pflash,format=raw,unit=1,file=" + dir + "/efivars.fd"},
+	} {
+		assert.True(t, hasPair(args, w[0], w[1]), "missing %s %s in %q", w[0], w[1], args)
 	}
-	if err := prepareDir(cfg); err == nil || !strings.Contains(err.Error(), "seeding UEFI vars") {
-		t.Fatalf("err = %v", err)
-	}
+	plain := buildArgs(t, Config{Dir: t.TempDir()})
+	assert.NotContains(t, plain, "-global", "a machine without SecureBoot")
+	assert.True(t, hasPair(plain, "-machine", "q35"), "a machine without SecureBoot: %q", plain)
+	own := buildArgs(t, Config{Dir: t.TempDir(), SecureBoot: true, OVMFCode: "/fw/code.fd"})
+	assert.True(t, hasPair(own, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/fw/code.fd"), "OVMFCode is kept under SecureBoot: %q", own)
 }

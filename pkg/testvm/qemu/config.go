@@ -14,11 +14,15 @@ import (
 
 // Defaults used when the corresponding Config field is zero.
 const (
-	DefaultBinary    = "qemu-system-x86_64"
-	DefaultOVMFCode  = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	DefaultOVMFVars  = "/usr/share/OVMF/OVMF_VARS_4M.fd"
-	DefaultMemoryMiB = 2048
-	DefaultCPUs      = 2
+	DefaultBinary   = "qemu-system-x86_64"
+	DefaultOVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	DefaultOVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	// SecureBootOVMFCode is OVMF built with Secure Boot, run by
+	// Config.SecureBoot. With DefaultOVMFVars (no keys) it starts in
+	// setup mode.
+	SecureBootOVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	DefaultMemoryMiB   = 2048
+	DefaultCPUs        = 2
 	// DefaultCPUModel is the emulated CPU. Under TCG the plain qemu64
 	// boots the default image to "provisioned" faster than "max" (59 s
 	// against 72 s, docs/benchmarks.md): the guest kernel and Go programs
@@ -49,11 +53,16 @@ type Config struct {
 	// OVMFVars is the UEFI variable store template. It is copied to
 	// Dir/efivars.fd only if that file does not exist yet, so a machine
 	// restarted with the same Dir keeps its UEFI variables.
-	OVMFVars  string
-	Dir       string // required: state dir (efivars.fd, qmp.sock, console.log)
-	MemoryMiB int    // default DefaultMemoryMiB
-	CPUs      int    // default DefaultCPUs
-	CPUModel  string // -cpu; default DefaultCPUModel
+	OVMFVars string
+	// SecureBoot runs OVMF's Secure Boot build (OVMFCode defaults to
+	// SecureBootOVMFCode) on a machine with SMM, which keeps the variable
+	// store out of the guest's reach: the firmware enforces Secure Boot
+	// once a platform key is enrolled.
+	SecureBoot bool
+	Dir        string // required: state dir (efivars.fd, qmp.sock, console.log)
+	MemoryMiB  int    // default DefaultMemoryMiB
+	CPUs       int    // default DefaultCPUs
+	CPUModel   string // -cpu; default DefaultCPUModel
 	// InstructionClock makes the guest's clocks advance with the
 	// instructions it executes while it runs, and with real time only
 	// while it is idle (QEMU's -icount shift=0,sleep=on: one instruction
@@ -192,6 +201,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: Dir %s is too long for a unix socket path (%d bytes)", c.Dir, n)
 	}
 	c.Binary = orDefault(c.Binary, DefaultBinary)
+	if c.SecureBoot {
+		c.OVMFCode = orDefault(c.OVMFCode, SecureBootOVMFCode)
+	}
 	c.OVMFCode = orDefault(c.OVMFCode, DefaultOVMFCode)
 	c.OVMFVars = orDefault(c.OVMFVars, DefaultOVMFVars)
 	c.CPUModel = orDefault(c.CPUModel, DefaultCPUModel)

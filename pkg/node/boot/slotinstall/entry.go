@@ -91,6 +91,9 @@ type entry struct {
 	linux   string
 	initrd  []string
 	options []string
+	// efi is the EFI program a Secure Boot image's entry starts: the
+	// slot's signed unified kernel image.
+	efi string
 	// rootfsSHA256 is what the rootfs comment line records, or empty.
 	rootfsSHA256 string
 }
@@ -109,17 +112,34 @@ func newEntry(slot layout.Slot, version, sortKey string, cmdline []string, rootf
 	}
 }
 
+// newUKIEntry returns the entry of an installed slot that boots its signed
+// unified kernel image, in the form a Secure Boot build writes: no
+// command line of its own (it is inside the signed UKI).
+func newUKIEntry(slot layout.Slot, version, sortKey, rootfsSHA256 string) entry {
+	return entry{
+		title:        fmt.Sprintf("Terrarium %s (slot %s)", version, slot),
+		version:      version,
+		sortKey:      sortKey,
+		efi:          "/" + slot.UKIPath(),
+		rootfsSHA256: rootfsSHA256,
+	}
+}
+
 // render returns the entry file's content.
 func (e entry) render() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "title %s\n", e.title)
 	fmt.Fprintf(&b, "version %s\n", e.version)
 	fmt.Fprintf(&b, "sort-key %s\n", e.sortKey)
-	fmt.Fprintf(&b, "linux %s\n", e.linux)
-	for _, i := range e.initrd {
-		fmt.Fprintf(&b, "initrd %s\n", i)
+	if e.efi != "" {
+		fmt.Fprintf(&b, "efi %s\n", e.efi)
+	} else {
+		fmt.Fprintf(&b, "linux %s\n", e.linux)
+		for _, i := range e.initrd {
+			fmt.Fprintf(&b, "initrd %s\n", i)
+		}
+		fmt.Fprintf(&b, "options %s\n", strings.Join(e.options, " "))
 	}
-	fmt.Fprintf(&b, "options %s\n", strings.Join(e.options, " "))
 	if e.rootfsSHA256 != "" {
 		fmt.Fprintf(&b, "%s%s\n", rootfsComment, e.rootfsSHA256)
 	}
@@ -152,6 +172,8 @@ func parseEntry(data []byte) entry {
 			e.sortKey = value
 		case "linux":
 			e.linux = value
+		case "efi":
+			e.efi = value
 		case "initrd":
 			e.initrd = append(e.initrd, value)
 		case "options":

@@ -17,6 +17,18 @@ var (
 	ErrNoRunningEntry = errors.New("the ESP has no single boot entry for the running slot, " +
 		"so nothing would boot if the new slot failed; restore the entry " +
 		"(loader/entries/terrarium-<slot>.conf, as the image has it) before upgrading")
+	// ErrNeedsSignedUKI means the running slot boots a signed unified
+	// kernel image (a Secure Boot image) and the upgrade carries a bare
+	// kernel and initramfs, which the firmware would refuse to run.
+	ErrNeedsSignedUKI = errors.New("this node boots signed unified kernel images under Secure Boot, " +
+		"and the upgrade carries a bare kernel and initramfs, which its firmware would refuse to run; " +
+		"install an upgrade built from a spec with secureBoot and the site's keys")
+	// ErrUntrustedUKI means the upgrade's unified kernel image for the
+	// target slot is not signed by a certificate the firmware's db holds:
+	// the firmware would refuse to run it.
+	ErrUntrustedUKI = errors.New("the upgrade's unified kernel image is not signed by a key this machine's firmware trusts (its db), " +
+		"so the firmware would refuse to boot it; build the upgrade with the site's Secure Boot keys (secureBoot.keys), " +
+		"or enroll the key that signed it")
 	// ErrBootOrder means the new entry could not be made the one booted
 	// next: loader.conf's default does not select both slots' entries, or
 	// the running entry's sort-key leaves no key before it.

@@ -88,7 +88,7 @@ func readESP(dir string, running layout.Slot, statfs func(string) (int64, error)
 		}
 	}
 	target := running.Other()
-	for _, p := range []string{target.KernelPath(), target.InitrdPath()} {
+	for _, p := range []string{target.KernelPath(), target.InitrdPath(), target.UKIPath()} {
 		for _, name := range []string{p, p + tempSuffix} {
 			fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(name)))
 			switch {
@@ -124,8 +124,9 @@ func freeSpace(dir string) (int64, error) {
 // directory entries on top of its size.
 const fatSlack = 64 << 10
 
-// checkSpace checks that the new kernel and initramfs fit where the
-// target's old ones and any leftovers are (they are removed first).
+// checkSpace checks that the new files (a kernel and an initramfs, or a
+// UKI) fit where the target's old ones and any leftovers are (they are
+// removed first).
 func (st espState) checkSpace(parts ...upgrade.PartInfo) error {
 	var need, old int64
 	for _, p := range parts {
@@ -136,7 +137,7 @@ func (st espState) checkSpace(parts ...upgrade.PartInfo) error {
 		old += size
 	}
 	if need > st.free+old {
-		return fmt.Errorf("the kernel and initramfs need %d MiB, and the ESP has %d MiB free with slot files of %d MiB to replace: %w",
+		return fmt.Errorf("the slot's boot files need %d MiB, and the ESP has %d MiB free with slot files of %d MiB to replace: %w",
 			mib(need), mib(st.free), mib(old), ErrESPFull)
 	}
 	return nil

@@ -46,6 +46,8 @@ func content(seed string, n int) []byte {
 type build struct {
 	version                string
 	rootfs, kernel, initrd []byte
+	// ukis are a Secure Boot build's signed UKIs, by slot (none or both).
+	ukis map[layout.Slot][]byte
 }
 
 // newBuild returns a build whose parts depend on its version.
@@ -67,7 +69,13 @@ func (b build) upgradeFile(t testing.TB) []byte {
 		name string
 		role upgrade.Role
 		data []byte
-	}{{"rootfs.squashfs", upgrade.RoleRootfs, b.rootfs}, {"vmlinuz", upgrade.RoleKernel, b.kernel}, {"initrd.img", upgrade.RoleInitramfs, b.initrd}} {
+	}{
+		{"rootfs.squashfs", upgrade.RoleRootfs, b.rootfs}, {"vmlinuz", upgrade.RoleKernel, b.kernel}, {"initrd.img", upgrade.RoleInitramfs, b.initrd},
+		{"terrarium-a.efi", upgrade.RoleUKIA, b.ukis[layout.SlotA]}, {"terrarium-b.efi", upgrade.RoleUKIB, b.ukis[layout.SlotB]},
+	} {
+		if p.data == nil {
+			continue
+		}
 		file := filepath.Join(dir, p.name)
 		require.NoError(t, os.WriteFile(file, p.data, 0o644))
 		parts = append(parts, upgrade.FilePart(p.name, p.role, file))

@@ -1,10 +1,14 @@
 package slotinstall
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/authenticode"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
@@ -45,6 +49,11 @@ type Options struct {
 	// fail before systemd-boot falls back. 0 takes the initial count of a
 	// counted slot entry on the ESP, or else DefaultTries.
 	Tries int
+	// FirmwareDB returns the certificates the firmware's Secure Boot db
+	// holds. On a node that boots signed UKIs Install checks the new
+	// slot's against them before it writes anything; nil refuses such an
+	// install.
+	FirmwareDB func() ([]*x509.Certificate, error)
 }
 
 func (o *Options) validate() error {
@@ -127,7 +136,14 @@ type installer struct {
 	start  time.Time
 
 	rootfs, kernel, initrd upgrade.PartInfo
-	res                    Result
+	// uki is the target slot's signed UKI (a Secure Boot build's), and
+	// hasUKI whether the upgrade has one.
+	uki    upgrade.PartInfo
+	hasUKI bool
+	// signedBoot: the running slot boots a signed UKI, and so will the
+	// new one.
+	signedBoot bool
+	res        Result
 }
 
 // plan is what the checks decided.
@@ -175,7 +191,7 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	if err := in.writeRootfs(ctx, dev); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
-	in.o.Reporter.Report(reportStep, step.Writing, "kernel, initramfs and boot entry")
+	in.o.Reporter.Report(reportStep, step.Writing, in.espWhat()+" and boot entry")
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.writeESP(ctx, dir, p) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
@@ -183,6 +199,14 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	in.o.Reporter.Report(reportStep, step.Installed, fmt.Sprintf("%s in slot %s, tried at the next boot (%d tries), in %s",
 		in.m.Version, in.target, in.res.Tries, in.res.Took.Round(time.Second)))
 	return in.res, nil
+}
+
+// espWhat names what goes to the ESP, for a report.
+func (in *installer) espWhat() string {
+	if in.signedBoot {
+		return "signed unified kernel image"
+	}
+	return "kernel, initramfs"
 }
 
 // parts finds the manifest's parts by role (a valid manifest has each).
@@ -194,6 +218,7 @@ func (in *installer) parts() error {
 	if !ok[0] || !ok[1] || !ok[2] {
 		return fmt.Errorf("upgrade to %s: the manifest lacks a part of roles %v", in.m.Version, upgrade.Roles())
 	}
+	in.uki, in.hasUKI = in.m.PartByRole(upgrade.UKIRole(string(in.target)))
 	return nil
 }
 
@@ -207,10 +232,11 @@ func (in *installer) plan(ctx context.Context) (plan, error) {
 			return err
 		}
 		p.state = st
+		in.signedBoot = len(st.running) == 1 && st.running[0].efi != ""
 		if p.already, err = in.holds(ctx, dir, st); err != nil || p.already != nil {
 			return err
 		}
-		return in.decide(&p)
+		return in.decide(ctx, &p)
 	})
 	if err != nil {
 		return plan{}, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
@@ -220,7 +246,7 @@ func (in *installer) plan(ctx context.Context) (plan, error) {
 
 // decide checks the running entry, the boot order and the ESP's room, and
 // fills in the new entry.
-func (in *installer) decide(p *plan) error {
+func (in *installer) decide(ctx context.Context, p *plan) error {
 	st := p.state
 	if len(st.running) != 1 {
 		return fmt.Errorf("slot %s (running) has %d entries in %s: %w", in.o.Running, len(st.running), layout.ESPEntriesDir, ErrNoRunningEntry)
@@ -229,6 +255,11 @@ func (in *installer) decide(p *plan) error {
 	if running.name.counted {
 		return fmt.Errorf("slot %s's entry %s: %w", in.o.Running, running.name.file, ErrRunningOnTrial)
 	}
+	if in.signedBoot {
+		if err := in.checkUKI(ctx, running); err != nil {
+			return err
+		}
+	}
 	if err := checkLoaderDefault(st.loaderConf); err != nil {
 		return err
 	}
@@ -236,12 +267,19 @@ func (in *installer) decide(p *plan) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", running.path(), err)
 	}
-	if err := st.checkSpace(in.kernel, in.initrd); err != nil {
+	var parts []upgrade.PartInfo
+	for _, f := range in.espFiles() {
+		parts = append(parts, f.part)
+	}
+	if err := st.checkSpace(parts...); err != nil {
 		return err
 	}
 	p.tries = in.tries(st)
 	p.file = in.target.EntryFile(p.tries)
 	p.entry = newEntry(in.target, in.m.Version, key, slotCmdline(running.options), in.rootfs.SHA256)
+	if in.signedBoot {
+		p.entry = newUKIEntry(in.target, in.m.Version, key, in.rootfs.SHA256)
+	}
 	in.res.Entry, in.res.SortKey, in.res.Tries = layout.ESPEntriesDir+"/"+p.file, key, p.tries
 	return nil
 }
@@ -291,9 +329,58 @@ type espFile struct {
 	part upgrade.PartInfo
 }
 
-// espFiles are the target's kernel and initramfs.
+// espFiles are the target's kernel and initramfs, or on a node that boots
+// signed UKIs the target's UKI.
 func (in *installer) espFiles() []espFile {
+	if in.signedBoot {
+		return []espFile{{in.target.UKIPath(), in.uki}}
+	}
 	return []espFile{{in.target.KernelPath(), in.kernel}, {in.target.InitrdPath(), in.initrd}}
+}
+
+// maxUKISize bounds the UKI checkUKI reads into memory (a kernel and an
+// initramfs are some tens of MiB).
+const maxUKISize = 256 << 20
+
+// checkUKI checks, on a node that boots signed UKIs, that the upgrade
+// carries the target slot's and that it is signed by a certificate the
+// firmware's db holds: what the firmware would refuse is never installed.
+func (in *installer) checkUKI(ctx context.Context, running entryFile) error {
+	if !in.hasUKI {
+		return fmt.Errorf("slot %s's entry %s starts %s: %w", in.o.Running, running.name.file, running.efi, ErrNeedsSignedUKI)
+	}
+	if in.o.FirmwareDB == nil {
+		return fmt.Errorf("slot %s's UKI %s: the firmware's db is not readable here: %w", in.target, in.uki.Name, ErrUntrustedUKI)
+	}
+	if in.uki.Size > maxUKISize {
+		return fmt.Errorf("slot %s's UKI %s has %d MiB, more than a UKI's %d: %w", in.target, in.uki.Name, mib(in.uki.Size), maxUKISize>>20, ErrUntrustedUKI)
+	}
+	certs, err := in.o.FirmwareDB()
+	if err != nil {
+		return fmt.Errorf("read the firmware's Secure Boot db: %w", err)
+	}
+	var b bytes.Buffer
+	if err := in.o.Upgrade.CopyPart(ctx, &b, in.uki.Name); err != nil {
+		return fmt.Errorf("read slot %s's UKI %s: %w", in.target, in.uki.Name, err)
+	}
+	signer, err := authenticode.Verify(b.Bytes(), certs)
+	if err != nil {
+		return fmt.Errorf("slot %s's UKI %s (db holds %s): %w: %w", in.target, in.uki.Name, subjects(certs), err, ErrUntrustedUKI)
+	}
+	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("slot %s's UKI is signed by %s, which the firmware's db holds", in.target, signer.Subject.CommonName))
+	return nil
+}
+
+// subjects names certificates by their common names, for a message.
+func subjects(certs []*x509.Certificate) string {
+	if len(certs) == 0 {
+		return "no certificate"
+	}
+	var names []string
+	for _, c := range certs {
+		names = append(names, c.Subject.CommonName)
+	}
+	return strings.Join(names, ", ")
 }
 
 // filesMatch reports whether the target's kernel and initramfs on the ESP

@@ -163,6 +163,9 @@ func TestInstallRefuses(t *testing.T) {
 		{name: "running on trial", setup: func(n *node, o *Options) {
 			n.rename("loader/entries/terrarium-a.conf", "loader/entries/terrarium-a+2-1.conf")
 		}, want: ErrRunningOnTrial, message: "terrarium-a+2-1.conf"},
+		{name: "a Secure Boot node", setup: func(n *node, o *Options) {
+			n.write("loader/entries/terrarium-a.conf", "title Terrarium 0.1.0 (slot a)\nversion 0.1.0\nsort-key terrarium-1\nefi /terrarium/a/terrarium.efi\n")
+		}, want: ErrNeedsSignedUKI, message: "terrarium-a.conf starts /terrarium/a/terrarium.efi"},
 		{name: "no running entry", setup: func(n *node, o *Options) {
 			require.NoError(t, os.Remove(espPath(n.esp, "loader/entries/terrarium-a.conf")))
 		}, want: ErrNoRunningEntry},

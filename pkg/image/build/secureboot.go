@@ -1,0 +1,157 @@
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+	"github.com/terrarium-os/terrarium/pkg/image/secureboot"
+	"github.com/terrarium-os/terrarium/pkg/image/spec"
+)
+
+// stubInBase is systemd-stub in the rootfs base's tarball: the image's own,
+// from the same systemd-boot-efi package as its boot loader.
+const stubInBase = "./usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// signedBoot is what the Secure Boot stage wrote into the work directory:
+// the signed boot loader, each slot's signed UKI and the enrollment files.
+type signedBoot struct {
+	sdboot string
+	// ukis are the UKIs of the slots the image holds, for its ESP;
+	// upgradeUKIs both slots', for its upgrade file.
+	ukis, upgradeUKIs map[layout.Slot]string
+	enrollKeys        map[string]string // file name → host path
+	manifest          *SecureBootInfo
+}
+
+// SecureBootInfo is the manifest's record of a Secure Boot image.
+type SecureBootInfo struct {
+	// Site is the key set's site name (its PK certificate's organization).
+	Site string `json:"site"`
+	// DBCertSHA256 is the SHA-256 of the db certificate (DER) that signed
+	// the boot loader and the UKIs: the certificate a machine's db must
+	// hold.
+	DBCertSHA256 string `json:"dbCertSHA256"`
+	// Enroll is loader.conf's secure-boot-enroll.
+	Enroll string `json:"enroll"`
+	// UKIs are each slot's signed unified kernel image (on the ESP when
+	// the image holds the slot, and in the upgrade file), which the same
+	// inputs and key make again byte for byte.
+	UKIs map[layout.Slot]Output `json:"ukis"`
+}
+
+// signBoot writes, for a spec with secureBoot, each slot's UKI (the
+// image's systemd-stub with the kernel, the initramfs, the slot's command
+// line and os-release), signs the UKIs and systemd-boot with the site's db
+// key, and writes the enrollment files at the build's epoch.
+func signBoot(ctx context.Context, s *spec.Spec, base *rootfs.Base, boot bootFiles, slots map[layout.Slot]string, work string) (*signedBoot, error) {
+	ks, err := s.SecureBootKeys()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(work, "secureboot")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	stub, err := extractStub(ctx, filepath.Join(base.Dir, rootfs.BaseTar), dir)
+	if err != nil {
+		return nil, err
+	}
+	db := ks.Key(secureboot.DB)
+	sb := &signedBoot{
+		ukis: map[layout.Slot]string{}, upgradeUKIs: map[layout.Slot]string{},
+		manifest: &SecureBootInfo{
+			Site: ks.Site, Enroll: s.SecureBoot.Enroll, UKIs: map[layout.Slot]Output{},
+			DBCertSHA256: hexSHA256(db.Cert.Raw),
+		},
+	}
+	for _, slot := range layout.Slots() {
+		unsigned := filepath.Join(dir, "terrarium-"+string(slot)+".unsigned.efi")
+		err := secureboot.WriteUKI(secureboot.UKI{
+			Stub: stub, Kernel: boot.kernel, Initrd: boot.initrd,
+			Cmdline:   strings.Join(slotCmdline(s.Kernel.Cmdline, slot), " "),
+			OSRelease: osRelease(s.Version, slot), Uname: boot.kernelVersion,
+		}, unsigned)
+		if err != nil {
+			return nil, fmt.Errorf("slot %s: %w", slot, err)
+		}
+		signed := filepath.Join(dir, "terrarium-"+string(slot)+".efi")
+		if err := secureboot.SignPE(ctx, db, unsigned, signed); err != nil {
+			return nil, fmt.Errorf("slot %s: %w", slot, err)
+		}
+		sum, size, err := fileSHA256(signed)
+		if err != nil {
+			return nil, err
+		}
+		sb.manifest.UKIs[slot] = Output{File: slot.UKIPath(), Size: size, SHA256: sum}
+		sb.upgradeUKIs[slot] = signed
+		if _, ok := slots[slot]; ok {
+			sb.ukis[slot] = signed
+		}
+	}
+	sb.sdboot = filepath.Join(dir, "systemd-bootx64.efi")
+	if err := secureboot.SignPE(ctx, db, boot.sdboot, sb.sdboot); err != nil {
+		return nil, fmt.Errorf("systemd-boot: %w", err)
+	}
+	if s.SecureBoot.Enroll != spec.EnrollOff {
+		keys := filepath.Join(dir, "keys")
+		if err := ks.WriteEnrollment(keys, s.Epoch()); err != nil {
+			return nil, err
+		}
+		sb.enrollKeys = map[string]string{}
+		for _, r := range secureboot.Roles() {
+			sb.enrollKeys[secureboot.AuthFile(r)] = filepath.Join(keys, secureboot.AuthFile(r))
+		}
+	}
+	return sb, nil
+}
+
+// slotUKIs are the signed UKIs an upgrade file carries: one per slot,
+// whether or not this image's slot B holds a build (an upgrade may go to
+// either slot); nil without Secure Boot.
+func (sb *signedBoot) slotUKIs() map[layout.Slot]string {
+	if sb == nil {
+		return nil
+	}
+	return sb.upgradeUKIs
+}
+
+// note is the Secure Boot stage's progress note.
+func (sb *signedBoot) note() string {
+	if sb == nil {
+		return "(no secureBoot)"
+	}
+	return fmt.Sprintf("site %s, %d UKIs signed", sb.manifest.Site, len(sb.ukis))
+}
+
+// slotCmdline is a slot's kernel command line: the spec's arguments and
+// the slot's own.
+func slotCmdline(args []string, slot layout.Slot) []string {
+	return append(append([]string(nil), args...), layout.CmdlineSlot+"="+string(slot))
+}
+
+// osRelease is a UKI's .osrel: what systemd-boot shows of it.
+func osRelease(version string, slot layout.Slot) string {
+	return fmt.Sprintf("NAME=\"Terrarium\"\nID=terrarium\nVERSION_ID=%s\nPRETTY_NAME=\"Terrarium %s (slot %s)\"\n", version, version, slot)
+}
+
+// extractStub copies systemd-stub out of the base's tarball into dir.
+func extractStub(ctx context.Context, tarPath, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", dir, stubInBase).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("extract systemd-stub from %s (os.packages must include systemd-boot-efi): %w: %s", tarPath, err, strings.TrimSpace(string(out)))
+	}
+	return filepath.Join(dir, filepath.FromSlash(stubInBase)), nil
+}
+
+func hexSHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
