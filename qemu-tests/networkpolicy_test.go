@@ -127,11 +127,22 @@ spec:
 func netpolApply(t *testing.T, ssh *sshClient, name, spec string) bool {
 	t.Helper()
 	doc := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: " + name + "}\n" + spec
-	if out, err := ssh.read("cat > /tmp/" + name + ".yaml <<'EOF'\n" + doc + "EOF\nkubectl apply -f /tmp/" + name + ".yaml"); err != nil {
-		t.Errorf("kubectl apply NetworkPolicy %s: %v\n%s", name, err, out)
-		return false
+	// kubectl apply is idempotent: a loaded emulated API server that
+	// times out a TLS handshake or kubectl's openapi download is asked
+	// again, as ssh.retry does, before the check fails.
+	var (
+		out string
+		err error
+	)
+	for try := range 5 {
+		if out, err = ssh.read("cat > /tmp/" + name + ".yaml <<'EOF'\n" + doc + "EOF\nkubectl apply -f /tmp/" + name + ".yaml"); err == nil {
+			return true
+		}
+		t.Logf("kubectl apply NetworkPolicy %s failed (%v), try %d of 5:\n%s", name, err, try+1, out)
+		time.Sleep(time.Duration(try+1) * 5 * time.Second)
 	}
-	return true
+	t.Errorf("kubectl apply NetworkPolicy %s: %v\n%s", name, err, out)
+	return false
 }
 
 // probeResult is what one probe saw.
