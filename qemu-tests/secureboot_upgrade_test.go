@@ -61,18 +61,10 @@ func TestSecureBootUpgrade(t *testing.T) {
 	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
 	m.secureBoot = true
 	sshPort := m.forwardSSH()
-	vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig("sb-node", key.authorized, ""))))
-	expectWithin(ctx, t, vm, step, `Custom Secure Boot keys successfully enrolled`)
-	expectWithin(ctx, t, vm, step, `terrarium: Secure Boot: on`)
-	s := expectStatus(ctx, t, vm, "provisioned", "failed")
-	require.Equal(t, "provisioned", s.State, "%+v", s)
-	require.Equal(t, "0.1.0", s.Version)
-	expectWithin(ctx, t, vm, step, `watching for signed config changes`)
-
-	plug := func(id string) {
-		t.Helper()
-		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
-	}
+	vm := bootForUpgrades(ctx, t, m, key, "sb-node", step)
+	assert.Contains(t, vm.Console(), "Custom Secure Boot keys successfully enrolled", "systemd-boot enrolled the site's keys")
+	assert.Contains(t, vm.Console(), "terrarium: Secure Boot: on")
+	plug := stickPlugger(ctx, t, func() *qemu.VM { return vm }, sticks)
 	plug("foreign")
 	// The whole line: the console may hold only its start when first read.
 	refused := expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: ([^\n]*)\n`)

@@ -61,6 +61,27 @@ func upgradeStick(ctx context.Context, t *testing.T, label, file, img string) st
 	return img
 }
 
+// bootForUpgrades boots m, an image of 0.1.0, with an admin config for
+// hostname and waits until it is provisioned and watches for sticks.
+func bootForUpgrades(ctx context.Context, t *testing.T, m *machine, key sshKey, hostname string, step time.Duration) *qemu.VM {
+	t.Helper()
+	vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig(hostname, key.authorized, ""))))
+	s := expectStatus(ctx, t, vm, "provisioned", "failed")
+	require.Equal(t, "provisioned", s.State, "%+v", s)
+	require.Equal(t, "0.1.0", s.Version)
+	expectWithin(ctx, t, vm, step, `watching for signed config changes`)
+	return vm
+}
+
+// stickPlugger returns what inserts sticks[id] into the running VM (vm
+// returns it: a test boots the machine again): a read-only USB stick.
+func stickPlugger(ctx context.Context, t *testing.T, vm func() *qemu.VM, sticks map[string]string) func(id string) {
+	return func(id string) {
+		t.Helper()
+		require.NoError(t, vm().HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+	}
+}
+
 // resigned rewrites an upgrade file's parts, signed by key: a file the
 // node cannot trust.
 func resigned(ctx context.Context, t *testing.T, src, dst string, trusted signature.PublicKey, key ed25519.PrivateKey) {
@@ -160,16 +181,8 @@ func TestUpgradeFromStick(t *testing.T) {
 	key := newSSHKey(t)
 	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
 	sshPort := m.forwardSSH()
-	vm := m.boot(ctx, configAttached(m.configDisk("config.img", adminConfig("upgrade-node", key.authorized, ""))))
-	s := expectStatus(ctx, t, vm, "provisioned", "failed")
-	require.Equal(t, "provisioned", s.State, "%+v", s)
-	require.Equal(t, "0.1.0", s.Version)
-	expectWithin(ctx, t, vm, step, `watching for signed config changes`)
-
-	plug := func(id string) {
-		t.Helper()
-		require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: id, Path: sticks[id], Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
-	}
+	vm := bootForUpgrades(ctx, t, m, key, "upgrade-node", step)
+	plug := stickPlugger(ctx, t, func() *qemu.VM { return vm }, sticks)
 	plug("flipped")
 	expectWithin(ctx, t, vm, step, `upgrade refused, nothing was written: .*sha256`)
 	require.NoError(t, vm.UnplugDisk(ctx, "flipped"))
@@ -205,7 +218,7 @@ func TestUpgradeFromStick(t *testing.T) {
 	expectWithin(ctx, t, vm, step, `upgrade: writing: rootfs \d+%`)
 	cutPower(ctx, t, vm)
 	vm = m.boot(ctx)
-	s = expectStatus(ctx, t, vm, "verified", "failed")
+	s := expectStatus(ctx, t, vm, "verified", "failed")
 	assert.Equal(t, "0.2.0", s.Version, "the old version boots after a cut during the write")
 	assert.Equal(t, "b", s.Slot)
 

@@ -25,6 +25,8 @@ import (
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/cms"
 )
 
 // Errors of Sign and Verify; test for them with errors.Is.
@@ -57,17 +59,9 @@ func oidSpcPEImageData() asn1.ObjectIdentifier {
 func oidSpcSpOpusInfo() asn1.ObjectIdentifier {
 	return asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 2, 1, 12}
 }
-func oidSignedData() asn1.ObjectIdentifier  { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2} }
 func oidContentType() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 3} }
 func oidMessageDigest() asn1.ObjectIdentifier {
 	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 4}
-}
-func oidSHA256() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1} }
-func oidRSAEncryption() asn1.ObjectIdentifier {
-	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
-}
-func oidSHA256WithRSA() asn1.ObjectIdentifier {
-	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
 }
 
 // The WIN_CERTIFICATE the certificate table holds: revision 2.0, a PKCS#7
@@ -186,13 +180,6 @@ func Digest(b []byte) ([]byte, error) {
 	return l.digest(b), nil
 }
 
-func addAlgorithm(b *cryptobyte.Builder, oid asn1.ObjectIdentifier) {
-	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1ObjectIdentifier(oid)
-		b.AddASN1NULL()
-	})
-}
-
 // spcIndirectDataContent is the signed content: "a PE image" (with the
 // obsolete file link every signer writes) and its digest.
 func spcIndirectDataContent(digest []byte) ([]byte, error) {
@@ -216,7 +203,7 @@ func spcIndirectDataContent(digest []byte) ([]byte, error) {
 			})
 		})
 		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { // DigestInfo
-			addAlgorithm(b, oidSHA256())
+			cms.AddAlgorithm(b, cms.OIDSHA256())
 			b.AddASN1OctetString(digest)
 		})
 	})
@@ -319,11 +306,11 @@ func signedData(digest []byte, key *rsa.PrivateKey, cert *x509.Certificate) ([]b
 	}
 	var b cryptobyte.Builder
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1ObjectIdentifier(oidSignedData())
+		b.AddASN1ObjectIdentifier(cms.OIDSignedData())
 		b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 				b.AddASN1Int64(1)
-				b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { addAlgorithm(b, oidSHA256()) })
+				b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { cms.AddAlgorithm(b, cms.OIDSHA256()) })
 				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 					b.AddASN1ObjectIdentifier(oidSpcIndirectData())
 					b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) { b.AddBytes(content) })
@@ -336,13 +323,13 @@ func signedData(digest []byte, key *rsa.PrivateKey, cert *x509.Certificate) ([]b
 							b.AddBytes(cert.RawIssuer)
 							b.AddASN1BigInt(cert.SerialNumber)
 						})
-						addAlgorithm(b, oidSHA256())
+						cms.AddAlgorithm(b, cms.OIDSHA256())
 						b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 							for _, a := range attrs {
 								b.AddBytes(a)
 							}
 						})
-						addAlgorithm(b, oidRSAEncryption())
+						cms.AddAlgorithm(b, cms.OIDRSAEncryption())
 						b.AddASN1OctetString(sig)
 					})
 				})
@@ -445,7 +432,7 @@ func parseSignedData(der []byte) (*signature, error) {
 	in := cryptobyte.String(der)
 	var ci, wrapped, sd cryptobyte.String
 	var oid asn1.ObjectIdentifier
-	if !in.ReadASN1(&ci, cbasn1.SEQUENCE) || !ci.ReadASN1ObjectIdentifier(&oid) || !oid.Equal(oidSignedData()) ||
+	if !in.ReadASN1(&ci, cbasn1.SEQUENCE) || !ci.ReadASN1ObjectIdentifier(&oid) || !oid.Equal(cms.OIDSignedData()) ||
 		!ci.ReadASN1(&wrapped, cbasn1.Tag(0).Constructed().ContextSpecific()) || !wrapped.ReadASN1(&sd, cbasn1.SEQUENCE) {
 		return nil, malformed("not a ContentInfo holding a SignedData")
 	}
@@ -506,7 +493,7 @@ func spcDigest(value []byte) ([]byte, error) {
 	if !data.ReadASN1ObjectIdentifier(&typ) || !typ.Equal(oidSpcPEImageData()) {
 		return nil, malformed("the signed content is not a PE image's")
 	}
-	if alg, ok := readAlgorithm(&digestInfo); !ok || !alg.Equal(oidSHA256()) ||
+	if alg, ok := cms.ReadAlgorithm(&digestInfo); !ok || !alg.Equal(cms.OIDSHA256()) ||
 		!digestInfo.ReadASN1(&digest, cbasn1.OCTET_STRING) || len(digest) != sha256.Size {
 		return nil, malformed("the image's digest is not SHA-256")
 	}
@@ -523,7 +510,7 @@ func (s *signature) parseSigner(si cryptobyte.String) error {
 		return malformed("SignerInfo's version or issuer and serial number")
 	}
 	s.issuer = issuer
-	if alg, ok := readAlgorithm(&si); !ok || !alg.Equal(oidSHA256()) {
+	if alg, ok := cms.ReadAlgorithm(&si); !ok || !alg.Equal(cms.OIDSHA256()) {
 		return malformed("the signer's digest is not SHA-256")
 	}
 	var attrs cryptobyte.String
@@ -553,7 +540,7 @@ func (s *signature) parseSigner(si cryptobyte.String) error {
 			}
 		}
 	}
-	if alg, ok := readAlgorithm(&si); !ok || !(alg.Equal(oidRSAEncryption()) || alg.Equal(oidSHA256WithRSA())) {
+	if alg, ok := cms.ReadAlgorithm(&si); !ok || !(alg.Equal(cms.OIDRSAEncryption()) || alg.Equal(cms.OIDSHA256WithRSA())) {
 		return malformed("the signature is not RSA")
 	}
 	var sig cryptobyte.String
@@ -562,21 +549,4 @@ func (s *signature) parseSigner(si cryptobyte.String) error {
 	}
 	s.sig = sig
 	return nil
-}
-
-// readAlgorithm reads an AlgorithmIdentifier whose parameters are absent
-// or NULL.
-func readAlgorithm(s *cryptobyte.String) (asn1.ObjectIdentifier, bool) {
-	var alg cryptobyte.String
-	var oid asn1.ObjectIdentifier
-	if !s.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&oid) {
-		return nil, false
-	}
-	if !alg.Empty() {
-		var null cryptobyte.String
-		if !alg.ReadASN1(&null, cbasn1.NULL) || !null.Empty() || !alg.Empty() {
-			return nil, false
-		}
-	}
-	return oid, true
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/cms"
 	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 )
 
@@ -54,7 +55,7 @@ func TestSignVariableMatchesEfitools(t *testing.T) {
 func contentInfo(t *testing.T, sd []byte) []byte {
 	var b cryptobyte.Builder
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1ObjectIdentifier(oidSignedData())
+		b.AddASN1ObjectIdentifier(cms.OIDSignedData())
 		b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) { b.AddBytes(sd) })
 	})
 	out, err := b.Bytes()

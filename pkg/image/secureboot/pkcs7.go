@@ -12,19 +12,9 @@ import (
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
-)
 
-// The object identifiers of a PKCS#7 SignedData (RFC 2315), as functions
-// so that no package variable can be changed.
-func oidData() asn1.ObjectIdentifier       { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1} }
-func oidSignedData() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2} }
-func oidSHA256() asn1.ObjectIdentifier     { return asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1} }
-func oidRSAEncryption() asn1.ObjectIdentifier {
-	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
-}
-func oidSHA256WithRSA() asn1.ObjectIdentifier {
-	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
-}
+	"github.com/terrarium-os/terrarium/pkg/contract/cms"
+)
 
 // signedData is the part of a PKCS#7 SignedData that an authenticated
 // variable's signature needs: one signer, no authenticated attributes.
@@ -50,19 +40,12 @@ func signPKCS7(content []byte, k *Key) ([]byte, error) {
 	return signedData{certs: [][]byte{k.Cert.Raw}, issuer: k.Cert.RawIssuer, serial: k.Cert.SerialNumber, signature: sig}.marshal()
 }
 
-func addAlgorithm(b *cryptobyte.Builder, oid asn1.ObjectIdentifier) {
-	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1ObjectIdentifier(oid)
-		b.AddASN1NULL()
-	})
-}
-
 func (sd signedData) marshal() ([]byte, error) {
 	var b cryptobyte.Builder
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddASN1Int64(1)
-		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { addAlgorithm(b, oidSHA256()) })
-		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { b.AddASN1ObjectIdentifier(oidData()) })
+		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { cms.AddAlgorithm(b, cms.OIDSHA256()) })
+		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { b.AddASN1ObjectIdentifier(cms.OIDData()) })
 		if len(sd.certs) > 0 {
 			b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 				for _, c := range sd.certs {
@@ -77,8 +60,8 @@ func (sd signedData) marshal() ([]byte, error) {
 					b.AddBytes(sd.issuer)
 					b.AddASN1BigInt(sd.serial)
 				})
-				addAlgorithm(b, oidSHA256())
-				addAlgorithm(b, oidRSAEncryption())
+				cms.AddAlgorithm(b, cms.OIDSHA256())
+				cms.AddAlgorithm(b, cms.OIDRSAEncryption())
 				b.AddASN1OctetString(sd.signature)
 			})
 		})
@@ -88,23 +71,6 @@ func (sd signedData) marshal() ([]byte, error) {
 		return nil, fmt.Errorf("encode PKCS#7 SignedData: %w", err)
 	}
 	return out, nil
-}
-
-// readAlgorithm reads an AlgorithmIdentifier whose parameters are absent
-// or NULL.
-func readAlgorithm(s *cryptobyte.String) (asn1.ObjectIdentifier, bool) {
-	var alg cryptobyte.String
-	var oid asn1.ObjectIdentifier
-	if !s.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&oid) {
-		return nil, false
-	}
-	if !alg.Empty() {
-		var null cryptobyte.String
-		if !alg.ReadASN1(&null, cbasn1.NULL) || !null.Empty() || !alg.Empty() {
-			return nil, false
-		}
-	}
-	return oid, true
 }
 
 // parsePKCS7 reads a SignedData as signPKCS7 writes it, bare or inside a
@@ -124,7 +90,7 @@ func parsePKCS7(der []byte) (*signedData, error) {
 		// A ContentInfo: signedData, [0] EXPLICIT SignedData.
 		var oid asn1.ObjectIdentifier
 		var wrapped cryptobyte.String
-		if !sd.ReadASN1ObjectIdentifier(&oid) || !oid.Equal(oidSignedData()) ||
+		if !sd.ReadASN1ObjectIdentifier(&oid) || !oid.Equal(cms.OIDSignedData()) ||
 			!sd.ReadASN1(&wrapped, cbasn1.Tag(0).Constructed().ContextSpecific()) || !sd.Empty() ||
 			!wrapped.ReadASN1(&sd, cbasn1.SEQUENCE) || !wrapped.Empty() {
 			return bad("a ContentInfo that is not signedData")
@@ -138,12 +104,12 @@ func parsePKCS7(der []byte) (*signedData, error) {
 	if !sd.ReadASN1(&digests, cbasn1.SET) {
 		return bad("no digestAlgorithms")
 	}
-	if oid, ok := readAlgorithm(&digests); !ok || !oid.Equal(oidSHA256()) || !digests.Empty() {
+	if oid, ok := cms.ReadAlgorithm(&digests); !ok || !oid.Equal(cms.OIDSHA256()) || !digests.Empty() {
 		return bad("digestAlgorithms is not SHA-256 alone")
 	}
 	var ci cryptobyte.String
 	var ctype asn1.ObjectIdentifier
-	if !sd.ReadASN1(&ci, cbasn1.SEQUENCE) || !ci.ReadASN1ObjectIdentifier(&ctype) || !ctype.Equal(oidData()) || !ci.Empty() {
+	if !sd.ReadASN1(&ci, cbasn1.SEQUENCE) || !ci.ReadASN1ObjectIdentifier(&ctype) || !ctype.Equal(cms.OIDData()) || !ci.Empty() {
 		return bad("contentInfo is not detached data")
 	}
 	out := &signedData{}
@@ -190,13 +156,13 @@ func (sd *signedData) parseSigner(si cryptobyte.String) error {
 		return bad("version or issuerAndSerialNumber")
 	}
 	sd.issuer = append([]byte(nil), issuer...)
-	if oid, ok := readAlgorithm(&si); !ok || !oid.Equal(oidSHA256()) {
+	if oid, ok := cms.ReadAlgorithm(&si); !ok || !oid.Equal(cms.OIDSHA256()) {
 		return bad("digest is not SHA-256")
 	}
 	if si.PeekASN1Tag(cbasn1.Tag(0).Constructed().ContextSpecific()) {
 		return bad("authenticated attributes are not supported")
 	}
-	if oid, ok := readAlgorithm(&si); !ok || !(oid.Equal(oidRSAEncryption()) || oid.Equal(oidSHA256WithRSA())) {
+	if oid, ok := cms.ReadAlgorithm(&si); !ok || !(oid.Equal(cms.OIDRSAEncryption()) || oid.Equal(cms.OIDSHA256WithRSA())) {
 		return bad("signature is not RSA")
 	}
 	var sig cryptobyte.String
