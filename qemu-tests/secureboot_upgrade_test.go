@@ -4,8 +4,6 @@ package qemutests
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,23 +26,15 @@ func TestSecureBootUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	bin := fixture(t, "TERRARIUM_BIN")
-	keyBase := filepath.Join(work, "build")
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
-	require.NoError(t, err, "keygen: %s", out)
+	keyBase := upgradeKey(ctx, t, work)
 	site := filepath.Join(work, "site-keys")
-	_, err = secureboot.Generate(site, "qemu-site")
+	_, err := secureboot.Generate(site, "qemu-site")
 	require.NoError(t, err)
 	stranger := filepath.Join(work, "stranger-keys")
 	_, err = secureboot.Generate(stranger, "stranger")
 	require.NoError(t, err)
 
-	overlay, err := filepath.Abs("../os/overlay")
-	require.NoError(t, err)
-	changed := filepath.Join(work, "overlay-0.2.0")
-	require.NoError(t, exec.CommandContext(ctx, "cp", "-a", overlay, changed).Run())
-	require.NoError(t, os.MkdirAll(filepath.Join(changed, "usr/share/terrarium-test"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(changed, "usr/share/terrarium-test/changed"), []byte("0.2.0\n"), 0o644))
+	overlay, changed := changedOverlay(ctx, t, work)
 
 	start := time.Now()
 	buildUpgrade(ctx, t, upgradeBuild{Version: "0.1.0", Overlay: overlay, Key: keyBase + ".key", SecureBootKeys: site}, filepath.Join(work, "0.1.0"))

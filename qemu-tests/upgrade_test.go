@@ -61,6 +61,29 @@ func upgradeStick(ctx context.Context, t *testing.T, label, file, img string) st
 	return img
 }
 
+// upgradeKey makes the builds' upgrade signing key in work and returns
+// its base name (BASE.key, BASE.pub).
+func upgradeKey(ctx context.Context, t *testing.T, work string) string {
+	t.Helper()
+	keyBase := filepath.Join(work, "build")
+	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
+	require.NoError(t, err, "keygen: %s", out)
+	return keyBase
+}
+
+// changedOverlay returns the image's overlay and, in work, a copy of it
+// with one file added that 0.2.0 carries.
+func changedOverlay(ctx context.Context, t *testing.T, work string) (overlay, changed string) {
+	t.Helper()
+	overlay, err := filepath.Abs("../os/overlay")
+	require.NoError(t, err)
+	changed = filepath.Join(work, "overlay-0.2.0")
+	require.NoError(t, exec.CommandContext(ctx, "cp", "-a", overlay, changed).Run())
+	require.NoError(t, os.MkdirAll(filepath.Join(changed, "usr/share/terrarium-test"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(changed, "usr/share/terrarium-test/changed"), []byte("0.2.0\n"), 0o644))
+	return overlay, changed
+}
+
 // bootForUpgrades boots m, an image of 0.1.0, with an admin config for
 // hostname and waits until it is provisioned and watches for sticks.
 func bootForUpgrades(ctx context.Context, t *testing.T, m *machine, key sshKey, hostname string, step time.Duration) *qemu.VM {
@@ -133,20 +156,11 @@ func TestUpgradeFromStick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	bin := fixture(t, "TERRARIUM_BIN")
-	keyBase := filepath.Join(work, "build")
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "config", "keygen", "-o", keyBase).CombinedOutput()
-	require.NoError(t, err, "keygen: %s", out)
+	keyBase := upgradeKey(ctx, t, work)
 	priv, err := signature.LoadPrivateKey(keyBase + ".key")
 	require.NoError(t, err)
 	pub := signature.PublicKeyOf(priv)
-
-	overlay, err := filepath.Abs("../os/overlay")
-	require.NoError(t, err)
-	changed := filepath.Join(work, "overlay-0.2.0")
-	require.NoError(t, exec.CommandContext(ctx, "cp", "-a", overlay, changed).Run())
-	require.NoError(t, os.MkdirAll(filepath.Join(changed, "usr/share/terrarium-test"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(changed, "usr/share/terrarium-test/changed"), []byte("0.2.0\n"), 0o644))
+	overlay, changed := changedOverlay(ctx, t, work)
 
 	start := time.Now()
 	buildUpgrade(ctx, t, upgradeBuild{Version: "0.1.0", Overlay: overlay, Key: keyBase + ".key"}, filepath.Join(work, "0.1.0"))

@@ -319,10 +319,7 @@ func signedData(digest []byte, key *rsa.PrivateKey, cert *x509.Certificate) ([]b
 				b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) {
 					b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 						b.AddASN1Int64(1)
-						b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-							b.AddBytes(cert.RawIssuer)
-							b.AddASN1BigInt(cert.SerialNumber)
-						})
+						cms.AddIssuerAndSerial(b, cert.RawIssuer, cert.SerialNumber)
 						cms.AddAlgorithm(b, cms.OIDSHA256())
 						b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 							for _, a := range attrs {

@@ -8,6 +8,7 @@ package cms
 
 import (
 	"encoding/asn1"
+	"math/big"
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
@@ -43,6 +44,15 @@ func AddAlgorithm(b *cryptobyte.Builder, oid asn1.ObjectIdentifier) {
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddASN1ObjectIdentifier(oid)
 		b.AddASN1NULL()
+	})
+}
+
+// AddIssuerAndSerial writes a SignerInfo's IssuerAndSerialNumber: the
+// signer certificate's DER issuer name and its serial number.
+func AddIssuerAndSerial(b *cryptobyte.Builder, issuer []byte, serial *big.Int) {
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		b.AddBytes(issuer)
+		b.AddASN1BigInt(serial)
 	})
 }
 

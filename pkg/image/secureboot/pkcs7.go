@@ -56,10 +56,7 @@ func (sd signedData) marshal() ([]byte, error) {
 		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) {
 			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 				b.AddASN1Int64(1)
-				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-					b.AddBytes(sd.issuer)
-					b.AddASN1BigInt(sd.serial)
-				})
+				cms.AddIssuerAndSerial(b, sd.issuer, sd.serial)
 				cms.AddAlgorithm(b, cms.OIDSHA256())
 				cms.AddAlgorithm(b, cms.OIDRSAEncryption())
 				b.AddASN1OctetString(sd.signature)
