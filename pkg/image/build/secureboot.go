@@ -101,8 +101,12 @@ func signBoot(ctx context.Context, s *spec.Spec, base *rootfs.Base, boot bootFil
 		return nil, fmt.Errorf("systemd-boot: %w", err)
 	}
 	if s.SecureBoot.Enroll != spec.EnrollOff {
+		extra, err := s.SecureBootExtraDB()
+		if err != nil {
+			return nil, err
+		}
 		keys := filepath.Join(dir, "keys")
-		if err := ks.WriteEnrollment(keys, s.Epoch()); err != nil {
+		if err := ks.WriteEnrollment(keys, s.Epoch(), secureboot.WithExtraDB(extra...)); err != nil {
 			return nil, err
 		}
 		sb.enrollKeys = map[string]string{}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/efisig"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
 	"github.com/terrarium-os/terrarium/pkg/image/secureboot"
@@ -49,7 +50,10 @@ func TestSignBoot(t *testing.T) {
 	require.NoError(t, err)
 	other, err := secureboot.Generate(filepath.Join(t.TempDir(), "other"), "plant-8")
 	require.NoError(t, err)
-	s := testSpec(t, "slotB: {mode: copy}\nsecureBoot: {keys: "+keysDir+"}\n")
+	// Another site's db certificate stands in for Microsoft's UEFI CA.
+	vendorCA := filepath.Join(t.TempDir(), "vendor-ca.der")
+	require.NoError(t, os.WriteFile(vendorCA, other.Key(secureboot.DB).Cert.Raw, 0o644))
+	s := testSpec(t, "slotB: {mode: copy}\nsecureBoot: {keys: "+keysDir+", extraDB: [{cert: "+vendorCA+", owner: 77fa9abd-0359-4d32-bd60-28f4e78f784b}]}\n")
 	base := stubBase(t)
 	files := t.TempDir()
 	kernel := filepath.Join(files, "vmlinuz")
@@ -90,6 +94,16 @@ func TestSignBoot(t *testing.T) {
 		v, err := secureboot.ParseAuthenticatedVariable(b)
 		require.NoError(t, err, "%s.auth", r)
 		assert.Equal(t, secureboot.NewEFITime(s.Epoch()), v.Timestamp, "%s.auth is stamped with the build's epoch", r)
+		if r == secureboot.DB {
+			lists, err := efisig.ParseSignatureLists(v.Data)
+			require.NoError(t, err)
+			certs, err := efisig.Certificates(lists)
+			require.NoError(t, err)
+			require.Len(t, certs, 2, "db holds the site's certificate and the extra one")
+			assert.True(t, certs[0].Equal(ks.Key(secureboot.DB).Cert))
+			assert.True(t, certs[1].Equal(other.Key(secureboot.DB).Cert))
+			assert.Equal(t, "77fa9abd-0359-4d32-bd60-28f4e78f784b", lists[1].Signatures[0].Owner.String())
+		}
 	}
 
 	again, err := signBoot(ctx, s, base, boot, slots, t.TempDir())

@@ -2,6 +2,7 @@ package secureboot
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,32 @@ import (
 type ExtraCert struct {
 	Owner efisig.GUID
 	Cert  *x509.Certificate
+}
+
+// LoadExtraCert reads a certificate for WithExtraDB from path, PEM or DER
+// (Microsoft publishes its UEFI CA as DER), with the GUID of its owner
+// in text form.
+func LoadExtraCert(path, owner string) (ExtraCert, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ExtraCert{}, fmt.Errorf("read a db certificate: %w", err)
+	}
+	der := b
+	if block, _ := pem.Decode(b); block != nil {
+		if block.Type != "CERTIFICATE" {
+			return ExtraCert{}, fmt.Errorf("%s: a PEM %s, not a CERTIFICATE", path, block.Type)
+		}
+		der = block.Bytes
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return ExtraCert{}, fmt.Errorf("%s: not a PEM or DER certificate: %w", path, err)
+	}
+	g, err := efisig.ParseGUID(owner)
+	if err != nil {
+		return ExtraCert{}, fmt.Errorf("%s's owner: %w", path, err)
+	}
+	return ExtraCert{Owner: g, Cert: cert}, nil
 }
 
 // EnrollOption sets an optional input of Enrollment.

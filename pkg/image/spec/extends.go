@@ -86,6 +86,14 @@ func (s *Spec) absolutePaths() {
 	}
 	s.Upgrade.SigningKey = s.Resolve(s.Upgrade.SigningKey)
 	s.SecureBoot.Keys = s.Resolve(s.SecureBoot.Keys)
+	if s.SecureBoot.ExtraDB != nil {
+		extra := make([]ExtraDBCert, len(s.SecureBoot.ExtraDB))
+		for i, c := range s.SecureBoot.ExtraDB {
+			c.Cert = s.Resolve(c.Cert)
+			extra[i] = c
+		}
+		s.SecureBoot.ExtraDB = extra
+	}
 }
 
 func resolveAll(s *Spec, paths []string) []string {

@@ -24,6 +24,19 @@ type SecureBoot struct {
 	// hardware too, after a 15-second countdown) or off (the ESP carries
 	// no enrollment files: the keys are enrolled in the firmware's setup).
 	Enroll string `yaml:"enroll,omitempty"`
+	// ExtraDB are certificates enrolled in db besides the site's own: e.g.
+	// Microsoft's UEFI CA on hardware whose graphics or network option
+	// ROMs it signed, which the firmware must still run.
+	ExtraDB []ExtraDBCert `yaml:"extraDB,omitempty"`
+}
+
+// ExtraDBCert is a certificate for db and its owner.
+type ExtraDBCert struct {
+	// Cert is the certificate file, PEM or DER, relative to the spec.
+	Cert string `yaml:"cert"`
+	// Owner is the GUID the signature list records as its owner
+	// (Microsoft's is 77fa9abd-0359-4d32-bd60-28f4e78f784b).
+	Owner string `yaml:"owner"`
 }
 
 // Values of SecureBoot.Enroll.
@@ -45,6 +58,20 @@ func (s *Spec) SecureBootKeys() (*secureboot.KeySet, error) {
 	return secureboot.Load(s.Resolve(s.SecureBoot.Keys))
 }
 
+// SecureBootExtraDB loads the certificates enrolled in db besides the
+// site's (whose problems Validate reported already).
+func (s *Spec) SecureBootExtraDB() ([]secureboot.ExtraCert, error) {
+	var out []secureboot.ExtraCert
+	for _, c := range s.SecureBoot.ExtraDB {
+		e, err := secureboot.LoadExtraCert(s.Resolve(c.Cert), c.Owner)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 func (s *Spec) validateSecureBoot(p *strictyaml.Problems, root strictyaml.Path) {
 	path := root.Field("secureBoot")
 	sb := s.SecureBoot
@@ -56,6 +83,14 @@ func (s *Spec) validateSecureBoot(p *strictyaml.Problems, root strictyaml.Path) 
 	}
 	if _, err := s.SecureBootKeys(); err != nil {
 		p.Addf(path.Field("keys"), "%v", err)
+	}
+	for i, c := range sb.ExtraDB {
+		if _, err := secureboot.LoadExtraCert(s.Resolve(c.Cert), c.Owner); err != nil {
+			p.Addf(path.Field("extraDB").Index(i), "%v", err)
+		}
+	}
+	if len(sb.ExtraDB) > 0 && sb.Enroll == EnrollOff {
+		p.Addf(path.Field("extraDB"), "is set but enroll is off: the ESP carries no db to enroll them with; enroll them in the firmware's setup instead")
 	}
 	if !slices.Contains(enrollModes(), sb.Enroll) {
 		p.Addf(path.Field("enroll"), "is %q; use %s", sb.Enroll, strings.Join(enrollModes(), ", "))

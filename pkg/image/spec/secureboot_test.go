@@ -13,9 +13,14 @@ import (
 
 func TestSecureBootSpec(t *testing.T) {
 	dir := t.TempDir()
-	_, err := secureboot.Generate(filepath.Join(dir, "keys"), "plant-7")
+	other, err := secureboot.Generate(filepath.Join(dir, "other"), "vendor")
+	require.NoError(t, err)
+	_, err = secureboot.Generate(filepath.Join(dir, "keys"), "plant-7")
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "empty"), 0o700))
+	// A vendor's CA as Microsoft publishes its own: DER.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "vendor-ca.der"), other.Key(secureboot.DB).Cert.Raw, 0o644))
+	const msOwner = "77fa9abd-0359-4d32-bd60-28f4e78f784b"
 
 	tests := []struct {
 		name       string
@@ -27,6 +32,19 @@ func TestSecureBootSpec(t *testing.T) {
 		{name: "keys, enroll defaulted", add: "secureBoot:\n  keys: keys\n", wantEnroll: EnrollIfSafe},
 		{name: "keys, enroll force", add: "secureBoot:\n  keys: keys\n  enroll: force\n", wantEnroll: EnrollForce},
 		{name: "keys, enroll off", add: "secureBoot:\n  keys: keys\n  enroll: off\n", wantEnroll: EnrollOff},
+		{name: "an extra db certificate", add: "secureBoot:\n  keys: keys\n  extraDB: [{cert: vendor-ca.der, owner: " + msOwner + "}]\n", wantEnroll: EnrollIfSafe},
+		{
+			name: "an extra db certificate that is no certificate", add: "secureBoot:\n  keys: keys\n  extraDB: [{cert: keys/owner.guid, owner: " + msOwner + "}]\n",
+			problems: []string{"secureBoot.extraDB[0]", "owner.guid: not a PEM or DER certificate"},
+		},
+		{
+			name: "an extra db certificate without its owner", add: "secureBoot:\n  keys: keys\n  extraDB: [{cert: vendor-ca.der, owner: microsoft}]\n",
+			problems: []string{"secureBoot.extraDB[0]", "vendor-ca.der's owner"},
+		},
+		{
+			name: "extra db certificates not enrolled", add: "secureBoot:\n  keys: keys\n  enroll: off\n  extraDB: [{cert: vendor-ca.der, owner: " + msOwner + "}]\n",
+			problems: []string{"secureBoot.extraDB", "enroll is off"},
+		},
 		{
 			name: "enroll without keys", add: "secureBoot:\n  enroll: force\n",
 			problems: []string{"secureBoot.enroll", "secureBoot.keys is not"},
@@ -61,6 +79,13 @@ func TestSecureBootSpec(t *testing.T) {
 				ks, err := s.SecureBootKeys()
 				require.NoError(t, err)
 				assert.Equal(t, filepath.Join(dir, "keys"), ks.Dir, "keys resolve against the spec's directory")
+				extra, err := s.SecureBootExtraDB()
+				require.NoError(t, err)
+				require.Len(t, extra, len(s.SecureBoot.ExtraDB))
+				for _, e := range extra {
+					assert.Equal(t, msOwner, e.Owner.String())
+					assert.True(t, e.Cert.Equal(other.Key(secureboot.DB).Cert))
+				}
 			}
 		})
 	}
