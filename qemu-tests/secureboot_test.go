@@ -43,8 +43,9 @@ secureBoot:
 	return spec
 }
 
-// TestSecureBoot: an image signed with a site's own keys, booted by OVMF's
-// Secure Boot firmware in setup mode, enrolls the site's keys by itself
+// TestSecureBoot: an image signed with a site's own keys builds twice the
+// same (its signatures hold no time). Booted by OVMF's
+// Secure Boot firmware in setup mode, it enrolls the site's keys by itself
 // (systemd-boot's secure-boot-enroll) and then boots under Secure Boot to
 // provisioned; the node says so. Then, on a second machine with the same
 // enrolled firmware, slot A's unified kernel image has one byte of its
@@ -60,10 +61,15 @@ func TestSecureBoot(t *testing.T) {
 	ks, err := secureboot.Generate(keys, "qemu-site")
 	require.NoError(t, err)
 	out := t.TempDir()
+	spec := secureBootSpec(t, keys)
 	start := time.Now()
-	buildSpec(ctx, t, secureBootSpec(t, keys), out)
+	m1 := buildSpec(ctx, t, spec, out)
 	t.Logf("built the Secure Boot image in %s", time.Since(start).Round(time.Second))
 	image := filepath.Join(out, "terrarium-sb.qcow2")
+	// The signatures carry no time: a second build is the same image.
+	m2 := buildSpec(ctx, t, spec, t.TempDir())
+	require.NotEmpty(t, m1.Outputs["qcow2"].SHA256)
+	assert.Equal(t, m1.Outputs["qcow2"].SHA256, m2.Outputs["qcow2"].SHA256, "two builds of a Secure Boot image")
 
 	first := newMachine(t, image)
 	first.secureBoot = true
