@@ -92,12 +92,10 @@ func TestRoundTrip(t *testing.T) {
 
 // An upgrade file may carry the build's SBOM as a fourth part: it is
 // signed and checked like the others.
-// TestUKIParts: a Secure Boot build's upgrade file carries both slots'
-// UKIs besides the kernel and initramfs; each is found by its slot's role.
-func TestUKIParts(t *testing.T) {
-	parts := append(sampleParts(),
-		testPart{"terrarium-a.efi", upgrade.RoleUKIA, []byte("MZ uki for slot a")},
-		testPart{"terrarium-b.efi", upgrade.RoleUKIB, []byte("MZ uki for slot b")})
+// writeVerified writes an upgrade file of parts signed by fixedKey(1) and
+// returns its bytes and the file verified.
+func writeVerified(t *testing.T, parts []testPart) ([]byte, *upgrade.Verified) {
+	t.Helper()
 	var buf bytes.Buffer
 	_, err := upgrade.Write(context.Background(), &buf, sampleManifest(), writeParts(t, parts), fixedKey(1))
 	require.NoError(t, err)
@@ -105,6 +103,16 @@ func TestUKIParts(t *testing.T) {
 	require.NoError(t, err)
 	v, err := f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
 	require.NoError(t, err)
+	return buf.Bytes(), v
+}
+
+// TestUKIParts: a Secure Boot build's upgrade file carries both slots'
+// UKIs besides the kernel and initramfs; each is found by its slot's role.
+func TestUKIParts(t *testing.T) {
+	parts := append(sampleParts(),
+		testPart{"terrarium-a.efi", upgrade.RoleUKIA, []byte("MZ uki for slot a")},
+		testPart{"terrarium-b.efi", upgrade.RoleUKIB, []byte("MZ uki for slot b")})
+	_, v := writeVerified(t, parts)
 	m := v.Manifest()
 	for _, slot := range []string{"a", "b"} {
 		p, ok := m.PartByRole(upgrade.UKIRole(slot))
@@ -117,13 +125,7 @@ func TestUKIParts(t *testing.T) {
 
 func TestSBOMPart(t *testing.T) {
 	parts := append(sampleParts(), testPart{"sbom.cdx.json", upgrade.RoleSBOM, []byte(`{"bomFormat":"CycloneDX"}`)})
-	var buf bytes.Buffer
-	_, err := upgrade.Write(context.Background(), &buf, sampleManifest(), writeParts(t, parts), fixedKey(1))
-	require.NoError(t, err)
-	f, err := open(buf.Bytes())
-	require.NoError(t, err)
-	v, err := f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
-	require.NoError(t, err)
+	file, v := writeVerified(t, parts)
 	m := v.Manifest()
 	sbom, ok := m.PartByRole(upgrade.RoleSBOM)
 	require.True(t, ok)
@@ -133,11 +135,11 @@ func TestSBOMPart(t *testing.T) {
 	assert.JSONEq(t, `{"bomFormat":"CycloneDX"}`, out.String())
 
 	// A flipped byte in it fails the check like any part's.
-	b := bytes.Clone(buf.Bytes())
+	b := bytes.Clone(file)
 	i := bytes.Index(b, []byte(`"bomFormat"`))
 	require.Positive(t, i)
 	b[i+1] ^= 1
-	f, err = open(b)
+	f, err := open(b)
 	require.NoError(t, err)
 	_, err = f.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
 	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
