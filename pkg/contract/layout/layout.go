@@ -157,6 +157,12 @@ func (s Slot) KernelPath() string { return fmt.Sprintf("terrarium/%s/vmlinuz", s
 // InitrdPath is the ESP path of the slot's initramfs.
 func (s Slot) InitrdPath() string { return fmt.Sprintf("terrarium/%s/initrd.img", s) }
 
+// Cmdline is the slot's kernel command line: args, then its own
+// terrarium.slot (args is not changed).
+func (s Slot) Cmdline(args []string) []string {
+	return append(append([]string(nil), args...), CmdlineSlot+"="+string(s))
+}
+
 // UKIPath is the ESP path of the slot's signed unified kernel image
 // (kernel, initramfs and command line in one PE) on a Secure Boot image,
 // which has it in place of the kernel and the initramfs.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -15,10 +14,6 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/image/secureboot"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
-
-// stubInBase is systemd-stub in the rootfs base's tarball: the image's own,
-// from the same systemd-boot-efi package as its boot loader.
-const stubInBase = "./usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 
 // signedBoot is what the Secure Boot stage wrote into the work directory:
 // the signed boot loader, each slot's signed UKI and the enrollment files.
@@ -60,7 +55,7 @@ func signBoot(ctx context.Context, s *spec.Spec, base *rootfs.Base, boot bootFil
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	stub, err := extractStub(ctx, filepath.Join(base.Dir, rootfs.BaseTar), dir)
+	stub, err := base.ExtractStub(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +71,7 @@ func signBoot(ctx context.Context, s *spec.Spec, base *rootfs.Base, boot bootFil
 		unsigned := filepath.Join(dir, "terrarium-"+string(slot)+".unsigned.efi")
 		err := secureboot.WriteUKI(secureboot.UKI{
 			Stub: stub, Kernel: boot.kernel, Initrd: boot.initrd,
-			Cmdline:   strings.Join(slotCmdline(s.Kernel.Cmdline, slot), " "),
+			Cmdline:   strings.Join(slot.Cmdline(s.Kernel.Cmdline), " "),
 			OSRelease: osRelease(s.Version, slot), Uname: boot.kernelVersion,
 		}, unsigned)
 		if err != nil {
@@ -129,30 +124,12 @@ func (sb *signedBoot) slotUKIs() map[layout.Slot]string {
 
 // note is the Secure Boot stage's progress note.
 func (sb *signedBoot) note() string {
-	if sb == nil {
-		return "(no secureBoot)"
-	}
 	return fmt.Sprintf("site %s, %d UKIs signed", sb.manifest.Site, len(sb.ukis))
-}
-
-// slotCmdline is a slot's kernel command line: the spec's arguments and
-// the slot's own.
-func slotCmdline(args []string, slot layout.Slot) []string {
-	return append(append([]string(nil), args...), layout.CmdlineSlot+"="+string(slot))
 }
 
 // osRelease is a UKI's .osrel: what systemd-boot shows of it.
 func osRelease(version string, slot layout.Slot) string {
 	return fmt.Sprintf("NAME=\"Terrarium\"\nID=terrarium\nVERSION_ID=%s\nPRETTY_NAME=\"Terrarium %s (slot %s)\"\n", version, version, slot)
-}
-
-// extractStub copies systemd-stub out of the base's tarball into dir.
-func extractStub(ctx context.Context, tarPath, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", dir, stubInBase).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("extract systemd-stub from %s (os.packages must include systemd-boot-efi): %w: %s", tarPath, err, strings.TrimSpace(string(out)))
-	}
-	return filepath.Join(dir, filepath.FromSlash(stubInBase)), nil
 }
 
 func hexSHA256(b []byte) string {

@@ -30,7 +30,7 @@ func stubBase(t *testing.T) *rootfs.Base {
 	f, err := os.Create(filepath.Join(dir, rootfs.BaseTar))
 	require.NoError(t, err)
 	tw := tar.NewWriter(f)
-	require.NoError(t, tw.WriteHeader(&tar.Header{Name: stubInBase, Mode: 0o644, Size: int64(len(stub)), Typeflag: tar.TypeReg}))
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: rootfs.BaseStubInTar, Mode: 0o644, Size: int64(len(stub)), Typeflag: tar.TypeReg}))
 	_, err = tw.Write(stub)
 	require.NoError(t, err)
 	require.NoError(t, tw.Close())

@@ -110,7 +110,7 @@ func (e Entry) conf() string {
 	}
 	fmt.Fprintf(&b, "linux /%s\n", e.Slot.KernelPath())
 	fmt.Fprintf(&b, "initrd /%s\n", e.Slot.InitrdPath())
-	opts := append(append([]string(nil), e.Cmdline...), layout.CmdlineSlot+"="+string(e.Slot))
+	opts := e.Slot.Cmdline(e.Cmdline)
 	fmt.Fprintf(&b, "options %s\n", strings.Join(opts, " "))
 	return b.String()
 }

@@ -183,6 +183,24 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 	return os.WriteFile(filepath.Join(dir, BaseKernelRelease), []byte(filepath.Base(mods[0])+"\n"), 0o644)
 }
 
+// BaseStubInTar is systemd-stub in a base's tarball, from the same
+// systemd-boot-efi as BaseSDBoot: what a Secure Boot build makes its
+// unified kernel images of.
+const BaseStubInTar = "./usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// ExtractStub copies the base's systemd-stub into dir and returns its
+// path. It is read from the tarball when a build asks, not kept beside
+// the other boot files, so that bases cached before there were Secure
+// Boot images serve them too.
+func (b *Base) ExtractStub(ctx context.Context, dir string) (string, error) {
+	tarPath := filepath.Join(b.Dir, BaseTar)
+	out, err := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", dir, BaseStubInTar).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("extract systemd-stub from %s (os.packages must include systemd-boot-efi): %w: %s", tarPath, err, strings.TrimSpace(string(out)))
+	}
+	return filepath.Join(dir, filepath.FromSlash(BaseStubInTar)), nil
+}
+
 // KernelVersion is the version of the base's kernel (its module directory).
 func (b *Base) KernelVersion() string {
 	data, err := os.ReadFile(filepath.Join(b.Dir, BaseKernelRelease))

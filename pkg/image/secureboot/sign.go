@@ -38,24 +38,10 @@ func run(ctx context.Context, name, pkg string, args ...string) error {
 
 // SignPE signs the unsigned PE binary in (systemd-boot, a UKI) with k,
 // normally the db key, into out (which must be another file): an
-// Authenticode signature written in Go (SignPEGo: no signing time, so the
-// same inputs give the same bytes), then checked by VerifyPE with sbverify,
-// an implementation other than ours.
+// Authenticode signature written in Go (pkg/contract/authenticode: no
+// signing time, so the same key and image give the same bytes), then
+// checked by VerifyPE with sbverify, an implementation other than ours.
 func SignPE(ctx context.Context, k *Key, in, out string) error {
-	if err := SignPEGo(k, in, out); err != nil {
-		return err
-	}
-	if err := VerifyPE(ctx, k.CertFile, out); err != nil {
-		_ = os.Remove(out)
-		return fmt.Errorf("sign %s with the %s key: %w", in, k.Role, err)
-	}
-	return nil
-}
-
-// SignPEGo signs the unsigned PE32+ image in with k into out, in Go
-// (pkg/contract/authenticode): the signature carries no signing time, so
-// the same key and image give the same bytes.
-func SignPEGo(k *Key, in, out string) error {
 	if in == out {
 		return fmt.Errorf("sign %s: the output must be another file", in)
 	}
@@ -69,6 +55,10 @@ func SignPEGo(k *Key, in, out string) error {
 	}
 	if err := os.WriteFile(out, signed, 0o644); err != nil {
 		return fmt.Errorf("sign %s: %w", in, err)
+	}
+	if err := VerifyPE(ctx, k.CertFile, out); err != nil {
+		_ = os.Remove(out)
+		return fmt.Errorf("sign %s with the %s key: %w", in, k.Role, err)
 	}
 	return nil
 }

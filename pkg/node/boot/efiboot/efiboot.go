@@ -186,17 +186,14 @@ func (o Own) path() string { return filepath.Join(o.Dir, o.Name+"-"+TerrariumGUI
 
 // Get returns the variable's value, or false when it is absent.
 func (o Own) Get() ([]byte, bool, error) {
-	b, err := os.ReadFile(o.path())
+	b, err := readVar(o.path(), o.Name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("efi variable %s: %w", o.Name, err)
+		return nil, false, err
 	}
-	if len(b) < 4 {
-		return nil, false, fmt.Errorf("efi variable %s: %d bytes, no attributes", o.Name, len(b))
-	}
-	return b[4:], true, nil
+	return b, true, nil
 }
 
 // Set writes the variable (non-volatile).
@@ -216,10 +213,14 @@ func (o Own) Delete() error {
 	return nil
 }
 
-func (v Vars) read(name string) ([]byte, error) {
-	b, err := os.ReadFile(v.path(name))
+func (v Vars) read(name string) ([]byte, error) { return readVar(v.path(name), name) }
+
+// readVar reads the efivarfs file p of variable name: its value, without
+// the attributes efivarfs puts first.
+func readVar(p, name string) ([]byte, error) {
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("efi variable %s: %w", name, err)
 	}
 	if len(b) < 4 {
 		return nil, fmt.Errorf("efi variable %s: %d bytes, no attributes", name, len(b))

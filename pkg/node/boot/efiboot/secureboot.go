@@ -54,21 +54,15 @@ func (v Vars) SecureBoot() (SecureBootMode, error) {
 	return SecureBootOff, nil
 }
 
-// ImageSecurityDatabaseGUID is the vendor GUID of db and dbx.
-const ImageSecurityDatabaseGUID = "d719b2cb-3d3a-4596-a3bc-dad00e67656f"
-
 // DBCertificates returns the X.509 certificates in the firmware's db:
 // what it lets run under Secure Boot (hashes and other entries are passed
 // over).
 func (v Vars) DBCertificates() ([]*x509.Certificate, error) {
-	b, err := os.ReadFile(filepath.Join(v.Dir, "db-"+ImageSecurityDatabaseGUID))
+	b, err := readVar(filepath.Join(v.Dir, "db-"+efisig.EFIImageSecurityDatabase().String()), "db")
 	if err != nil {
 		return nil, fmt.Errorf("read the firmware's db: %w", err)
 	}
-	if len(b) < 4 {
-		return nil, fmt.Errorf("efi variable db: %d bytes, no attributes", len(b))
-	}
-	lists, err := efisig.ParseSignatureLists(b[4:])
+	lists, err := efisig.ParseSignatureLists(b)
 	if err != nil {
 		return nil, fmt.Errorf("the firmware's db: %w", err)
 	}

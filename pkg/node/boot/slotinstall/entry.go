@@ -107,7 +107,7 @@ func newEntry(slot layout.Slot, version, sortKey string, cmdline []string, rootf
 		sortKey:      sortKey,
 		linux:        "/" + slot.KernelPath(),
 		initrd:       []string{"/" + slot.InitrdPath()},
-		options:      append(append([]string(nil), cmdline...), layout.CmdlineSlot+"="+string(slot)),
+		options:      slot.Cmdline(cmdline),
 		rootfsSHA256: rootfsSHA256,
 	}
 }
@@ -116,13 +116,10 @@ func newEntry(slot layout.Slot, version, sortKey string, cmdline []string, rootf
 // unified kernel image, in the form a Secure Boot build writes: no
 // command line of its own (it is inside the signed UKI).
 func newUKIEntry(slot layout.Slot, version, sortKey, rootfsSHA256 string) entry {
-	return entry{
-		title:        fmt.Sprintf("Terrarium %s (slot %s)", version, slot),
-		version:      version,
-		sortKey:      sortKey,
-		efi:          "/" + slot.UKIPath(),
-		rootfsSHA256: rootfsSHA256,
-	}
+	e := newEntry(slot, version, sortKey, nil, rootfsSHA256)
+	e.linux, e.initrd, e.options = "", nil, nil
+	e.efi = "/" + slot.UKIPath()
+	return e
 }
 
 // render returns the entry file's content.
