@@ -29,6 +29,8 @@ pkgs=(
   efitools            # cert-to-efi-sig-list, sign-efi-sig-list: the tests' check of our .esl/.auth
   binutils            # objdump: the tests' second reader of our UKIs
   systemd-boot-efi    # a systemd-stub and systemd-boot for pkg/image/secureboot's tests
+  swtpm               # a software TPM 2.0: pkg/node/boot/tpmseal's tests, a VM's TPM in QEMU
+  swtpm-tools         # swtpm_setup: a VM's TPM made like a machine's (an endorsement key)
 )
 
 missing=()
