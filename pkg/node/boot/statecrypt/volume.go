@@ -1,0 +1,112 @@
+package statecrypt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Runner runs a program (cryptsetup) with stdin as its input and returns
+// its output; the initramfs runs it in the slot's root filesystem.
+type Runner interface {
+	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
+
+// KeySize is the size of the keys that open a volume: the sealed key and
+// the recovery key, each random, so a slow password hash adds nothing;
+// keyslots use PBKDF2 with few iterations, which also keeps unlocking
+// quick on a small machine.
+const KeySize = 32
+
+// Volume is a LUKS2 volume on a block device.
+type Volume struct {
+	// Device is the block device (or, in tests, a file).
+	Device string
+	Run    Runner
+}
+
+// common are cryptsetup's arguments for every command: no question, no
+// lock directory (the initramfs has no /run/cryptsetup of the root's),
+// no udev (the initramfs runs none; libdevmapper makes the node itself).
+var common = []string{"--batch-mode", "--disable-locks"}
+
+func (v Volume) cryptsetup(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	out, err := v.Run.Run(ctx, stdin, "cryptsetup", append(append([]string{}, common...), args...)...)
+	if err != nil {
+		return out, fmt.Errorf("cryptsetup %s %s: %w", args[0], v.Device, err)
+	}
+	return out, nil
+}
+
+// Format makes v a new LUKS2 volume (AES-XTS, 512-bit key, 4 KiB sectors
+// where the device allows) whose keyslot 0 opens with key. It erases what
+// v holds.
+func (v Volume) Format(ctx context.Context, key []byte, label string) error {
+	if len(key) != KeySize {
+		return fmt.Errorf("format %s: a key of %d bytes, want %d", v.Device, len(key), KeySize)
+	}
+	_, err := v.cryptsetup(ctx, key, "luksFormat", "--type", "luks2",
+		"--cipher", "aes-xts-plain64", "--key-size", "512",
+		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
+		"--key-slot", "0", "--label", label, "--key-file", "-", v.Device)
+	return err
+}
+
+// AddKey adds keyslot slot, which opens with newKey, authorized by key.
+// The existing key passes through a file in /run, which the runner's
+// program must see as this process does (firstboot's runner, not the
+// initramfs's chroot).
+func (v Volume) AddKey(ctx context.Context, key, newKey []byte, slot int) error {
+	if len(newKey) != KeySize {
+		return fmt.Errorf("add a key to %s: a key of %d bytes, want %d", v.Device, len(newKey), KeySize)
+	}
+	// cryptsetup reads the existing key from a file and the new one from
+	// stdin: a file under /run (tmpfs), removed at once.
+	f, err := os.CreateTemp("/run", "statecrypt-key-")
+	if err != nil {
+		return fmt.Errorf("add a key to %s: %w", v.Device, err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(key)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("add a key to %s: %w", v.Device, err)
+	}
+	_, err = v.cryptsetup(ctx, newKey, "luksAddKey", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
+		"--key-slot", strconv.Itoa(slot), "--key-file", f.Name(), "--new-keyfile", "-", v.Device)
+	return err
+}
+
+// ImportToken stores t in v's header.
+func (v Volume) ImportToken(ctx context.Context, t Token) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	_, err = v.cryptsetup(ctx, b, "token", "import", "--json-file", "-", v.Device)
+	return err
+}
+
+// Open maps v, opened with key, as /dev/mapper/<name>.
+func (v Volume) Open(ctx context.Context, key []byte, name string) error {
+	_, err := v.cryptsetup(ctx, key, "open", "--type", "luks2", "--key-file", "-", v.Device, name)
+	return err
+}
+
+// Header reads v's LUKS2 header.
+func (v Volume) Header() (*Header, error) {
+	f, err := os.Open(v.Device)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h, err := ReadHeader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", v.Device, err)
+	}
+	return h, nil
+}
