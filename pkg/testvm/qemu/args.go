@@ -59,6 +59,13 @@ func (c Config) args() []string {
 		}
 		a = append(a, "-device", d.deviceArg(bus))
 	}
+	if c.TPM {
+		a = append(a,
+			"-chardev", "socket,id=chrtpm,path="+escape(filepath.Join(c.Dir, TPMSocket)),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-crb,tpmdev=tpm0",
+		)
+	}
 	a = append(a, c.Network.args(0)...)
 	if c.Link != nil {
 		a = append(a, c.Link.args(1)...)

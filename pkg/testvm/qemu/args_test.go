@@ -276,3 +276,18 @@ func TestArgsSecureBoot(t *testing.T) {
 	own := buildArgs(t, Config{Dir: t.TempDir(), SecureBoot: true, OVMFCode: "/fw/code.fd"})
 	assert.True(t, hasPair(own, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/fw/code.fd"), "OVMFCode is kept under SecureBoot: %q", own)
 }
+
+// TestArgsTPM: a machine with a TPM gets a CRB TPM 2.0 backed by its
+// swtpm's socket in Dir; the default machine has none.
+func TestArgsTPM(t *testing.T) {
+	dir := t.TempDir()
+	args := buildArgs(t, Config{Dir: dir, TPM: true})
+	for _, w := range [][2]string{
+		{"-chardev", "socket,id=chrtpm,path=" + dir + "/tpm.sock"},
+		{"-tpmdev", "emulator,id=tpm0,chardev=chrtpm"},
+		{"-device", "tpm-crb,tpmdev=tpm0"},
+	} {
+		assert.True(t, hasPair(args, w[0], w[1]), "missing %s %s in %q", w[0], w[1], args)
+	}
+	assert.NotContains(t, buildArgs(t, Config{Dir: t.TempDir()}), "-tpmdev", "a machine without TPM")
+}

@@ -171,3 +171,58 @@ func TestUEFIVarsSurviveRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestTPMSurvivesRestart: a machine with a TPM has one QEMU sees (QMP's
+// query-tpm), served by a swtpm that keeps its state in Dir across a
+// restart and ends with QEMU.
+func TestTPMSurvivesRestart(t *testing.T) {
+	requireQEMU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var state []string
+	for run := range 2 {
+		vm := startVM(ctx, t, Config{Dir: dir, TPM: true, Network: Network{Mode: NetNone}})
+		c, err := vm.QMP(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tpms []struct {
+			ID      string `json:"id"`
+			Model   string `json:"model"`
+			Options struct {
+				Type string `json:"type"`
+			} `json:"options"`
+		}
+		if err := c.Execute(ctx, "query-tpm", nil, &tpms); err != nil {
+			t.Fatalf("query-tpm: %v", err)
+		}
+		if len(tpms) != 1 || tpms[0].Model != "tpm-crb" || tpms[0].Options.Type != "emulator" {
+			t.Fatalf("run %d: query-tpm: %+v, want one tpm-crb backed by an emulator", run, tpms)
+		}
+		// OVMF measures the boot into it: its state is written.
+		if _, err := vm.Expect(ctx, regexp.MustCompile(`Shell> `)); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.Quit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.Close(); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := os.ReadDir(filepath.Join(dir, TPMDir))
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("run %d: the TPM's state in %s: %v %v", run, TPMDir, entries, err)
+		}
+		if run == 0 {
+			for _, e := range entries {
+				state = append(state, e.Name())
+			}
+		} else if len(entries) != len(state) {
+			t.Errorf("the TPM's state changed shape across the restart: %v then %v", state, entries)
+		}
+	}
+	if out, err := exec.Command("pgrep", "-f", "swtpm socket.*"+dir).CombinedOutput(); err == nil {
+		t.Errorf("swtpm still runs after QEMU ended: %s", out)
+	}
+}

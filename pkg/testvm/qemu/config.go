@@ -41,8 +41,13 @@ const (
 
 // Files inside Config.Dir.
 const (
-	VarsFile    = "efivars.fd"
-	QMPSocket   = "qmp.sock"
+	VarsFile  = "efivars.fd"
+	QMPSocket = "qmp.sock"
+	// TPMDir holds a Config.TPM machine's TPM state, TPMSocket is its
+	// control socket and TPMLog swtpm's log.
+	TPMDir      = "tpm"
+	TPMSocket   = "tpm.sock"
+	TPMLog      = "swtpm.log"
 	ConsoleFile = "console.log"
 )
 
@@ -59,10 +64,15 @@ type Config struct {
 	// store out of the guest's reach: the firmware enforces Secure Boot
 	// once a platform key is enrolled.
 	SecureBoot bool
-	Dir        string // required: state dir (efivars.fd, qmp.sock, console.log)
-	MemoryMiB  int    // default DefaultMemoryMiB
-	CPUs       int    // default DefaultCPUs
-	CPUModel   string // -cpu; default DefaultCPUModel
+	// TPM gives the machine a TPM 2.0 (CRB): a swtpm, Debian's software
+	// TPM, whose state lives in Dir/tpm, so that a machine restarted with
+	// the same Dir keeps its TPM (its seeds, hence what it sealed) as it
+	// keeps its UEFI variables. OVMF measures the boot into it.
+	TPM       bool
+	Dir       string // required: state dir (efivars.fd, qmp.sock, console.log)
+	MemoryMiB int    // default DefaultMemoryMiB
+	CPUs      int    // default DefaultCPUs
+	CPUModel  string // -cpu; default DefaultCPUModel
 	// InstructionClock makes the guest's clocks advance with the
 	// instructions it executes while it runs, and with real time only
 	// while it is idle (QEMU's -icount shift=0,sleep=on: one instruction
@@ -197,8 +207,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: Dir: %w", err)
 	}
 	c.Dir = dir
-	if n := len(filepath.Join(c.Dir, QMPSocket)); n >= maxSocketPath {
-		return c, fmt.Errorf("config: Dir %s is too long for a unix socket path (%d bytes)", c.Dir, n)
+	for _, sock := range []string{QMPSocket, TPMSocket} {
+		if n := len(filepath.Join(c.Dir, sock)); n >= maxSocketPath {
+			return c, fmt.Errorf("config: Dir %s is too long for a unix socket path (%d bytes)", c.Dir, n)
+		}
 	}
 	c.Binary = orDefault(c.Binary, DefaultBinary)
 	if c.SecureBoot {

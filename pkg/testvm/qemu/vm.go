@@ -26,6 +26,7 @@ type VM struct {
 	argv    []string
 	log     *slog.Logger
 	cmd     *exec.Cmd
+	tpm     *tpmProcess // Config.TPM's swtpm
 	console *console
 	logFile *os.File
 	stderr  *tailBuffer
@@ -131,6 +132,14 @@ func (v *VM) launch() error {
 		_ = inW.Close()
 		return err
 	}
+	if v.cfg.TPM {
+		if v.tpm, err = startTPM(v.cfg); err != nil {
+			_ = logFile.Close()
+			// err says why: the closes only tidy up.
+			_, _, _, _ = inR.Close(), inW.Close(), outR.Close(), outW.Close()
+			return err
+		}
+	}
 	cmd := exec.Command(v.argv[0], v.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, v.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -143,6 +152,9 @@ func (v *VM) launch() error {
 		_ = logFile.Close()
 		_ = inW.Close()
 		_ = outR.Close()
+		if v.tpm != nil {
+			v.tpm.stop() // no QEMU to serve
+		}
 		return err
 	}
 	v.cmd, v.stdin, v.logFile = cmd, inW, logFile
@@ -160,6 +172,9 @@ func (v *VM) launch() error {
 // the exit.
 func (v *VM) reap(outR *os.File, readerDone <-chan struct{}) {
 	err := v.cmd.Wait()
+	if v.tpm != nil {
+		v.tpm.stop() // it ends with QEMU's connection (--terminate); if not, now
+	}
 	select {
 	case <-readerDone:
 	case <-time.After(2 * time.Second): // a leftover child holds the pipe
