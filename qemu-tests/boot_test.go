@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,11 @@ func TestEnrollRebootChange(t *testing.T) {
 
 	// QMP quit: the power is cut, nothing is shut down.
 	require.NoError(t, vm.Quit(ctx))
+	// A machine without a TPM says its STATE is plain, and it is: what
+	// TestStateEncryption finds nowhere on an encrypted one is here.
+	seen(ctx, t, vm, regexp.MustCompile(`terrarium: TERRA-STATE: NOT encrypted: this machine has no TPM 2\.0`))
+	assert.Equal(t, "none", s1.StateEncryption)
+	assert.True(t, fileContains(t, m.disk, []byte(key.authorized)), "a plain STATE holds the admin's key")
 	st := m.inspectState()
 	uuid1 := st.fsUUID()
 	marker := st.readFile("/terrarium/created")

@@ -84,6 +84,9 @@ type machine struct {
 	diskBootIndex int
 	// secureBoot runs OVMF's Secure Boot build (qemu.Config.SecureBoot).
 	secureBoot bool
+	// tpm gives the machine a TPM 2.0 (qemu.Config.TPM), kept in its
+	// directory across its boots.
+	tpm bool
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image (a qcow2,
@@ -154,6 +157,7 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		Link:             m.link,
 		FwCfg:            m.fwCfg,
 		SecureBoot:       m.secureBoot,
+		TPM:              m.tpm,
 		ExtraArgs:        m.extraArgs(),
 	})
 	if err != nil {

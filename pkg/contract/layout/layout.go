@@ -79,6 +79,18 @@ const (
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
 	LabelStateFS = "TERRA-STATE"
+	// LabelStateLUKS is the LUKS2 label of an encrypted TERRA-STATE
+	// (docs/state-encryption.md), whose ext4 inside is LabelStateFS.
+	LabelStateLUKS = "TERRA-STATE-LUKS"
+	// StateMapperName is the device-mapper name an encrypted TERRA-STATE
+	// is opened as: StateMapperDev.
+	StateMapperName = "terrarium-state"
+	StateMapperDev  = "/dev/mapper/" + StateMapperName
+	// The encryptions TERRA-STATE can have (RunStateEncryption, the
+	// machine config's stateEncryption): LUKS2 with its key sealed by
+	// the TPM, or none.
+	StateEncryptionTPM  = "tpm"
+	StateEncryptionNone = "none"
 	// LabelVolumesFS is the ext4 volume label of a node's volume area
 	// (LocalVolumesImage).
 	LabelVolumesFS = "TERRA-VOLUMES"
@@ -287,6 +299,10 @@ const (
 	// name. The initramfs writes it; firstboot removes it once it blesses
 	// the boot.
 	RunTrialBoot = "/run/terrarium/trial-boot"
+	// RunStateEncryption says which encryption TERRA-STATE has on this
+	// boot: StateEncryptionTPM or StateEncryptionNone. The initramfs
+	// writes it.
+	RunStateEncryption = "/run/terrarium/state-encryption"
 	// KubeletClientCert is the kubelet's client certificate and key (one
 	// PEM file, kept current by the kubelet): a cluster node's identity,
 	// which its registry also shows its peers.

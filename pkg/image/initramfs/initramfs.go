@@ -27,13 +27,17 @@ const (
 )
 
 // DefaultModules are loaded when the build spec names none: storage
-// controllers, USB sticks, and the filesystems of slots, STATE and config
-// disks.
+// controllers, USB sticks, the filesystems of slots, STATE and config
+// disks, and what opens an encrypted STATE (dm-crypt, AES-XTS — with
+// AES-NI where the CPU has it, loaded before the mapping is made so that
+// it is the one the mapping uses — and the kernel crypto API cryptsetup
+// decrypts keyslots with).
 func DefaultModules() []string {
 	return []string{
 		"virtio_blk", "virtio_scsi", "nvme", "ahci", "sd_mod", "sr_mod",
 		"xhci_pci", "ehci_pci", "usb_storage", "uas", "mmc_block", "sdhci_pci",
 		"squashfs", "loop", "overlay", "crc32c_generic", "crc32c_intel", "ext4", "vfat", "nls_cp437", "nls_iso8859_1", "nls_ascii", "isofs", "efivarfs",
+		"dm_crypt", "xts", "aesni_intel", "algif_skcipher",
 	}
 }
 

@@ -122,6 +122,10 @@ type runner struct {
 	cmdline string
 	// secureBoot is the firmware's Secure Boot mode at this boot.
 	secureBoot efiboot.SecureBootMode
+	// stateEncryption is TERRA-STATE's encryption at this boot, as the
+	// initramfs found or made it (layout.RunStateEncryption); "" when it
+	// did not say (an initramfs of an earlier release).
+	stateEncryption string
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 	// changing is held by whatever changes the node while it runs — a
@@ -173,9 +177,14 @@ func newRunner(o Options) (*runner, error) {
 	if err != nil {
 		o.Log.Warn("status: the firmware's Secure Boot mode is not shown", "err", err)
 	}
+	if b, err := os.ReadFile(h.Path(layout.RunStateEncryption)); err == nil {
+		r.stateEncryption = strings.TrimSpace(string(b))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		o.Log.Warn("status: TERRA-STATE's encryption is not shown", "err", err)
+	}
 	r.pub = status.NewPublisher(h.Path(status.File), o.Console, o.Log, status.Status{
 		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
-		StateCreated: created, SecureBoot: string(r.secureBoot),
+		StateCreated: created, SecureBoot: string(r.secureBoot), StateEncryption: r.stateEncryption,
 	})
 	return r, nil
 }
@@ -202,6 +211,17 @@ func (r *runner) saySecureBoot() {
 	case "":
 	default:
 		r.say("Secure Boot: %s", r.secureBoot)
+	}
+}
+
+// sayStateEncryption tells the console whether TERRA-STATE, which holds
+// every secret the node has, is encrypted.
+func (r *runner) sayStateEncryption() {
+	switch r.stateEncryption {
+	case layout.StateEncryptionTPM:
+		r.say("TERRA-STATE: encrypted (LUKS2, its key sealed by this machine's TPM)")
+	case layout.StateEncryptionNone:
+		r.say("TERRA-STATE: NOT encrypted: this machine has no TPM 2.0, and a copy of its disk gives away the node's secrets (docs/state-encryption.md)")
 	}
 }
 
@@ -248,6 +268,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.say("Terrarium %s, slot %s, boot %d", r.rel.Version, r.slot, r.boot)
 	r.saySecureBoot()
+	r.sayStateEncryption()
 	// A clock that reads before this image was built (a flat RTC
 	// battery) is wrong: stepped before anything is recorded.
 	if err := timesync.StepForward(ctx, r.o.Host, timesync.Floor(r.o.Host, nil).Later(r.lastRecorded()), host.ReporterFunc(r.report)); err != nil {

@@ -51,7 +51,7 @@ func TestBanner(t *testing.T) {
 		Name: "terrarium", Version: "1.2.3", Slot: "b", Boot: 7,
 		State: StateVerified, Mode: "verify", Hostname: "node-1",
 		Addresses: []string{"10.0.0.10/24 (enp0s2)", "fd00::10/64 (enp0s2)"},
-		Healthy:   &healthy, Blessed: "good", SecureBoot: "on",
+		Healthy:   &healthy, Blessed: "good", SecureBoot: "on", StateEncryption: "tpm",
 	}
 	b := Banner(s)
 	assert.Equal(t, []string{
@@ -60,7 +60,10 @@ func TestBanner(t *testing.T) {
 		" addresses  10.0.0.10/24 (enp0s2), fd00::10/64 (enp0s2)",
 		" state      verified (healthy, boot good)",
 		" firmware   UEFI, Secure Boot on",
+		" disk       TERRA-STATE encrypted, key sealed by the TPM",
 	}, trimmed(boxLines(t, b)))
+	s.StateEncryption = "none"
+	assert.Contains(t, trimmed(boxLines(t, Banner(s))), " disk       TERRA-STATE NOT encrypted (no TPM)")
 	assert.Equal(t, 68, utf8.RuneCountInString(strings.SplitN(b, "\n", 2)[0]), "banner width")
 }
 

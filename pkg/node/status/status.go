@@ -45,13 +45,16 @@ type Status struct {
 	Slot    string `json:"slot"`
 	Boot    int    `json:"boot"`
 	// SecureBoot is the firmware's Secure Boot mode (efiboot.SecureBootMode).
-	SecureBoot   string   `json:"secureBoot,omitempty"`
-	State        string   `json:"state"`
-	Mode         string   `json:"mode,omitempty"`
-	Hostname     string   `json:"hostname,omitempty"`
-	Addresses    []string `json:"addresses,omitempty"`
-	ConfigDigest string   `json:"configDigest,omitempty"`
-	StateCreated string   `json:"stateCreated,omitempty"`
+	SecureBoot string `json:"secureBoot,omitempty"`
+	// StateEncryption is TERRA-STATE's encryption on this boot
+	// (layout.StateEncryptionTPM or layout.StateEncryptionNone).
+	StateEncryption string   `json:"stateEncryption,omitempty"`
+	State           string   `json:"state"`
+	Mode            string   `json:"mode,omitempty"`
+	Hostname        string   `json:"hostname,omitempty"`
+	Addresses       []string `json:"addresses,omitempty"`
+	ConfigDigest    string   `json:"configDigest,omitempty"`
+	StateCreated    string   `json:"stateCreated,omitempty"`
 	// Enrolled says where and when the node enrolled ("from X at T").
 	Enrolled string `json:"enrolled,omitempty"`
 	Healthy  *bool  `json:"healthy,omitempty"`
@@ -186,6 +189,12 @@ func Banner(s Status) string {
 	}
 	if s.SecureBoot != "" {
 		rows = append(rows, [2]string{"firmware", "UEFI, Secure Boot " + s.SecureBoot})
+	}
+	switch s.StateEncryption {
+	case layout.StateEncryptionTPM:
+		rows = append(rows, [2]string{"disk", "TERRA-STATE encrypted, key sealed by the TPM"})
+	case layout.StateEncryptionNone:
+		rows = append(rows, [2]string{"disk", "TERRA-STATE NOT encrypted (no TPM)"})
 	}
 	if s.Enrolled != "" {
 		rows = append(rows, [2]string{"enrolled", s.Enrolled})

@@ -50,6 +50,12 @@ type Init struct {
 	// trialRebootDelay is how long a failed trial boot shows its failure
 	// before it reboots.
 	trialRebootDelay time.Duration
+	// tpmDevice is the TPM 2.0 that seals TERRA-STATE's key (absent on a
+	// machine without one).
+	tpmDevice string
+	// stateEncryptionFile tells the booted system TERRA-STATE's
+	// encryption (layout.RunStateEncryption).
+	stateEncryptionFile string
 }
 
 // New returns the /init of a real boot, writing to console.
@@ -59,8 +65,10 @@ func New(console io.Writer) *Init {
 			unix.Sync()
 			return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 		},
-		trialRebootDelay: 10 * time.Second,
-		trialMarker:      layout.RunTrialBoot,
+		trialRebootDelay:    10 * time.Second,
+		trialMarker:         layout.RunTrialBoot,
+		tpmDevice:           defaultTPMDevice,
+		stateEncryptionFile: layout.RunStateEncryption,
 	}
 }
 

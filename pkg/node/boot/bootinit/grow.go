@@ -165,7 +165,11 @@ func (in *Init) growStateFS(dev, mnt string) {
 }
 
 func (in *Init) tryGrowStateFS(dev, mnt string) error {
-	part, err := sysfsSize(filepath.Base(dev))
+	name, err := blockName(dev)
+	if err != nil {
+		return err
+	}
+	part, err := sysfsSize(name)
 	if err != nil {
 		return err
 	}

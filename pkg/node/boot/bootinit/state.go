@@ -15,6 +15,7 @@ import (
 	dfsdisk "github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/statecrypt"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"golang.org/x/sys/unix"
 )
@@ -179,7 +180,9 @@ func (in *Init) mountSlot(disk *diskInfo) error {
 	return nil
 }
 
-// stateKind tells what a TERRA-STATE partition holds.
+// stateKind tells what a TERRA-STATE partition holds: "ext4", "luks"
+// (encrypted), "new" (created by Terrarium, never formatted) or
+// "unknown".
 func stateKind(dev string) (string, error) {
 	f, err := os.Open(dev)
 	if err != nil {
@@ -193,6 +196,8 @@ func stateKind(dev string) (string, error) {
 	switch {
 	case b[1080] == 0x53 && b[1081] == 0xEF:
 		return "ext4", nil
+	case bytes.HasPrefix(b, []byte(statecrypt.Magic)):
+		return "luks", nil
 	case bytes.HasPrefix(b, []byte(layout.StateUnformattedMagic)):
 		return "new", nil
 	}
@@ -200,8 +205,9 @@ func stateKind(dev string) (string, error) {
 }
 
 // ensureStateFS formats TERRA-STATE when (and only when) it is the fresh
-// partition created by Terrarium, or the operator asked for a reset, then
-// mounts it.
+// partition created by Terrarium, or the operator asked for a reset — as
+// an encrypted volume on a machine with a TPM (makeState) — opens it when
+// it is encrypted, then mounts it.
 func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 	dev, _ := disk.partDev(layout.LabelState)
 	kind, err := stateKind(dev)
@@ -209,40 +215,61 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 		return err
 	}
 	_, reset := in.cmdline[layout.CmdlineResetState]
+	fsdev, encryption := dev, layout.StateEncryptionNone
 	switch {
 	case kind == "ext4" && !reset:
+	case kind == "luks" && !reset:
+		encryption = layout.StateEncryptionTPM
+		fsdev, err = in.openState(ctx, dev)
+		if errors.Is(err, errUnfinished) {
+			reset = true // made again below: it never held anything
+			fsdev, encryption, err = in.makeState(ctx, dev, "its creation was interrupted")
+		}
+		if err != nil {
+			return err
+		}
+		kind = "luks"
 	case kind == "new" || reset:
-		in.say("formatting TERRA-STATE %s as ext4 (reason: %s)", dev, map[bool]string{true: "reset requested", false: "new partition"}[reset])
-		if err := in.chrootRun(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev); err != nil {
+		fsdev, encryption, err = in.makeState(ctx, dev, map[bool]string{true: "reset requested", false: "new partition"}[reset])
+		if err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("TERRA-STATE %s holds no ext4 filesystem and was not created by Terrarium; refusing to format it. Boot once with %s on the kernel command line to format it (this erases it)", dev, layout.CmdlineResetState)
+		return fmt.Errorf("TERRA-STATE %s holds neither an ext4 filesystem nor an encrypted volume, and was not created by Terrarium; refusing to format it. Boot once with %s on the kernel command line to format it (this erases it)", dev, layout.CmdlineResetState)
 	}
 	mnt := filepath.Join(in.sysroot, layout.StateMount)
-	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
+	if err := unix.Mount(fsdev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", fsdev, mnt, err)
 	}
-	if kind == "ext4" && !reset {
+	if (kind == "ext4" || kind == "luks") && !reset {
 		if at, ok := nodestate.At(mnt).ResetRequested(); ok {
-			// `firstboot reset` asked for it (and was confirmed).
-			in.say("formatting TERRA-STATE %s as ext4 (reason: `firstboot reset` %s)", dev, at)
+			// `firstboot reset` asked for it (and was confirmed): made
+			// again, an encrypted one under a new key, so that what the
+			// old one held cannot be read again.
 			if err := unix.Unmount(mnt, 0); err != nil {
 				return fmt.Errorf("unmount %s for the requested reset: %w", mnt, err)
 			}
-			if err := in.chrootRun(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev); err != nil {
+			if fsdev != dev {
+				if err := in.closeState(ctx); err != nil {
+					return err
+				}
+			}
+			if fsdev, encryption, err = in.makeState(ctx, dev, "`firstboot reset` "+at); err != nil {
 				return err
 			}
-			if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
-				return fmt.Errorf("mount %s on %s: %w", dev, mnt, err)
+			if err := unix.Mount(fsdev, mnt, "ext4", unix.MS_NOATIME|unix.MS_NODEV, ""); err != nil {
+				return fmt.Errorf("mount %s on %s: %w", fsdev, mnt, err)
 			}
 			reset = true
 		}
 	}
-	if !reset && kind == "ext4" {
-		in.growStateFS(dev, mnt)
+	if err := in.writeStateEncryption(encryption); err != nil {
+		return fmt.Errorf("write %s: %w", in.stateEncryptionFile, err)
 	}
-	return in.layoutState(ctx, mnt, kind != "ext4" || reset)
+	if !reset && (kind == "ext4" || kind == "luks") {
+		in.growStateFS(fsdev, mnt)
+	}
+	return in.layoutState(ctx, mnt, kind == "new" || kind == "unknown" || reset)
 }
 
 // layoutState makes STATE's directories and seeds /var from the image the
@@ -302,6 +329,14 @@ func (in *Init) mountOverlays(context.Context) error {
 // chrootRun runs a tool of the slot's root filesystem (mkfs.ext4), with
 // /dev, /proc and /sys bound in for the duration.
 func (in *Init) chrootRun(ctx context.Context, name string, args ...string) error {
+	_, err := in.chrootOutput(ctx, nil, name, args...)
+	return err
+}
+
+// chrootOutput runs a tool of the slot's root filesystem with stdin as its
+// input (cryptsetup reads keys from it) and returns its output. udev runs
+// only after the switch of root: device-mapper makes its own nodes.
+func (in *Init) chrootOutput(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	var bound []string
 	defer func() {
 		for i := len(bound) - 1; i >= 0; i-- {
@@ -311,14 +346,17 @@ func (in *Init) chrootRun(ctx context.Context, name string, args ...string) erro
 	for _, m := range []string{"/dev", "/proc", "/sys"} {
 		dst := filepath.Join(in.sysroot, m)
 		if err := unix.Mount(m, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return &os.PathError{Op: "bind mount", Path: dst, Err: err}
+			return nil, &os.PathError{Op: "bind mount", Path: dst, Err: err}
 		}
 		bound = append(bound, dst)
 	}
 	cmd := exec.CommandContext(ctx, "/bin/busybox", append([]string{"chroot", in.sysroot, name}, args...)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DM_DISABLE_UDEV=1"}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()+" "+stdout.String()))
 	}
-	return nil
+	return stdout.Bytes(), nil
 }
