@@ -62,7 +62,7 @@ func startTPM(cfg Config) (*tpmProcess, error) {
 		select {
 		case <-p.done:
 			log, _ := os.ReadFile(filepath.Join(cfg.Dir, TPMLog)) // best effort: the error says what happened
-			return nil, fmt.Errorf("swtpm exited before it listened (%v): %s", waitErr, log)
+			return nil, fmt.Errorf("swtpm exited before it listened (%w): %s", waitErr, log)
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -148,12 +148,12 @@ func readHeaderAt(r io.ReaderAt, off int64) (*Header, error) {
 	}
 	// The whole area must be there before it is read (and allocated).
 	if _, err := r.ReadAt(make([]byte, 1), off+int64(size)-1); err != nil {
-		return nil, fmt.Errorf("%w: a header of %d bytes at %d does not fit: %v", ErrMalformed, size, off, err)
+		return nil, fmt.Errorf("%w: a header of %d bytes at %d does not fit: %w", ErrMalformed, size, off, err)
 	}
 	all := make([]byte, size)
 	copy(all, bin)
 	if _, err := r.ReadAt(all[binaryHeaderSize:], off+binaryHeaderSize); err != nil {
-		return nil, fmt.Errorf("%w: read the JSON area: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: read the JSON area: %w", ErrMalformed, err)
 	}
 	want := make([]byte, sha256.Size)
 	copy(want, all[448:448+sha256.Size])
@@ -170,7 +170,7 @@ func readHeaderAt(r io.ReaderAt, off int64) (*Header, error) {
 		Tokens   map[string]Token           `json:"tokens"`
 	}
 	if err := json.Unmarshal(area, &meta); err != nil {
-		return nil, fmt.Errorf("%w: JSON area: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: JSON area: %w", ErrMalformed, err)
 	}
 	h := &Header{UUID: cString(bin[168:208]), Label: cString(bin[24:72]), Tokens: meta.Tokens}
 	for id := range meta.Keyslots {

@@ -68,7 +68,7 @@ func (v Volume) AddKey(ctx context.Context, key, newKey []byte, slot int) error 
 	if err != nil {
 		return fmt.Errorf("add a key to %s: %w", v.Device, err)
 	}
-	defer os.Remove(f.Name())
+	defer func() { _ = os.Remove(f.Name()) }() // in /run: gone at the next boot anyway
 	_, err = f.Write(key)
 	if cerr := f.Close(); err == nil {
 		err = cerr
