@@ -126,6 +126,7 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 	f.BoolVar(&o.Topology.NoMetrics, "no-metrics", false, "leave the cluster without its resource metrics API (metrics-server: kubectl top, autoscaling on CPU and memory)")
 	f.BoolVar(&o.Topology.BackupVolumes, "backup-volumes", false, "carry each node's local volumes in its backups: a TERRA-BACKUP stick inserted into any node receives them, encrypted to that node's own passphrase (docs/operations/backup.md)")
 	f.StringSliceVar(&o.Topology.LoadBalancer, "load-balancer", nil, "addresses MetalLB gives Services of type LoadBalancer, announced on the cluster's link: FIRST-LAST or CIDR (repeat or comma-separate; default none, no MetalLB)")
+	f.StringVar(&o.Topology.StateEncryption, "state-encryption", "", "what every node requires of its TERRA-STATE: tpm (encrypted, its key sealed by the machine's TPM; a node without one refuses its config and waits) or none (accept it plain); default: encrypted where the machine has a TPM (docs/state-encryption.md)")
 	f.StringArrayVar(&sshKeys, "ssh-key", nil, "authorized_keys file for the admin user (repeat)")
 	f.StringVar(&adminName, "admin", machineconfig.DefaultAdminName, "admin user name")
 	f.StringVar(&o.SecretsPath, "secrets", "", "cluster secrets file, reused when it exists (default OUT/secrets.yaml)")

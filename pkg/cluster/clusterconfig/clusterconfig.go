@@ -62,6 +62,11 @@ type Topology struct {
 	// gives Services of type LoadBalancer on the cluster's link
 	// (machineconfig.LoadBalancer on every node); none: no MetalLB.
 	LoadBalancer []string
+	// StateEncryption is what every node requires of its TERRA-STATE
+	// (machineconfig.State.Encryption): "tpm" makes a node without an
+	// encrypted one refuse its config and wait; "" leaves it to each
+	// machine.
+	StateEncryption string
 }
 
 // Role of node i in the ordered list ControlPlanes+Workers.
@@ -226,6 +231,9 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		}
 		if len(t.LoadBalancer) > 0 {
 			c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: slices.Clone(t.LoadBalancer)}
+		}
+		if t.StateEncryption != "" {
+			c.State = &machineconfig.State{Encryption: t.StateEncryption}
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

@@ -105,3 +105,25 @@ func TestLoadBalancerPool(t *testing.T) {
 		assert.Empty(t, entries, "a refused topology writes nothing")
 	}
 }
+
+// --state-encryption tpm makes every node require an encrypted
+// TERRA-STATE; by default no node's config says, and each machine does
+// what it can; a value the machine config does not know is refused.
+func TestStateEncryption(t *testing.T) {
+	for _, want := range []string{"", "tpm", "none"} {
+		dir := t.TempDir()
+		topo := topology()
+		topo.StateEncryption = want
+		_, err := Write(WriteOptions{Topology: topo, ClusterName: "lab", SecretsPath: filepath.Join(dir, "secrets.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now})
+		require.NoError(t, err)
+		for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+			assert.Equal(t, want, parsed(t, dir, n).StateEncryption(), n)
+		}
+	}
+	dir := t.TempDir()
+	topo := topology()
+	topo.StateEncryption = "luks"
+	_, err := Write(WriteOptions{Topology: topo, ClusterName: "lab", SecretsPath: filepath.Join(dir, "secrets.yaml"), OutDir: dir, TokenTTL: time.Hour, Now: now})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `state.encryption: "luks" is not an encryption`)
+}

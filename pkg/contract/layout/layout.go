@@ -300,8 +300,8 @@ const (
 	// the boot.
 	RunTrialBoot = "/run/terrarium/trial-boot"
 	// RunStateEncryption says which encryption TERRA-STATE has on this
-	// boot: StateEncryptionTPM or StateEncryptionNone. The initramfs
-	// writes it.
+	// boot: StateEncryptionTPM, or StateEncryptionNone followed by why
+	// ("none this machine has no TPM 2.0"). The initramfs writes it.
 	RunStateEncryption = "/run/terrarium/state-encryption"
 	// KubeletClientCert is the kubelet's client certificate and key (one
 	// PEM file, kept current by the kubelet): a cluster node's identity,

@@ -155,6 +155,7 @@ var fields = []Field{
 	{"$.install.disk.maxSize", Public},
 	{"$.install.wipe", Public},
 	{"$.state.reserveMiB", Public},
+	{"$.state.encryption", Public},
 
 	{"$.ignition", IgnitionConfig},
 	{"$.ignition.ignition.version", Public},

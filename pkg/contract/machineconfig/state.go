@@ -1,6 +1,11 @@
 package machineconfig
 
-import "math"
+import (
+	"math"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
+)
 
 // State tunes how the node uses its TERRA-STATE partition.
 type State struct {
@@ -9,6 +14,32 @@ type State struct {
 	// writes: one that would leave less is refused before it writes,
 	// naming the sizes. 0 means the default (DefaultStateReserveMiB).
 	ReserveMiB uint64 `yaml:"reserveMiB,omitempty"`
+	// Encryption is the encryption the node requires of TERRA-STATE:
+	// "tpm" (LUKS2, its key sealed by the machine's TPM: a node whose
+	// STATE is not so refuses the config, by name, and waits for
+	// another) or "none" (a plain STATE is accepted without a warning).
+	// Absent: a machine with a TPM encrypts, one without runs plain and
+	// warns at every boot (docs/state-encryption.md).
+	Encryption string `yaml:"encryption,omitempty"`
+}
+
+// StateEncryption is the encryption the config requires of TERRA-STATE
+// (layout.StateEncryptionTPM, layout.StateEncryptionNone), or "" when it
+// leaves it to the machine.
+func (c *Config) StateEncryption() string {
+	if c.State == nil {
+		return ""
+	}
+	return c.State.Encryption
+}
+
+func validateState(ps *strictyaml.Problems, at strictyaml.Path, s State) {
+	switch s.Encryption {
+	case "", layout.StateEncryptionTPM, layout.StateEncryptionNone:
+	default:
+		ps.Addf(at.Field("encryption"), "%q is not an encryption; use %q (require TERRA-STATE encrypted with a key the TPM seals) or %q (accept it plain), or leave it out (encrypted where the machine has a TPM)",
+			s.Encryption, layout.StateEncryptionTPM, layout.StateEncryptionNone)
+	}
 }
 
 // DefaultStateReserveMiB is State.ReserveMiB's default: room for etcd's

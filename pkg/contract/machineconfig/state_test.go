@@ -26,3 +26,26 @@ func TestStateReserveBytes(t *testing.T) {
 		})
 	}
 }
+
+func TestStateEncryption(t *testing.T) {
+	const header = "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\n"
+	for _, tc := range []struct {
+		name, yaml, want, problem string
+	}{
+		{name: "absent: the machine's", want: ""},
+		{name: "required", yaml: "state:\n  encryption: tpm\n", want: "tpm"},
+		{name: "plain accepted", yaml: "state:\n  encryption: none\n", want: "none"},
+		{name: "unknown", yaml: "state:\n  encryption: luks\n", problem: `state.encryption: "luks" is not an encryption; use "tpm"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("machine.yaml", []byte(header+tc.yaml))
+			if tc.problem != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.problem)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, c.StateEncryption())
+		})
+	}
+}

@@ -36,6 +36,9 @@ func (c *Config) validate() strictyaml.Problems {
 	if c.Install != nil {
 		validateInstall(&ps, root.Field("install"), *c.Install)
 	}
+	if c.State != nil {
+		validateState(&ps, root.Field("state"), *c.State)
+	}
 	if c.Ignition != "" {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(c.Ignition), &obj); err != nil {

@@ -124,8 +124,9 @@ type runner struct {
 	secureBoot efiboot.SecureBootMode
 	// stateEncryption is TERRA-STATE's encryption at this boot, as the
 	// initramfs found or made it (layout.RunStateEncryption); "" when it
-	// did not say (an initramfs of an earlier release).
-	stateEncryption string
+	// did not say (an initramfs of an earlier release); plainBecause says
+	// why a plain one is.
+	stateEncryption, plainBecause string
 	// flow forms or joins the cluster (a cluster node's later phases).
 	flow *kubeadmflow.Flow
 	// changing is held by whatever changes the node while it runs — a
@@ -178,7 +179,7 @@ func newRunner(o Options) (*runner, error) {
 		o.Log.Warn("status: the firmware's Secure Boot mode is not shown", "err", err)
 	}
 	if b, err := os.ReadFile(h.Path(layout.RunStateEncryption)); err == nil {
-		r.stateEncryption = strings.TrimSpace(string(b))
+		r.stateEncryption, r.plainBecause, _ = strings.Cut(strings.TrimSpace(string(b)), " ")
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		o.Log.Warn("status: TERRA-STATE's encryption is not shown", "err", err)
 	}
@@ -214,6 +215,21 @@ func (r *runner) saySecureBoot() {
 	}
 }
 
+// stateEncryptionAdmissible refuses a config that requires an encrypted
+// TERRA-STATE (required, the config's state.encryption) on a node whose
+// STATE is not (inForce, what the initramfs said, and plainBecause, why).
+func stateEncryptionAdmissible(required, inForce, plainBecause string) error {
+	if required != layout.StateEncryptionTPM || inForce == layout.StateEncryptionTPM {
+		return nil
+	}
+	why := plainBecause
+	if inForce == "" {
+		why = "this slot's initramfs does not say that it is"
+	}
+	return fmt.Errorf("state.encryption: %q requires TERRA-STATE encrypted with a key the TPM seals, and this node's is not (%s): switch the machine's TPM 2.0 on in its firmware and boot once with %s on the kernel command line to make TERRA-STATE again, encrypted (this erases it); or set state.encryption: %q to accept it plain",
+		required, why, layout.CmdlineResetState, layout.StateEncryptionNone)
+}
+
 // sayStateEncryption tells the console whether TERRA-STATE, which holds
 // every secret the node has, is encrypted.
 func (r *runner) sayStateEncryption() {
@@ -221,7 +237,7 @@ func (r *runner) sayStateEncryption() {
 	case layout.StateEncryptionTPM:
 		r.say("TERRA-STATE: encrypted (LUKS2, its key sealed by this machine's TPM)")
 	case layout.StateEncryptionNone:
-		r.say("TERRA-STATE: NOT encrypted: this machine has no TPM 2.0, and a copy of its disk gives away the node's secrets (docs/state-encryption.md)")
+		r.say("TERRA-STATE: NOT encrypted: %s, and a copy of its disk gives away the node's secrets (docs/state-encryption.md)", r.plainBecause)
 	}
 }
 
@@ -466,6 +482,9 @@ func (r *runner) admissible(cfg *machineconfig.Config) error {
 		return err
 	}
 	if err := r.admissibleIgnition(cfg); err != nil {
+		return err
+	}
+	if err := stateEncryptionAdmissible(cfg.StateEncryption(), r.stateEncryption, r.plainBecause); err != nil {
 		return err
 	}
 	if name := nodephases.AdminName(cfg); name != "" && name != nodephases.ManagedAdmin(r.o.Host) {

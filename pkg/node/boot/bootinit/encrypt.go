@@ -51,15 +51,22 @@ func (in *Init) openTPM() (tpm transport.TPMCloser, ok bool, err error) {
 // makeState makes a new TERRA-STATE on dev, erasing it: a LUKS2 volume
 // whose key the TPM seals when the machine has a TPM, else a plain one. It
 // returns the device that holds the filesystem and the encryption in
-// force (layout.StateEncryption*).
+// force (layout.StateEncryption*, followed for a plain one by why).
 func (in *Init) makeState(ctx context.Context, dev, reason string) (fsdev, encryption string, err error) {
 	tpm, ok, err := in.openTPM()
 	if err != nil {
 		return "", "", err
 	}
+	plain := "this machine has no TPM 2.0"
+	if ok {
+		if _, err := os.Stat(filepath.Join(in.sysroot, "usr/sbin/cryptsetup")); err != nil {
+			_ = tpm.Close() // not used
+			ok, plain = false, "this image carries no cryptsetup (its build spec's os.packages lacks cryptsetup-bin)"
+		}
+	}
 	if !ok {
-		in.say("formatting TERRA-STATE %s as ext4, NOT encrypted: this machine has no TPM 2.0 (reason: %s)", dev, reason)
-		return dev, layout.StateEncryptionNone, in.mkfsState(ctx, dev)
+		in.say("formatting TERRA-STATE %s as ext4, NOT encrypted: %s (reason: %s)", dev, plain, reason)
+		return dev, layout.StateEncryptionNone + " " + plain, in.mkfsState(ctx, dev)
 	}
 	defer tpm.Close()
 	in.say("encrypting TERRA-STATE %s (LUKS2, its key sealed to this machine's TPM against the Secure Boot state, PCR 7; reason: %s)", dev, reason)
