@@ -21,7 +21,9 @@ import (
 // UKIs another site's key signed (its firmware would refuse them), then
 // takes one its site signed from a TERRA-UPGRADE stick: it checks the new
 // slot's UKI against the firmware's db, writes it, reboots into it under
-// Secure Boot and blesses it.
+// Secure Boot and blesses it. The machine has a TPM: its TERRA-STATE,
+// encrypted under the enrolled keys, opens in the new slot without a
+// recovery key (the new UKIs' signer is the one PCR 7 recorded).
 func TestSecureBootUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
@@ -50,10 +52,12 @@ func TestSecureBootUpgrade(t *testing.T) {
 	key := newSSHKey(t)
 	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
 	m.secureBoot = true
+	m.tpm = true
 	sshPort := m.forwardSSH()
 	vm := bootForUpgrades(ctx, t, m, key, "sb-node", step)
 	assert.Contains(t, vm.Console(), "Custom Secure Boot keys successfully enrolled", "systemd-boot enrolled the site's keys")
 	assert.Contains(t, vm.Console(), "terrarium: Secure Boot: on")
+	assert.Contains(t, vm.Console(), "terrarium: TERRA-STATE: encrypted")
 	plug := stickPlugger(ctx, t, func() *qemu.VM { return vm }, sticks)
 	plug("foreign")
 	// The whole line: the console may hold only its start when first read.
@@ -67,6 +71,7 @@ func TestSecureBootUpgrade(t *testing.T) {
 	plug("good")
 	expectWithin(ctx, t, vm, step, `slot b's UKI is signed by qemu-site Secure Boot db`)
 	expectWithin(ctx, t, vm, step, `upgrade: 0\.2\.0 installed into slot b`)
+	expectWithin(ctx, t, vm, step, `terrarium-init: opened encrypted TERRA-STATE /dev/vda\d+ with the key this machine's TPM unsealed`)
 	expectWithin(ctx, t, vm, step, `Terrarium 0\.2\.0, slot b, boot \d+`)
 	expectWithin(ctx, t, vm, step, `terrarium: Secure Boot: on`)
 	expectWithin(ctx, t, vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
