@@ -21,7 +21,7 @@ var installChannel = channel{
 	// The machine config comes by QEMU's fw_cfg, as in the table's
 	// fw_cfg case on a disk image.
 	name: "the ISO on a USB stick installs onto the empty disk, which boots enrolled; the ISO hands over to it",
-	iso:  "usb", install: true,
+	iso:  "usb", install: true, tpm: true,
 	fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
 		config := adminConfig("installed", key, "install:\n  disk:\n    minSize: 4GiB\n")
 		return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
@@ -33,13 +33,18 @@ var installChannel = channel{
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 3, out)
 		assert.Regexp(t, `^/dev/vda2\s+squashfs$`, lines[0], "the root is the installed slot A")
-		assert.Regexp(t, `^/dev/vda4\s+ext4$`, lines[1], "STATE is the installed disk's")
+		assert.Regexp(t, `^/dev/mapper/terrarium-state\s+ext4$`, lines[1], "STATE is the installed disk's, encrypted")
+		out, err = ssh.read("lsblk -rno NAME,TYPE,PARTLABEL -s /dev/mapper/terrarium-state | xargs")
+		require.NoError(t, err, out)
+		assert.Regexp(t, `^terrarium-state crypt\s+vda4 part TERRA-STATE`, strings.TrimSpace(out), "the encrypted volume is TERRA-STATE on the installed disk")
 		assert.Equal(t, "EFI TERRA-A TERRA-B TERRA-STATE", lines[2])
 	},
 }
 
-// TestISOInstall: the ISO on a USB stick installs onto the empty disk,
-// which then boots enrolled from the config the live system was given;
+// TestISOInstall: the ISO on a USB stick installs onto the empty disk of
+// a machine with a TPM, its TERRA-STATE encrypted with a key the TPM
+// seals, which then boots enrolled from the config the live system was
+// given, opening it;
 // rebooted with the ISO still first, the ISO hands over to the disk.
 func TestISOInstall(t *testing.T) {
 	runChannel(t, len(channels), installChannel)

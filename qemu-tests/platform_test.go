@@ -35,6 +35,8 @@ type channel struct {
 	// with the ISO still first in the boot order: the ISO hands the boot
 	// over to the disk.
 	install bool
+	// tpm gives the machine a TPM 2.0 (machine.tpm).
+	tpm bool
 	// installRefused marks an install the node must refuse: the console
 	// must match it, the status say failed, and the disk stay empty.
 	installRefused string
@@ -325,6 +327,7 @@ func runChannel(t *testing.T, i int, c channel) {
 		m = newMachine(t, fixture(t, "TERRARIUM_IMAGE"))
 	}
 	m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
+	m.tpm = c.tpm
 	key := newSSHKey(t)
 	port := freePort(t)
 	// QEMU forwards to the address its DHCP hands out unless told

@@ -15,6 +15,8 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/statecrypt"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/tpmseal"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 	"golang.org/x/sys/unix"
@@ -41,6 +43,38 @@ var errLiveUpgrade = errors.New("this node runs live from the ISO, which has no 
 // refuseLive is a live boot's Installer.
 func refuseLive(context.Context, *upgrade.Verified, layout.Slot, release.Release, upgrade.Policy, host.Reporter) (slotinstall.Result, error) {
 	return slotinstall.Result{}, errLiveUpgrade
+}
+
+// installMapperName is the name the installed system's encrypted
+// TERRA-STATE is opened as while it is seeded: not the live boot's own.
+const installMapperName = "terrarium-install-state"
+
+// formatInstalledState makes the installed system's TERRA-STATE on dev
+// as its own first boot would (bootinit): a LUKS2 volume whose key this
+// machine's TPM seals against PCR 7 — the same value when the installed
+// disk boots, since PCR 7 records the firmware's Secure Boot state, not
+// the boot medium — or, without a TPM, a plain one, said so.
+func formatInstalledState(ctx context.Context, h *host.Host, dev string, say func(string)) (string, func() error, error) {
+	mkfs := func(ctx context.Context, dev string) error {
+		return h.Run(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev)
+	}
+	tpm, ok, err := tpmseal.Open(h.Path(tpmseal.Device))
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok {
+		say(fmt.Sprintf("TERRA-STATE %s NOT encrypted: this machine has no TPM 2.0 (docs/state-encryption.md)", dev))
+		return dev, nil, mkfs(ctx, dev)
+	}
+	defer tpm.Close()
+	say(fmt.Sprintf("encrypting TERRA-STATE %s (LUKS2, its key sealed to this machine's TPM against the Secure Boot state, PCR 7)", dev))
+	fsdev, err := statecrypt.Create(ctx, statecrypt.Volume{Device: dev, Run: statecrypt.Exec{}}, tpm, layout.LabelStateLUKS, installMapperName, mkfs)
+	if err != nil {
+		return "", nil, err
+	}
+	return fsdev, func() error {
+		return statecrypt.Close(context.WithoutCancel(ctx), statecrypt.Exec{}, installMapperName)
+	}, nil
 }
 
 // liveDiskInstaller is a live boot's ISOInstaller: the ISO mounted on
@@ -107,8 +141,8 @@ func liveDiskInstaller(h *host.Host) ISOInstaller {
 				PartitionDev: func(ctx context.Context, n int) (string, error) {
 					return installer.WaitPartition(ctx, "/sys/class/block", target.Name, n)
 				},
-				Format: func(ctx context.Context, dev string) error {
-					return h.Run(ctx, "mkfs.ext4", "-F", "-q", "-L", layout.LabelStateFS, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev)
+				Format: func(ctx context.Context, dev string) (string, func() error, error) {
+					return formatInstalledState(ctx, h, dev, say)
 				},
 				WithMounted: func(ctx context.Context, dev string, fn func(dir string) error) error {
 					if err := os.MkdirAll(mnt, 0o700); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/tpmseal"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,7 +68,7 @@ func New(console io.Writer) *Init {
 		},
 		trialRebootDelay:    10 * time.Second,
 		trialMarker:         layout.RunTrialBoot,
-		tpmDevice:           defaultTPMDevice,
+		tpmDevice:           tpmseal.Device,
 		stateEncryptionFile: layout.RunStateEncryption,
 	}
 }

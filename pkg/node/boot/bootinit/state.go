@@ -221,7 +221,7 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 	case kind == "luks" && !reset:
 		encryption = layout.StateEncryptionTPM
 		fsdev, err = in.openState(ctx, dev)
-		if errors.Is(err, errUnfinished) {
+		if errors.Is(err, statecrypt.ErrUnfinished) {
 			reset = true // made again below: it never held anything
 			fsdev, encryption, err = in.makeState(ctx, dev, "its creation was interrupted")
 		}

@@ -44,8 +44,11 @@ type State struct {
 	// PartitionDev waits for partition n (1-based) of the target to
 	// appear and returns its device node.
 	PartitionDev func(ctx context.Context, n int) (string, error)
-	// Format makes an ext4 filesystem labelled layout.LabelStateFS on dev.
-	Format func(ctx context.Context, dev string) error
+	// Format makes TERRA-STATE on dev: an ext4 filesystem labelled
+	// layout.LabelStateFS, on dev itself or in an encrypted volume it
+	// opens. It returns the device that holds the filesystem and what
+	// closes the volume (nil when it opened none).
+	Format func(ctx context.Context, dev string) (fsdev string, closeVolume func() error, err error)
 	// WithMounted mounts dev for fn.
 	WithMounted func(ctx context.Context, dev string, fn func(dir string) error) error
 	// Seed writes what the installed system starts from (the node's
@@ -336,18 +339,26 @@ func copyAt(ctx context.Context, f *os.File, file string, off int64, what string
 }
 
 // makeState formats the new TERRA-STATE (partition n) and seeds it.
-func makeState(ctx context.Context, s *State, n int) error {
+func makeState(ctx context.Context, s *State, n int) (err error) {
 	dev, err := s.PartitionDev(ctx, n)
 	if err != nil {
 		return fmt.Errorf("TERRA-STATE on the target: %w", err)
 	}
-	if err := s.Format(ctx, dev); err != nil {
+	fsdev, closeVolume, err := s.Format(ctx, dev)
+	if err != nil {
 		return fmt.Errorf("format TERRA-STATE %s: %w", dev, err)
+	}
+	if closeVolume != nil {
+		defer func() {
+			if cerr := closeVolume(); err == nil && cerr != nil {
+				err = fmt.Errorf("close TERRA-STATE %s: %w", dev, cerr)
+			}
+		}()
 	}
 	if s.Seed == nil {
 		return nil
 	}
-	return s.WithMounted(ctx, dev, func(dir string) error {
+	return s.WithMounted(ctx, fsdev, func(dir string) error {
 		return s.Seed(dir)
 	})
 }

@@ -262,15 +262,19 @@ func TestInstall(t *testing.T) {
 	size := int64(1 << 30)
 	disk := target(t, size, nil)
 	seeded := t.TempDir()
-	var formatted, lines []string
+	var formatted, mounted, closed, lines []string
 	efi := &efiboot.Vars{Dir: t.TempDir()}
 	res, err := Install(context.Background(), Options{
 		Target: Disk{Name: "vda", Size: size}, Medium: m.Medium, Dev: disk, Boot: efi,
 		Report: func(s string) { lines = append(lines, s) },
 		State: &State{
 			PartitionDev: func(_ context.Context, n int) (string, error) { return "partition-" + string(rune('0'+n)), nil },
-			Format:       func(_ context.Context, dev string) error { formatted = append(formatted, dev); return nil },
+			Format: func(_ context.Context, dev string) (string, func() error, error) {
+				formatted = append(formatted, dev)
+				return "/dev/mapper/" + dev, func() error { closed = append(closed, dev); return nil }, nil
+			},
 			WithMounted: func(_ context.Context, dev string, fn func(string) error) error {
+				mounted = append(mounted, dev)
 				return fn(seeded)
 			},
 			Seed: func(dir string) error { return os.WriteFile(filepath.Join(dir, "seed"), []byte("enrolled"), 0o600) },
@@ -279,6 +283,8 @@ func TestInstall(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, hexSum(m.slot), res.SlotSHA256)
 	assert.Equal(t, []string{"partition-4"}, formatted, "TERRA-STATE is the fourth partition")
+	assert.Equal(t, []string{"/dev/mapper/partition-4"}, mounted, "seeded where Format made the filesystem (an encrypted volume's)")
+	assert.Equal(t, []string{"partition-4"}, closed, "the volume Format opened is closed after")
 	assert.FileExists(t, filepath.Join(seeded, "seed"))
 	assert.Contains(t, strings.Join(lines, "\n"), "writing slot A: 100%")
 

@@ -15,15 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hostRunner runs this machine's cryptsetup.
-type hostRunner struct{}
-
-func (hostRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	return cmd.CombinedOutput()
-}
-
 func randomKey(t *testing.T) []byte {
 	t.Helper()
 	k := make([]byte, KeySize)
@@ -42,7 +33,7 @@ func newVolume(t *testing.T) (Volume, []byte) {
 	dev := filepath.Join(t.TempDir(), "state.img")
 	require.NoError(t, os.WriteFile(dev, nil, 0o600))
 	require.NoError(t, os.Truncate(dev, 32<<20))
-	v := Volume{Device: dev, Run: hostRunner{}}
+	v := Volume{Device: dev, Run: Exec{}}
 	key := randomKey(t)
 	require.NoError(t, v.Format(context.Background(), key, "TERRA-STATE"))
 	return v, key
@@ -85,7 +76,7 @@ func TestFormatAndTokens(t *testing.T) {
 }
 
 func TestFormatRefusesAShortKey(t *testing.T) {
-	v := Volume{Device: "/nonexistent", Run: hostRunner{}}
+	v := Volume{Device: "/nonexistent", Run: Exec{}}
 	err := v.Format(context.Background(), []byte("short"), "x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "a key of 5 bytes, want 32")

@@ -1,17 +1,36 @@
 package statecrypt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 )
 
 // Runner runs a program (cryptsetup) with stdin as its input and returns
 // its output; the initramfs runs it in the slot's root filesystem.
 type Runner interface {
 	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
+
+// Exec runs programs on this machine (cryptsetup for firstboot, which
+// runs in the root it opens volumes for).
+type Exec struct{}
+
+// Run implements Runner.
+func (Exec) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
 }
 
 // KeySize is the size of the keys that open a volume: the sealed key and

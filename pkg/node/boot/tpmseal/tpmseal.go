@@ -24,10 +24,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
+	"github.com/google/go-tpm/tpm2/transport/linuxtpm"
 )
 
 // SecureBootPCR is PCR 7: the firmware measures into it whether Secure
@@ -35,6 +37,23 @@ import (
 // image it ran. Our upgrades sign with the key the firmware already
 // trusts, so it stays the same across them.
 const SecureBootPCR = 7
+
+// Device is the kernel's TPM 2.0 resource manager, which every program
+// shares.
+const Device = "/dev/tpmrm0"
+
+// Open opens the TPM 2.0 at path (Device); ok is false when the machine
+// has none.
+func Open(path string) (tpm transport.TPMCloser, ok bool, err error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	tpm, err = linuxtpm.Open(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("open the TPM %s: %w", path, err)
+	}
+	return tpm, true, nil
+}
 
 // MaxSecret is the largest secret Seal takes (a keyed-hash object's
 // sensitive data holds up to 128 bytes).

@@ -2,33 +2,20 @@ package tpmseal
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
-	"github.com/google/go-tpm/tpm2/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// extend measures data into pcr, as the firmware does.
-func extend(t *testing.T, tpm transport.TPM, pcr int, data string) {
-	t.Helper()
-	d := sha256.Sum256([]byte(data))
-	_, err := tpm2.PCRExtend{
-		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(pcr), Auth: tpm2.PasswordAuth(nil)},
-		Digests: tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{
-			HashAlg: tpm2.TPMAlgSHA256, Digest: d[:],
-		}}},
-	}.Execute(tpm)
-	require.NoError(t, err)
-}
+	"github.com/terrarium-os/terrarium/pkg/testvm/swtpm"
+)
 
 var secret = bytes.Repeat([]byte{0x5a, 0xa5}, 32)
 
 func TestSealUnseal(t *testing.T) {
-	tpm := startSwtpm(t, "")
-	extend(t, tpm, SecureBootPCR, "SecureBoot=1 PK KEK db dbx")
+	tpm := swtpm.Start(t, "")
+	tpm.Extend(t, SecureBootPCR, "SecureBoot=1 PK KEK db dbx")
 	s, err := Seal(tpm, secret, []int{SecureBootPCR})
 	require.NoError(t, err)
 	assert.Equal(t, []int{SecureBootPCR}, s.PCRs)
@@ -44,18 +31,18 @@ func TestSealUnseal(t *testing.T) {
 	assert.Equal(t, secret, got)
 
 	// Another PCR changing does not matter.
-	extend(t, tpm, 4, "another boot loader")
+	tpm.Extend(t, 4, "another boot loader")
 	got, err = Unseal(tpm, s2)
 	require.NoError(t, err)
 	assert.Equal(t, secret, got)
 }
 
 func TestUnsealRefusedWhenSecureBootStateChanges(t *testing.T) {
-	tpm := startSwtpm(t, "")
-	extend(t, tpm, SecureBootPCR, "SecureBoot=1 PK KEK db dbx")
+	tpm := swtpm.Start(t, "")
+	tpm.Extend(t, SecureBootPCR, "SecureBoot=1 PK KEK db dbx")
 	s, err := Seal(tpm, secret, []int{SecureBootPCR})
 	require.NoError(t, err)
-	extend(t, tpm, SecureBootPCR, "db: another certificate")
+	tpm.Extend(t, SecureBootPCR, "db: another certificate")
 	got, err := Unseal(tpm, s)
 	require.ErrorIs(t, err, ErrPolicy)
 	assert.Nil(t, got)
@@ -64,27 +51,27 @@ func TestUnsealRefusedWhenSecureBootStateChanges(t *testing.T) {
 
 func TestUnsealSurvivesARestartOfTheSameTPM(t *testing.T) {
 	dir := t.TempDir()
-	tpm := startSwtpm(t, dir)
+	tpm := swtpm.Start(t, dir)
 	s, err := Seal(tpm, secret, []int{SecureBootPCR})
 	require.NoError(t, err)
-	tpm.stop()
+	tpm.Stop()
 	// Same state directory, the PCRs reset by the restart and (here)
 	// measured the same way again: nothing to measure, so both zero.
-	tpm2 := startSwtpm(t, dir)
+	tpm2 := swtpm.Start(t, dir)
 	got, err := Unseal(tpm2, s)
 	require.NoError(t, err)
 	assert.Equal(t, secret, got)
 }
 
 func TestUnsealRefusedOnAnotherTPM(t *testing.T) {
-	s, err := Seal(startSwtpm(t, ""), secret, []int{SecureBootPCR})
+	s, err := Seal(swtpm.Start(t, ""), secret, []int{SecureBootPCR})
 	require.NoError(t, err)
-	_, err = Unseal(startSwtpm(t, ""), s)
+	_, err = Unseal(swtpm.Start(t, ""), s)
 	require.ErrorIs(t, err, ErrOtherTPM)
 }
 
 func TestSealChecksItsArguments(t *testing.T) {
-	tpm := startSwtpm(t, "")
+	tpm := swtpm.Start(t, "")
 	for name, tc := range map[string]struct {
 		secret []byte
 		pcrs   []int
@@ -105,7 +92,7 @@ func TestSealChecksItsArguments(t *testing.T) {
 }
 
 func TestParseRefusesWhatUnsealWouldMisuse(t *testing.T) {
-	tpm := startSwtpm(t, "")
+	tpm := swtpm.Start(t, "")
 	s, err := Seal(tpm, secret, []int{SecureBootPCR})
 	require.NoError(t, err)
 	// An object that also opens with a password, carrying our policy.

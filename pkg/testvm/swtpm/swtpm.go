@@ -1,8 +1,11 @@
-package tpmseal
+// Package swtpm runs a real software TPM 2.0 for a test: Debian's swtpm,
+// which QEMU also uses as a VM's TPM, over a Unix socket.
+package swtpm
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,21 +18,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 	"github.com/stretchr/testify/require"
 )
 
-// swtpm is a real software TPM 2.0 (Debian's swtpm, which QEMU uses as a
-// VM's TPM) serving one test over a Unix socket.
-type swtpm struct {
+// TPM is a running swtpm serving one test; it implements
+// transport.TPM.
+type TPM struct {
 	conn net.Conn
-	stop func()
+	// Stop ends it (its state stays in its directory); the test's
+	// cleanup does too.
+	Stop func()
 }
 
-// startSwtpm starts a fresh swtpm whose state lives in dir (a new one
-// when dir is ""), started up and ready for commands; the test's
-// cleanup stops it, if stop has not.
-func startSwtpm(t *testing.T, dir string) *swtpm {
+// Start starts a swtpm whose state lives in dir (a new one when dir is
+// ""), started up and ready for commands. It fails (never skips) when
+// swtpm is not installed.
+func Start(t testing.TB, dir string) *TPM {
 	t.Helper()
 	bin, err := exec.LookPath("swtpm")
 	require.NoError(t, err, "swtpm not found: run make deps")
@@ -66,12 +72,12 @@ func startSwtpm(t *testing.T, dir string) *swtpm {
 		}
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &swtpm{conn: conn, stop: stop}
+	return &TPM{conn: conn, Stop: stop}
 }
 
 // Send implements transport.TPM: a command out, its whole response back
 // (the header says how long it is).
-func (s *swtpm) Send(cmd []byte) ([]byte, error) {
+func (s *TPM) Send(cmd []byte) ([]byte, error) {
 	if _, err := s.conn.Write(cmd); err != nil {
 		return nil, err
 	}
@@ -91,4 +97,17 @@ func (s *swtpm) Send(cmd []byte) ([]byte, error) {
 	return rsp, nil
 }
 
-var _ transport.TPM = (*swtpm)(nil)
+var _ transport.TPM = (*TPM)(nil)
+
+// Extend measures data into pcr (its SHA-256 bank), as firmware does.
+func (s *TPM) Extend(t testing.TB, pcr int, data string) {
+	t.Helper()
+	d := sha256.Sum256([]byte(data))
+	_, err := tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(pcr), Auth: tpm2.PasswordAuth(nil)},
+		Digests: tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{
+			HashAlg: tpm2.TPMAlgSHA256, Digest: d[:],
+		}}},
+	}.Execute(s)
+	require.NoError(t, err)
+}
