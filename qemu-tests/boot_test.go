@@ -99,6 +99,7 @@ func TestEnrollRebootChange(t *testing.T) {
 	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
 	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE /dev/vda4 from \d+ MiB to \d+ MiB`)
 	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE's filesystem from \d+ MiB to \d+ MiB`)
+	expect(ctx, t, vm, `terrarium: TERRA-STATE: NOT encrypted: it was made without encryption \(on a machine without a TPM 2\.0, or by an earlier release\)`)
 	// expect reads on from the last match: the initramfs speaks before
 	// firstboot steps the clock.
 	stepped := expect(ctx, t, vm, `time: stepped: the clock read (\S+) \(the hardware clock read (\S+)\), before the last step this node recorded; stepped forward to (\S+),`)

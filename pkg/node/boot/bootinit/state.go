@@ -215,9 +215,10 @@ func (in *Init) ensureStateFS(ctx context.Context, disk *diskInfo) error {
 		return err
 	}
 	_, reset := in.cmdline[layout.CmdlineResetState]
-	fsdev, encryption := dev, layout.StateEncryptionNone
+	fsdev, encryption := dev, ""
 	switch {
 	case kind == "ext4" && !reset:
+		encryption = layout.StateEncryptionNone + " it was made without encryption (on a machine without a TPM 2.0, or by an earlier release)"
 	case kind == "luks" && !reset:
 		encryption = layout.StateEncryptionTPM
 		fsdev, err = in.openState(ctx, dev)
