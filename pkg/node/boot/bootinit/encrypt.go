@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/google/go-tpm/tpm2/transport"
-	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/statecrypt"
@@ -103,19 +102,4 @@ func (in *Init) writeStateEncryption(encryption string) error {
 		return err
 	}
 	return os.WriteFile(p, []byte(encryption+"\n"), 0o644)
-}
-
-// blockName is the kernel's name of the block device dev ("vda3",
-// "dm-0"), found by its device number: /dev/mapper's nodes are not named
-// so.
-func blockName(dev string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dev, &st); err != nil {
-		return "", &os.PathError{Op: "stat", Path: dev, Err: err}
-	}
-	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
-	if err != nil {
-		return "", err
-	}
-	return filepath.Base(link), nil
 }

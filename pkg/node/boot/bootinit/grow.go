@@ -197,3 +197,18 @@ func (in *Init) tryGrowStateFS(dev, mnt string) error {
 	in.say("grew TERRA-STATE's filesystem from %d MiB to %d MiB", blocks*blockSize>>20, want*blockSize>>20)
 	return nil
 }
+
+// blockName is the kernel's name of the block device dev ("vda3",
+// "dm-0"), found by its device number: /dev/mapper's nodes are not named
+// so.
+func blockName(dev string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return "", &os.PathError{Op: "stat", Path: dev, Err: err}
+	}
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Base(link), nil
+}

@@ -97,8 +97,6 @@ func Unlock(ctx context.Context, v Volume, tpm transport.TPM, name string) (stri
 
 // Close closes the volume opened as name.
 func Close(ctx context.Context, run Runner, name string) error {
-	if _, err := run.Run(ctx, nil, "cryptsetup", append(append([]string{}, common...), "close", name)...); err != nil {
-		return fmt.Errorf("cryptsetup close %s: %w", name, err)
-	}
-	return nil
+	_, err := cryptsetup(ctx, run, nil, name, "close", name)
+	return err
 }

@@ -52,9 +52,15 @@ type Volume struct {
 var common = []string{"--batch-mode", "--disable-locks"}
 
 func (v Volume) cryptsetup(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	out, err := v.Run.Run(ctx, stdin, "cryptsetup", append(append([]string{}, common...), args...)...)
+	return cryptsetup(ctx, v.Run, stdin, v.Device, args...)
+}
+
+// cryptsetup runs cryptsetup with the common arguments and args (a
+// command first) about what (a device or a mapped name).
+func cryptsetup(ctx context.Context, run Runner, stdin []byte, what string, args ...string) ([]byte, error) {
+	out, err := run.Run(ctx, stdin, "cryptsetup", append(append([]string{}, common...), args...)...)
 	if err != nil {
-		return out, fmt.Errorf("cryptsetup %s %s: %w", args[0], v.Device, err)
+		return out, fmt.Errorf("cryptsetup %s %s: %w", args[0], what, err)
 	}
 	return out, nil
 }
