@@ -97,6 +97,11 @@ Re-running with the same --secrets file reproduces the same node configs.`,
 				fmt.Printf("secrets: %s had no secrets encryption key (made before there was one): added one and saved it.\n"+
 					"  A cluster formed from these configs encrypts its Secrets in etcd; one already formed keeps them as they are.\n", w.SecretsPath)
 			}
+			if w.RecoveryKeyAdded {
+				fmt.Printf("secrets: %s had no recovery escrow key (made before there was one): added one and saved it.\n"+
+					"  Nodes enrolled from these configs derive their TERRA-STATE recovery keys against it (imagebuild config recovery-key);\n"+
+					"  nodes enrolled before keep the recovery key they showed on their console.\n", w.SecretsPath)
+			}
 			fmt.Printf("CA hash %s; bootstrap token expires %s\n", w.CACertHash, w.TokenExpires.Format(time.RFC3339))
 			fmt.Printf("configs signed with key %s (%s), which every node trusts: sign later changes with\n  imagebuild config sign --key %s NODE.yaml\n\n",
 				w.SigningKey.ID(), w.SigningKey, w.SecretsPath)

@@ -29,7 +29,7 @@ func configCmd() *cobra.Command {
 	}
 	validate.Flags().StringVar(&specPath, "spec", "", "the build spec of the image the config lands on")
 	validate.Flags().StringVar(&ignPath, "ignition", "", ignitionFlagUsage)
-	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd(), kubeconfigCmd(), backupKeyCmd(), backupOpenCmd())
+	cmd.AddCommand(configDiskCmd(), validate, configSignCmd(), configKeygenCmd(), clusterConfigCmd(), kubeconfigCmd(), backupKeyCmd(), backupOpenCmd(), recoveryKeyCmd())
 	return cmd
 }
 

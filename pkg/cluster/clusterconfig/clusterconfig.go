@@ -232,8 +232,15 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		if len(t.LoadBalancer) > 0 {
 			c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: slices.Clone(t.LoadBalancer)}
 		}
-		if t.StateEncryption != "" {
+		if t.StateEncryption != "" || s.RecoveryKey != "" {
 			c.State = &machineconfig.State{Encryption: t.StateEncryption}
+		}
+		if s.RecoveryKey != "" {
+			e, err := s.RecoveryEscrow()
+			if err != nil {
+				return nil, err
+			}
+			c.State.RecoveryKey = e.Public().String()
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

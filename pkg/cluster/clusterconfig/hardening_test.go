@@ -3,6 +3,7 @@ package clusterconfig
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,4 +106,23 @@ func TestRotateSecretsEncryptionKey(t *testing.T) {
 	assert.False(t, again.SecretsEncryptionKeyRotated)
 	assert.EqualValues(t, 2, again.Generation, "a rerun keeps the generation")
 	assert.Equal(t, []string{old}, parsed(t, filepath.Join(dir, "c"), "cp-2").Cluster.RetiredSecretsEncryptionKeys)
+}
+
+// Every node, worker or control plane, carries the public half of the
+// cluster's recovery escrow key, and nothing of its private half.
+func TestRecoveryKeyOnEveryNode(t *testing.T) {
+	dir := t.TempDir()
+	secretsPath := filepath.Join(dir, "secrets.yaml")
+	_, err := Write(WriteOptions{Topology: topology(), ClusterName: "lab", SecretsPath: secretsPath, OutDir: dir, TokenTTL: time.Hour, Now: now})
+	require.NoError(t, err)
+	s, err := clustersecrets.Load(secretsPath)
+	require.NoError(t, err)
+	e, err := s.RecoveryEscrow()
+	require.NoError(t, err)
+	for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+		assert.Equal(t, e.Public().String(), parsed(t, dir, n).StateRecoveryKey(), n)
+		data, err := os.ReadFile(filepath.Join(dir, n+".yaml"))
+		require.NoError(t, err)
+		assert.NotContains(t, string(data), strings.Split(strings.TrimSpace(s.RecoveryKey), "\n")[1], n)
+	}
 }

@@ -56,8 +56,11 @@ type Written struct {
 	// SecretsEncryptionKeyAdded is set when the secrets file predated the
 	// secrets encryption key and Write added one to it.
 	SecretsEncryptionKeyAdded bool
-	TokenExpires              time.Time
-	CACertHash                string
+	// RecoveryKeyAdded is set when the secrets file predated the
+	// recovery escrow key: Write added one and saved the file.
+	RecoveryKeyAdded bool
+	TokenExpires     time.Time
+	CACertHash       string
 	// SigningKey is the public half of the key every config is signed with.
 	SigningKey signature.PublicKey
 	Nodes      []WrittenNode
@@ -108,6 +111,9 @@ func Write(o WriteOptions) (*Written, error) {
 	if w.SecretsEncryptionKeyAdded, err = s.EnsureSecretsEncryptionKey(nil); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
+	if w.RecoveryKeyAdded, err = s.EnsureRecoveryKey(nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
+	}
 	if o.RotateSecretsEncryptionKey && !w.SecretsCreated && !w.SecretsEncryptionKeyAdded {
 		if err := s.RotateSecretsEncryptionKey(nil); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
@@ -125,7 +131,7 @@ func Write(o WriteOptions) (*Written, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.SecretsPath, err)
 	}
-	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded || w.SecretsEncryptionKeyAdded || w.SecretsEncryptionKeyRotated {
+	if w.SecretsCreated || w.TokenRotated || w.SigningKeyAdded || w.SecretsEncryptionKeyAdded || w.SecretsEncryptionKeyRotated || w.RecoveryKeyAdded {
 		if err := clustersecrets.Save(o.SecretsPath, s); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/recoverykey"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
 )
@@ -125,6 +126,12 @@ func (s *Secrets) problems(structure, expiry bool, now time.Time) strictyaml.Pro
 		// EnsureSigningKey on their next write.
 		if _, err := signature.ParsePrivateKey([]byte(s.SigningKey)); err != nil {
 			ps.Addf(root.Field("signingKey"), "%v", err)
+		}
+	}
+	if structure && s.RecoveryKey != "" {
+		// Absent is allowed, as for signingKey.
+		if _, err := recoverykey.ParseEscrow(s.RecoveryKey); err != nil {
+			ps.Addf(root.Field("recoveryKey"), "%v", err)
 		}
 	}
 	if structure && s.SecretsEncryptionKey != "" {

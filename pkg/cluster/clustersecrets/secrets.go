@@ -106,6 +106,14 @@ type Secrets struct {
 	// for good: a backup taken before a rotation holds Secrets encrypted
 	// with one of them, and its restore needs it.
 	RetiredSecretsEncryptionKeys []string `yaml:"retiredSecretsEncryptionKeys,omitempty"`
+	// RecoveryKey is the escrow key of the nodes' TERRA-STATE recovery
+	// keys: an X25519 key as one PEM "PRIVATE KEY" block (PKCS#8). Every
+	// node config carries its public half (state.recoveryKey); a node
+	// derives its recovery key against it and keeps only a recovery code,
+	// from which `imagebuild config recovery-key` gives the key back
+	// (package recoverykey). Files written before the key existed lack
+	// it: Load accepts them, and EnsureRecoveryKey adds one.
+	RecoveryKey string `yaml:"recoveryKey,omitempty"`
 	// ConfigGeneration is the generation of the node configs made from
 	// these secrets (absent: 1). A rotation raises it, so that the
 	// configs it makes are signed changes the nodes accept.
@@ -220,6 +228,9 @@ func Generate(clusterName string, now time.Time, tokenTTL time.Duration, random 
 		return nil, fmt.Errorf("generate cluster secrets: %w", err)
 	}
 	if _, err := s.EnsureSecretsEncryptionKey(random); err != nil {
+		return nil, fmt.Errorf("generate cluster secrets: %w", err)
+	}
+	if _, err := s.EnsureRecoveryKey(random); err != nil {
 		return nil, fmt.Errorf("generate cluster secrets: %w", err)
 	}
 	if err := s.Validate(); err != nil {

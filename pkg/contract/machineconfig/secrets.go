@@ -156,6 +156,7 @@ var fields = []Field{
 	{"$.install.wipe", Public},
 	{"$.state.reserveMiB", Public},
 	{"$.state.encryption", Public},
+	{"$.state.recoveryKey", Public},
 
 	{"$.ignition", IgnitionConfig},
 	{"$.ignition.ignition.version", Public},

@@ -146,6 +146,7 @@ func TestSecretNamesAreSecret(t *testing.T) {
 	public := map[string]bool{
 		"$.cluster.tokenExpires":                                 true, // a time
 		"$.trustedKeys[*].key":                                   true, // ed25519 public keys
+		"$.state.recoveryKey":                                    true, // the escrow's public half
 		"$.admin.sshAuthorizedKeys[*]":                           true,
 		"$.ignition.passwd.users[*].sshAuthorizedKeys[*]":        true,
 		"$.ignition.storage.luks[*].keyFile.compression":         true, // the resource's own fields

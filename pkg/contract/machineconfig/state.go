@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/recoverykey"
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
 )
 
@@ -21,6 +22,13 @@ type State struct {
 	// Absent: a machine with a TPM encrypts, one without runs plain and
 	// warns at every boot (docs/state-encryption.md).
 	Encryption string `yaml:"encryption,omitempty"`
+	// RecoveryKey is the public half of the cluster's escrow key
+	// ("x25519:" and base64, as imagebuild config cluster writes it): an
+	// encrypted TERRA-STATE's recovery key is derived against it, so that
+	// the operator recovers it from the node's recovery code with the
+	// cluster's secrets (imagebuild config recovery-key). Absent: the
+	// node draws one and shows it once on its console.
+	RecoveryKey string `yaml:"recoveryKey,omitempty"`
 }
 
 // StateEncryption is the encryption the config requires of TERRA-STATE
@@ -33,7 +41,21 @@ func (c *Config) StateEncryption() string {
 	return c.State.Encryption
 }
 
+// StateRecoveryKey is the escrow key TERRA-STATE's recovery key is
+// derived against (State.RecoveryKey), or "".
+func (c *Config) StateRecoveryKey() string {
+	if c.State == nil {
+		return ""
+	}
+	return c.State.RecoveryKey
+}
+
 func validateState(ps *strictyaml.Problems, at strictyaml.Path, s State) {
+	if s.RecoveryKey != "" {
+		if _, err := recoverykey.ParsePublicKey(s.RecoveryKey); err != nil {
+			ps.Addf(at.Field("recoveryKey"), "not an escrow public key: %v", err)
+		}
+	}
 	switch s.Encryption {
 	case "", layout.StateEncryptionTPM, layout.StateEncryptionNone:
 	default:

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/recoverykey"
 )
 
 func TestStateReserveBytes(t *testing.T) {
@@ -48,4 +50,22 @@ func TestStateEncryption(t *testing.T) {
 			assert.Equal(t, tc.want, c.StateEncryption())
 		})
 	}
+}
+
+func TestStateRecoveryKey(t *testing.T) {
+	const header = "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\n"
+	e, err := recoverykey.NewEscrow(nil)
+	require.NoError(t, err)
+	pub := e.Public().String()
+	c, err := Parse("machine.yaml", []byte(header+"state:\n  recoveryKey: "+pub+"\n"))
+	require.NoError(t, err)
+	assert.Equal(t, pub, c.StateRecoveryKey())
+
+	c, err = Parse("machine.yaml", []byte(header))
+	require.NoError(t, err)
+	assert.Empty(t, c.StateRecoveryKey(), "absent: the node shows its own")
+
+	_, err = Parse("machine.yaml", []byte(header+"state:\n  recoveryKey: AAAA\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `state.recoveryKey: not an escrow public key: want "x25519:"`)
 }

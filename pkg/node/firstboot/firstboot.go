@@ -301,6 +301,7 @@ func (r *runner) run(ctx context.Context) error {
 	if sel, ok := r.installRequest(cfg); ok {
 		return r.installToDisk(ctx, cfg, sel)
 	}
+	r.ensureRecoveryKey(ctx, cfg)
 	if ch != nil {
 		cfg = r.applyChange(ctx, cfg, ch)
 	} else if err := r.provisionOrVerify(ctx, cfg); err != nil {

@@ -57,6 +57,9 @@ type Init struct {
 	// stateEncryptionFile tells the booted system TERRA-STATE's
 	// encryption (layout.RunStateEncryption).
 	stateEncryptionFile string
+	// ask asks a person at the consoles for a line (the recovery key),
+	// without echoing it.
+	ask func(ctx context.Context, prompt string) (string, error)
 }
 
 // New returns the /init of a real boot, writing to console.
@@ -70,6 +73,7 @@ func New(console io.Writer) *Init {
 		trialMarker:         layout.RunTrialBoot,
 		tpmDevice:           tpmseal.Device,
 		stateEncryptionFile: layout.RunStateEncryption,
+		ask:                 consoleAsker{active: "/sys/class/tty/console/active"}.ask,
 	}
 }
 

@@ -344,7 +344,9 @@ func (in *Init) chrootOutput(ctx context.Context, stdin []byte, name string, arg
 			_ = unix.Unmount(bound[i], unix.MNT_DETACH) // lazy: fails only for a path not mounted
 		}
 	}()
-	for _, m := range []string{"/dev", "/proc", "/sys"} {
+	// /run too: cryptsetup reads a key from a file there (statecrypt's
+	// AddKey).
+	for _, m := range []string{"/dev", "/proc", "/sys", "/run"} {
 		dst := filepath.Join(in.sysroot, m)
 		if err := unix.Mount(m, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return nil, &os.PathError{Op: "bind mount", Path: dst, Err: err}

@@ -63,7 +63,8 @@ func Create(ctx context.Context, v Volume, tpm transport.TPM, label, name string
 }
 
 // Unlock opens v as name with the key tpm unseals (tpm nil: the machine
-// has none) and returns the opened device. Besides ErrUnfinished,
+// has none), trying each sealed key the header holds, and returns the
+// opened device. Besides ErrUnfinished,
 // ErrNoSealedKey and ErrNoTPM, tpmseal.ErrPolicy and tpmseal.ErrOtherTPM
 // say why the TPM kept the key.
 func Unlock(ctx context.Context, v Volume, tpm transport.TPM, name string) (string, error) {
@@ -71,23 +72,9 @@ func Unlock(ctx context.Context, v Volume, tpm transport.TPM, name string) (stri
 	if err != nil {
 		return "", err
 	}
-	tok, ok := h.Find(TokenTPM)
-	if !ok {
-		if _, rec := h.Find(TokenRecovery); rec {
-			return "", fmt.Errorf("%s: %w", v.Device, ErrNoSealedKey)
-		}
-		return "", fmt.Errorf("%s: %w", v.Device, ErrUnfinished)
-	}
-	sealed, err := tpmseal.Parse(tok.Sealed)
+	key, _, err := unseal(v, h, tpm)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", v.Device, err)
-	}
-	if tpm == nil {
-		return "", fmt.Errorf("%s: %w", v.Device, ErrNoTPM)
-	}
-	key, err := tpmseal.Unseal(tpm, sealed)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", v.Device, err)
+		return "", err
 	}
 	if err := v.Open(ctx, key, name); err != nil {
 		return "", err

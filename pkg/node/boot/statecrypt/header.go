@@ -59,9 +59,14 @@ type Token struct {
 	// Sealed is a TokenTPM's key sealed by the TPM (tpmseal.Sealed's
 	// JSON).
 	Sealed json.RawMessage `json:"terrarium-sealed,omitempty"`
-	// Recovery is a TokenRecovery's recovery key, encrypted to the
-	// operator's age recipient (ASCII-armored).
-	Recovery string `json:"terrarium-recovery,omitempty"`
+	// Escrow is, for a TokenRecovery whose key the cluster's escrow key
+	// recovers, that key's ID (recoverykey.PublicKey.ID); empty for a key
+	// shown once on the console.
+	Escrow string `json:"terrarium-escrow,omitempty"`
+	// Code is that node's recovery code (recoverykey.Code, as written for
+	// a person): not secret, it gives the recovery key only with the
+	// escrow's private half.
+	Code string `json:"terrarium-code,omitempty"`
 }
 
 // Token types.
@@ -83,6 +88,21 @@ func (h *Header) Find(typ string) (Token, bool) {
 	}
 	return h.Tokens[best], true
 }
+
+// All returns the numbers of the tokens of type typ, in order.
+func (h *Header) All(typ string) []string {
+	var ids []string
+	for id, t := range h.Tokens {
+		if t.Type == typ {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, compareIDs)
+	return ids
+}
+
+// HasKeyslot tells whether keyslot slot is in use.
+func (h *Header) HasKeyslot(slot string) bool { return slices.Contains(h.Keyslots, slot) }
 
 // compareIDs orders the decimal numbers of keyslots and tokens.
 func compareIDs(a, b string) int {

@@ -45,7 +45,7 @@ func TestFormatAndTokens(t *testing.T) {
 	sealed := json.RawMessage(`{"pcrs":[7],"policy":"AQ=="}`)
 	require.NoError(t, v.ImportToken(ctx, Token{Type: TokenTPM, Keyslots: []string{"0"}, Sealed: sealed}))
 	require.NoError(t, v.AddKey(ctx, key, randomKey(t), 1))
-	require.NoError(t, v.ImportToken(ctx, Token{Type: TokenRecovery, Keyslots: []string{"1"}, Recovery: "-----BEGIN AGE ENCRYPTED FILE-----"}))
+	require.NoError(t, v.ImportToken(ctx, Token{Type: TokenRecovery, Keyslots: []string{"1"}, Escrow: "0123456789abcdef", Code: "abcd-efgh"}))
 
 	h, err := v.Header()
 	require.NoError(t, err)
@@ -59,7 +59,8 @@ func TestFormatAndTokens(t *testing.T) {
 	rec, ok := h.Find(TokenRecovery)
 	require.True(t, ok)
 	assert.Equal(t, []string{"1"}, rec.Keyslots)
-	assert.Equal(t, "-----BEGIN AGE ENCRYPTED FILE-----", rec.Recovery)
+	assert.Equal(t, "0123456789abcdef", rec.Escrow)
+	assert.Equal(t, "abcd-efgh", rec.Code)
 	_, ok = h.Find("systemd-tpm2")
 	assert.False(t, ok)
 

@@ -116,6 +116,19 @@ func (v Volume) ImportToken(ctx context.Context, t Token) error {
 	return err
 }
 
+// KillSlot wipes keyslot slot, asking for no key (batch mode): the
+// caller holds another that opens v.
+func (v Volume) KillSlot(ctx context.Context, slot int) error {
+	_, err := v.cryptsetup(ctx, nil, "luksKillSlot", v.Device, strconv.Itoa(slot))
+	return err
+}
+
+// RemoveToken removes token id from v's header.
+func (v Volume) RemoveToken(ctx context.Context, id string) error {
+	_, err := v.cryptsetup(ctx, nil, "token", "remove", "--token-id", id, v.Device)
+	return err
+}
+
 // Open maps v, opened with key, as /dev/mapper/<name>.
 func (v Volume) Open(ctx context.Context, key []byte, name string) error {
 	_, err := v.cryptsetup(ctx, key, "open", "--type", "luks2", "--key-file", "-", v.Device, name)
