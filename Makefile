@@ -99,12 +99,12 @@ e2e: image
 		$(GO) test -tags e2e -count=1 -timeout 130m -v -run 'TestClusterFormation|TestFlatBatteryInitNode|TestVolumeDiskInitNode' ./qemu-tests/...
 
 # One-machine scenarios too long for make test: slot fallback, upgrades
-# from a stick (and between Secure Boot builds), the ISO's installer, the
-# bundle rebuilt from empty caches.
+# from a stick (and between Secure Boot builds), the ISO's installer (and
+# a Secure Boot build's), the bundle rebuilt from empty caches.
 e2e-node: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		TERRARIUM_ISO=$(abspath $(OUT))/terrarium.iso \
-		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestFallbackToSlotA$$|TestUpgradeFromStick$$|TestSecureBootUpgrade$$|TestISOInstall$$|TestKubernetesBundleFromCleanCache$$' ./qemu-tests/...
+		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestFallbackToSlotA$$|TestUpgradeFromStick$$|TestSecureBootUpgrade$$|TestISOInstall$$|TestSecureBootISOInstall$$|TestKubernetesBundleFromCleanCache$$' ./qemu-tests/...
 
 # Disaster recovery: a cluster backs up to a TERRA-BACKUP stick, every VM
 # is destroyed, a new control plane restores from the stick.

@@ -26,6 +26,11 @@ type manifest struct {
 		File   string `json:"file"`
 		SHA256 string `json:"sha256"`
 	} `json:"outputs"`
+	SecureBoot *struct {
+		LiveUKI *struct {
+			File string `json:"file"`
+		} `json:"liveUKI"`
+	} `json:"secureBoot"`
 }
 
 func buildDefault(ctx context.Context, t *testing.T, out string) manifest {

@@ -20,9 +20,14 @@ import (
 )
 
 // secureBootSpec is the default image signed with the key set in keys:
-// both slots hold the build, one boot try each, no ISO (it cannot carry
-// UKIs yet) and no upgrade file (it cannot either).
+// both slots hold the build, one boot try each, a qcow2.
 func secureBootSpec(t *testing.T, keys string) string {
+	t.Helper()
+	return secureBootSpecWith(t, keys, "[qcow2]")
+}
+
+// secureBootSpecWith is secureBootSpec with the outputs given (YAML).
+func secureBootSpecWith(t *testing.T, keys, outputs string) string {
 	t.Helper()
 	base, err := filepath.Abs("../os/terrarium.yaml")
 	require.NoError(t, err)
@@ -35,7 +40,7 @@ boot:
   tries: 1
 slotB:
   mode: copy
-outputs: [qcow2]
+outputs: `+outputs+`
 upgrade: {}
 secureBoot:
   keys: `+keys+`

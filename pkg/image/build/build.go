@@ -209,7 +209,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 			return struct{}{}, "(not requested)", nil
 		}
 		note, err := writeISO(ctx, work, out(spec.OutputISO), isoInputs{
-			esp: isoContents(s, boot), release: releaseOf(s, boot.kernelVersion, s.Faults),
+			esp: isoContents(s, boot, signed), release: releaseOf(s, boot.kernelVersion, s.Faults),
 			disk: disk, slot: slots[layout.SlotA], epoch: epoch,
 		})
 		return struct{}{}, note, err

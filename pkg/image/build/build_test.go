@@ -111,7 +111,7 @@ func TestISOContents(t *testing.T) {
 		timeout, want int
 	}{{0, isoMenuSeconds}, {12, 12}} {
 		s := testSpec(t, fmt.Sprintf("boot: {timeoutSeconds: %d}\n", tc.timeout))
-		c := isoContents(s, testBoot)
+		c := isoContents(s, testBoot, nil)
 		assert.Equal(t, tc.want, c.TimeoutSeconds, "the menu shows at least %d s", isoMenuSeconds)
 		require.Len(t, c.Entries, 2)
 		live, install := c.Entries[0], c.Entries[1]
@@ -123,6 +123,25 @@ func TestISOContents(t *testing.T) {
 			assert.Zero(t, e.Tries, "an entry on read-only media is never counted")
 		}
 		assert.Equal(t, []string{"console=ttyS0", "quiet"}, s.Kernel.Cmdline, "the spec's command line is not changed")
+	}
+}
+
+// A Secure Boot build's ISO carries the live entry alone, as its signed
+// UKI, with systemd-boot signed and the enrollment files.
+func TestISOContentsSecureBoot(t *testing.T) {
+	s := testSpec(t, "")
+	signed := &signedBoot{sdboot: "/work/sd-signed.efi", liveUKI: "/work/live.efi", enrollKeys: map[string]string{"db.auth": "/work/db.auth"}}
+	c := isoContents(s, testBoot, signed)
+	require.Len(t, c.Entries, 1)
+	live := c.Entries[0]
+	assert.Equal(t, "/work/live.efi", live.UKI)
+	assert.Contains(t, live.Title, "(live)")
+	assert.Equal(t, "/work/sd-signed.efi", c.SystemdBoot)
+	assert.Equal(t, signed.enrollKeys, c.EnrollKeys)
+	files := c.Files()
+	assert.Equal(t, "file:/work/live.efi", files[layout.SlotA.UKIPath()])
+	for name := range files {
+		assert.NotContains(t, name, "vmlinuz", "a bare kernel on a Secure Boot ISO")
 	}
 }
 

@@ -22,15 +22,21 @@ const isoMenuSeconds = 5
 // read-only, and there is no other slot to fall back to. No
 // loader/random-seed either, so systemd-boot does not try to refresh one
 // on the medium.
-func isoContents(s *spec.Spec, boot bootFiles) esp.Contents {
-	return esp.Contents{
+//
+// With signed (a Secure Boot build) it holds systemd-boot signed, the
+// enrollment files and the live entry alone, as one signed UKI: El
+// Torito's image holds at most 32 MiB, one UKI is about 18 MiB, and under
+// Secure Boot an entry's command line is its UKI's. A live node installs
+// when its config's install section says so (docs/operations/usb-nuc.md).
+func isoContents(s *spec.Spec, boot bootFiles, signed *signedBoot) esp.Contents {
+	c := esp.Contents{
 		SystemdBoot: boot.sdboot,
 		// The menu shows long enough to choose the installer entry.
 		TimeoutSeconds: max(s.Boot.TimeoutSeconds, isoMenuSeconds),
 		Entries: []esp.Entry{{
 			Slot: layout.SlotA, Title: fmt.Sprintf("Terrarium %s (live)", s.Version),
 			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
-			Cmdline: append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive),
+			Cmdline: liveCmdline(s),
 			SortKey: "terrarium-1",
 		}, {
 			// Chosen from the menu: installs to the first empty disk,
@@ -39,10 +45,22 @@ func isoContents(s *spec.Spec, boot bootFiles) esp.Contents {
 			ID: "terrarium-install", Slot: layout.SlotA,
 			Title:   fmt.Sprintf("Install Terrarium %s to the first empty disk", s.Version),
 			Version: s.Version, Kernel: boot.kernel, Initrd: boot.initrd,
-			Cmdline: append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive, layout.CmdlineInstall+"=auto"),
+			Cmdline: append(liveCmdline(s), layout.CmdlineInstall+"=auto"),
 			SortKey: "terrarium-2",
 		}},
 	}
+	if signed != nil {
+		c.SystemdBoot, c.EnrollKeys, c.SecureBootEnroll = signed.sdboot, signed.enrollKeys, s.SecureBoot.Enroll
+		c.Entries = c.Entries[:1]
+		c.Entries[0].UKI = signed.liveUKI
+	}
+	return c
+}
+
+// liveCmdline is the live entry's kernel command line (before the slot's
+// argument).
+func liveCmdline(s *spec.Spec) []string {
+	return append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive)
 }
 
 // isoInputs are what the iso stage reads.

@@ -22,8 +22,10 @@ type signedBoot struct {
 	// ukis are the UKIs of the slots the image holds, for its ESP;
 	// upgradeUKIs both slots', for its upgrade file.
 	ukis, upgradeUKIs map[layout.Slot]string
-	enrollKeys        map[string]string // file name → host path
-	manifest          *SecureBootInfo
+	// liveUKI is the ISO's live entry's UKI ("" without an iso output).
+	liveUKI    string
+	enrollKeys map[string]string // file name → host path
+	manifest   *SecureBootInfo
 }
 
 // SecureBootInfo is the manifest's record of a Secure Boot image.
@@ -40,6 +42,9 @@ type SecureBootInfo struct {
 	// the image holds the slot, and in the upgrade file), which the same
 	// inputs and key make again byte for byte.
 	UKIs map[layout.Slot]Output `json:"ukis"`
+	// LiveUKI is the ISO's live UKI (slot A's root filesystem, booted
+	// from the ISO), when the build writes an ISO.
+	LiveUKI *Output `json:"liveUKI,omitempty"`
 }
 
 // signBoot writes, for a spec with secureBoot, each slot's UKI (the
@@ -67,29 +72,42 @@ func signBoot(ctx context.Context, s *spec.Spec, base *rootfs.Base, boot bootFil
 			DBCertSHA256: hexSHA256(db.Cert.Raw),
 		},
 	}
-	for _, slot := range layout.Slots() {
-		unsigned := filepath.Join(dir, "terrarium-"+string(slot)+".unsigned.efi")
+	uki := func(name, cmdline, osrel string) (string, Output, error) {
+		unsigned := filepath.Join(dir, name+".unsigned.efi")
 		err := secureboot.WriteUKI(secureboot.UKI{
 			Stub: stub, Kernel: boot.kernel, Initrd: boot.initrd,
-			Cmdline:   strings.Join(slot.Cmdline(s.Kernel.Cmdline), " "),
-			OSRelease: osRelease(s.Version, slot), Uname: boot.kernelVersion,
+			Cmdline: cmdline, OSRelease: osrel, Uname: boot.kernelVersion,
 		}, unsigned)
 		if err != nil {
-			return nil, fmt.Errorf("slot %s: %w", slot, err)
+			return "", Output{}, err
 		}
-		signed := filepath.Join(dir, "terrarium-"+string(slot)+".efi")
+		signed := filepath.Join(dir, name+".efi")
 		if err := secureboot.SignPE(ctx, db, unsigned, signed); err != nil {
-			return nil, fmt.Errorf("slot %s: %w", slot, err)
+			return "", Output{}, err
 		}
 		sum, size, err := fileSHA256(signed)
+		return signed, Output{Size: size, SHA256: sum}, err
+	}
+	for _, slot := range layout.Slots() {
+		signed, out, err := uki("terrarium-"+string(slot), strings.Join(slot.Cmdline(s.Kernel.Cmdline), " "), osRelease(s.Version, slot))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("slot %s: %w", slot, err)
 		}
-		sb.manifest.UKIs[slot] = Output{File: slot.UKIPath(), Size: size, SHA256: sum}
+		out.File = slot.UKIPath()
+		sb.manifest.UKIs[slot] = out
 		sb.upgradeUKIs[slot] = signed
 		if _, ok := slots[slot]; ok {
 			sb.ukis[slot] = signed
 		}
+	}
+	if s.WantsOutput(spec.OutputISO) {
+		live, out, err := uki("terrarium-live", strings.Join(layout.SlotA.Cmdline(liveCmdline(s)), " "),
+			fmt.Sprintf("NAME=\"Terrarium\"\nID=terrarium\nVERSION_ID=%s\nPRETTY_NAME=\"Terrarium %s (live)\"\n", s.Version, s.Version))
+		if err != nil {
+			return nil, fmt.Errorf("the ISO's live UKI: %w", err)
+		}
+		out.File = layout.SlotA.UKIPath()
+		sb.liveUKI, sb.manifest.LiveUKI = live, &out
 	}
 	sb.sdboot = filepath.Join(dir, "systemd-bootx64.efi")
 	if err := secureboot.SignPE(ctx, db, boot.sdboot, sb.sdboot); err != nil {

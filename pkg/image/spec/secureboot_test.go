@@ -57,10 +57,7 @@ func TestSecureBootSpec(t *testing.T) {
 			name: "no key set there", add: "secureBoot:\n  keys: empty\n",
 			problems: []string{"secureBoot.keys", "owner.guid", "restore the key set"},
 		},
-		{
-			name: "with an iso", add: "secureBoot:\n  keys: keys\noutputs: [qcow2, iso]\n",
-			problems: []string{"outputs", "lists iso", "without secureBoot"},
-		},
+		{name: "with an iso", add: "secureBoot:\n  keys: keys\noutputs: [qcow2, iso]\n", wantEnroll: EnrollIfSafe},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
