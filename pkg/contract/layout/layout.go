@@ -79,6 +79,9 @@ const (
 	LabelESPFS = "TERRA-EFI"
 	// LabelStateFS is the ext4 volume label of TERRA-STATE.
 	LabelStateFS = "TERRA-STATE"
+	// LabelVolumesLUKS is the LUKS2 label of an encrypted disk volume
+	// area, which holds LabelVolumesFS.
+	LabelVolumesLUKS = "TERRA-VOLUMES-LUKS"
 	// LabelStateLUKS is the LUKS2 label of an encrypted TERRA-STATE
 	// (docs/state-encryption.md), whose ext4 inside is LabelStateFS.
 	LabelStateLUKS = "TERRA-STATE-LUKS"
@@ -409,6 +412,16 @@ const (
 	// writes it once it formatted or found the disk; the /etc overlay on
 	// TERRA-STATE keeps it for every later boot.
 	LocalVolumesDiskDropIn = "/etc/systemd/system/" + LocalVolumesUnit + ".d/disk.conf"
+	// LocalVolumesKey is the key of an encrypted disk area (a node whose
+	// TERRA-STATE is encrypted encrypts its disk area too): 32 random
+	// bytes, on TERRA-STATE, which guards it.
+	LocalVolumesKey = "/var/lib/terrarium/volumes.key"
+	// LocalVolumesOpenUnit opens an encrypted disk area as
+	// LocalVolumesMapperDev before LocalVolumesUnit mounts it; firstboot
+	// writes it with the drop-in.
+	LocalVolumesOpenUnit   = "terrarium-volumes-open.service"
+	LocalVolumesMapperName = "terrarium-volumes"
+	LocalVolumesMapperDev  = "/dev/mapper/" + LocalVolumesMapperName
 )
 
 // TERRA-STATE layout, relative to its root.

@@ -39,6 +39,8 @@ func applyLocalVolumes(ctx context.Context, h *Flow, c *machineconfig.Config) er
 	case res.Skipped != "":
 		h.Report.Report(StepLocalVolumes, step.Skipped, res.Skipped)
 		return nil
+	case res.Made && res.Disk != "" && res.Encrypted:
+		h.Report.Report(StepLocalVolumes, step.Applied, fmt.Sprintf("%d MiB, the whole disk %s, encrypted (LUKS2, its key on TERRA-STATE)", res.Size>>20, res.Disk))
 	case res.Made && res.Disk != "":
 		h.Report.Report(StepLocalVolumes, step.Applied, fmt.Sprintf("%d MiB, the whole disk %s", res.Size>>20, res.Disk))
 	case res.Made:

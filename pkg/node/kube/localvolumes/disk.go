@@ -24,11 +24,12 @@ const diskField = "cluster.localStorage.disk"
 var ErrDiskHoldsData = errors.New("the disk holds data")
 
 // ensureDisk makes the disk sel selects the node's volume area: an empty
-// disk is formatted (ext4, label TERRA-VOLUMES, a UUID of its own), a disk
-// already formatted so is taken as it is, anything else is refused. The
-// mount unit is turned to the filesystem's UUID by a drop-in, then
-// started. Each step checks before it acts: cut by a power loss, a rerun
-// finds the filesystem made and goes on.
+// disk is formatted (ext4, label TERRA-VOLUMES, a UUID of its own; inside
+// a LUKS2 volume when TERRA-STATE is encrypted, crypt.go), a disk already
+// formatted so is taken as it is, anything else is refused. The mount
+// unit is turned to the filesystem by a drop-in, then started. Each step
+// checks before it acts: cut by a power loss, a rerun finds what was made
+// and goes on.
 func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (Result, error) {
 	d, err := a.selectDisk(sel)
 	if err != nil {
@@ -38,32 +39,47 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 	if err != nil {
 		return Result{}, err
 	}
-	made := false
-	if id.label != layout.LabelVolumesFS {
-		if what != "" {
-			if id.ext4 {
-				what = fmt.Sprintf("an ext4 filesystem labelled %q", id.label)
-			}
-			return Result{}, fmt.Errorf("volume area: %s selects %s, which holds %s: %w; Terrarium formats only an empty disk for volumes. Select another disk, or empty this one (wipefs -a %s) if what it holds may go",
-				diskField, d, what, ErrDiskHoldsData, d.Dev())
-		}
-		if id.uuid, err = newUUID(); err != nil {
+	luks, err := a.isLUKSArea(d)
+	if err != nil {
+		return Result{}, err
+	}
+	made, encrypted := false, false
+	var dropin, unit []byte
+	switch {
+	case luks || (what == "" && id.label != layout.LabelVolumesFS && a.stateEncrypted()):
+		_, luksUUID, m, err := a.ensureCryptDisk(ctx, d, luks)
+		if err != nil {
 			return Result{}, err
 		}
-		// No reserved blocks (nothing of root's lives there), no lazy
-		// initialization left running in the background.
-		if err := a.Host.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", layout.LabelVolumesFS, "-U", id.uuid, "-m", "0",
-			"-E", "lazy_itable_init=0,lazy_journal_init=0", d.Dev()); err != nil {
-			return Result{}, fmt.Errorf("volume area: make the filesystem on %s: %w", d.Dev(), err)
+		made, encrypted, dropin, unit = m, true, cryptDropIn(), openUnit(luksUUID)
+	case id.label == layout.LabelVolumesFS:
+		dropin = dropIn(id.uuid)
+	case what != "":
+		if id.ext4 {
+			what = fmt.Sprintf("an ext4 filesystem labelled %q", id.label)
 		}
-		made = true
-		a.say("volume area: made an ext4 filesystem (label %s, UUID %s) on %s", layout.LabelVolumesFS, id.uuid, d)
+		return Result{}, fmt.Errorf("volume area: %s selects %s, which holds %s: %w; Terrarium formats only an empty disk for volumes. Select another disk, or empty this one (wipefs -a %s) if what it holds may go",
+			diskField, d, what, ErrDiskHoldsData, d.Dev())
+	default:
+		uuid, err := a.mkfs(ctx, d.Dev())
+		if err != nil {
+			return Result{}, err
+		}
+		made, dropin = true, dropIn(uuid)
 	}
-	changed, err := a.Host.WriteIfChanged(layout.LocalVolumesDiskDropIn, dropIn(id.uuid), 0o644)
+	changed := false
+	if unit != nil {
+		c, err := a.Host.WriteIfChanged("/etc/systemd/system/"+layout.LocalVolumesOpenUnit, unit, 0o644)
+		if err != nil {
+			return Result{}, fmt.Errorf("volume area: %w", err)
+		}
+		changed = c
+	}
+	c, err := a.Host.WriteIfChanged(layout.LocalVolumesDiskDropIn, dropin, 0o644)
 	if err != nil {
 		return Result{}, fmt.Errorf("volume area: %w", err)
 	}
-	if changed {
+	if changed || c {
 		if err := a.Host.Run(ctx, "systemctl", "daemon-reload"); err != nil {
 			return Result{}, fmt.Errorf("volume area: %w", err)
 		}
@@ -71,7 +87,23 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 	if err := a.start(ctx); err != nil {
 		return Result{}, err
 	}
-	return Result{Size: d.Size, Made: made, Disk: d.String()}, nil
+	return Result{Size: d.Size, Made: made, Disk: d.String(), Encrypted: encrypted}, nil
+}
+
+// mkfs makes the area's ext4 filesystem on dev and returns its UUID.
+func (a *Area) mkfs(ctx context.Context, dev string) (string, error) {
+	uuid, err := newUUID()
+	if err != nil {
+		return "", err
+	}
+	// No reserved blocks (nothing of root's lives there), no lazy
+	// initialization left running in the background.
+	if err := a.Host.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", layout.LabelVolumesFS, "-U", uuid, "-m", "0",
+		"-E", "lazy_itable_init=0,lazy_journal_init=0", dev); err != nil {
+		return "", fmt.Errorf("volume area: make the filesystem on %s: %w", dev, err)
+	}
+	a.say("volume area: made an ext4 filesystem (label %s, UUID %s) on %s", layout.LabelVolumesFS, uuid, dev)
+	return uuid, nil
 }
 
 // dropIn is the mount unit's drop-in for the filesystem uuid: systemd

@@ -2,8 +2,11 @@ package localvolumes_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/installer"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/statecrypt"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/localvolumes"
 )
@@ -178,4 +182,97 @@ func TestEnsureKeepsAFileArea(t *testing.T) {
 	assert.Len(t, ran(n, "mkfs.ext4"), 1, "the file's, not the disk's")
 	assert.NoFileExists(t, n.h.Path(layout.LocalVolumesDiskDropIn))
 	assert.Contains(t, strings.Join(n.said, "\n"), "cluster.localStorage.disk applies only to a new area")
+}
+
+// cryptNode is diskNode on a node whose TERRA-STATE is encrypted, its data
+// disk 32 MiB (room for a LUKS2 header): luksFormat is the real
+// cryptsetup's on the disk's file; open, which needs the device mapper,
+// makes the mapped device a file of the bytes a cipher makes of zeros.
+func cryptNode(t *testing.T) (*fakeNode, *localvolumes.Area) {
+	t.Helper()
+	_, err := exec.LookPath("cryptsetup")
+	require.NoError(t, err, "cryptsetup not found: run make deps")
+	n, a := diskNode(t)
+	require.NoError(t, os.Truncate(n.h.Path("/dev/vdb"), 32<<20))
+	require.NoError(t, os.MkdirAll(n.h.Path(filepath.Dir(layout.RunStateEncryption)), 0o755))
+	require.NoError(t, os.WriteFile(n.h.Path(layout.RunStateEncryption), []byte("tpm\n"), 0o644))
+	inner := n.h.Executor
+	n.h.Executor = host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		out, err := inner.Exec(ctx, name, args...)
+		if err != nil || name != "cryptsetup" {
+			return out, err
+		}
+		switch args[0] {
+		case "luksFormat":
+			cmd := append([]string{}, args...)
+			cmd[len(cmd)-1] = n.h.Path(cmd[len(cmd)-1])
+			return exec.CommandContext(ctx, "cryptsetup", cmd...).CombinedOutput()
+		case "open":
+			garbage := make([]byte, 2<<20)
+			_, _ = rand.Read(garbage)
+			mapped := n.h.Path(layout.LocalVolumesMapperDev)
+			if err := os.MkdirAll(filepath.Dir(mapped), 0o755); err != nil {
+				return nil, err
+			}
+			return nil, os.WriteFile(mapped, garbage, 0o600)
+		}
+		return out, err
+	})
+	return n, a
+}
+
+// On a node whose TERRA-STATE is encrypted, an empty disk becomes a LUKS2
+// volume whose key is on TERRA-STATE, the area's filesystem inside it,
+// opened at boot by the unit firstboot writes before the mount.
+func TestEnsureDiskEncrypted(t *testing.T) {
+	ctx := context.Background()
+	n, a := cryptNode(t)
+	spec := localvolumes.Spec{Keep: keep, Disk: &machineconfig.DiskSelector{Serial: "DATA1"}}
+	// A power cut before the filesystem inside was made.
+	n.fail["mkfs.ext4"] = errors.New("power cut")
+	_, err := a.Ensure(ctx, spec)
+	require.ErrorContains(t, err, "power cut")
+	delete(n.fail, "mkfs.ext4")
+	require.NoError(t, os.Remove(n.h.Path(layout.LocalVolumesMapperDev)), "the mapping goes with the power")
+
+	res, err := a.Ensure(ctx, spec)
+	require.NoError(t, err)
+	assert.True(t, res.Made)
+	assert.True(t, res.Encrypted)
+	assert.Len(t, ran(n, "cryptsetup luksFormat"), 1, "the volume is made once")
+	assert.Contains(t, ran(n, "cryptsetup luksFormat")[0], "--label "+layout.LabelVolumesLUKS)
+	assert.Len(t, ran(n, "cryptsetup open"), 2)
+	mkfs := ran(n, "mkfs.ext4")
+	require.Len(t, mkfs, 2)
+	assert.True(t, strings.HasSuffix(mkfs[1], " "+layout.LocalVolumesMapperDev), "inside the volume: %s", mkfs[1])
+
+	key, err := os.Stat(n.h.Path(layout.LocalVolumesKey))
+	require.NoError(t, err)
+	assert.Equal(t, int64(32), key.Size())
+	assert.Equal(t, os.FileMode(0o600), key.Mode().Perm())
+	f, err := os.Open(n.h.Path("/dev/vdb"))
+	require.NoError(t, err)
+	h, err := statecrypt.ReadHeader(f)
+	require.NoError(t, f.Close())
+	require.NoError(t, err)
+	assert.Equal(t, layout.LabelVolumesLUKS, h.Label)
+
+	unit, err := os.ReadFile(n.h.Path("/etc/systemd/system/" + layout.LocalVolumesOpenUnit))
+	require.NoError(t, err)
+	assert.Contains(t, string(unit), "--key-file "+layout.LocalVolumesKey+" /dev/disk/by-uuid/"+h.UUID+" "+layout.LocalVolumesMapperName)
+	assert.Contains(t, string(unit), "BindsTo=dev-disk-by\\x2duuid-"+strings.ReplaceAll(h.UUID, "-", "\\x2d")+".device")
+	dropIn, err := os.ReadFile(n.h.Path(layout.LocalVolumesDiskDropIn))
+	require.NoError(t, err)
+	assert.Contains(t, string(dropIn), "What="+layout.LocalVolumesMapperDev+"\n")
+	assert.Contains(t, string(dropIn), "Requires="+layout.LocalVolumesOpenUnit+"\n")
+	require.NoError(t, a.Check())
+
+	// Its key lost (TERRA-STATE made again): the disk is not formatted
+	// over; the error says how to start again.
+	n.mounted = false
+	require.NoError(t, os.Remove(n.h.Path(layout.LocalVolumesMapperDev)))
+	require.NoError(t, os.WriteFile(n.h.Path(layout.LocalVolumesKey), []byte("short"), 0o600))
+	_, err = a.Ensure(ctx, spec)
+	require.ErrorContains(t, err, "wipefs -a /dev/vdb")
+	assert.Len(t, ran(n, "cryptsetup luksFormat"), 1)
 }

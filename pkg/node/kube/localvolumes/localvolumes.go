@@ -66,6 +66,8 @@ type Result struct {
 	Skipped string
 	// Disk is the disk the area is, for a disk area ("" on TERRA-STATE).
 	Disk string
+	// Encrypted is set for a disk area that is a LUKS2 volume (crypt.go).
+	Encrypted bool
 }
 
 // Ensure makes the area if the node has none (spec's), mounts it if it is
