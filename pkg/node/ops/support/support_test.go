@@ -35,6 +35,7 @@ var secretFields = map[string]bool{
 	"serviceAccount.pub": false, "serviceAccount.key": true,
 	"bootstrapToken.id": false, "bootstrapToken.secret": true,
 	"certificateKey": true, "signingKey": true, "secretsEncryptionKey": true,
+	"recoveryKey": true,
 }
 
 func TestEverySecretsFieldClassified(t *testing.T) {
@@ -63,8 +64,8 @@ func TestEverySecretsFieldClassified(t *testing.T) {
 // the token as nodes use it.
 func secretValues(t *testing.T, s *clustersecrets.Secrets) []string {
 	t.Helper()
-	out := []string{s.CA.Key, s.FrontProxyCA.Key, s.EtcdCA.Key, s.ServiceAccount.Key, s.BootstrapToken.Secret, s.CertificateKey, s.SigningKey, s.SecretsEncryptionKey, s.Token()}
-	require.Equal(t, 8, countTrue(secretFields), "secretValues lists every secret field")
+	out := []string{s.CA.Key, s.FrontProxyCA.Key, s.EtcdCA.Key, s.ServiceAccount.Key, s.BootstrapToken.Secret, s.CertificateKey, s.SigningKey, s.SecretsEncryptionKey, s.RecoveryKey, s.Token()}
+	require.Equal(t, 9, countTrue(secretFields), "secretValues lists every secret field")
 	return out
 }
 
