@@ -5,8 +5,6 @@ package qemutests
 import (
 	"context"
 	"encoding/pem"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -102,30 +100,6 @@ func rateOf(line string) string {
 // pemPrivateKey is the start of a PEM private key: its BEGIN line and
 // base64.
 var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[A-Za-z0-9+/=]{40}`)
-
-// fileMatches tells whether re matches in the file at path, read in
-// chunks that overlap by 256 bytes (longer than any match of re).
-func fileMatches(t *testing.T, path string, re *regexp.Regexp) bool {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	const overlap = 256
-	buf := make([]byte, 0, 64<<20+overlap)
-	chunk := make([]byte, 64<<20)
-	for {
-		n, err := io.ReadFull(f, chunk)
-		buf = append(buf, chunk[:n]...)
-		if re.Match(buf) {
-			return true
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return false
-		}
-		require.NoError(t, err, "read %s", path)
-		buf = append(buf[:0], buf[max(0, len(buf)-overlap):]...)
-	}
-}
 
 // pemLine is the first full base64 line of a PEM block: what a file that
 // holds the key holds.

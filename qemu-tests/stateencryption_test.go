@@ -1,8 +1,6 @@
 package qemutests
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"os"
@@ -113,27 +111,37 @@ func TestStateEncryption(t *testing.T) {
 	assert.NotContains(t, vm.Console(), "recovery key (try")
 }
 
-// fileContains tells whether the file at path holds needle, read in
-// chunks that overlap by the needle's length. A qcow2 overlay holds what
-// the guest wrote as it was written.
+// fileContains tells whether the file at path holds needle. A qcow2
+// overlay holds what the guest wrote as it was written.
 func fileContains(t *testing.T, path string, needle []byte) bool {
+	t.Helper()
+	require.Less(t, len(needle), scanOverlap, "a needle longer than the chunks overlap")
+	return fileMatches(t, path, regexp.MustCompile(regexp.QuoteMeta(string(needle))))
+}
+
+// scanOverlap is how far fileMatches's chunks overlap: longer than any
+// match it looks for.
+const scanOverlap = 256
+
+// fileMatches tells whether re matches in the file at path, read in 64
+// MiB chunks that overlap by scanOverlap bytes.
+func fileMatches(t *testing.T, path string, re *regexp.Regexp) bool {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 4<<20)
-	buf := make([]byte, 0, 8<<20)
-	chunk := make([]byte, 4<<20)
+	buf := make([]byte, 0, 64<<20+scanOverlap)
+	chunk := make([]byte, 64<<20)
 	for {
-		n, err := io.ReadFull(r, chunk)
+		n, err := io.ReadFull(f, chunk)
 		buf = append(buf, chunk[:n]...)
-		if bytes.Contains(buf, needle) {
+		if re.Match(buf) {
 			return true
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return false
 		}
 		require.NoError(t, err, "read %s", path)
-		buf = append(buf[:0], buf[max(0, len(buf)-len(needle)):]...)
+		buf = append(buf[:0], buf[max(0, len(buf)-scanOverlap):]...)
 	}
 }

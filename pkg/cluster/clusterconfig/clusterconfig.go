@@ -170,6 +170,16 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 	for _, n := range t.ControlPlanes {
 		cps = append(cps, n.IP.String())
 	}
+	// Every node derives its recovery key against the escrow's public
+	// half (secrets from before there was one: none).
+	var recovery string
+	if s.RecoveryKey != "" {
+		e, err := s.RecoveryEscrow()
+		if err != nil {
+			return nil, err
+		}
+		recovery = e.Public().String()
+	}
 	var out []*machineconfig.Config
 	for _, n := range t.nodes() {
 		c := &machineconfig.Config{
@@ -232,15 +242,8 @@ func Configs(t *Topology, s *clustersecrets.Secrets) ([]*machineconfig.Config, e
 		if len(t.LoadBalancer) > 0 {
 			c.Cluster.LoadBalancer = &machineconfig.LoadBalancer{Addresses: slices.Clone(t.LoadBalancer)}
 		}
-		if t.StateEncryption != "" || s.RecoveryKey != "" {
-			c.State = &machineconfig.State{Encryption: t.StateEncryption}
-		}
-		if s.RecoveryKey != "" {
-			e, err := s.RecoveryEscrow()
-			if err != nil {
-				return nil, err
-			}
-			c.State.RecoveryKey = e.Public().String()
+		if t.StateEncryption != "" || recovery != "" {
+			c.State = &machineconfig.State{Encryption: t.StateEncryption, RecoveryKey: recovery}
 		}
 		if n.MAC != "" {
 			c.Network.Interfaces[0].Name = ""

@@ -42,14 +42,15 @@ func (r *runner) addRecoveryKey(ctx context.Context, cfg *machineconfig.Config) 
 		return err
 	}
 	var pub recoverykey.PublicKey
-	if s := cfg.StateRecoveryKey(); s != "" {
-		if pub, err = recoverykey.ParsePublicKey(s); err != nil {
+	escrowed := cfg.StateRecoveryKey() != ""
+	if escrowed {
+		if pub, err = recoverykey.ParsePublicKey(cfg.StateRecoveryKey()); err != nil {
 			return fmt.Errorf("state.recoveryKey: %w", err) // validated: not reached
 		}
 	}
 	if ok {
 		switch {
-		case have.Escrow != "" && cfg.StateRecoveryKey() != "" && have.Escrow != pub.ID():
+		case have.Escrow != "" && escrowed && have.Escrow != pub.ID():
 			r.say("TERRA-STATE's recovery key is derived against escrow key %s; the config names %s, which applies when TERRA-STATE is made again", have.Escrow, pub.ID())
 		case have.Escrow != "":
 			r.say("TERRA-STATE's recovery key: derived against the cluster's escrow key %s (imagebuild config recovery-key gives it from the code a locked node shows)", have.Escrow)
@@ -68,7 +69,7 @@ func (r *runner) addRecoveryKey(ctx context.Context, cfg *machineconfig.Config) 
 	defer tpm.Close()
 	var key recoverykey.Key
 	var tok statecrypt.Token
-	if cfg.StateRecoveryKey() != "" {
+	if escrowed {
 		var code recoverykey.Code
 		if key, code, err = pub.Seal(); err != nil {
 			return err

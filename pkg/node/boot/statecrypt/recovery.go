@@ -89,16 +89,20 @@ func Reseal(ctx context.Context, v Volume, tpm transport.TPM, passphrase []byte)
 	if err != nil {
 		return err
 	}
+	killed := false
 	for _, ks := range h.Keyslots {
 		if !named(h, ks) {
 			n, _ := strconv.Atoi(ks) // keyslot numbers are decimal (ReadHeader)
 			if err := v.KillSlot(ctx, n); err != nil {
 				return err
 			}
+			killed = true
 		}
 	}
-	if h, err = v.Header(); err != nil {
-		return err
+	if killed {
+		if h, err = v.Header(); err != nil {
+			return err
+		}
 	}
 	slot := 0
 	for slot == RecoverySlot || h.HasKeyslot(strconv.Itoa(slot)) {

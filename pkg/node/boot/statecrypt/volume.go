@@ -72,11 +72,23 @@ func (v Volume) Format(ctx context.Context, key []byte, label string) error {
 	if len(key) != KeySize {
 		return fmt.Errorf("format %s: a key of %d bytes, want %d", v.Device, len(key), KeySize)
 	}
-	_, err := v.cryptsetup(ctx, key, "luksFormat", "--type", "luks2",
-		"--cipher", "aes-xts-plain64", "--key-size", "512",
-		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
-		"--key-slot", "0", "--label", label, "--key-file", "-", v.Device)
+	_, err := v.cryptsetup(ctx, key, FormatArgs(label, "-", v.Device, "--key-slot", "0")...)
 	return err
+}
+
+// keyDerivation is how every keyslot derives its key: PBKDF2 with few
+// iterations, since every key is random (KeySize).
+var keyDerivation = []string{"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}
+
+// FormatArgs are the cryptsetup arguments that make device a new LUKS2
+// volume labelled label whose first keyslot opens with the key in keyFile
+// ("-": standard input): the cipher and key derivation of every volume
+// Terrarium makes. extra go before the device.
+func FormatArgs(label, keyFile, device string, extra ...string) []string {
+	args := []string{"luksFormat", "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "512"}
+	args = append(args, keyDerivation...)
+	args = append(args, "--label", label, "--key-file", keyFile)
+	return append(append(args, extra...), device)
 }
 
 // AddKey adds keyslot slot, which opens with newKey, authorized by key.
@@ -101,8 +113,9 @@ func (v Volume) AddKey(ctx context.Context, key, newKey []byte, slot int) error 
 	if err != nil {
 		return fmt.Errorf("add a key to %s: %w", v.Device, err)
 	}
-	_, err = v.cryptsetup(ctx, newKey, "luksAddKey", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
+	args := append(append([]string{"luksAddKey"}, keyDerivation...),
 		"--key-slot", strconv.Itoa(slot), "--key-file", f.Name(), "--new-keyfile", "-", v.Device)
+	_, err = v.cryptsetup(ctx, newKey, args...)
 	return err
 }
 

@@ -30,22 +30,24 @@ func (a *Area) stateEncrypted() bool {
 	return err == nil && len(f) > 0 && f[0] == layout.StateEncryptionTPM
 }
 
-// isLUKSArea tells whether disk d holds an encrypted volume area made
-// before, from its LUKS2 header.
-func (a *Area) isLUKSArea(d installer.Disk) (bool, error) {
+// luksArea is the header of the encrypted volume area disk d holds, or
+// nil when it holds none.
+func (a *Area) luksArea(d installer.Disk) (*statecrypt.Header, error) {
 	f, err := os.Open(a.Host.Path(d.Dev()))
 	if err != nil {
-		return false, fmt.Errorf("volume area: %w", err)
+		return nil, fmt.Errorf("volume area: %w", err)
 	}
 	defer f.Close()
 	h, err := statecrypt.ReadHeader(f)
 	switch {
 	case errors.Is(err, statecrypt.ErrNotLUKS2):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("volume area: %s: %w", d.Dev(), err)
+		return nil, fmt.Errorf("volume area: %s: %w", d.Dev(), err)
+	case h.Label != layout.LabelVolumesLUKS:
+		return nil, nil
 	}
-	return h.Label == layout.LabelVolumesLUKS, nil
+	return h, nil
 }
 
 // keySize is the size of an encrypted area's key.
@@ -77,38 +79,28 @@ func (a *Area) ensureKey() (string, error) {
 
 // ensureCryptDisk makes disk d an encrypted area (made says whether this
 // call formatted it) and returns the opened device's filesystem UUID,
-// with its LUKS2 UUID. d is empty or an encrypted area made before.
-func (a *Area) ensureCryptDisk(ctx context.Context, d installer.Disk, existing bool) (fsUUID, luksUUID string, made bool, err error) {
+// with its LUKS2 UUID. d is empty, or the encrypted area whose header is
+// existing.
+func (a *Area) ensureCryptDisk(ctx context.Context, d installer.Disk, existing *statecrypt.Header) (fsUUID, luksUUID string, made bool, err error) {
 	key, err := a.ensureKey()
 	if err != nil {
-		if existing {
+		if existing != nil {
 			return "", "", false, fmt.Errorf("%w (the disk's encrypted volume area opens only with the key TERRA-STATE kept; a TERRA-STATE made again lost it: empty the disk with wipefs -a %s to make a new area)", err, d.Dev())
 		}
 		return "", "", false, err
 	}
-	if !existing {
+	if existing != nil {
+		luksUUID = existing.UUID
+	} else {
 		if luksUUID, err = newUUID(); err != nil {
 			return "", "", false, err
 		}
-		// Random keys need no slow password hash (statecrypt.KeySize).
-		if err := a.Host.Run(ctx, "cryptsetup", "luksFormat", "--batch-mode", "--type", "luks2",
-			"--cipher", "aes-xts-plain64", "--key-size", "512", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
-			"--label", layout.LabelVolumesLUKS, "--uuid", luksUUID, "--key-file", key, d.Dev()); err != nil {
+		args := statecrypt.FormatArgs(layout.LabelVolumesLUKS, key, d.Dev(), "--batch-mode", "--uuid", luksUUID)
+		if err := a.Host.Run(ctx, "cryptsetup", args...); err != nil {
 			return "", "", false, fmt.Errorf("volume area: encrypt %s: %w", d.Dev(), err)
 		}
 		made = true
 		a.say("volume area: encrypted %s (LUKS2, label %s, its key on TERRA-STATE, which is encrypted)", d, layout.LabelVolumesLUKS)
-	} else {
-		f, err := os.Open(a.Host.Path(d.Dev()))
-		if err != nil {
-			return "", "", false, fmt.Errorf("volume area: %w", err)
-		}
-		h, err := statecrypt.ReadHeader(f)
-		_ = f.Close() // read only
-		if err != nil {
-			return "", "", false, fmt.Errorf("volume area: %s: %w", d.Dev(), err)
-		}
-		luksUUID = h.UUID
 	}
 	if _, err := os.Stat(a.Host.Path(layout.LocalVolumesMapperDev)); errors.Is(err, fs.ErrNotExist) {
 		if err := a.Host.Run(ctx, "cryptsetup", "open", "--batch-mode", "--type", "luks2", "--key-file", key, d.Dev(), layout.LocalVolumesMapperName); err != nil {

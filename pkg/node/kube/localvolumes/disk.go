@@ -39,14 +39,14 @@ func (a *Area) ensureDisk(ctx context.Context, sel machineconfig.DiskSelector) (
 	if err != nil {
 		return Result{}, err
 	}
-	luks, err := a.isLUKSArea(d)
+	luks, err := a.luksArea(d)
 	if err != nil {
 		return Result{}, err
 	}
 	made, encrypted := false, false
 	var dropin, unit []byte
 	switch {
-	case luks || (what == "" && id.label != layout.LabelVolumesFS && a.stateEncrypted()):
+	case luks != nil || (what == "" && id.label != layout.LabelVolumesFS && a.stateEncrypted()):
 		_, luksUUID, m, err := a.ensureCryptDisk(ctx, d, luks)
 		if err != nil {
 			return Result{}, err
