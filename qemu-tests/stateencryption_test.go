@@ -57,7 +57,8 @@ func TestStateEncryption(t *testing.T) {
 	vm = m.boot(ctx, configAttached(cfg))
 	expect(ctx, t, vm, `terrarium-init: encrypting TERRA-STATE /dev/vda\d+ \(LUKS2, its key sealed to this machine's TPM against the Secure Boot state, PCR 7; reason: its creation was interrupted\)`)
 	expect(ctx, t, vm, `terrarium: TERRA-STATE: encrypted \(LUKS2, its key sealed by this machine's TPM\)`)
-	made := expect(ctx, t, vm, `terrarium: TERRA-STATE's recovery key: made, derived against the cluster's escrow key (\S+); recovery code (\S+)`)
+	// To the line's end: the serial line may not have brought it all yet.
+	made := expect(ctx, t, vm, `terrarium: TERRA-STATE's recovery key: made, derived against the cluster's escrow key (\S+); recovery code (\S+)\n`)
 	assert.Equal(t, escrow.Public().ID(), made[1])
 	code := made[2]
 	s1 := expectStatus(ctx, t, vm, "provisioned", "failed")
