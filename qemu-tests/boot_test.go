@@ -96,8 +96,8 @@ func TestEnrollRebootChange(t *testing.T) {
 	m.rtcBase = "1990-01-01T00:00:00"
 	poweredOn := time.Now()
 	vm = m.boot(ctx)
-	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda4`)
-	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE /dev/vda4 from \d+ MiB to \d+ MiB`)
+	expect(ctx, t, vm, `terrarium-init: TERRA-STATE found on /dev/vda5`)
+	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE /dev/vda5 from \d+ MiB to \d+ MiB`)
 	expect(ctx, t, vm, `terrarium-init: grew TERRA-STATE's filesystem from \d+ MiB to \d+ MiB`)
 	expect(ctx, t, vm, `terrarium: TERRA-STATE: NOT encrypted: it was made without encryption \(on a machine without a TPM 2\.0, or by an earlier release\)`)
 	// expect reads on from the last match: the initramfs speaks before

@@ -3,6 +3,7 @@ package qemutests
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
@@ -44,9 +48,8 @@ func buildSpec(ctx context.Context, t *testing.T, spec, out string) manifest {
 	t.Helper()
 	bin := fixture(t, "TERRARIUM_BIN")
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "imagebuild"), "build", "--spec", spec, "--out", out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("imagebuild build %s: %v\n%s", spec, err, b)
-	}
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "imagebuild build %s: %s", spec, b)
 	return readManifest(t, out)
 }
 
@@ -55,26 +58,19 @@ func readManifest(t *testing.T, out string) manifest {
 	t.Helper()
 	var m manifest
 	data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &m))
 	return m
 }
 
 func sha256File(t *testing.T, p string) string {
 	t.Helper()
 	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.Copy(h, f)
+	require.NoError(t, err)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -89,20 +85,15 @@ func TestReproducibleAndValid(t *testing.T) {
 	ma, mb := readManifest(t, a), buildDefault(ctx, t, b)
 	for _, f := range []string{"raw", "qcow2", "iso", "ova"} {
 		oa, ob := ma.Outputs[f], mb.Outputs[f]
-		if oa.SHA256 == "" || oa.SHA256 != ob.SHA256 {
-			t.Errorf("%s differs between two builds: %s vs %s", f, oa.SHA256, ob.SHA256)
-		}
-		if got := sha256File(t, filepath.Join(b, ob.File)); got != ob.SHA256 {
-			t.Errorf("manifest sha256 of %s is %s, file is %s", f, ob.SHA256, got)
-		}
+		assert.NotEmpty(t, oa.SHA256, "%s in the manifest", f)
+		assert.Equal(t, oa.SHA256, ob.SHA256, "%s differs between two builds", f)
+		assert.Equal(t, ob.SHA256, sha256File(t, filepath.Join(b, ob.File)), "the manifest's sha256 of %s against the file", f)
 	}
 	raw := filepath.Join(a, ma.Outputs["raw"].File)
 	run(t, "sgdisk", "-v", raw)
 	run(t, "qemu-img", "check", filepath.Join(a, ma.Outputs["qcow2"].File))
 	report := run(t, "xorriso", "-indev", filepath.Join(a, ma.Outputs["iso"].File), "-report_el_torito", "as_mkisofs")
-	if !strings.Contains(report, "-e '--interval:appended_partition_2") {
-		t.Errorf("the ISO's El Torito EFI image is not its appended EFI partition:\n%s", report)
-	}
+	assert.Contains(t, report, "-e '--interval:appended_partition_2", "the ISO's El Torito EFI image is its appended EFI partition")
 	run(t, "qemu-img", "check", ovaDisk(t, filepath.Join(a, ma.Outputs["ova"].File)))
 	for _, p := range ma.Partitions {
 		switch p.Label {
@@ -110,6 +101,21 @@ func TestReproducibleAndValid(t *testing.T) {
 			esp := extract(t, raw, p.StartMiB, p.SizeMiB)
 			run(t, "fsck.fat", "-n", esp)
 			checkEntries(t, esp, "terrarium-a+3.conf")
+			listing := strings.ToLower(run(t, "fsck.fat", "-n", "-l", esp))
+			for _, f := range []string{layout.ESPGrubConfig, layout.ESPGrubEnv} {
+				assert.Contains(t, listing, "/"+f, "GRUB's files for BIOS boot on the ESP")
+			}
+		case layout.LabelBIOSBoot:
+			// GRUB's boot code in the MBR loads the core image from
+			// the partition's first sector (pkg/image/biosboot).
+			f, err := os.Open(raw)
+			require.NoError(t, err)
+			mbr := make([]byte, 512)
+			_, err = f.ReadAt(mbr, 0)
+			_ = f.Close() // read only
+			require.NoError(t, err)
+			assert.Equal(t, uint64(p.StartMiB*layout.MiB/512), binary.LittleEndian.Uint64(mbr[0x5c:]), "the MBR's boot code points at BIOS-BOOT")
+			assert.Equal(t, []byte{0x55, 0xaa}, mbr[510:], "the protective MBR's signature")
 		case layout.LabelSlotA:
 			run(t, "unsquashfs", "-l", "-o", fmt.Sprint(p.StartMiB*layout.MiB), raw, "/usr/bin/firstboot")
 		}
@@ -125,9 +131,7 @@ func checkEntries(t *testing.T, esp string, want ...string) {
 	t.Helper()
 	listing := run(t, "fsck.fat", "-n", "-l", esp)
 	for _, w := range want {
-		if !strings.Contains(strings.ToLower(listing), "/loader/entries/"+strings.ToLower(w)) {
-			t.Errorf("ESP lacks boot entry %s; fsck.fat lists:\n%s", w, listing)
-		}
+		assert.Contains(t, strings.ToLower(listing), "/loader/entries/"+strings.ToLower(w), "the ESP's boot entry %s, as fsck.fat lists it", w)
 	}
 }
 
@@ -141,9 +145,7 @@ func extract(t *testing.T, raw string, startMiB, sizeMiB int64) string {
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	b, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, b)
-	}
+	require.NoError(t, err, "%s %v: %s", name, args, b)
 	t.Logf("%s: ok", name)
 	return string(b)
 }

@@ -23,8 +23,8 @@ const brokenBTries = 1
 
 // TestFallbackToSlotA: slot B is preferred and on trial but fails, so its
 // boots are never blessed; each failed try reboots, and once its tries are
-// spent systemd-boot falls back to slot A, which is healthy and gets
-// blessed. Slot B fails two ways: its health check (a build with the
+// spent systemd-boot (under SeaBIOS: GRUB, from the same entries) falls
+// back to slot A, which is healthy and gets blessed. Slot B fails two ways: its health check (a build with the
 // "health" fault), and its squashfs damaged, so that the initramfs cannot
 // even mount it.
 func TestFallbackToSlotA(t *testing.T) {
@@ -37,9 +37,16 @@ func TestFallbackToSlotA(t *testing.T) {
 	require.NoError(t, err, "build broken-b image: %s", b)
 	image := filepath.Join(out, "broken-b.qcow2")
 
-	t.Run("unhealthy", func(t *testing.T) {
+	unhealthy := func(t *testing.T, bios bool) {
 		m := newMachine(t, image)
+		m.bios = bios
 		vm := m.boot(ctx, configAttached(m.configDisk("config.img", goodConfig)))
+		if bios {
+			// GRUB boots slot B, the preferred, on trial; the
+			// initramfs counts GRUB's try in the entry's name.
+			expect(ctx, t, vm, `Terrarium: slot a trial \(terrarium-a\+1\.conf\), slot b trial \(terrarium-b\+1\.conf\): booting slot b`)
+			expect(ctx, t, vm, `boot counting: slot b: 1 try by GRUB counted: terrarium-b\+1\.conf is now terrarium-b\+0-1\.conf`)
+		}
 		for try := 1; try <= brokenBTries; try++ {
 			expect(ctx, t, vm, fmt.Sprintf(`terrarium: Terrarium 0\.1\.0, slot b, boot %d`, try))
 			expect(ctx, t, vm, `rebooting in 10s so the boot loader counts the failed try`)
@@ -56,8 +63,13 @@ func TestFallbackToSlotA(t *testing.T) {
 		require.NotNil(t, s.Healthy, "after fallback: %+v", s)
 		assert.True(t, *s.Healthy, "after fallback: %+v", s)
 		assert.Equal(t, "blessed", s.Blessed, "after fallback")
+		if bios {
+			assert.Contains(t, vm.Console(), "slot b spent (terrarium-b+0-1.conf): booting slot a", "GRUB fell back by the entries")
+		}
 		t.Logf("fell back to slot A; its boot took %s", time.Since(start).Round(time.Second))
-	})
+	}
+	t.Run("unhealthy", func(t *testing.T) { unhealthy(t, false) })
+	t.Run("unhealthy under BIOS", func(t *testing.T) { unhealthy(t, true) })
 
 	t.Run("damaged", func(t *testing.T) {
 		m := newMachine(t, image)
@@ -68,7 +80,7 @@ func TestFallbackToSlotA(t *testing.T) {
 		start := time.Now()
 		vm := m.boot(ctx, configAttached(m.configDisk("config.img", goodConfig)))
 		for try := 1; try <= brokenBTries; try++ {
-			expect(ctx, t, vm, `terrarium-init: FAILED: mount the slot: mount /dev/vda3 \(TERRA-B\) as squashfs`)
+			expect(ctx, t, vm, `terrarium-init: FAILED: mount the slot: mount /dev/vda4 \(TERRA-B\) as squashfs`)
 			expect(ctx, t, vm, `terrarium-init: slot b failed on a trial boot: rebooting in 10s so the boot loader counts the failed try`)
 		}
 		expect(ctx, t, vm, `terrarium: Terrarium 0\.1\.0, slot a, boot 1`)

@@ -32,12 +32,12 @@ var installChannel = channel{
 		require.NoError(t, err, out)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 3, out)
-		assert.Regexp(t, `^/dev/vda2\s+squashfs$`, lines[0], "the root is the installed slot A")
+		assert.Regexp(t, `^/dev/vda3\s+squashfs$`, lines[0], "the root is the installed slot A")
 		assert.Regexp(t, `^/dev/mapper/terrarium-state\s+ext4$`, lines[1], "STATE is the installed disk's, encrypted")
 		out, err = ssh.read("lsblk -rno NAME,TYPE,PARTLABEL -s /dev/mapper/terrarium-state | xargs")
 		require.NoError(t, err, out)
-		assert.Regexp(t, `^terrarium-state crypt\s+vda4 part TERRA-STATE`, strings.TrimSpace(out), "the encrypted volume is TERRA-STATE on the installed disk")
-		assert.Equal(t, "EFI TERRA-A TERRA-B TERRA-STATE", lines[2])
+		assert.Regexp(t, `^terrarium-state crypt\s+vda5 part TERRA-STATE`, strings.TrimSpace(out), "the encrypted volume is TERRA-STATE on the installed disk")
+		assert.Equal(t, "EFI BIOS-BOOT TERRA-A TERRA-B TERRA-STATE", lines[2], "the installer wrote the image's head: it boots under BIOS too")
 	},
 }
 

@@ -87,6 +87,8 @@ type machine struct {
 	// tpm gives the machine a TPM 2.0 (qemu.Config.TPM), kept in its
 	// directory across its boots.
 	tpm bool
+	// bios boots it with SeaBIOS instead of OVMF (qemu.Config.BIOS).
+	bios bool
 }
 
 // newMachine makes an 8 GiB copy-on-write boot disk over image (a qcow2,
@@ -157,6 +159,7 @@ func (m *machine) boot(ctx context.Context, extra ...qemu.Disk) *qemu.VM {
 		Link:             m.link,
 		FwCfg:            m.fwCfg,
 		SecureBoot:       m.secureBoot,
+		BIOS:             m.bios,
 		TPM:              m.tpm,
 		ExtraArgs:        m.extraArgs(),
 	})

@@ -37,6 +37,10 @@ type channel struct {
 	install bool
 	// tpm gives the machine a TPM 2.0 (machine.tpm).
 	tpm bool
+	// bios boots the machine with SeaBIOS (machine.bios), as Proxmox and
+	// OpenStack do unless told UEFI: GRUB boots the disk image, and its
+	// first try is counted in the entry's name.
+	bios bool
 	// installRefused marks an install the node must refuse: the console
 	// must match it, the status say failed, and the disk stay empty.
 	installRefused string
@@ -96,7 +100,8 @@ var channels = []channel{
 		},
 	},
 	{
-		name: "NoCloud on FAT, a #cloud-config",
+		name: "NoCloud on FAT, a #cloud-config, under SeaBIOS (as Proxmox boots by default)",
+		bios: true,
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
 			return rawDisk(testvolume.FAT(t, dir, "CIDATA", map[string]string{
 				"meta-data": "instance-id: i-0001\nlocal-hostname: nocloud-fat\n",
@@ -118,7 +123,8 @@ var channels = []channel{
 		hostname: "nocloud-iso", source: "cidata", address: "10.0.2.42/24",
 	},
 	{
-		name: "OpenStack config drive, network_data.json with a static address",
+		name: "OpenStack config drive, network_data.json with a static address, under SeaBIOS (as Nova boots an image without hw_firmware_type)",
+		bios: true,
 		medium: func(t *testing.T, dir, mac, key string) qemu.Disk {
 			return rawDisk(testvolume.ISO(t, dir, "config-2", map[string]string{
 				"openstack/latest/meta_data.json": `{"uuid": "83679162-1378-4288-a2d4-70e13ec132aa", "hostname": "openstack-1.novalocal", "name": "openstack-1",
@@ -328,6 +334,7 @@ func runChannel(t *testing.T, i int, c channel) {
 	}
 	m.mac = fmt.Sprintf("52:54:00:00:01:%02x", i+1)
 	m.tpm = c.tpm
+	m.bios = c.bios
 	key := newSSHKey(t)
 	port := freePort(t)
 	// QEMU forwards to the address its DHCP hands out unless told
@@ -403,6 +410,14 @@ func runChannel(t *testing.T, i int, c channel) {
 		t.Logf("power-on to installed, rebooted and provisioned: %s", time.Since(start).Round(time.Second))
 	}
 	require.Equal(t, "provisioned", s.State, "%+v", s)
+	if c.bios {
+		// GRUB found the image's entry on trial, tried it and recorded
+		// the try; the initramfs counted it in the entry's name; the
+		// healthy boot blessed it.
+		assert.Regexp(t, `Terrarium: slot a trial \(terrarium-a\+3\.conf\), slot b none \(no entry\): booting slot a`, vm.Console())
+		assert.Contains(t, vm.Console(), "terrarium-init: boot counting: slot a: 1 try by GRUB counted: terrarium-a+3.conf is now terrarium-a+2-1.conf")
+		assert.Equal(t, "blessed", s.Blessed, "a healthy first boot under BIOS is blessed")
+	}
 	assert.Equal(t, c.hostname, s.Hostname)
 	assert.Contains(t, s.Enrolled, c.source)
 	if c.address != "" {

@@ -22,6 +22,11 @@ const (
 	LabelSlotA = "TERRA-A"
 	LabelSlotB = "TERRA-B"
 	LabelState = "TERRA-STATE"
+	// LabelBIOSBoot holds GRUB's core image on an image that also boots
+	// under BIOS (docs/on-disk-contract.md#bios-boot): the MBR's boot
+	// code loads it by its sectors, so nothing reads it by name but the
+	// checks.
+	LabelBIOSBoot = "BIOS-BOOT"
 
 	// LabelConfig is the filesystem label of a config disk.
 	LabelConfig = "TERRA-CONFIG"
@@ -104,7 +109,18 @@ const (
 	TypeESP        = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
 	TypeRootX86_64 = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
 	TypeVar        = "4D21B016-B534-45C2-A9FB-5C16E091FD2D"
+	// TypeBIOSBoot is GRUB's BIOS boot partition ("Hah!IdontNeedEFI").
+	TypeBIOSBoot = "21686148-6449-6E6F-744E-656564454649"
 )
+
+// MaxBootTries is the largest boot counter an entry carries: a build
+// spec's boot.tries is 1 to it, and an upgrade's entry takes the running
+// build's. GRUB's configuration counts up to it.
+const MaxBootTries = 9
+
+// BIOSBootSize is the BIOS boot partition's size: room for GRUB's core
+// image, which its boot code reads with 16-bit sector counts.
+const BIOSBootSize = MiB
 
 // Sizes and alignment.
 const (
@@ -164,7 +180,25 @@ const (
 	// (PK.auth, KEK.auth, db.auth): systemd-boot enrolls them by itself,
 	// with loader.conf's secure-boot-enroll, from loader/keys/auto only.
 	ESPEnrollKeysDir = "loader/keys/auto"
+	// ESPGrubConfig is the configuration of GRUB on an image that also
+	// boots under BIOS: it boots a slot from the same entries in
+	// ESPEntriesDir as systemd-boot does. ESPGrubEnv is its environment
+	// block (package grubenv): the slot last installed (GrubPrefer) and
+	// the tries GRUB made that the node has yet to count in an entry's
+	// name (Slot.GrubTried, Slot.GrubTriedOf).
+	ESPGrubConfig = "grub/grub.cfg"
+	ESPGrubEnv    = "grub/grubenv"
+	GrubPrefer    = "terrarium_prefer"
 )
+
+// GrubTried is the GRUB environment variable holding an x for each try
+// GRUB made of the slot's counted entry that the node has not counted
+// yet, and GrubTriedOf the entry file those tries were of.
+func (s Slot) GrubTried() string { return "terrarium_tried_" + string(s) }
+
+// GrubTriedOf is the GRUB environment variable naming the entry file the
+// tries in GrubTried were of.
+func (s Slot) GrubTriedOf() string { return s.GrubTried() + "_of" }
 
 // KernelPath is the ESP path of the slot's kernel.
 func (s Slot) KernelPath() string { return fmt.Sprintf("terrarium/%s/vmlinuz", s) }

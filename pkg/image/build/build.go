@@ -15,6 +15,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/image/esp"
@@ -107,6 +108,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}
 	boot := bootFiles{
 		kernel: filepath.Join(base.Dir, rootfs.BaseKernel), sdboot: filepath.Join(base.Dir, rootfs.BaseSDBoot),
+		grubBoot: filepath.Join(base.Dir, rootfs.BaseGrubBoot), grubCore: filepath.Join(base.Dir, rootfs.BaseGrubCore),
 		kernelVersion: base.KernelVersion(),
 	}
 	boot.initrd, err = step(st, "initramfs", func() (string, string, error) {
@@ -160,12 +162,16 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}
 	espImg := filepath.Join(work, "esp.img")
 	if _, err := step(st, "EFI system partition", func() (struct{}, string, error) {
-		return struct{}{}, "", esp.Write(ctx, espImg, s.Disk.ESPSizeMiB*layout.MiB, espContents(s, boot, slots, signed), epoch)
+		c, err := espContents(s, boot, slots, signed)
+		if err != nil {
+			return struct{}{}, "", err
+		}
+		return struct{}{}, "", esp.Write(ctx, espImg, s.Disk.ESPSizeMiB*layout.MiB, c, epoch)
 	}); err != nil {
 		return nil, err
 	}
 	disk, err := step(st, "raw disk image", func() (rawDisk, string, error) {
-		d, err := writeRaw(ctx, out(spec.OutputRaw), s, espImg, slots)
+		d, err := writeRaw(ctx, out(spec.OutputRaw), s, espImg, slots, boot)
 		return d, "", err
 	})
 	if err != nil {
@@ -267,7 +273,10 @@ func cachedNote(cached bool) string {
 // initramfs.
 type bootFiles struct {
 	kernel, sdboot, initrd string
-	kernelVersion          string
+	// grubBoot and grubCore are GRUB's MBR boot code and its disk core
+	// image, for BIOS boot (package biosboot).
+	grubBoot, grubCore string
+	kernelVersion      string
 }
 
 // buildInitramfs returns the initramfs of base's kernel with the init
@@ -355,13 +364,23 @@ func buildSlots(ctx context.Context, c *cache.Cache, s *spec.Spec, in rootfs.Slo
 
 // espContents is the disk image's ESP: an entry per slot image, with boot
 // counting, the preferred slot first; with signed, systemd-boot and each
-// slot's UKI signed, and the enrollment files.
-func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string, signed *signedBoot) esp.Contents {
+// slot's UKI signed, and the enrollment files; without, GRUB's
+// configuration and environment block for BIOS boot too.
+func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string, signed *signedBoot) (esp.Contents, error) {
 	c := esp.Contents{SystemdBoot: boot.sdboot, TimeoutSeconds: s.Boot.TimeoutSeconds}
+	def := layout.Slot(s.Boot.Default)
 	if signed != nil {
 		c.SystemdBoot, c.EnrollKeys, c.SecureBootEnroll = signed.sdboot, signed.enrollKeys, s.SecureBoot.Enroll
+	} else {
+		var err error
+		c.GrubConfig, err = biosboot.Config{TimeoutSeconds: s.Boot.TimeoutSeconds, Default: def, Cmdline: s.Kernel.Cmdline}.GrubCfg()
+		if err != nil {
+			return c, err
+		}
+		if c.GrubEnv, err = biosboot.InitialEnv(def); err != nil {
+			return c, err
+		}
 	}
-	def := layout.Slot(s.Boot.Default)
 	for _, slot := range layout.Slots() {
 		if _, ok := slots[slot]; !ok {
 			continue
@@ -379,7 +398,24 @@ func espContents(s *spec.Spec, boot bootFiles, slots map[layout.Slot]string, sig
 			c.Entries[len(c.Entries)-1].UKI = signed.ukis[slot]
 		}
 	}
-	return c
+	return c, nil
+}
+
+// installGrub writes GRUB's boot code and core image into the raw image
+// at path, whose BIOS boot partition is p.
+func installGrub(path string, p diskimage.Placed, boot bootFiles) error {
+	bootImg, err := os.ReadFile(boot.grubBoot)
+	if err != nil {
+		return fmt.Errorf("GRUB for BIOS boot (the base's grub-pc-bin): %w", err)
+	}
+	core, err := os.ReadFile(boot.grubCore)
+	if err != nil {
+		return fmt.Errorf("GRUB for BIOS boot (the base's grub-mkimage): %w", err)
+	}
+	if err := biosboot.Install(path, p.Start, p.Size, bootImg, core); err != nil {
+		return fmt.Errorf("GRUB for BIOS boot: %w", err)
+	}
+	return nil
 }
 
 // rawDisk is the raw image the raw stage wrote.
@@ -389,22 +425,34 @@ type rawDisk struct {
 	size   int64
 }
 
-// diskPartitions are the raw image's partitions: the ESP and the two
-// slots (slot B empty unless it has an image).
+// diskPartitions are the raw image's partitions: the ESP, GRUB's BIOS
+// boot partition unless the image boots only under Secure Boot, and the
+// two slots (slot B empty unless it has an image).
 func diskPartitions(s *spec.Spec, espImg string, slots map[layout.Slot]string) []diskimage.Partition {
 	slotSize := s.Disk.SlotSizeMiB * layout.MiB
-	return []diskimage.Partition{
-		{Label: layout.LabelESP, Type: layout.TypeESP, Size: s.Disk.ESPSizeMiB * layout.MiB, Source: espImg},
-		{Label: layout.LabelSlotA, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotA]},
-		{Label: layout.LabelSlotB, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotB]},
+	parts := []diskimage.Partition{{Label: layout.LabelESP, Type: layout.TypeESP, Size: s.Disk.ESPSizeMiB * layout.MiB, Source: espImg}}
+	if !s.SecureBootOn() {
+		parts = append(parts, diskimage.Partition{Label: layout.LabelBIOSBoot, Type: layout.TypeBIOSBoot, Size: layout.BIOSBootSize})
 	}
+	return append(parts,
+		diskimage.Partition{Label: layout.LabelSlotA, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotA]},
+		diskimage.Partition{Label: layout.LabelSlotB, Type: layout.TypeRootX86_64, Size: slotSize, Source: slots[layout.SlotB]},
+	)
 }
 
-// writeRaw writes the raw disk image to dst.
-func writeRaw(ctx context.Context, dst string, s *spec.Spec, espImg string, slots map[layout.Slot]string) (rawDisk, error) {
+// writeRaw writes the raw disk image to dst, with GRUB's boot code and
+// core image when it has a BIOS boot partition.
+func writeRaw(ctx context.Context, dst string, s *spec.Spec, espImg string, slots map[layout.Slot]string, boot bootFiles) (rawDisk, error) {
 	id := s.Name + "/" + s.Version
 	parts := diskPartitions(s, espImg, slots)
-	placed, err := diskimage.WriteRaw(ctx, dst, id, parts)
+	placed, err := diskimage.WriteRawThen(ctx, dst, id, parts, func(path string, placed []diskimage.Placed) error {
+		for _, p := range placed {
+			if p.Label == layout.LabelBIOSBoot {
+				return installGrub(path, p, boot)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return rawDisk{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/rootfs"
+	"github.com/terrarium-os/terrarium/pkg/image/secureboot"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
 
@@ -69,8 +70,14 @@ func TestESPContents(t *testing.T) {
 			for _, sl := range tt.slots {
 				slots[sl] = "/cache/slot-" + string(sl)
 			}
-			c := espContents(s, testBoot, slots, nil)
+			c, err := espContents(s, testBoot, slots, nil)
+			require.NoError(t, err)
 			assert.Equal(t, testBoot.sdboot, c.SystemdBoot)
+			// BIOS boot: GRUB boots the same entries, the preferred slot
+			// first, with the entries' command line.
+			assert.Contains(t, c.GrubConfig, "set first="+s.Boot.Default+"\n")
+			assert.Contains(t, c.GrubConfig, "linux /terrarium/a/vmlinuz console=ttyS0 quiet terrarium.slot=a\n")
+			assert.Contains(t, string(c.GrubEnv), "terrarium_prefer="+s.Boot.Default+"\n")
 			got := map[layout.Slot]string{}
 			for _, e := range c.Entries {
 				got[e.Slot] = e.SortKey
@@ -148,10 +155,20 @@ func TestISOContentsSecureBoot(t *testing.T) {
 func TestDiskPartitions(t *testing.T) {
 	s := testSpec(t, "")
 	parts := diskPartitions(s, "/work/esp.img", map[layout.Slot]string{layout.SlotA: "/cache/a.squashfs"})
-	require.Len(t, parts, 3)
+	require.Len(t, parts, 4)
+	assert.Equal(t, []string{layout.LabelESP, layout.LabelBIOSBoot, layout.LabelSlotA, layout.LabelSlotB}, []string{parts[0].Label, parts[1].Label, parts[2].Label, parts[3].Label})
+	assert.Equal(t, []int64{64 * layout.MiB, layout.MiB, 256 * layout.MiB, 256 * layout.MiB}, []int64{parts[0].Size, parts[1].Size, parts[2].Size, parts[3].Size})
+	assert.Equal(t, []string{"/work/esp.img", "", "/cache/a.squashfs", ""}, []string{parts[0].Source, parts[1].Source, parts[2].Source, parts[3].Source},
+		"slot B is empty without an image; GRUB's core is written into BIOS-BOOT after")
+
+	// A Secure Boot image boots under UEFI alone: no BIOS boot partition.
+	keys := filepath.Join(t.TempDir(), "keys")
+	_, err := secureboot.Generate(keys, "plant-7")
+	require.NoError(t, err)
+	sb := testSpec(t, "secureBoot: {keys: "+keys+"}\n")
+	parts = diskPartitions(sb, "/work/esp.img", map[layout.Slot]string{layout.SlotA: "/cache/a.squashfs"})
 	assert.Equal(t, []string{layout.LabelESP, layout.LabelSlotA, layout.LabelSlotB}, []string{parts[0].Label, parts[1].Label, parts[2].Label})
-	assert.Equal(t, []int64{64 * layout.MiB, 256 * layout.MiB, 256 * layout.MiB}, []int64{parts[0].Size, parts[1].Size, parts[2].Size})
-	assert.Equal(t, []string{"/work/esp.img", "/cache/a.squashfs", ""}, []string{parts[0].Source, parts[1].Source, parts[2].Source}, "slot B is empty without an image")
+	assert.Len(t, parts, 3)
 }
 
 func TestAddUnique(t *testing.T) {
@@ -193,6 +210,8 @@ func fakeBase(t *testing.T, c *cache.Cache, s *spec.Spec) {
 			rootfs.BaseKernel:        strings.Repeat("fake kernel ", 1000),
 			rootfs.BaseSDBoot:        strings.Repeat("MZ fake systemd-boot ", 100),
 			rootfs.BaseBusybox:       strings.Repeat("fake busybox ", 100),
+			rootfs.BaseGrubBoot:      strings.Repeat("B", 512),
+			rootfs.BaseGrubCore:      strings.Repeat("\x00", 4*512), // no block list yet, as grub-mkimage makes it
 			rootfs.BaseKernelRelease: "6.12.0-test\n",
 			rootfs.BaseVersions:      "systemd 257.9-1\nlinux-image-amd64 6.12.0-test\n",
 			filepath.Join(rootfs.BaseModules, "modules.dep"):     "",
@@ -250,7 +269,7 @@ func TestRunWithFakeBase(t *testing.T) {
 			assert.Equal(t, hex.EncodeToString(sum[:]), o.SHA256, "%s: manifest sha256", o.File)
 			assert.EqualValues(t, len(data), o.Size, "%s: manifest size", o.File)
 		}
-		assert.Len(t, res.Manifest.Partitions, 3)
+		assert.Len(t, res.Manifest.Partitions, 4, "EFI, BIOS-BOOT and the two slots")
 		assert.Equal(t, "6.12.0-test", res.Manifest.Kernel)
 		assert.Empty(t, dirEntriesMatching(t, out, ".work-"), "the work directory is removed")
 		outs = append(outs, out)

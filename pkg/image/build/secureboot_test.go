@@ -110,8 +110,10 @@ func TestSignBoot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sb.manifest.UKIs, again.manifest.UKIs, "the signed UKIs are reproducible")
 
-	c := espContents(s, boot, slots, sb)
+	c, err := espContents(s, boot, slots, sb)
+	require.NoError(t, err)
 	assert.Equal(t, sb.sdboot, c.SystemdBoot)
+	assert.Empty(t, c.GrubConfig, "a Secure Boot image boots under UEFI alone")
 	assert.Equal(t, sb.enrollKeys, c.EnrollKeys)
 	assert.Equal(t, "if-safe", c.SecureBootEnroll)
 	for _, e := range c.Entries {
@@ -135,5 +137,7 @@ func TestSignBootEnrollOff(t *testing.T) {
 	assert.Empty(t, sb.enrollKeys)
 	assert.Len(t, sb.ukis, 1, "the ESP has the one slot the image holds")
 	assert.Len(t, sb.slotUKIs(), 2, "the upgrade file has both slots'")
-	assert.Empty(t, espContents(s, boot, map[layout.Slot]string{layout.SlotA: "/cache/a"}, sb).EnrollKeys)
+	c, err := espContents(s, boot, map[layout.Slot]string{layout.SlotA: "/cache/a"}, sb)
+	require.NoError(t, err)
+	assert.Empty(t, c.EnrollKeys)
 }

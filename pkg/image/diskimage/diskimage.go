@@ -49,10 +49,21 @@ func Plan(imageID string, parts []Partition) ([]Placed, int64) {
 
 // WriteRaw writes the disk image to path.
 func WriteRaw(ctx context.Context, path, imageID string, parts []Partition) ([]Placed, error) {
+	return WriteRawThen(ctx, path, imageID, parts, nil)
+}
+
+// WriteRawThen writes the disk image to path as WriteRaw does, and has
+// finish (when not nil) write more into it before it takes path's name:
+// what lies outside the partitions' sources (a boot loader in the MBR).
+func WriteRawThen(ctx context.Context, path, imageID string, parts []Partition, finish func(path string, placed []Placed) error) ([]Placed, error) {
 	placed, size := Plan(imageID, parts)
 	tmp := path + ".partial"
 	_ = os.Remove(tmp) // a leftover of an interrupted run; diskfs.Create fails if it stays
-	if err := writeRaw(ctx, tmp, imageID, placed, size); err != nil {
+	err := writeRaw(ctx, tmp, imageID, placed, size)
+	if err == nil && finish != nil {
+		err = finish(tmp, placed)
+	}
+	if err != nil {
 		_ = os.Remove(tmp)
 		return nil, err
 	}

@@ -56,6 +56,11 @@ type Contents struct {
 	// SecureBootEnroll is loader.conf's secure-boot-enroll (if-safe,
 	// manual, force, off); written only with EnrollKeys.
 	SecureBootEnroll string
+	// GrubConfig and GrubEnv, on an image that also boots under BIOS,
+	// are GRUB's configuration and environment block (package
+	// biosboot), written to layout.ESPGrubConfig and layout.ESPGrubEnv.
+	GrubConfig string
+	GrubEnv    []byte
 }
 
 // Files returns the ESP's files: path on the ESP -> content source. A
@@ -81,6 +86,10 @@ func (c Contents) Files() map[string]string {
 	}
 	for name, host := range c.EnrollKeys {
 		files[layout.ESPEnrollKeysDir+"/"+name] = "file:" + host
+	}
+	if c.GrubConfig != "" {
+		files[layout.ESPGrubConfig] = c.GrubConfig
+		files[layout.ESPGrubEnv] = string(c.GrubEnv)
 	}
 	return files
 }

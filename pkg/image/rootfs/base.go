@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
 )
@@ -40,6 +41,14 @@ const (
 	BaseModules       = "boot/modules" // the kernel's /usr/lib/modules/<version>
 	BaseVersions      = "versions.txt" // "package version" lines, sorted
 	BaseKernelRelease = "boot/kernel.release"
+	// GRUB for BIOS boot (package biosboot), from grub-pc-bin: its MBR
+	// boot code, the hybrid ISO's MBR boot code, and the two core images
+	// grub-mkimage made in the base with biosboot's modules and early
+	// configurations: the disk's, and the ISO's El Torito image.
+	BaseGrubBoot       = "boot/grub/boot.img"
+	BaseGrubBootHybrid = "boot/grub/boot_hybrid.img"
+	BaseGrubCore       = "boot/grub/core.img"
+	BaseGrubCDCore     = "boot/grub/eltorito.img"
 )
 
 // dpkg paths left out of the image: documentation and manuals have no
@@ -60,9 +69,11 @@ const BaseKind = "rootfs-base"
 // packages are resolved there on the day of the build) or, with a lock,
 // the exact files.
 func BaseKey(o spec.OS, lock *OSLock, epoch time.Time) (string, error) {
-	k := cache.NewKey("rootfs-base/v1").
+	k := cache.NewKey("rootfs-base/v2").
 		String("suite", o.Suite).
 		Strings("packages", sortedPackages(o)).Strings("dpkgopt", dpkgExcludes).
+		Strings("grub-modules", biosboot.Modules).
+		String("grub-early-disk", biosboot.EarlyConfigDisk).String("grub-early-cd", biosboot.EarlyConfigCD).
 		String("epoch", strconv.FormatInt(epoch.Unix(), 10))
 	if lock != nil {
 		k.Strings("lock", lock.key())
@@ -134,6 +145,11 @@ func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, sou
 	if sources != "" {
 		args = append(args, "--customize-hook=echo '"+sources+"' > \"$1/etc/apt/sources.list\"")
 	}
+	hooks, err := grubHooks(dir)
+	if err != nil {
+		return err
+	}
+	args = append(args, hooks...)
 	args = append(args, suite, tarPath, mirror)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
@@ -142,6 +158,33 @@ func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, sou
 		return fmt.Errorf("mmdebstrap %s: %w\n%s", suite, err, tail(out, 40))
 	}
 	return extractBootArtifacts(ctx, tarPath, dir)
+}
+
+// grubHooks are the mmdebstrap hooks that make GRUB's two core images
+// with the base's own grub-mkimage and move them out of the base into
+// dir (BaseGrubCore, BaseGrubCDCore), so that the slot does not carry
+// them.
+func grubHooks(dir string) ([]string, error) {
+	grubDir := filepath.Join(dir, filepath.Dir(BaseGrubCore))
+	if err := os.MkdirAll(grubDir, 0o755); err != nil {
+		return nil, err
+	}
+	disk, cd := filepath.Join(grubDir, "early-disk.cfg"), filepath.Join(grubDir, "early-cd.cfg")
+	if err := os.WriteFile(disk, []byte(biosboot.EarlyConfigDisk), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cd, []byte(biosboot.EarlyConfigCD), 0o644); err != nil {
+		return nil, err
+	}
+	mods := strings.Join(biosboot.Modules, " ")
+	mkimage := func(format, prefix, early, out string) string {
+		return fmt.Sprintf(`cp %q "$1/tmp/early.cfg" && chroot "$1" grub-mkimage -O %s -p %s -c /tmp/early.cfg -o /tmp/core.img %s && mv "$1/tmp/core.img" %q && rm "$1/tmp/early.cfg"`,
+			early, format, prefix, mods, filepath.Join(dir, out))
+	}
+	return []string{
+		"--customize-hook=" + mkimage("i386-pc", "/grub", disk, BaseGrubCore),
+		"--customize-hook=" + mkimage("i386-pc-eltorito", "/boot/grub", cd, BaseGrubCDCore),
+	}, nil
 }
 
 // extractBootArtifacts copies what the ESP and initramfs need out of the
@@ -153,11 +196,12 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 	}
 	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", tmp, "--wildcards",
-		"./boot/vmlinuz-*", "./usr/lib/modules/*", "./usr/lib/systemd/boot/efi/systemd-bootx64.efi", "./usr/bin/busybox")
+		"./boot/vmlinuz-*", "./usr/lib/modules/*", "./usr/lib/systemd/boot/efi/systemd-bootx64.efi", "./usr/bin/busybox",
+		"./usr/lib/grub/i386-pc/boot.img", "./usr/lib/grub/i386-pc/boot_hybrid.img")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		hint := ""
 		if strings.Contains(string(out), "Not found in archive") {
-			hint = "\nthe base lacks a boot file: os.packages must include linux-image-amd64, systemd-boot-efi and busybox-static"
+			hint = "\nthe base lacks a boot file: os.packages must include linux-image-amd64, systemd-boot-efi, busybox-static and grub-pc-bin"
 		}
 		return fmt.Errorf("extract boot artifacts from %s: %w\n%s%s", tarPath, err, out, hint)
 	}
@@ -174,8 +218,13 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 		mods[0]:    BaseModules,
 		filepath.Join(tmp, "usr/lib/systemd/boot/efi/systemd-bootx64.efi"): BaseSDBoot,
 		filepath.Join(tmp, "usr/bin/busybox"):                              BaseBusybox,
+		filepath.Join(tmp, "usr/lib/grub/i386-pc/boot.img"):                BaseGrubBoot,
+		filepath.Join(tmp, "usr/lib/grub/i386-pc/boot_hybrid.img"):         BaseGrubBootHybrid,
 	}
 	for from, to := range moves {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, to)), 0o755); err != nil {
+			return err
+		}
 		if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
 			return fmt.Errorf("rootfs %s: %w", tarPath, err)
 		}

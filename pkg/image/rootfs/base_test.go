@@ -110,6 +110,11 @@ func bootTree() []entry {
 		tDir("usr/lib/systemd/boot/efi/"),
 		tFile("usr/lib/systemd/boot/efi/systemd-bootx64.efi", "MZ systemd-boot"),
 		tFile("usr/lib/systemd/boot/efi/linuxx64.efi.stub", "MZ stub"),
+		tDir("usr/lib/grub/"),
+		tDir("usr/lib/grub/i386-pc/"),
+		tFile("usr/lib/grub/i386-pc/boot.img", "GRUB boot.img"),
+		tFile("usr/lib/grub/i386-pc/boot_hybrid.img", "GRUB boot_hybrid.img"),
+		tFile("usr/lib/grub/i386-pc/normal.mod", "a module"),
 	}
 }
 
@@ -122,9 +127,11 @@ func TestExtractBootArtifacts(t *testing.T) {
 	require.NoError(t, extractBootArtifacts(context.Background(), tarPath, dir))
 
 	for name, want := range map[string]string{
-		BaseKernel:  "kernel image",
-		BaseSDBoot:  "MZ systemd-boot",
-		BaseBusybox: "busybox binary",
+		BaseKernel:         "kernel image",
+		BaseSDBoot:         "MZ systemd-boot",
+		BaseBusybox:        "busybox binary",
+		BaseGrubBoot:       "GRUB boot.img",
+		BaseGrubBootHybrid: "GRUB boot_hybrid.img",
 		filepath.Join(BaseModules, "kernel", "a.ko"): "module a",
 		filepath.Join(BaseModules, "modules.dep"):    "kernel/a.ko:\n",
 		BaseKernelRelease:                            "6.1.0-x\n",
@@ -156,7 +163,7 @@ func TestExtractBootArtifacts(t *testing.T) {
 		return nil
 	}))
 	assert.ElementsMatch(t, []string{
-		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease,
+		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease, BaseGrubBoot, BaseGrubBootHybrid,
 		filepath.Join(BaseModules, "kernel", "a.ko"), filepath.Join(BaseModules, "modules.dep"),
 	}, boot)
 }
@@ -196,6 +203,11 @@ func TestExtractBootArtifactsErrors(t *testing.T) {
 			name:    "no busybox",
 			entries: without("usr/bin/busybox"),
 			want:    []string{"extract boot artifacts from", "busybox", "busybox-static"},
+		},
+		{
+			name:    "no GRUB",
+			entries: without("usr/lib/grub/i386-pc/boot.img"),
+			want:    []string{"extract boot artifacts from", "boot.img", "grub-pc-bin"},
 		},
 		{
 			name:    "no systemd-boot",

@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/strictyaml"
+	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
 	"github.com/terrarium-os/terrarium/pkg/image/ova"
 )
 
@@ -395,8 +397,16 @@ func (s *Spec) validateOS(p *strictyaml.Problems, path strictyaml.Path) {
 }
 
 func (s *Spec) validateBoot(p *strictyaml.Problems, root strictyaml.Path) {
-	if s.Boot.Tries < 1 || s.Boot.Tries > 9 {
-		p.Addf(root.Field("boot").Field("tries"), "is %d; use 1 to 9", s.Boot.Tries)
+	if s.Boot.Tries < 1 || s.Boot.Tries > layout.MaxBootTries {
+		p.Addf(root.Field("boot").Field("tries"), "is %d; use 1 to %d", s.Boot.Tries, layout.MaxBootTries)
+	}
+	if !s.SecureBootOn() {
+		// GRUB boots the image under BIOS with the same command line.
+		for i, a := range s.Kernel.Cmdline {
+			if err := biosboot.CheckKernelArg(a); err != nil {
+				p.Addf(root.Field("kernel").Field("cmdline").Index(i), "%v: GRUB boots this image under BIOS and passes each argument as it is", err)
+			}
+		}
 	}
 	if s.Boot.TimeoutSeconds < 0 {
 		p.Addf(root.Field("boot").Field("timeoutSeconds"), "must not be negative")

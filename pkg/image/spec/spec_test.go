@@ -281,6 +281,7 @@ func TestParseValidationProblems(t *testing.T) {
 		{"bad package name", "e2fsprogs]", "e2fsprogs, Bad_Pkg]", "$.os.packages[5]", "not a Debian package name"},
 		{"overlay missing", "  suite: trixie\n", "  suite: trixie\n  overlay: nope\n", "$.os.overlay", "not a directory"},
 		{"tries too high", "os:", "boot:\n  tries: 10\nos:", "$.boot.tries", "use 1 to 9"},
+		{"kernel argument GRUB reads", "os:", "kernel:\n  cmdline: [console=ttyS0, \"init=/bin/sh; reboot\"]\nos:", "$.kernel.cmdline[1]", "GRUB boots this image under BIOS"},
 		{"negative timeout", "os:", "boot:\n  timeoutSeconds: -1\nos:", "$.boot.timeoutSeconds", "must not be negative"},
 		{"default c", "os:", "boot:\n  default: c\nos:", "$.boot.default", `use "a" or "b"`},
 		{"esp too small", "os:", "disk:\n  espSizeMiB: 32\nos:", "$.disk.espSizeMiB", "at least 64 MiB"},

@@ -35,11 +35,13 @@ func (c Config) args() []string {
 		// enroll keys behind the firmware's back.
 		a = append(a, "-global", "driver=cfi.pflash01,property=secure,value=on")
 	}
-	a = append(a,
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+escape(c.OVMFCode),
-		"-drive", "if=pflash,format=raw,unit=1,file="+escape(filepath.Join(c.Dir, VarsFile)),
-		"-device", "qemu-xhci,id=xhci",
-	)
+	if !c.BIOS { // without flash, QEMU's own SeaBIOS
+		a = append(a,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+escape(c.OVMFCode),
+			"-drive", "if=pflash,format=raw,unit=1,file="+escape(filepath.Join(c.Dir, VarsFile)),
+		)
+	}
+	a = append(a, "-device", "qemu-xhci,id=xhci")
 	for i := range c.HotplugPorts {
 		a = append(a, "-device", fmt.Sprintf("pcie-root-port,id=%s,chassis=%d", hotplugPort(i), i+1))
 	}

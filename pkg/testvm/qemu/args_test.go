@@ -206,6 +206,8 @@ func TestConfigInvalid(t *testing.T) {
 		{"fw_cfg with both", Config{FwCfg: []FwCfg{{Name: "opt/x", File: "/f", String: "s"}}}, "exactly one"},
 		{"negative memory", Config{MemoryMiB: -1}, "negative"},
 		{"nice above 19", Config{Nice: 20}, "Nice 20"},
+		{"BIOS with Secure Boot", Config{BIOS: true, SecureBoot: true}, "BIOS boots SeaBIOS"},
+		{"BIOS with OVMF", Config{BIOS: true, OVMFCode: "/fw/code.fd"}, "BIOS boots SeaBIOS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,6 +277,18 @@ func TestArgsSecureBoot(t *testing.T) {
 	assert.True(t, hasPair(plain, "-machine", "q35"), "a machine without SecureBoot: %q", plain)
 	own := buildArgs(t, Config{Dir: t.TempDir(), SecureBoot: true, OVMFCode: "/fw/code.fd"})
 	assert.True(t, hasPair(own, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/fw/code.fd"), "OVMFCode is kept under SecureBoot: %q", own)
+}
+
+// TestArgsBIOS: a BIOS machine has no flash, so QEMU boots its own
+// SeaBIOS, and no UEFI variable store.
+func TestArgsBIOS(t *testing.T) {
+	cfg, err := Config{Dir: t.TempDir(), BIOS: true}.withDefaults()
+	require.NoError(t, err)
+	for _, a := range cfg.args() {
+		assert.NotContains(t, a, "pflash")
+	}
+	require.NoError(t, prepareDir(cfg))
+	assert.NoFileExists(t, filepath.Join(cfg.Dir, VarsFile))
 }
 
 // TestArgsTPM: a machine with a TPM gets a CRB TPM 2.0 backed by its

@@ -64,6 +64,10 @@ type Config struct {
 	// store out of the guest's reach: the firmware enforces Secure Boot
 	// once a platform key is enrolled.
 	SecureBoot bool
+	// BIOS boots the machine with SeaBIOS, QEMU's legacy BIOS, instead of
+	// OVMF: the firmware of Proxmox's and OpenStack's defaults and of old
+	// plant PCs. It has no UEFI variables.
+	BIOS bool
 	// TPM gives the machine a TPM 2.0 (CRB): a swtpm, Debian's software
 	// TPM, whose state lives in Dir/tpm, so that a machine restarted with
 	// the same Dir keeps its TPM (its seeds, hence what it sealed) as it
@@ -213,6 +217,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	c.Binary = orDefault(c.Binary, DefaultBinary)
+	if c.BIOS && (c.SecureBoot || c.OVMFCode != "" || c.OVMFVars != "") {
+		return c, fmt.Errorf("config: BIOS boots SeaBIOS: it has no Secure Boot and no OVMF")
+	}
 	if c.SecureBoot {
 		c.OVMFCode = orDefault(c.OVMFCode, SecureBootOVMFCode)
 	}

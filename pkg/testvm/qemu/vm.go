@@ -82,7 +82,9 @@ func prepareDir(cfg Config) error {
 		return err
 	}
 	vars := filepath.Join(cfg.Dir, VarsFile)
-	if _, err := os.Stat(vars); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(vars); cfg.BIOS {
+		// SeaBIOS keeps no variables.
+	} else if errors.Is(err, os.ErrNotExist) {
 		if err := copyFile(cfg.OVMFVars, vars); err != nil {
 			return fmt.Errorf("seeding UEFI vars: %w", err)
 		}

@@ -222,6 +222,25 @@ func (in *Init) markUpgradeTrial(ctx context.Context) error {
 	return nil
 }
 
+// countGrubTries moves the tries GRUB recorded on a BIOS boot into the
+// entries' names (bootloader.ESPLoader.CountGrubTries), before anything
+// reads them. A boot that cannot goes on: GRUB keeps the tries, and counts
+// them itself until a boot can.
+func (in *Init) countGrubTries(ctx context.Context, disk *diskInfo) error {
+	l, err := espLoader(disk)
+	if err == nil {
+		var said []string
+		said, err = l.CountGrubTries(ctx)
+		for _, line := range said {
+			in.say("boot counting: %s", line)
+		}
+	}
+	if err != nil {
+		in.say("cannot count GRUB's tries in the boot entries (%v): going on; GRUB counts them until a boot can", err)
+	}
+	return nil
+}
+
 // diskSteps boot an installed disk: its slot partition and its TERRA-STATE.
 func (in *Init) diskSteps() []step {
 	var disk, state *diskInfo
@@ -233,6 +252,7 @@ func (in *Init) diskSteps() []step {
 			}
 			return err
 		}},
+		{"count GRUB's tries", func(ctx context.Context) error { return in.countGrubTries(ctx, disk) }},
 		{"tell whether this is an upgrade's trial boot", in.markUpgradeTrial},
 		{"prepare TERRA-STATE partition", func(ctx context.Context) (err error) { state, err = in.statePartition(ctx, disk); return err }},
 		{"mount the slot", func(ctx context.Context) error { return in.mountSlot(disk) }},
@@ -270,12 +290,13 @@ func (in *Init) mountEarly(context.Context) error {
 // mountEFIVars mounts efivarfs (a module: after the modules are loaded).
 // Without it the boot goes on: only the ISO's handover to an installed
 // disk and the clearing of its mark need UEFI variables.
+// A BIOS boot has none: sysfs has no /sys/firmware/efi to mount them on.
 func (in *Init) mountEFIVars(context.Context) error {
-	if err := os.MkdirAll(in.efivars, 0o755); err != nil {
-		return err
+	err := os.MkdirAll(in.efivars, 0o755)
+	if err == nil {
+		err = unix.Mount("efivarfs", in.efivars, "efivarfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 	}
-	err := unix.Mount("efivarfs", in.efivars, "efivarfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	if err != nil && err != unix.EBUSY {
+	if err != nil && !errors.Is(err, unix.EBUSY) {
 		in.say("no UEFI variables (%v): continuing without them", err)
 	}
 	return nil

@@ -1,6 +1,8 @@
 // Package bootloader is the boot entries' side of boot counting (Boot
-// Loader Spec entries on the EFI system partition, systemd-boot): it tells
-// whether a slot is on trial and blesses a boot by removing its counter.
+// Loader Spec entries on the EFI system partition, read by systemd-boot
+// under UEFI and by GRUB under BIOS): it tells whether a slot is on trial,
+// blesses a boot by removing its counter, and moves the tries GRUB
+// recorded in its environment block into the entries' names.
 package bootloader
 
 import (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/grubenv"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
@@ -108,4 +109,43 @@ func leadingRun(s string) string {
 		}
 	}
 	return s
+}
+
+// grubNextBoot returns the slot GRUB boots next under BIOS, as the
+// grub.cfg of pkg/image/biosboot decides from the same entries: the slot
+// its environment block prefers (the one installed last) while its entry
+// is blessed or has tries left, less the tries recorded in the block for
+// that entry; else the other slot while its entry does; else the
+// preferred one. A slot without an entry or a kernel is never booted.
+func (n *node) grubNextBoot() layout.Slot {
+	n.t.Helper()
+	env, err := grubenv.Parse([]byte(n.read(layout.ESPGrubEnv)))
+	require.NoError(n.t, err)
+	good := func(s layout.Slot) bool {
+		if _, err := os.Stat(espPath(n.esp, s.KernelPath())); err != nil {
+			return false
+		}
+		for _, e := range n.entries() {
+			if e.name.slot != s {
+				continue
+			}
+			if !e.name.counted {
+				return true
+			}
+			tried := 0
+			if env[s.GrubTriedOf()] == e.name.file {
+				tried = len(env[s.GrubTried()])
+			}
+			return e.name.left > tried
+		}
+		return false
+	}
+	first := layout.Slot(env[layout.GrubPrefer])
+	if !first.Valid() {
+		first = layout.SlotA
+	}
+	if !good(first) && good(first.Other()) {
+		return first.Other()
+	}
+	return first
 }

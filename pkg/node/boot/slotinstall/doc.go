@@ -21,7 +21,11 @@
 //     temporary files of an interrupted install, and the entries
 //     directory is synced. From here until step 5 the target slot has no
 //     entry, so systemd-boot cannot pick it whatever its partition and
-//     files hold. Cut before: the ESP is as it was.
+//     files hold. Cut before: the ESP is as it was. Then, on an image that
+//     also boots under BIOS, GRUB's environment block is told that the
+//     target is the slot installed last (bootloader.PreferGrub): GRUB
+//     tries it first once it has an entry, as systemd-boot does by its
+//     sort key, and boots the running slot until then.
 //  3. Rootfs: the squashfs is copied into the target's partition (hashed
 //     again on the way, upgrade.Verified.CopyPart), synced, and read back
 //     from the disk and hashed, to catch a disk that loses writes. Cut

@@ -18,7 +18,7 @@ import (
 const DefaultTries = 3
 
 // maxTries is the largest boot counter the build spec allows.
-const maxTries = 9
+const maxTries = layout.MaxBootTries
 
 // tempSuffix marks a file Install is writing; systemd-boot reads only
 // *.conf entries, so an entry with it is never booted.

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/grubenv"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
@@ -136,6 +137,9 @@ func image(t *testing.T, b build) *node {
 	loaderConf, err := os.ReadFile(filepath.Join("testdata", "build", filepath.FromSlash(layout.ESPLoaderConf)))
 	require.NoError(t, err)
 	n.write(layout.ESPLoaderConf, string(loaderConf))
+	grubEnv, err := grubenv.Encode(grubenv.Env{layout.GrubPrefer: string(layout.SlotA)})
+	require.NoError(t, err)
+	n.write(layout.ESPGrubEnv, string(grubEnv))
 	n.write(layout.ESPEntriesDir+"/"+layout.SlotA.EntryFile(0), buildEntry(layout.SlotA, b.version, "terrarium-1"))
 	n.write(layout.SlotA.KernelPath(), string(b.kernel))
 	n.write(layout.SlotA.InitrdPath(), string(b.initrd))
@@ -276,7 +280,9 @@ func (n *node) requireBootable() entryFile {
 		require.True(n.t, ok, "entry %s has version %q of no known build", e.name.file, e.version)
 		require.True(n.t, n.slotHolds(e.name.slot, b), "entry %s is bootable but slot %s does not hold %s completely", e.name.file, e.name.slot, b.version)
 	}
-	return n.nextBoot()
+	next := n.nextBoot()
+	assert.Equal(n.t, next.name.slot, n.grubNextBoot(), "GRUB (BIOS) boots the slot systemd-boot (UEFI) boots")
+	return next
 }
 
 // leftovers lists the temporary files on the ESP.

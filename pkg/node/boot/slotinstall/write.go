@@ -9,12 +9,16 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/bootloader"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // unbootable removes the target's entries and the leftovers of an
-// interrupted install, durably.
+// interrupted install, durably; then, on an image that also boots under
+// BIOS, records in GRUB's environment block that the target is the slot
+// last installed: with no entry yet it cannot boot, and once its entry
+// is written GRUB tries it first, as systemd-boot does by its sort key.
 func (in *installer) unbootable(dir string, st espState) error {
 	for _, e := range st.target {
 		if err := in.w.remove(espPath(dir, e.path())); err != nil {
@@ -26,7 +30,16 @@ func (in *installer) unbootable(dir string, st espState) error {
 			return fmt.Errorf("remove %s: %w", f, err)
 		}
 	}
-	return in.w.syncDir(espPath(dir, layout.ESPEntriesDir))
+	if err := in.w.syncDir(espPath(dir, layout.ESPEntriesDir)); err != nil {
+		return err
+	}
+	if err := in.w.check("write " + layout.ESPGrubEnv); err != nil {
+		return err
+	}
+	if err := bootloader.PreferGrub(dir, in.target); err != nil {
+		return fmt.Errorf("GRUB's environment block: %w", err)
+	}
+	return nil
 }
 
 // writeRootfs copies the rootfs into the target's partition, syncs it,
