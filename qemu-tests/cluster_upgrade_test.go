@@ -249,11 +249,20 @@ func TestClusterUpgrade(t *testing.T) {
 
 	// The workload: two replicas, one per node (a host port each), a
 	// budget of one, and tolerating the control plane's taint so that a
-	// drained node's replica has somewhere to go back to.
+	// drained node's replica has somewhere to go back to. Pod Security
+	// enforces baseline, which forbids host ports (docs/security.md): its
+	// namespace is labelled privileged, as an operator labels one whose
+	// pods need the host.
 	ssh := dialSSH(ctx, t, cp.sshPort, key)
-	workload := `apiVersion: apps/v1
+	workload := `apiVersion: v1
+kind: Namespace
+metadata:
+  name: echo
+  labels: {pod-security.kubernetes.io/enforce: privileged}
+---
+apiVersion: apps/v1
 kind: Deployment
-metadata: {name: echo, namespace: default}
+metadata: {name: echo, namespace: echo}
 spec:
   replicas: 2
   selector: {matchLabels: {app: echo}}
@@ -269,17 +278,17 @@ spec:
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
-metadata: {name: echo, namespace: default}
+metadata: {name: echo, namespace: echo}
 spec:
   minAvailable: 1
   selector: {matchLabels: {app: echo}}
 `
 	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
-	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+	ssh.run("kubectl -n echo rollout status --timeout=15m deployment/echo")
 	// A StatefulSet's volume on the worker, carried through both
 	// upgrades (its drain and its reboots onto each slot).
 	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, "")
-	t.Logf("workload:\n%s", ssh.run("kubectl get pods -o wide"))
+	t.Logf("workload:\n%s", ssh.run("kubectl get pods -A -o wide"))
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	var avail availability
 	probed := make(chan struct{})
@@ -375,7 +384,7 @@ spec:
 	assert.NotContains(t, nodes, "SchedulingDisabled", "both uncordoned")
 	server := ssh.output("kubectl get --raw /version", regexp.MustCompile(`"gitVersion"`))
 	assert.Contains(t, server, `"gitVersion": "`+newK+`"`)
-	ssh.run("kubectl rollout status --timeout=15m deployment/echo")
+	ssh.run("kubectl -n echo rollout status --timeout=15m deployment/echo")
 	assert.Equal(t, addonEntry{Release: "0.2.0", Node: "cp-1"}, addonsRecordOf(t, ssh, "pod-network"), "the new release's control plane applied the add-ons")
 	if haveVolume {
 		checkLocalVolumeKept(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, volume, "the OS upgrade of both nodes")
