@@ -35,7 +35,7 @@ name: unit
 version: 1.2.3
 os:
   suite: trixie
-  packages: [systemd, linux-image-amd64, systemd-boot-efi, busybox-static, e2fsprogs]
+  packages: [systemd, linux-image-amd64, systemd-boot-efi, grub-pc-bin, busybox-static, e2fsprogs]
 kernel:
   cmdline: [console=ttyS0, quiet]
   modules: [virtio_blk]

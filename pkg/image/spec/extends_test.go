@@ -20,7 +20,7 @@ name: base
 version: 1.0.0
 os:
   suite: trixie
-  packages: [systemd, linux-image-amd64, systemd-boot-efi, busybox-static, e2fsprogs]
+  packages: [systemd, linux-image-amd64, systemd-boot-efi, grub-pc-bin, busybox-static, e2fsprogs]
   overlay: overlay
 bundles: [apps.yaml]
 components:

@@ -381,7 +381,7 @@ func (s *Spec) validateOS(p *strictyaml.Problems, path strictyaml.Path) {
 		}
 		seen[pkg] = true
 	}
-	for _, need := range []string{"systemd", "linux-image-amd64", "systemd-boot-efi", "busybox-static", "e2fsprogs"} {
+	for _, need := range []string{"systemd", "linux-image-amd64", "systemd-boot-efi", "grub-pc-bin", "busybox-static", "e2fsprogs"} {
 		if !seen[need] {
 			p.Addf(path.Field("packages"), "must include %q (the boot chain needs it)", need)
 		}

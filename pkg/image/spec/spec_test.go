@@ -56,6 +56,7 @@ os:
     - systemd
     - linux-image-amd64
     - systemd-boot-efi
+    - grub-pc-bin
     - busybox-static
     - e2fsprogs
     - openssh-server
@@ -83,7 +84,7 @@ name: minimal
 version: 0.0.1
 os:
   suite: trixie
-  packages: [systemd, linux-image-amd64, systemd-boot-efi, busybox-static, e2fsprogs]
+  packages: [systemd, linux-image-amd64, systemd-boot-efi, grub-pc-bin, busybox-static, e2fsprogs]
 `
 
 func TestParseValid(t *testing.T) {
@@ -106,7 +107,7 @@ func TestParseValid(t *testing.T) {
 		OS: OS{
 			Suite:    "trixie",
 			Mirror:   "https://mirror.example/debian",
-			Packages: []string{"systemd", "linux-image-amd64", "systemd-boot-efi", "busybox-static", "e2fsprogs", "openssh-server"},
+			Packages: []string{"systemd", "linux-image-amd64", "systemd-boot-efi", "grub-pc-bin", "busybox-static", "e2fsprogs", "openssh-server"},
 			Overlay:  "overlay",
 			Enable:   []string{"ssh.service"},
 		},
@@ -277,8 +278,8 @@ func TestParseValidationProblems(t *testing.T) {
 		{"negative epoch", "version: 0.0.1\n", "version: 0.0.1\nsourceDateEpoch: -1\n", "$.sourceDateEpoch", "not negative"},
 		{"no suite", "  suite: trixie\n", "", "$.os.suite", "is required"},
 		{"bad mirror", "  suite: trixie\n", "  suite: trixie\n  mirror: ftp://example\n", "$.os.mirror", "not an http(s) URL"},
-		{"duplicate package", "e2fsprogs]", "e2fsprogs, systemd]", "$.os.packages[5]", "listed twice"},
-		{"bad package name", "e2fsprogs]", "e2fsprogs, Bad_Pkg]", "$.os.packages[5]", "not a Debian package name"},
+		{"duplicate package", "e2fsprogs]", "e2fsprogs, systemd]", "$.os.packages[6]", "listed twice"},
+		{"bad package name", "e2fsprogs]", "e2fsprogs, Bad_Pkg]", "$.os.packages[6]", "not a Debian package name"},
 		{"overlay missing", "  suite: trixie\n", "  suite: trixie\n  overlay: nope\n", "$.os.overlay", "not a directory"},
 		{"tries too high", "os:", "boot:\n  tries: 10\nos:", "$.boot.tries", "use 1 to 9"},
 		{"kernel argument GRUB reads", "os:", "kernel:\n  cmdline: [console=ttyS0, \"init=/bin/sh; reboot\"]\nos:", "$.kernel.cmdline[1]", "GRUB boots this image under BIOS"},
