@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/grubenv"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
@@ -98,7 +99,7 @@ func countGrubTries(dir string) ([]string, error) {
 		counted = append(counted, fmt.Sprintf("slot %s: %d %s by GRUB counted: %s is now %s", s, tries, plural(tries, "try", "tries"), of, name))
 	}
 	if len(counted) > 0 {
-		if err := syncDir(entries); err != nil {
+		if err := atomicfile.SyncDir(entries); err != nil {
 			return counted, err
 		}
 	}
@@ -142,19 +143,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// syncDir makes the renames in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // PreferGrub records in GRUB's environment block, when the ESP at dir has
 // one, that slot is the slot last installed, which GRUB tries first, and
 // drops tries recorded of that slot's earlier entries. slotinstall calls
@@ -192,12 +180,8 @@ func PreferGrub(dir string, slot layout.Slot) error {
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err
 	}
-	if f, err := os.Open(tmp); err == nil {
-		err = f.Sync()
-		_ = f.Close()
-		if err != nil {
-			return err
-		}
+	if err := atomicfile.SyncFile(tmp); err != nil {
+		return err
 	}
 	if err := os.Remove(envPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -205,5 +189,5 @@ func PreferGrub(dir string, slot layout.Slot) error {
 	if err := os.Rename(tmp, envPath); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(envPath))
+	return atomicfile.SyncDir(filepath.Dir(envPath))
 }
