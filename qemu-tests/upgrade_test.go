@@ -152,7 +152,14 @@ func flipped(t *testing.T, src, dst string) {
 // power cut while it writes 0.2.1 (its old version boots); and 0.2.1, whose
 // health check fails, falls back after its tries, is reported rolled back
 // and marked bad, and is not installed again from the stick still in.
+// All of it under OVMF, and again under SeaBIOS, where GRUB tries the
+// slot an upgrade names in its environment block.
 func TestUpgradeFromStick(t *testing.T) {
+	t.Run("UEFI", func(t *testing.T) { upgradeFromStick(t, false) })
+	t.Run("BIOS", func(t *testing.T) { upgradeFromStick(t, true) })
+}
+
+func upgradeFromStick(t *testing.T, bios bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	work := t.TempDir()
@@ -194,6 +201,7 @@ func TestUpgradeFromStick(t *testing.T) {
 
 	key := newSSHKey(t)
 	m := newMachine(t, filepath.Join(work, "0.1.0", "terrarium.qcow2"))
+	m.bios = bios
 	sshPort := m.forwardSSH()
 	vm := bootForUpgrades(ctx, t, m, key, "upgrade-node", step)
 	plug := stickPlugger(ctx, t, func() *qemu.VM { return vm }, sticks)
