@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -127,27 +126,11 @@ func (Live) Bless(context.Context, layout.Slot) (BlessResult, error) { return Li
 // (no counter), or the tries it has left ("<id>+LEFT[-DONE].conf"). ok is
 // false for a name that is not slot's entry.
 func triesLeft(name string, slot layout.Slot) (left int, blessed, ok bool) {
-	rest, found := strings.CutPrefix(name, slot.EntryID())
-	if !found {
-		return 0, false, false
-	}
-	rest, found = strings.CutSuffix(rest, ".conf")
-	if !found {
-		return 0, false, false
-	}
-	if rest == "" {
+	if name == slot.EntryFile(0) {
 		return 0, true, true
 	}
-	counter, found := strings.CutPrefix(rest, "+")
-	if !found {
-		return 0, false, false
-	}
-	counter, _, _ = strings.Cut(counter, "-")
-	n, err := strconv.Atoi(counter)
-	if err != nil || n < 0 {
-		return 0, false, false
-	}
-	return n, false, true
+	left, _, ok = counter(name, slot)
+	return left, false, ok
 }
 
 // RebootHelps reports whether rebooting after a failed boot of slot lets
