@@ -32,12 +32,6 @@ const EarlyConfigDisk = `search --no-floppy --label ` + layout.LabelESPFS + ` --
 set prefix=($root)/grub
 `
 
-// EarlyConfigCD is the ISO's El Torito core image's: the ISO by its
-// volume ID, the boot device itself tried first.
-const EarlyConfigCD = `search --no-floppy --label ` + layout.ISOVolumeID + ` --set=root --hint "${root}"
-set prefix=($root)/boot/grub
-`
-
 // Offsets in GRUB's i386-pc images (include/grub/i386/pc/boot.h,
 // util/setup.c).
 const (

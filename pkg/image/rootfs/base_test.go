@@ -113,7 +113,6 @@ func bootTree() []entry {
 		tDir("usr/lib/grub/"),
 		tDir("usr/lib/grub/i386-pc/"),
 		tFile("usr/lib/grub/i386-pc/boot.img", "GRUB boot.img"),
-		tFile("usr/lib/grub/i386-pc/boot_hybrid.img", "GRUB boot_hybrid.img"),
 		tFile("usr/lib/grub/i386-pc/normal.mod", "a module"),
 	}
 }
@@ -127,11 +126,10 @@ func TestExtractBootArtifacts(t *testing.T) {
 	require.NoError(t, extractBootArtifacts(context.Background(), tarPath, dir))
 
 	for name, want := range map[string]string{
-		BaseKernel:         "kernel image",
-		BaseSDBoot:         "MZ systemd-boot",
-		BaseBusybox:        "busybox binary",
-		BaseGrubBoot:       "GRUB boot.img",
-		BaseGrubBootHybrid: "GRUB boot_hybrid.img",
+		BaseKernel:   "kernel image",
+		BaseSDBoot:   "MZ systemd-boot",
+		BaseBusybox:  "busybox binary",
+		BaseGrubBoot: "GRUB boot.img",
 		filepath.Join(BaseModules, "kernel", "a.ko"): "module a",
 		filepath.Join(BaseModules, "modules.dep"):    "kernel/a.ko:\n",
 		BaseKernelRelease:                            "6.1.0-x\n",
@@ -163,7 +161,7 @@ func TestExtractBootArtifacts(t *testing.T) {
 		return nil
 	}))
 	assert.ElementsMatch(t, []string{
-		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease, BaseGrubBoot, BaseGrubBootHybrid,
+		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease, BaseGrubBoot,
 		filepath.Join(BaseModules, "kernel", "a.ko"), filepath.Join(BaseModules, "modules.dep"),
 	}, boot)
 }
