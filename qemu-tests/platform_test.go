@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/terrarium-os/terrarium/pkg/cluster/configdisk"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 	"github.com/terrarium-os/terrarium/pkg/testvm/testvolume"
@@ -81,12 +81,40 @@ type badMedium struct {
 // boots each.
 var channels = []channel{
 	{
-		name: "the ISO on a CD-ROM, live: STATE in RAM, a TERRA-CONFIG stick",
+		// The stick is what a Flatcar site brings: its Container Linux
+		// Config beside our machine config, made into a config disk by
+		// `imagebuild config disk --ignition` (docs/migrating-from-
+		// flatcar-and-fcos.md).
+		name: "the ISO on a CD-ROM, live: STATE in RAM, a TERRA-CONFIG stick with a Container Linux Config: a file, a unit and a user",
 		iso:  "cdrom",
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
-			p := filepath.Join(dir, "config.img")
-			require.NoError(t, configdisk.Write(p, []byte(adminConfig("live-cd", key, ""))))
-			return rawDisk(p, qemu.BusUSB)
+			machine := write(t, dir, "machine.yaml", adminConfig("live-cd", key, ""))
+			clc := write(t, dir, "node.clc.yaml", `passwd:
+  users:
+    - name: core
+      ssh_authorized_keys: ["`+strings.TrimSpace(key)+`"]
+storage:
+  files:
+    - path: /etc/app/hello.txt
+      filesystem: root
+      mode: 0644
+      contents:
+        inline: "hello from a container linux config\n"
+systemd:
+  units:
+    - name: app.service
+      enabled: true
+      contents: |
+        [Unit]
+        Description=an app from a Container Linux Config
+        [Service]
+        Type=oneshot
+        RemainAfterExit=yes
+        ExecStart=/bin/sh -c 'cat /etc/app/hello.txt > /run/app-ran'
+        [Install]
+        WantedBy=multi-user.target
+`)
+			return rawDisk(configDisk(t, dir, machine, clc), qemu.BusUSB)
 		},
 		hostname: "live-cd", source: "TERRA-CONFI",
 		check: func(t *testing.T, ssh *sshClient) {
@@ -97,6 +125,7 @@ var channels = []channel{
 			assert.Equal(t, "iso9660", lines[0], "the medium stays mounted")
 			assert.Regexp(t, `^/dev/loop\d+\s+squashfs$`, lines[1], "the root is the ISO's squashfs")
 			assert.Regexp(t, `^tmpfs\s+tmpfs$`, lines[2], "STATE is in RAM; the empty disk is left for an installer")
+			checkApp(t, ssh, "hello from a container linux config")
 		},
 	},
 	{
@@ -166,22 +195,45 @@ var channels = []channel{
 		hostname: "ci-node", source: "QEMU fw_cfg (opt/dev.terrarium/config)",
 	},
 	{
-		// A Fedora CoreOS user's CI passes Ignition where CoreOS reads
-		// it: a file, an enabled unit that runs, a user with a key.
-		name: "Ignition from QEMU fw_cfg: a file, a unit and a user",
+		// A Fedora CoreOS user's CI passes its config where CoreOS reads
+		// Ignition; the node takes the Butane source as well as the .ign
+		// that butane makes of it (raw Ignition on this entry is the
+		// refused case below): a file, an enabled unit that runs, a user
+		// with a key.
+		name: "Butane from QEMU fw_cfg, where CoreOS reads Ignition: a file, a unit and a user",
 		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
-			ign := `{"ignition": {"version": "3.4.0"},
- "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["` + strings.TrimSpace(key) + `"], "groups": ["sudo"]}]},
- "storage": {"files": [{"path": "/etc/app/hello.txt", "mode": 420, "contents": {"source": "data:,hello%20from%20ignition%0A"}}]},
- "systemd": {"units": [{"name": "app.service", "enabled": true,
-   "contents": "[Unit]\nDescription=an app from Ignition\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'cat /etc/app/hello.txt > /run/app-ran'\n[Install]\nWantedBy=multi-user.target\n"}]}}`
-			return []qemu.FwCfg{{Name: "opt/com.coreos/config", File: write(t, dir, "config.ign", ign)}}
+			bu := `variant: fcos
+version: 1.5.0
+passwd:
+  users:
+    - name: core
+      ssh_authorized_keys: ["` + strings.TrimSpace(key) + `"]
+      groups: [sudo]
+storage:
+  files:
+    - path: /etc/app/hello.txt
+      mode: 0644
+      contents:
+        inline: "hello from butane\n"
+systemd:
+  units:
+    - name: app.service
+      enabled: true
+      contents: |
+        [Unit]
+        Description=an app from Butane
+        [Service]
+        Type=oneshot
+        RemainAfterExit=yes
+        ExecStart=/bin/sh -c 'cat /etc/app/hello.txt > /run/app-ran'
+        [Install]
+        WantedBy=multi-user.target
+`
+			return []qemu.FwCfg{{Name: "opt/com.coreos/config", File: write(t, dir, "config.bu", bu)}}
 		},
 		hostname: "terrarium", source: "QEMU fw_cfg (opt/com.coreos/config)", user: "core",
 		check: func(t *testing.T, ssh *sshClient) {
-			out, err := ssh.read("cat /etc/app/hello.txt; systemctl is-enabled app.service; sudo cat /run/app-ran")
-			require.NoError(t, err, out)
-			assert.Equal(t, "hello from ignition\nenabled\nhello from ignition\n", out)
+			checkApp(t, ssh, "hello from butane")
 		},
 	},
 	{
@@ -255,6 +307,27 @@ func ovaDisk(t *testing.T, ova string) string {
 	}
 }
 
+// checkApp checks what a channel's Ignition, Butane or Container Linux
+// Config made: the file says hello, the unit is enabled and has run (it
+// copied the file), and the user core exists.
+func checkApp(t *testing.T, ssh *sshClient, hello string) {
+	t.Helper()
+	out, err := ssh.read("cat /etc/app/hello.txt; systemctl is-enabled app.service; sudo cat /run/app-ran; id -un core")
+	require.NoError(t, err, out)
+	assert.Equal(t, hello+"\n"+"enabled\n"+hello+"\n"+"core\n", out)
+}
+
+// configDisk runs `imagebuild config disk MACHINE --ignition IGN` into
+// dir and returns the disk's path.
+func configDisk(t *testing.T, dir, machine, ign string) string {
+	t.Helper()
+	p := filepath.Join(dir, "config.img")
+	out, err := exec.Command(filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"),
+		"config", "disk", machine, "--ignition", ign, "-o", p).CombinedOutput()
+	require.NoError(t, err, "imagebuild config disk:\n%s", out)
+	return p
+}
+
 // write writes content to dir/name and returns its path.
 func write(t *testing.T, dir, name, content string) string {
 	t.Helper()
@@ -293,8 +366,9 @@ func sortedKeys(m map[string]string) []string {
 // disk image, the ISO live from a CD-ROM and installing from a USB stick,
 // the OVA's disk) and enroll from each platform's own config channel
 // (NoCloud on FAT and ISO 9660, an OpenStack config drive, vSphere's OVF
-// environment CD, QEMU's fw_cfg with a machine config or an Ignition
-// config), with the hostname, users, files, units and addresses it says;
+// environment CD, QEMU's fw_cfg with a machine config or a Butane config;
+// a config disk made with a Container Linux Config), with the hostname,
+// users, files, units and addresses it says;
 // a bad input on each is refused by name with nothing applied. No packet
 // leaves the test network.
 //

@@ -2,6 +2,8 @@ package firstboot
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,4 +50,104 @@ func TestIgnitionRefusedSection(t *testing.T) {
 	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
 	assert.False(t, e.exists("/etc/app/app.conf"))
 	assert.Nil(t, e.journal().Enrollment)
+}
+
+// A Fedora CoreOS user's Butane config and a Flatcar user's Container
+// Linux Config, handed to the node as they are (the node reads them where
+// it reads Ignition), enroll it as their Ignition would: a file, a unit
+// and a user. (An enabled unit is package ignition's test and the QEMU
+// case's: this fake host answers no systemctl.)
+func TestCoreOSConfigsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, from string
+	}{{
+		name: "Butane",
+		config: `variant: fcos
+version: 1.5.0
+passwd:
+  users:
+    - name: core
+      ssh_authorized_keys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICzdJu9IrT/3bOiXh8DEcTLpC6Q4nsN+eFbYvz+TzERy alice@laptop"]
+storage:
+  files:
+    - path: /etc/app/app.conf
+      contents:
+        inline: "listen=8080\n"
+systemd:
+  units:
+    - name: app.service
+      contents: "[Unit]\nDescription=app\n[Service]\nExecStart=/bin/true\n"
+`,
+		from: ":config.bu",
+	}, {
+		name: "Container Linux Config",
+		config: `passwd:
+  users:
+    - name: core
+      ssh_authorized_keys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICzdJu9IrT/3bOiXh8DEcTLpC6Q4nsN+eFbYvz+TzERy alice@laptop"]
+storage:
+  files:
+    - path: /etc/app/app.conf
+      filesystem: root
+      contents:
+        inline: "listen=8080\n"
+systemd:
+  units:
+    - name: app.service
+      contents: "[Unit]\nDescription=app\n[Service]\nExecStart=/bin/true\n"
+`,
+		from: ":config.clc",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseConfig(configFrom, []byte(tc.config))
+			require.NoError(t, err)
+			assert.Equal(t, IgnitionHostname, cfg.Hostname)
+			assert.Regexp(t, `^"3\.\d+\.0"$`, jsonField(t, cfg.Ignition, "ignition", "version"), "Ignition 3, as the node applies it")
+
+			e := newEnv(t)
+			require.NoError(t, e.run(tc.config))
+			assert.Equal(t, IgnitionHostname+"\n", e.read("/etc/hostname"))
+			assert.Equal(t, "listen=8080\n", e.read("/etc/app/app.conf"))
+			assert.Contains(t, e.read("/etc/systemd/system/app.service"), "ExecStart=/bin/true")
+			assert.Contains(t, strings.Join(e.commands(), "\n"), "useradd")
+			assert.Contains(t, stepResults(e.lastBoot()), "ignition=applied")
+		})
+	}
+}
+
+// A machine config is never taken for a Container Linux Config, though
+// its ignition: is a section of one.
+func TestMachineConfigWithIgnitionIsNotCLC(t *testing.T) {
+	data := "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\nignition: |\n  " + strings.ReplaceAll(ignitionAlone, "\n", "\n  ") + "\n"
+	_, name, err := coreOSConfig(configFrom, []byte(data))
+	require.NoError(t, err)
+	assert.Empty(t, name, "a machine config")
+}
+
+// A Butane config the node cannot apply is refused at its line and column
+// in the config as handed in, naming the source; nothing is applied.
+func TestButaneRefusedAtItsLine(t *testing.T) {
+	e := newEnv(t)
+	bad := "variant: fcos\nversion: 1.5.0\nstorage:\n  disks:\n    - device: /dev/vdb\n      wipe_table: true\n"
+	require.ErrorIs(t, e.runUntil(e.options(staticSource(bad)), inState(status.StateConfigInvalid)), context.Canceled)
+	s := e.status()
+	assert.Equal(t, status.StateConfigInvalid, s.State)
+	assert.Contains(t, s.Message, configFrom+":config.bu:4:3: $.storage.disks: Terrarium does not partition disks; use the build spec")
+	assert.False(t, e.exists("/etc/hostname"), "nothing applied")
+	assert.Nil(t, e.journal().Enrollment)
+}
+
+// jsonField returns the JSON of doc's field at path.
+func jsonField(t *testing.T, doc string, path ...string) string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal([]byte(doc), &v))
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		require.True(t, ok, "%s is not an object", k)
+		v = m[k]
+	}
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }
