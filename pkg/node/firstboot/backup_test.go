@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/backup"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/nodebackup"
 )
 
 // withFakeEtcdctl makes the env's etcdctl save a snapshot holding db.
@@ -120,7 +121,7 @@ func TestBackupOfScheduledSnapshotWhenEtcdIsDown(t *testing.T) {
 	written, err := Backup(context.Background(), e.options(staticSource(config)), "/tmp/backups")
 	require.NoError(t, err)
 	require.Len(t, written, 1, "the cluster's backup; the config carries no volumes")
-	res, ok := written[0].(BackupResult)
+	res, ok := written[0].(nodebackup.Result)
 	require.True(t, ok)
 	assert.False(t, res.Fresh)
 	assert.Equal(t, time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC), res.Snapshot.TakenAt.UTC())

@@ -7,7 +7,12 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/backupstick"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/snapshots"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/supportstick"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // watch runs, once the boot is done, what a running node watches: each a
@@ -24,9 +29,9 @@ func (r *runner) watch(ctx context.Context, cfg *machineconfig.Config) error {
 // (Rollout.Poll).
 func (r *runner) controllers() []controller.Scheduled {
 	cs := []controller.Controller{
-		&supportStick{r: r},
-		&backupStick{r: r},
-		&snapshots{r: r},
+		&supportstick.Controller{Host: r.o.Host, Media: r.o.Media, Report: r},
+		&backupstick.Controller{Media: r.o.Media, Backup: r.backups(), Config: r.cfg.get, Report: r},
+		&snapshots.Controller{Host: r.o.Host, Space: r.o.Space, Config: r.cfg.get, Status: r.pub, Report: r},
 		&upgradeStick{r: r},
 		&upgradeRequests{r: r},
 		&rolloutFollower{r: r},
@@ -41,59 +46,16 @@ func (r *runner) controllers() []controller.Scheduled {
 	return out
 }
 
-// supportStick writes a support bundle to each TERRA-SUPPORT stick.
-type supportStick struct {
-	r *runner
-	// served is the stick last written to, while it stays inserted.
-	served string
-}
-
-func (c *supportStick) Name() string { return "support-stick" }
-
-func (c *supportStick) Reconcile(ctx context.Context) error {
-	c.r.serveSupportStick(ctx, &c.served)
-	return nil
-}
-
-// backupStick writes the node's backups to each TERRA-BACKUP stick.
-type backupStick struct {
-	r      *runner
-	served string
-}
-
-func (c *backupStick) Name() string { return "backup-stick" }
-
-func (c *backupStick) Reconcile(ctx context.Context) error {
-	c.r.serveBackupStick(ctx, c.r.cfg.get(), &c.served)
-	return nil
-}
-
-// snapshots takes a control plane's scheduled etcd snapshots.
-type snapshots struct {
-	r *runner
-	// failed is when the last scheduled snapshot failed (zero after a
-	// success); shown when the status shows the newest snapshot.
-	failed time.Time
-	shown  bool
-}
-
-func (c *snapshots) Name() string { return "etcd-snapshots" }
-
-func (c *snapshots) Reconcile(ctx context.Context) error {
-	c.r.snapshotIfDue(ctx, c.r.cfg.get(), c)
-	return nil
-}
-
 // upgradeStick installs the upgrade on each TERRA-UPGRADE stick.
 type upgradeStick struct {
 	r      *runner
-	served string
+	sticks media.Insertions
 }
 
 func (c *upgradeStick) Name() string { return "upgrade-stick" }
 
 func (c *upgradeStick) Reconcile(ctx context.Context) error {
-	c.r.serveUpgradeStick(ctx, c.r.cfg.get(), &c.served)
+	c.r.serveUpgradeStick(ctx, c.r.cfg.get(), &c.sticks)
 	return nil
 }
 
@@ -135,6 +97,15 @@ func (c *configChanges) Reconcile(ctx context.Context) error {
 	c.r.serveConfigChange(ctx, &c.seen)
 	return nil
 }
+
+// Say implements controller.Reporter: the console and the log.
+func (r *runner) Say(format string, args ...any) { r.say(format, args...) }
+
+// Note implements controller.Reporter: this boot's journal record, a
+// failed write logged.
+func (r *runner) Note(name string, result step.Result, detail string) { r.note(name, result, detail) }
+
+var _ controller.Reporter = (*runner)(nil)
 
 // holdChanges takes the node's change lock for what, saying on the
 // console when it waits for another change to end first.

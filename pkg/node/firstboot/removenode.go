@@ -9,6 +9,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdmember"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/nodebackup"
 )
 
 // nodeDeleter is the API client's part that deletes a Node (the admin's
@@ -56,7 +57,7 @@ func RemoveNode(ctx context.Context, o Options, name string) (RemovedNode, error
 	if err != nil {
 		return RemovedNode{}, err
 	}
-	if !r.isEtcdMember(cfg) {
+	if !nodebackup.IsEtcdMember(r.o.Host, cfg) {
 		return RemovedNode{}, errors.New("this node runs no etcd member: remove a node from a control plane of the cluster")
 	}
 	res := RemovedNode{Name: name}

@@ -80,24 +80,3 @@ func TestSupportStick(t *testing.T) {
 	assert.Contains(t, e.console.String(), "to the TERRA-SUPPORT stick; it may be removed")
 	assert.Regexp(t, `support: copied the audit log to terrarium-support-node-1-\S+-audit \(1 files, 30 bytes\)`, e.console.String())
 }
-
-// A stick pulled and another put in under the same device name between
-// two looks is a new insertion; the same stick left in is not.
-func TestNewStickPerInsertion(t *testing.T) {
-	f := &fakeMedia{}
-	r := &runner{o: Options{Media: f}}
-	var served string
-	_, ok := r.newStick(&served, "TERRA-UPGRA")
-	assert.False(t, ok, "nothing inserted")
-
-	f.insert("TERRA-UPGRA", "/dev/sdb1", "/first")
-	m, ok := r.newStick(&served, "TERRA-UPGRA")
-	require.True(t, ok)
-	assert.Equal(t, "/dev/sdb1", m.Device)
-	_, ok = r.newStick(&served, "TERRA-UPGRA")
-	assert.False(t, ok, "the same stick, still inserted")
-
-	f.insert("TERRA-UPGRA", "/dev/sdb1", "/second") // swapped between looks
-	_, ok = r.newStick(&served, "TERRA-UPGRA")
-	assert.True(t, ok, "another stick under the same device name")
-}

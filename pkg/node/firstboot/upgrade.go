@@ -190,8 +190,8 @@ func (r *runner) commitUpgrade() {
 // serveUpgradeStick installs the upgrade file on a TERRA-UPGRADE stick,
 // once per insertion, after checking its signature and every part, and
 // reboots into it.
-func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config, served *string) {
-	m, ok := r.newStick(served, layout.LabelUpgrade, layout.LabelUpgradeFAT)
+func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config, sticks *media.Insertions) {
+	m, ok := sticks.Next(r.o.Media, layout.LabelUpgrade, layout.LabelUpgradeFAT)
 	if !ok {
 		return
 	}
