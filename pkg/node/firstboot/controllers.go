@@ -9,9 +9,12 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/admission"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/backupstick"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/keyrotation"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/snapshots"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/supportstick"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
@@ -36,8 +39,9 @@ func (r *runner) controllers() []controller.Scheduled {
 		&upgradeRequests{r: r},
 		&rolloutFollower{r: r},
 		&configChanges{r: r, seen: r.changeSeen},
-		&nodeAdmission{r: r},
-		&secretsKeys{r: r},
+		&admission.Controller{Config: r.cfg.get, Admit: r.flow.AdmitNodes},
+		&keyrotation.Controller{Host: r.o.Host, Config: r.cfg.get, Changes: &r.changing,
+			AdminKubeconfig: kubeadmflow.AdminKubeconfig, NewRotator: r.newRotator},
 	}
 	out := make([]controller.Scheduled, len(cs))
 	for i, c := range cs {
@@ -115,19 +119,6 @@ func (r *runner) holdChanges(what string) {
 	}
 	r.say("%s waits until the change of the node under way (an upgrade, a rollout's turn or a config change) ends", what)
 	r.changing.Lock()
-}
-
-// nodeAdmission is a control plane's admission of the cluster's nodes
-// (kubeadmflow AdmitNodes: kubelets' serving certificates, workers'
-// role labels), for as long as the node runs. A look lasts until the node
-// stops; one on a worker, or while the init node's formation still
-// admits, returns at once.
-type nodeAdmission struct{ r *runner }
-
-func (c *nodeAdmission) Name() string { return "node-admission" }
-
-func (c *nodeAdmission) Reconcile(ctx context.Context) error {
-	return c.r.flow.AdmitNodes(ctx, c.r.cfg.get())
 }
 
 // configHolder is the config the node runs: the boot's, then each

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/keyrotation"
 	"github.com/terrarium-os/terrarium/pkg/node/images/cri"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
@@ -16,26 +16,6 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/secretskeys"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
-
-// secretsKeys is a control plane's part in moving the cluster to its
-// current secrets encryption key (pkg/node/kube/secretskeys): after a
-// rotation, and once on a new cluster, where it writes again the Secrets
-// stored before the key.
-type secretsKeys struct {
-	r   *runner
-	rot *secretskeys.Rotator
-	// settled is the config the last look found settled (nil: none),
-	// and next when it looks again all the same: a settled control plane
-	// asks the API rarely.
-	settled *machineconfig.Config
-	next    time.Time
-}
-
-// settledEvery is how often a settled control plane looks again (a
-// control plane joined, a record restored from a backup).
-const settledEvery = 2 * time.Minute
-
-func (c *secretsKeys) Name() string { return "secrets-keys" }
 
 // secretsAPI is what the rotation asks of the admin's client, and of its
 // own API server's.
@@ -46,44 +26,18 @@ type secretsAPI interface {
 
 var _ secretsAPI = (*kubeclient.Client)(nil)
 
-func (c *secretsKeys) Reconcile(ctx context.Context) error {
-	cfg := c.r.cfg.get()
-	if cfg == nil || cfg.Cluster == nil || !cfg.Cluster.IsControlPlane() || cfg.Cluster.SecretsEncryptionKey == "" {
-		return nil
-	}
-	now := c.r.o.Host.Now()
-	if cfg == c.settled && now.Before(c.next) {
-		return nil
-	}
-	// Formed: kubeadm wrote the admin's kubeconfig.
-	if _, err := os.Stat(c.r.o.Host.Path(kubeadmflow.AdminKubeconfig)); err != nil {
-		return nil
-	}
-	// Not beside an upgrade or a config change, which restart
-	// kube-apiserver and rewrite its files themselves.
-	if !c.r.changing.TryLock() {
-		return nil
-	}
-	defer c.r.changing.Unlock()
-	if c.rot == nil {
-		rot, err := c.rotator(cfg)
-		if err != nil {
-			return err
-		}
-		c.rot = rot
-	}
-	c.rot.Node = cfg.Hostname
-	res, err := c.rot.Pass(ctx, cfg.Cluster)
-	c.settled = nil
-	if err == nil && res.Settled {
-		c.settled, c.next = cfg, now.Add(settledEvery)
-	}
-	return err
+// nodeRotator is a secretskeys.Rotator as the keyrotation controller
+// drives it: each pass for the node's current name.
+type nodeRotator struct{ *secretskeys.Rotator }
+
+func (r nodeRotator) Pass(ctx context.Context, node string, c *machineconfig.Cluster) (secretskeys.Result, error) {
+	r.Node = node
+	return r.Rotator.Pass(ctx, c)
 }
 
-// rotator is the Rotator of this control plane, as the cluster's admin.
-func (c *secretsKeys) rotator(cfg *machineconfig.Config) (*secretskeys.Rotator, error) {
-	client, err := c.r.o.Cluster.API(kubeadmflow.AdminKubeconfig)
+// newRotator is the Rotator of this control plane, as the cluster's admin.
+func (r *runner) newRotator(cfg *machineconfig.Config) (keyrotation.Rotator, error) {
+	client, err := r.o.Cluster.API(kubeadmflow.AdminKubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -95,17 +49,17 @@ func (c *secretsKeys) rotator(cfg *machineconfig.Config) (*secretskeys.Rotator, 
 	if err != nil {
 		return nil, fmt.Errorf("cluster.nodeIP: %w", err)
 	}
-	return &secretskeys.Rotator{
+	return nodeRotator{&secretskeys.Rotator{
 		Node:    cfg.Hostname,
-		Root:    c.r.o.Host.Root,
+		Root:    r.o.Host.Root,
 		API:     api,
 		Local:   api.At(netip.AddrPortFrom(ip, machineconfig.APIServerPort).String()),
 		Runtime: criContainers{endpoint: kubeadmconfig.CRISocket},
 		Report: func(result step.Result, detail string) {
-			c.r.report(secretskeys.Step, result, detail)
+			r.report(secretskeys.Step, result, detail)
 		},
-		Log: c.r.o.Log.With("controller", "secrets-keys"),
-	}, nil
+		Log: r.o.Log.With("controller", "secrets-keys"),
+	}}, nil
 }
 
 // criContainers is secretskeys.Runtime over the CRI, one connection per
