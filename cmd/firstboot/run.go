@@ -23,6 +23,6 @@ func runCmd() *cobra.Command {
 			return firstboot.Run(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&phase, "phase", "", "run only this phase against the stored config (hostname, network, admin-user, registry-mirrors, kubernetes-host, ...)")
+	cmd.Flags().StringVar(&phase, "phase", "", "run only this phase against the stored config (hostname, network, admin-user, registry-mirrors, kubernetes-host, ...), or one kubeadm step of the node's role (kubernetes/init-phase-certs-all, ...; a wrong name lists them)")
 	return cmd
 }

@@ -575,3 +575,28 @@ func TestPodNetworkNeverUp(t *testing.T) {
 		t.Errorf("status message %q blames kube-proxy, which runs", st.Message)
 	}
 }
+
+// `firstboot run --phase kubernetes/STEP` runs one kubeadm step of a
+// formed node's role again, alone, and records it; a step the role has
+// not is refused with the role's steps, and nothing runs.
+func TestRunOneKubeadmStep(t *testing.T) {
+	e, kubeadm := clusterEnv(t, "")
+	require.NoError(t, e.run(clusterConfigWith(t, "cp-1", 1)), e.console.String())
+	formed := len(kubeadm())
+	e.resetCommands()
+	o := e.optionsWith(noStick())
+
+	require.NoError(t, RunPhase(context.Background(), o, "kubernetes/init-phase-kubeconfig-all"))
+	assert.Equal(t, []string{"init phase kubeconfig all"}, kubeadm()[formed:], "that step alone")
+	assert.Contains(t, stepResults(e.lastBoot()), "kubernetes/init-phase-kubeconfig-all=applied")
+
+	err := RunPhase(context.Background(), o, "kubernetes/join-phase-etcd-join")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `no kubeadm step "join-phase-etcd-join" on a node of role init`)
+	assert.Contains(t, err.Error(), "init-phase-certs-all, init-phase-kubeconfig-all")
+	assert.Len(t, kubeadm(), formed+1, "nothing more ran")
+
+	err = RunPhase(context.Background(), o, "kubernets")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "and each kubeadm step alone, kubernetes/STEP: container-runtime, ")
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/phase"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
@@ -473,11 +474,21 @@ func (r *runner) serveConfigChange(ctx context.Context, seen *string) {
 
 // RunPhase runs one phase alone against the node's stored config, for
 // debugging (`firstboot run --phase network`): it checks, and applies only
-// when the check finds a difference. The node must be enrolled.
+// when the check finds a difference. "kubernetes/STEP" runs one kubeadm
+// step of the node's role (kubeadmflow.RunStep), done before or not. The
+// node must be enrolled.
 func RunPhase(ctx context.Context, o Options, name string) error {
 	r, cfg, err := openEnrolled(o, "`firstboot run` enrolls it from a config source first")
 	if err != nil {
 		return err
+	}
+	if id, ok := strings.CutPrefix(name, kubeadmflow.StepPhasePrefix); ok {
+		if err := r.flow.RunStep(ctx, cfg, id); err != nil {
+			r.note(name, step.Failed, err.Error())
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		r.say("%s: done", name)
+		return r.step(name, step.Applied, "run alone")
 	}
 	phases := r.phases(cfg)
 	for _, p := range phases {
@@ -497,5 +508,9 @@ func RunPhase(ctx context.Context, o Options, name string) error {
 		r.say("%s: applied", name)
 		return r.step(name, step.Applied, "run alone")
 	}
-	return fmt.Errorf("no phase %q; this node's phases are: %s", name, strings.Join(phase.Names(phases), ", "))
+	names := strings.Join(phase.Names(phases), ", ")
+	if cfg.Cluster != nil {
+		names += "; and each kubeadm step alone, " + kubeadmflow.StepPhasePrefix + "STEP: " + strings.Join(kubeadmflow.StepIDs(cfg), ", ")
+	}
+	return fmt.Errorf("no phase %q; this node's phases are: %s", name, names)
 }

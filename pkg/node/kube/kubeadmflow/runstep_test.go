@@ -1,0 +1,106 @@
+package kubeadmflow
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
+)
+
+func TestStepID(t *testing.T) {
+	for name, want := range map[string]string{
+		"init phase certs all":       "init-phase-certs-all",
+		"pod network (flannel)":      "pod-network-flannel",
+		"wait for the control plane": "wait-for-the-control-plane",
+		"  Kubelet TLS bootstrap ":   "kubelet-tls-bootstrap",
+	} {
+		assert.Equal(t, want, StepID(name), name)
+	}
+}
+
+// Every role's steps have IDs of their own: `--phase kubernetes/ID` names
+// one step.
+func TestStepIDsUnique(t *testing.T) {
+	for _, role := range []string{machineconfig.RoleInit, machineconfig.RoleControlPlane, machineconfig.RoleWorker} {
+		ids := StepIDs(&machineconfig.Config{Cluster: &machineconfig.Cluster{Role: role}})
+		require.NotEmpty(t, ids, role)
+		seen := map[string]bool{}
+		for _, id := range ids {
+			assert.False(t, seen[id], "%s: %s twice", role, id)
+			assert.Regexp(t, `^[a-z0-9]+(-[a-z0-9]+)*$`, id)
+			seen[id] = true
+		}
+	}
+	assert.Nil(t, StepIDs(&machineconfig.Config{}), "no cluster, no steps")
+}
+
+// ranCommands is a host that records the programs run and lets each
+// succeed.
+type ranCommands struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (r *ranCommands) exec(_ context.Context, name string, args ...string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ran = append(r.ran, strings.Join(append([]string{name}, args...), " "))
+	return nil, nil
+}
+
+func (r *ranCommands) kubeadm() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.ran {
+		if strings.HasPrefix(c, "kubeadm ") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// One kubeadm step runs alone, done before or not, and is recorded done
+// once; a name the role has not is refused with the role's steps.
+func TestRunStepAlone(t *testing.T) {
+	cmds := &ranCommands{}
+	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(time.Now), Executor: host.ExecFunc(cmds.exec)}
+	state, err := nodestate.On(h).OpenJournal()
+	require.NoError(t, err)
+	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
+	var reported []string
+	d := Deps{Runtime: noRuntime{}, Probe: HTTPSProbe, Timing: fastTiming, Backups: noBackups, VolumeBackups: noBackups, APIVersion: noAPIVersion,
+		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }, Volumes: &fakeVolumes{}}
+	f, err := New(h, d, state, host.ReporterFunc(func(name string, r step.Result, _ string) { reported = append(reported, name+"="+string(r)) }),
+		func(func(*ClusterStatus)) {})
+	require.NoError(t, err)
+	cfg := &machineconfig.Config{Hostname: "cp-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleInit, NodeIP: "10.77.0.10"}}
+
+	require.NoError(t, f.RunStep(context.Background(), cfg, "init-phase-certs-all"))
+	assert.Equal(t, []string{"kubeadm init phase certs all --config=" + KubeadmConfigFile}, cmds.kubeadm())
+	assert.Equal(t, []string{"init phase certs all=started", "init phase certs all=done"}, reported)
+	require.NoError(t, f.RunStep(context.Background(), cfg, "init-phase-certs-all"))
+	assert.Len(t, cmds.kubeadm(), 2, "run again: done before is no reason not to")
+	j, err := nodestate.On(h).ReadJournal()
+	require.NoError(t, err)
+	require.NotNil(t, j.Kubeadm)
+	assert.Equal(t, []string{"init phase certs all"}, j.Kubeadm.Done, "recorded done once")
+	assert.Equal(t, NodeIdentity(cfg), j.Kubeadm.Node)
+
+	err = f.RunStep(context.Background(), cfg, "join-phase-etcd-join")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `no kubeadm step "join-phase-etcd-join" on a node of role init; its steps, in order: container-runtime, `)
+	assert.Len(t, cmds.kubeadm(), 2, "nothing run")
+
+	require.ErrorIs(t, f.RunStep(context.Background(), &machineconfig.Config{}, "init-phase-certs-all"), ErrNoCluster)
+}
