@@ -253,6 +253,12 @@ func TestClusterFormation(t *testing.T) {
 	}
 	t.Logf("kubectl get nodes:\n%s", nodes)
 	ssh.retry("kubectl -n kube-system wait --for=condition=Available --timeout=8m deployment/coredns")
+	// One kubeadm step run again alone on the formed init node, as the
+	// runbook says (firstboot run --phase kubernetes/STEP): kubeadm keeps
+	// the kubeconfigs it finds valid, and the API still answers.
+	rerun := ssh.run("sudo firstboot run --phase kubernetes/init-phase-kubeconfig-all 2>&1")
+	assert.Contains(t, rerun, "kubernetes/init-phase-kubeconfig-all: done")
+	ssh.retry("kubectl get --raw /readyz")
 	checkWorkerClock(ctx, t, w, key, cp.ip)
 	w.m.rtcBase = ""
 	checkUpgradeRBAC(ctx, t, w, key)
