@@ -31,6 +31,7 @@ pkgs=(
   systemd-boot-efi    # a systemd-stub and systemd-boot for pkg/image/secureboot's tests
   swtpm               # a software TPM 2.0: pkg/node/boot/tpmseal's tests, a VM's TPM in QEMU
   swtpm-tools         # swtpm_setup: a VM's TPM made like a machine's (an endorsement key)
+  cryptsetup-bin      # cryptsetup: the LUKS2 volumes of statecrypt's and localvolumes' tests
 )
 
 missing=()

@@ -196,6 +196,48 @@ func TestStoreOneWriter(t *testing.T) {
 	assert.Len(t, entries, 1, "no temporary file left")
 }
 
+// Two Stores on one TERRA-STATE, as the node's service and a command run
+// beside it (firstboot run --phase) hold: each Update starts from what the
+// other saved, so neither loses the other's records, and each Read sees
+// them.
+func TestStoresOfTwoProcesses(t *testing.T) {
+	root := t.TempDir()
+	service, err := At(root).OpenJournal()
+	require.NoError(t, err)
+	require.NoError(t, service.Update(func(j *Journal) { j.Current("boot-1", "a") }))
+	command, err := At(root).OpenJournal()
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	for i := range 10 {
+		for name, s := range map[string]*Store{"service": service, "command": command} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				assert.NoError(t, s.Update(func(j *Journal) {
+					rec := j.Current("boot-1", "a")
+					rec.Steps = append(rec.Steps, StepRecord{Name: fmt.Sprintf("%s %d", name, i), Result: "done"})
+				}))
+			}()
+		}
+	}
+	wg.Wait()
+	j := load(t, root)
+	require.Len(t, j.Boots, 1)
+	assert.Len(t, j.Boots[0].Steps, 20, "every record of both lands")
+	var seen int
+	service.Read(func(j *Journal) { seen = len(j.Boots[0].Steps) })
+	assert.Equal(t, 20, seen, "the service reads the command's records")
+
+	// A saved journal that cannot be read (a hand's edit) does not hide
+	// what this Store holds from Read, and an Update replaces it with that.
+	require.NoError(t, os.WriteFile(filepath.Join(root, "terrarium", "journal.json"), []byte("{"), 0o644))
+	service.Read(func(j *Journal) { seen = len(j.Boots[0].Steps) })
+	assert.Equal(t, 20, seen)
+	require.NoError(t, service.Update(func(*Journal) {}))
+	assert.Len(t, load(t, root).Boots[0].Steps, 20)
+}
+
 func TestKubeadmProgress(t *testing.T) {
 	var p *KubeadmProgress
 	assert.False(t, p.IsDone("x"))

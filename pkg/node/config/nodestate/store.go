@@ -13,17 +13,37 @@ const Schema = 2
 
 // Store is the journal's one writer: every change goes through Update,
 // which saves the whole journal atomically before it returns. Safe for
-// concurrent use (long steps report progress from several goroutines).
+// concurrent use (long steps report progress from several goroutines),
+// and across processes: an Update holds the lock on firstboot's directory
+// and starts from the journal as saved, when another process saved it
+// since (the node's service and `firstboot run --phase` beside it lose
+// none of each other's records).
 type Store struct {
 	mu    sync.Mutex
 	files Files
 	j     *Journal
+	// seen is the version of the saved journal that j is: the one
+	// loaded, or the last saved here.
+	seen version
 }
 
 // OpenJournal loads the journal to write it (a missing file is an empty
 // journal), migrated to Schema. A journal of a newer schema is refused
 // (ErrNewerSchema) and left as it is.
 func (s Files) OpenJournal() (*Store, error) {
+	seen, err := s.savedVersion()
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	j, err := s.loadWritable()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{files: s, j: j, seen: seen}, nil
+}
+
+// loadWritable loads the journal to write it: a newer schema's is refused.
+func (s Files) loadWritable() (*Journal, error) {
 	j, err := s.loadJournal()
 	if err != nil {
 		return nil, err
@@ -34,7 +54,7 @@ func (s Files) OpenJournal() (*Store, error) {
 			"or run `firstboot reset` to erase TERRA-STATE and enroll the node again",
 			ErrNewerSchema, s.path(JournalFile), j.Schema, Schema)
 	}
-	return &Store{files: s, j: j}, nil
+	return j, nil
 }
 
 // ReadJournal reads the journal without writing it (a missing file is an
@@ -109,10 +129,20 @@ func (j *Journal) encode() ([]byte, error) {
 // Path is where the journal is.
 func (s *Store) Path() string { return s.files.path(JournalFile) }
 
-// Update changes the journal with fn and saves it.
+// Update changes the journal with fn and saves it, holding the lock on
+// firstboot's directory: fn sees the journal as last saved by any process.
 func (s *Store) Update(fn func(j *Journal)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.files.lock()
+	if err != nil {
+		return fmt.Errorf("save journal: %w", err)
+	}
+	defer unlock()
+	// A saved journal that cannot be read (another process's write is
+	// atomic: only a hand could do it) is replaced by what this Store
+	// holds, as before processes took turns.
+	_ = s.refresh()
 	fn(s.j)
 	data, err := s.j.encode()
 	if err != nil {
@@ -121,12 +151,36 @@ func (s *Store) Update(fn func(j *Journal)) error {
 	if err := s.files.write(JournalFile, data, 0o644); err != nil {
 		return fmt.Errorf("save journal: %w", err)
 	}
+	if s.seen, err = s.files.savedVersion(); err != nil {
+		return fmt.Errorf("save journal: %w", err)
+	}
 	return nil
 }
 
-// Read lets fn look at the journal; fn must not keep what it sees.
+// refresh loads the journal again when another process saved it since
+// this Store last loaded or saved it: a stat when none did.
+func (s *Store) refresh() error {
+	v, err := s.files.savedVersion()
+	if err != nil {
+		return fmt.Errorf("read journal: %w", err)
+	}
+	if v == s.seen || v == (version{}) {
+		return nil
+	}
+	j, err := s.files.loadWritable()
+	if err != nil {
+		return err
+	}
+	s.j, s.seen = j, v
+	return nil
+}
+
+// Read lets fn look at the journal; fn must not keep what it sees. It
+// sees what another process saved since, when that can be read; else what
+// this Store holds.
 func (s *Store) Read(fn func(j *Journal)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_ = s.refresh() // what cannot be read now is what this Store holds
 	fn(s.j)
 }
