@@ -7,13 +7,15 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/admission"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/backupstick"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/keyrotation"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/snapshots"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/supportstick"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/upgraderequests"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/upgradestick"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
@@ -35,8 +37,8 @@ func (r *runner) controllers() []controller.Scheduled {
 		&supportstick.Controller{Host: r.o.Host, Media: r.o.Media, Report: r},
 		&backupstick.Controller{Media: r.o.Media, Backup: r.backups(), Config: r.cfg.get, Report: r},
 		&snapshots.Controller{Host: r.o.Host, Space: r.o.Space, Config: r.cfg.get, Status: r.pub, Report: r},
-		&upgradeStick{r: r},
-		&upgradeRequests{r: r},
+		&upgradestick.Controller{Media: r.o.Media, Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}},
+		&upgraderequests.Controller{Requests: nodestate.On(r.o.Host), Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}, Report: r},
 		&rolloutFollower{r: r},
 		&configChanges{r: r, seen: r.changeSeen},
 		&admission.Controller{Config: r.cfg.get, Admit: r.flow.AdmitNodes},
@@ -48,29 +50,6 @@ func (r *runner) controllers() []controller.Scheduled {
 		out[i] = controller.Scheduled{Controller: c, Every: r.o.WatchInterval}
 	}
 	return out
-}
-
-// upgradeStick installs the upgrade on each TERRA-UPGRADE stick.
-type upgradeStick struct {
-	r      *runner
-	sticks media.Insertions
-}
-
-func (c *upgradeStick) Name() string { return "upgrade-stick" }
-
-func (c *upgradeStick) Reconcile(ctx context.Context) error {
-	c.r.serveUpgradeStick(ctx, c.r.cfg.get(), &c.sticks)
-	return nil
-}
-
-// upgradeRequests takes the requests of `firstboot upgrade`.
-type upgradeRequests struct{ r *runner }
-
-func (c *upgradeRequests) Name() string { return "upgrade-requests" }
-
-func (c *upgradeRequests) Reconcile(ctx context.Context) error {
-	c.r.serveUpgradeRequest(ctx, c.r.cfg.get())
-	return nil
 }
 
 // rolloutFollower is the node's part in its cluster's upgrades.
@@ -110,16 +89,6 @@ func (r *runner) Say(format string, args ...any) { r.say(format, args...) }
 func (r *runner) Note(name string, result step.Result, detail string) { r.note(name, result, detail) }
 
 var _ controller.Reporter = (*runner)(nil)
-
-// holdChanges takes the node's change lock for what, saying on the
-// console when it waits for another change to end first.
-func (r *runner) holdChanges(what string) {
-	if r.changing.TryLock() {
-		return
-	}
-	r.say("%s waits until the change of the node under way (an upgrade, a rollout's turn or a config change) ends", what)
-	r.changing.Lock()
-}
 
 // configHolder is the config the node runs: the boot's, then each
 // applied change's.

@@ -450,7 +450,7 @@ func (r *runner) serveConfigChange(ctx context.Context, seen *string) {
 	}
 	// Judged and applied against the config the node runs, with no
 	// upgrade or rollout turn under way.
-	r.holdChanges("the config change")
+	r.changing.Hold("the config change")
 	defer r.changing.Unlock()
 	cfg := r.cfg.get()
 	ch := r.decide(cfg, found, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registryphase"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
@@ -132,7 +133,7 @@ type runner struct {
 	// changing is held by whatever changes the node while it runs — a
 	// config change, an upgrade's install and its reboot, the rollout's
 	// turn — so that one never runs beside another.
-	changing sync.Mutex
+	changing controller.ChangeLock
 	// cfg is the config the node runs, replaced by an applied change.
 	cfg configHolder
 	// reboot is when this boot last asked for a reboot into an upgrade,
@@ -165,6 +166,7 @@ func newRunner(o Options) (*runner, error) {
 	// One line at a time on the console, whichever goroutine reports.
 	o.Console = &lockedWriter{w: o.Console}
 	r := &runner{o: o, rel: rel, slot: slot, bootID: strings.TrimSpace(string(bootID)), state: state, cmdline: string(cmdline)}
+	r.changing.Say = r.say
 	r.flow, err = kubeadmflow.New(h, o.Cluster, state, host.ReporterFunc(r.report), r.updateCluster)
 	if err != nil {
 		return nil, err

@@ -453,7 +453,7 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 		// Installed in this boot; the reboot into it is on its way, or
 		// did not happen (a failed systemctl): asked again after a grace.
 		if last := r.reboot.last(); last.IsZero() || now.Sub(last) > rebootGrace {
-			r.holdChanges("the rollout's reboot")
+			r.changing.Hold("the rollout's reboot")
 			defer r.changing.Unlock()
 			r.say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
 			r.rebootIntoUpgrade(ctx)
@@ -463,7 +463,7 @@ func (r *runner) followRollout(ctx context.Context, cfg *machineconfig.Config, n
 	case r.rel.Version == ro.Version:
 		r.endTurn(ctx, api, me, ro, rollout.NodeDone, "runs "+ro.Version+" already")
 	default:
-		r.holdChanges("the rollout's turn")
+		r.changing.Hold("the rollout's turn")
 		defer r.changing.Unlock()
 		r.takeTurn(ctx, cfg, api, ro, v)
 	}
@@ -641,11 +641,11 @@ func (r *runner) takeTurn(ctx context.Context, cfg *machineconfig.Config, api Ro
 		rollout: true, digest: ro.Digest,
 	}, policy, true)
 	switch res.Outcome {
-	case outcomeInstalled:
+	case nodestate.OutcomeInstalled:
 		// The trial boot goes on whether or not the record heard.
 		_ = r.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
 		r.rebootIntoUpgrade(ctx)
-	case outcomeAlreadyInstalled:
+	case nodestate.OutcomeAlreadyInstalled:
 		// The other slot holds it, but this node runs another version:
 		// not done, and nothing this turn can fix alone.
 		fail("install", fmt.Errorf("the other slot holds %s already but this node runs %s: reboot into it, or install it again with firstboot upgrade --force", ro.Version, r.rel.Version))

@@ -415,7 +415,7 @@ func (n *rolloutNode) request(t *testing.T, path string, force bool) (nodestate.
 	reboots := n.e.rebootCount()
 	var out strings.Builder
 	res, err := RequestUpgrade(ctx, UpgradeOptions{Host: o.Host, Out: &out, Path: path, Force: force, Wait: 10 * time.Second, Poll: time.Millisecond})
-	if err == nil && res.Outcome == outcomePublished {
+	if err == nil && res.Outcome == nodestate.OutcomePublished {
 		require.Eventually(t, func() bool { return n.e.rebootCount() > reboots }, 10*time.Second, time.Millisecond, "installed and rebooted")
 	}
 	cancel()
@@ -601,7 +601,7 @@ func TestRollbackStopsTheRolloutAndMarksItBad(t *testing.T) {
 	cp.e.write("/home/admin/terrarium-1.3.0.upgrade.force", forceOf(t, cp.e, key, "/home/admin/terrarium-1.3.0.upgrade", inTime))
 	res, err = cp.request(t, "/home/admin/terrarium-1.3.0.upgrade", true)
 	require.NoError(t, err)
-	assert.Equal(t, outcomePublished, res.Outcome)
+	assert.Equal(t, nodestate.OutcomePublished, res.Outcome)
 	assert.Contains(t, res.Detail, "forced by its signed instruction")
 	assert.Equal(t, []string{"1.3.0", "1.3.0"}, cp.inst.calls(), "installed again despite its own rollback")
 	assert.Equal(t, upgrade.Force, cp.installedUnder()[1])

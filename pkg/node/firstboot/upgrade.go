@@ -187,26 +187,32 @@ func (r *runner) commitUpgrade() {
 	r.say("upgraded from %s to %s: slot %s is healthy and blessed", u.From, u.To, r.slot)
 }
 
-// serveUpgradeStick installs the upgrade file on a TERRA-UPGRADE stick,
-// once per insertion, after checking its signature and every part, and
-// reboots into it.
-func (r *runner) serveUpgradeStick(ctx context.Context, cfg *machineconfig.Config, sticks *media.Insertions) {
-	m, ok := sticks.Next(r.o.Media, layout.LabelUpgrade, layout.LabelUpgradeFAT)
-	if !ok {
-		return
-	}
-	r.holdChanges("the upgrade stick")
-	defer r.changing.Unlock()
-	res := r.installUpgrade(ctx, cfg, upgradeSource{
+// upgrades is the upgrade path as the upgrade stick's and the upgrade
+// requests' controllers drive it.
+type upgrades struct{ r *runner }
+
+// FromMedium implements upgradestick.Installer.
+func (u upgrades) FromMedium(ctx context.Context, cfg *machineconfig.Config, m media.Medium) bool {
+	res := u.r.installUpgrade(ctx, cfg, upgradeSource{
 		what:      "the " + layout.LabelUpgrade + " stick",
 		record:    m.Label + " (" + m.Device + ")",
 		removable: true,
-		open:      r.upgradeFileOnMedium(ctx, m),
+		open:      u.r.upgradeFileOnMedium(ctx, m),
 	}, upgrade.Refuse, true)
-	if res.Outcome == outcomeInstalled {
-		r.rebootIntoUpgrade(ctx)
-	}
+	return res.Outcome == nodestate.OutcomeInstalled
 }
+
+// FromRequest implements upgraderequests.Installer.
+func (u upgrades) FromRequest(ctx context.Context, cfg *machineconfig.Config, path string, force, reboot bool) nodestate.UpgradeResult {
+	policy := upgrade.Refuse
+	if force {
+		policy = upgrade.Force
+	}
+	return u.r.installUpgrade(ctx, cfg, u.r.requestSource(ctx, path), policy, reboot)
+}
+
+// Reboot implements both Installers.
+func (u upgrades) Reboot(ctx context.Context) { u.r.rebootIntoUpgrade(ctx) }
 
 // upgradeFileOnMedium opens the one upgrade file at the root of m.
 func (r *runner) upgradeFileOnMedium(ctx context.Context, m media.Medium) func(fn func(path string) error) error {
@@ -250,14 +256,6 @@ type upgradeSource struct {
 	// rollout's): any other signed file is refused.
 	digest string
 }
-
-// Outcomes of an upgrade (nodestate.UpgradeResult.Outcome).
-const (
-	outcomeInstalled        = "installed"
-	outcomePublished        = "published"
-	outcomeAlreadyInstalled = "already-installed"
-	outcomeRefused          = "refused"
-)
 
 // installUpgrade checks the signature and every part of the upgrade file
 // src holds, then installs it into the other slot under policy and
@@ -344,18 +342,18 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			detail += " (the stick may be removed)"
 		}
 		r.say("upgrade: %s", detail)
-		return nodestate.UpgradeResult{Outcome: outcomeAlreadyInstalled, Detail: detail}
+		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeAlreadyInstalled, Detail: detail}
 	case err == nil && published != "":
 		r.note("upgrade", step.Published, published)
 		r.say("upgrade: %s", published)
 		r.publish()
-		return nodestate.UpgradeResult{Outcome: outcomePublished, Detail: published}
+		return nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: published}
 	case err != nil:
 		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.set(func(s *status.Status) { s.Message = "upgrade refused: " + err.Error() })
 		r.publish()
-		return nodestate.UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()}
+		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
 	}
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
@@ -373,7 +371,7 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 	}
 	r.say("upgrade: %s installed into slot %s in %s; %s", res.Manifest.Version, res.Slot, res.Took.Round(1e9), next)
 	r.publish()
-	return nodestate.UpgradeResult{Outcome: outcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
+	return nodestate.UpgradeResult{Outcome: nodestate.OutcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
 }
 
 // checkKubernetes refuses an upgrade whose Kubernetes this node cannot

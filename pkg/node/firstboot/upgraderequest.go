@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
@@ -19,43 +17,6 @@ import (
 
 // maxRequestSize bounds what readSmall reads.
 const maxRequestSize = 64 << 10
-
-// serveUpgradeRequest takes a request of `firstboot upgrade`, if there is
-// one: it is removed before anything else, so that a node that dies on it
-// does not take it again, and answered whatever becomes of it.
-func (r *runner) serveUpgradeRequest(ctx context.Context, cfg *machineconfig.Config) {
-	state := nodestate.On(r.o.Host)
-	req, err := state.TakeUpgradeRequest()
-	switch {
-	case errors.Is(err, nodestate.ErrNoUpgradeRequest):
-		return
-	case err != nil && !errors.Is(err, nodestate.ErrBadUpgradeRequest):
-		r.say("upgrade request %s: %v", nodestate.UpgradeRequestFile, err)
-		return
-	}
-	answer := func(res nodestate.UpgradeResult) {
-		res.ID = req.ID
-		if err := state.AnswerUpgradeRequest(res); err != nil {
-			r.say("answering the upgrade request: %v", err)
-		}
-	}
-	if err != nil {
-		r.say("%v (%s): nothing was written", err, nodestate.UpgradeRequestFile)
-		answer(nodestate.UpgradeResult{Outcome: outcomeRefused, Detail: err.Error()})
-		return
-	}
-	r.holdChanges("the upgrade request")
-	defer r.changing.Unlock()
-	policy := upgrade.Refuse
-	if req.Force {
-		policy = upgrade.Force
-	}
-	res := r.installUpgrade(ctx, cfg, r.requestSource(ctx, req.Path), policy, !req.NoReboot)
-	answer(res) // before the reboot cuts the asker off
-	if res.Outcome == outcomeInstalled && !req.NoReboot {
-		r.rebootIntoUpgrade(ctx)
-	}
-}
 
 // requestSource reads an upgrade file, or the one upgrade file on a block
 // device's filesystem.
@@ -149,9 +110,9 @@ func RequestUpgrade(ctx context.Context, o UpgradeOptions) (nodestate.UpgradeRes
 				_, _ = fmt.Fprintf(o.Out, "note: %v\n", err)
 			}
 			switch res.Outcome {
-			case outcomeRefused:
+			case nodestate.OutcomeRefused:
 				return res, fmt.Errorf("%w: %s", ErrUpgradeRefused, res.Detail)
-			case outcomeInstalled:
+			case nodestate.OutcomeInstalled:
 				_, _ = fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
 			default:
 				_, _ = fmt.Fprintln(o.Out, res.Detail)

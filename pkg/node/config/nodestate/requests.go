@@ -51,10 +51,26 @@ type UpgradeRequest struct {
 	ID string `json:"id"`
 }
 
+// Outcomes of an upgrade (UpgradeResult.Outcome), as upgrade-result.json
+// holds them: a value, once written, never changes.
+const (
+	// OutcomeInstalled: written into the other slot; the node reboots
+	// into it (or its next boot tries it).
+	OutcomeInstalled = "installed"
+	// OutcomePublished: handed to the cluster's rollout, which installs
+	// it node by node.
+	OutcomePublished = "published"
+	// OutcomeAlreadyInstalled: the node runs it, or holds it in its other
+	// slot already.
+	OutcomeAlreadyInstalled = "already-installed"
+	// OutcomeRefused: nothing was written; the detail says why.
+	OutcomeRefused = "refused"
+)
+
 // UpgradeResult answers an UpgradeRequest (UpgradeResultFile).
 type UpgradeResult struct {
 	ID      string `json:"id"`
-	Outcome string `json:"outcome"` // installed, already-installed or refused
+	Outcome string `json:"outcome"` // one of the Outcome constants
 	Detail  string `json:"detail,omitempty"`
 	Version string `json:"version,omitempty"`
 	Slot    string `json:"slot,omitempty"`
