@@ -586,8 +586,10 @@ func TestRunOneKubeadmStep(t *testing.T) {
 	e.resetCommands()
 	o := e.optionsWith(noStick())
 
+	before := e.read(status.File)
 	require.NoError(t, RunPhase(context.Background(), o, "kubernetes/init-phase-kubeconfig-all"))
 	assert.Equal(t, []string{"init phase kubeconfig all"}, kubeadm()[formed:], "that step alone")
+	assert.Equal(t, before, e.read(status.File), "status.json is the service's: the command leaves it")
 	assert.Contains(t, stepResults(e.lastBoot()), "kubernetes/init-phase-kubeconfig-all=applied")
 
 	err := RunPhase(context.Background(), o, "kubernetes/join-phase-etcd-join")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -75,6 +76,9 @@ func openEnrolled(o Options, notEnrolled string) (*runner, *machineconfig.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	// A command beside the node's service: status.json and the banner are
+	// the service's.
+	r.pub = status.NewPublisher("", io.Discard, o.Log, r.pub.Get())
 	e, _ := r.journal()
 	if e == nil {
 		return nil, nil, errors.New("this node is not enrolled: " + notEnrolled)

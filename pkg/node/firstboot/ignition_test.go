@@ -116,12 +116,23 @@ systemd:
 }
 
 // A machine config is never taken for a Container Linux Config, though
-// its ignition: is a section of one.
+// its ignition: is a section of one: with its keys bare or quoted, and
+// when it does not parse (its own parser says why).
 func TestMachineConfigWithIgnitionIsNotCLC(t *testing.T) {
-	data := "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\nignition: |\n  " + strings.ReplaceAll(ignitionAlone, "\n", "\n  ") + "\n"
-	_, name, err := coreOSConfig(configFrom, []byte(data))
-	require.NoError(t, err)
-	assert.Empty(t, name, "a machine config")
+	block := "ignition: |\n  " + strings.ReplaceAll(ignitionAlone, "\n", "\n  ") + "\n"
+	for name, data := range map[string]string{
+		"bare keys":   "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n1\n" + block,
+		"quoted keys": "\"apiVersion\": terrarium.dev/v1alpha1\n'kind': MachineConfig\nhostname: n1\n" + block,
+		"not YAML":    "apiVersion: terrarium.dev/v1alpha1\nkind: [MachineConfig\n" + block,
+		"kind alone":  "kind: MachineConfig\nhostname: n1\n" + block,
+	} {
+		_, got, err := coreOSConfig(configFrom, []byte(data))
+		require.NoError(t, err, name)
+		assert.Empty(t, got, "%s: a machine config", name)
+	}
+	_, _, err := coreOSConfig(configFrom, []byte(block))
+	require.Error(t, err, "without apiVersion and kind, ignition: makes a Container Linux Config, whose translator reads it")
+	assert.Contains(t, err.Error(), configFrom+":config.clc:1:")
 }
 
 // A Butane config the node cannot apply is refused at its line and column

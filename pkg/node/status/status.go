@@ -103,7 +103,9 @@ type Publisher struct {
 
 // NewPublisher publishes to path (status.json, a path of this process)
 // and console, starting from initial; each publication lists the
-// machine's addresses.
+// machine's addresses. A Publisher with path "" publishes nowhere: it
+// keeps the status for Get (a command run beside the node's service, whose
+// status.json is the service's).
 func NewPublisher(path string, console io.Writer, log *slog.Logger, initial Status) *Publisher {
 	return &Publisher{path: path, console: console, log: log, s: initial.clone()}
 }
@@ -124,6 +126,9 @@ func (p *Publisher) Publish(fn func(s *Status)) {
 	defer p.mu.Unlock()
 	if fn != nil {
 		fn(&p.s)
+	}
+	if p.path == "" {
+		return
 	}
 	p.s.Addresses = Addresses()
 	data, err := json.Marshal(p.s)

@@ -12,7 +12,9 @@
 //	                      steps done, upgrades, each boot's steps (Journal, schema below).
 //	                      Writer: the Store (OpenJournal), held by firstboot's runner,
 //	                      which hands it to kubeadmflow; the ISO installer's seed opens
-//	                      one on the new disk's STATE. Read-only (ReadJournal,
+//	                      one on the new disk's STATE; a command beside the service
+//	                      (firstboot run --phase, backup) holds its own, and the two take
+//	                      turns under flock(2) on the directory. Read-only (ReadJournal,
 //	                      JournalBytes): `firstboot upgrade status`, `firstboot reset`'s
 //	                      summary, the support bundle.
 //	machine.yaml          the node's desired state, 0600 (ReadConfig, StoreConfig):

@@ -81,7 +81,7 @@ func (s Files) loadJournal() (*Journal, error) {
 	}
 	var j Journal
 	if err := json.Unmarshal(data, &j); err != nil {
-		return nil, fmt.Errorf("parse journal %s: %w", p, err)
+		return nil, fmt.Errorf("parse journal %s: %w: %w", p, errUnparsable, err)
 	}
 	if err := migrate(&j); err != nil {
 		return nil, fmt.Errorf("journal %s: %w", p, err)
@@ -139,10 +139,13 @@ func (s *Store) Update(fn func(j *Journal)) error {
 		return fmt.Errorf("save journal: %w", err)
 	}
 	defer unlock()
-	// A saved journal that cannot be read (another process's write is
+	// A saved journal that does not parse (another process's write is
 	// atomic: only a hand could do it) is replaced by what this Store
-	// holds, as before processes took turns.
-	_ = s.refresh()
+	// holds, as before processes took turns; one that cannot be read, or
+	// of a newer schema, is left alone.
+	if err := s.refresh(); err != nil && !errors.Is(err, errUnparsable) {
+		return err
+	}
 	fn(s.j)
 	data, err := s.j.encode()
 	if err != nil {
@@ -152,7 +155,8 @@ func (s *Store) Update(fn func(j *Journal)) error {
 		return fmt.Errorf("save journal: %w", err)
 	}
 	if s.seen, err = s.files.savedVersion(); err != nil {
-		return fmt.Errorf("save journal: %w", err)
+		// Saved; what it is is not known, so the next look loads it.
+		s.seen = version{}
 	}
 	return nil
 }
@@ -174,6 +178,9 @@ func (s *Store) refresh() error {
 	s.j, s.seen = j, v
 	return nil
 }
+
+// errUnparsable marks a saved journal that is not a journal's JSON.
+var errUnparsable = errors.New("the journal does not parse")
 
 // Read lets fn look at the journal; fn must not keep what it sees. It
 // sees what another process saved since, when that can be read; else what

@@ -40,11 +40,14 @@ func (r *requests) AnswerUpgradeRequest(res nodestate.UpgradeResult) error {
 	return nil
 }
 
-// installer answers outcome and records what it was asked.
+// installer answers outcome and records what it was asked, and how
+// many answers were written when it rebooted.
 type installer struct {
-	outcome string
-	asked   []string
-	reboots int
+	outcome       string
+	asked         []string
+	reboots       int
+	rq            *requests
+	answeredFirst []int
 }
 
 func (i *installer) FromRequest(_ context.Context, _ *machineconfig.Config, path string, force, reboot bool) nodestate.UpgradeResult {
@@ -52,10 +55,14 @@ func (i *installer) FromRequest(_ context.Context, _ *machineconfig.Config, path
 	return nodestate.UpgradeResult{Outcome: i.outcome, Detail: "what became of it"}
 }
 
-func (i *installer) Reboot(context.Context) { i.reboots++ }
+func (i *installer) Reboot(context.Context) {
+	i.reboots++
+	i.answeredFirst = append(i.answeredFirst, len(i.rq.answers))
+}
 
 func newController() (*Controller, *requests, *installer, *controllertest.Reporter) {
-	rq, in, r := &requests{}, &installer{}, &controllertest.Reporter{}
+	rq, r := &requests{}, &controllertest.Reporter{}
+	in := &installer{rq: rq}
 	cfg := &machineconfig.Config{Hostname: "n-1"}
 	return &Controller{Requests: rq, Config: func() *machineconfig.Config { return cfg }, Changes: &controller.ChangeLock{}, Install: in, Report: r}, rq, in, r
 }
@@ -83,6 +90,9 @@ func TestRequestsAnswered(t *testing.T) {
 			assert.Equal(t, []string{tc.asked}, in.asked, "taken once")
 			assert.Equal(t, []nodestate.UpgradeResult{{ID: tc.req.ID, Outcome: tc.outcome, Detail: "what became of it"}}, rq.answers)
 			assert.Equal(t, tc.rebooted, in.reboots)
+			for _, n := range in.answeredFirst {
+				assert.Equal(t, 1, n, "answered before the reboot")
+			}
 		})
 	}
 }

@@ -50,6 +50,18 @@ func Open(h *host.Host) error {
 	return write(h, h.Now())
 }
 
+// IsOpen reports whether the window is open (by this boot or one before).
+func IsOpen(h *host.Host) (bool, error) {
+	_, err := os.Stat(path(h))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("look at the image unpack window: %w", err)
+}
+
 func write(h *host.Host, now time.Time) error {
 	p := path(h)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -54,12 +54,20 @@ func StepIDs(c *machineconfig.Config) []string {
 	return ids
 }
 
-// RunStep runs the kubeadm step id of the config's role alone, whether the
-// kubernetes phase ran it before or not (kubeadm's phases, and Terrarium's
+// ErrNotFormed means the node's kubernetes phase has not run all its
+// steps: its own service runs them, and no step runs beside it.
+var ErrNotFormed = errors.New("the node has not formed or joined its cluster yet")
+
+// RunStep runs the kubeadm step id of the config's role alone on a node
+// whose kubernetes phase ran every step (kubeadm's phases, and Terrarium's
 // own steps, may run again), under the cluster's join lock when the step
-// takes it, with the same attempts, file modes and sync as in the phase,
-// and records it done. It is `firstboot run --phase kubernetes/ID`: for
-// whoever finishes or redoes one step by hand.
+// takes it, with the same attempts, file modes and sync as in the phase.
+// It is `firstboot run --phase kubernetes/ID`: for whoever redoes one step
+// by hand. A node still forming is refused (ErrNotFormed): its service
+// runs the steps, and a step run beside it would race it. The image unpack
+// window is open while the step runs, and closed again after it (STATE
+// synced) when it was closed before, so a later power cut keeps
+// containerd's store.
 func (f *Flow) RunStep(ctx context.Context, c *machineconfig.Config, id string) error {
 	if c.Cluster == nil {
 		return ErrNoCluster
@@ -76,10 +84,17 @@ func (f *Flow) RunStep(ctx context.Context, c *machineconfig.Config, id string) 
 		return fmt.Errorf("no kubeadm step %q on a node of role %s; its steps, in order: %s",
 			id, c.Cluster.Role, strings.Join(StepIDs(c), ", "))
 	}
+	if done := stepsDone(f, c, all); done < len(all) {
+		return fmt.Errorf("%w: %d of its %d kubeadm steps are done, and its own service runs the rest (firstboot status shows where it is); run a step alone once it has",
+			ErrNotFormed, done, len(all))
+	}
+	wasOpen, err := unpackwindow.IsOpen(f.Host)
+	if err != nil {
+		return err
+	}
 	if err := unpackwindow.Open(f.Host); err != nil {
 		return err
 	}
-	prog := loadProgress(f, NodeIdentity(c))
 	run := func(ctx context.Context) error {
 		f.Report.Report(st.name, step.Started, "run alone")
 		if err := runStep(ctx, f, c, *st); err != nil {
@@ -91,16 +106,34 @@ func (f *Flow) RunStep(ctx context.Context, c *machineconfig.Config, id string) 
 		if err := f.Sync(ctx); err != nil {
 			return err
 		}
-		if !prog.IsDone(st.name) {
-			if err := saveProgress(f, prog, st.name); err != nil {
-				return err
-			}
-		}
 		f.Report.Report(st.name, step.Done, "run alone")
 		return nil
 	}
 	if st.oneAtATime {
-		return withJoinLock(ctx, f, c, st.name, run)
+		err = withJoinLock(ctx, f, c, st.name, run)
+	} else {
+		err = run(ctx)
 	}
-	return run(ctx)
+	if !wasOpen {
+		if _, cerr := unpackwindow.Close(f.Host); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// stepsDone counts the steps of all the node's recorded progress holds
+// for this node.
+func stepsDone(f *Flow, c *machineconfig.Config, all []kubeadmStep) int {
+	prog := readProgress(f)
+	if prog == nil || prog.Node != NodeIdentity(c) {
+		return 0
+	}
+	n := 0
+	for _, st := range all {
+		if prog.IsDone(st.name) {
+			n++
+		}
+	}
+	return n
 }

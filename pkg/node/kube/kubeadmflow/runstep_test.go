@@ -14,6 +14,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
@@ -70,8 +71,9 @@ func (r *ranCommands) kubeadm() []string {
 	return out
 }
 
-// One kubeadm step runs alone, done before or not, and is recorded done
-// once; a name the role has not is refused with the role's steps.
+// One kubeadm step runs alone on a formed node, as often as asked; the
+// image unpack window, closed before, is closed after; a node still
+// forming is refused, as is a name the role has not, and nothing runs.
 func TestRunStepAlone(t *testing.T) {
 	cmds := &ranCommands{}
 	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(time.Now), Executor: host.ExecFunc(cmds.exec)}
@@ -85,22 +87,32 @@ func TestRunStepAlone(t *testing.T) {
 		func(func(*ClusterStatus)) {})
 	require.NoError(t, err)
 	cfg := &machineconfig.Config{Hostname: "cp-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleInit, NodeIP: "10.77.0.10"}}
+	ctx := context.Background()
 
-	require.NoError(t, f.RunStep(context.Background(), cfg, "init-phase-certs-all"))
+	all := steps(cfg.Cluster)
+	prog := loadProgress(f, NodeIdentity(cfg))
+	for _, st := range all[:len(all)-1] {
+		require.NoError(t, saveProgress(f, prog, st.name))
+	}
+	err = f.RunStep(ctx, cfg, "init-phase-certs-all")
+	require.ErrorIs(t, err, ErrNotFormed)
+	assert.Contains(t, err.Error(), fmt.Sprintf("%d of its %d kubeadm steps are done", len(all)-1, len(all)))
+	assert.Empty(t, cmds.kubeadm(), "nothing run beside the service")
+
+	require.NoError(t, saveProgress(f, prog, all[len(all)-1].name))
+	require.NoError(t, f.RunStep(ctx, cfg, "init-phase-certs-all"))
 	assert.Equal(t, []string{"kubeadm init phase certs all --config=" + KubeadmConfigFile}, cmds.kubeadm())
 	assert.Equal(t, []string{"init phase certs all=started", "init phase certs all=done"}, reported)
-	require.NoError(t, f.RunStep(context.Background(), cfg, "init-phase-certs-all"))
-	assert.Len(t, cmds.kubeadm(), 2, "run again: done before is no reason not to")
-	j, err := nodestate.On(h).ReadJournal()
+	open, err := unpackwindow.IsOpen(h)
 	require.NoError(t, err)
-	require.NotNil(t, j.Kubeadm)
-	assert.Equal(t, []string{"init phase certs all"}, j.Kubeadm.Done, "recorded done once")
-	assert.Equal(t, NodeIdentity(cfg), j.Kubeadm.Node)
+	assert.False(t, open, "the unpack window closed again")
+	require.NoError(t, f.RunStep(ctx, cfg, "init-phase-certs-all"))
+	assert.Len(t, cmds.kubeadm(), 2, "run again: done before is no reason not to")
 
-	err = f.RunStep(context.Background(), cfg, "join-phase-etcd-join")
+	err = f.RunStep(ctx, cfg, "join-phase-etcd-join")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `no kubeadm step "join-phase-etcd-join" on a node of role init; its steps, in order: container-runtime, `)
 	assert.Len(t, cmds.kubeadm(), 2, "nothing run")
 
-	require.ErrorIs(t, f.RunStep(context.Background(), &machineconfig.Config{}, "init-phase-certs-all"), ErrNoCluster)
+	require.ErrorIs(t, f.RunStep(ctx, &machineconfig.Config{}, "init-phase-certs-all"), ErrNoCluster)
 }
