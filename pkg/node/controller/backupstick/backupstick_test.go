@@ -2,11 +2,9 @@ package backupstick
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,16 +12,12 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/controllertest"
-	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/nodebackup"
 )
 
 func newController(t *testing.T, role string, etcdMember bool) (*Controller, *controllertest.Media, *controllertest.Reporter) {
 	t.Helper()
-	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(func() time.Time { return time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC) }),
-		Executor: host.ExecFunc(func(_ context.Context, name string, _ ...string) ([]byte, error) {
-			return nil, errors.New(name + ": not on this test host")
-		})}
+	h := controllertest.Host(t)
 	if etcdMember {
 		require.NoError(t, os.MkdirAll(filepath.Dir(h.Path(layout.EtcdManifest)), 0o755))
 		require.NoError(t, os.WriteFile(h.Path(layout.EtcdManifest), []byte("kind: Pod\n"), 0o600))

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
@@ -116,4 +118,17 @@ func (m *Media) Use(ctx context.Context, md media.Medium, writable bool, fn func
 		return err
 	}
 	return fn(dir)
+}
+
+// Now is the clock of Host's machines.
+var Now = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
+// Host is a machine at a temporary root whose clock reads Now and which
+// runs no program (each fails, naming itself).
+func Host(t *testing.T) *host.Host {
+	t.Helper()
+	return &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(func() time.Time { return Now }),
+		Executor: host.ExecFunc(func(_ context.Context, name string, _ ...string) ([]byte, error) {
+			return nil, errors.New(name + ": not on this test host")
+		})}
 }

@@ -6,22 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/controllertest"
-	"github.com/terrarium-os/terrarium/pkg/node/host"
 )
 
 func newController(t *testing.T) (*Controller, *controllertest.Media, *controllertest.Reporter) {
 	t.Helper()
-	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(func() time.Time { return time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC) }),
-		Executor: host.ExecFunc(func(_ context.Context, name string, _ ...string) ([]byte, error) {
-			return nil, errors.New(name + ": not on this test host")
-		})}
+	h := controllertest.Host(t)
 	m := &controllertest.Media{Host: h, Dir: "/stick"}
 	r := &controllertest.Reporter{}
 	return &Controller{Host: h, Media: m, Report: r}, m, r

@@ -50,10 +50,16 @@ func (noRuntime) Running(context.Context, string, string) (bool, error) {
 // probe unless probe is given, and no API.
 func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow {
 	t.Helper()
-	root := t.TempDir()
-	h := &host.Host{Root: root, Clock: host.ClockFunc(time.Now), Executor: host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return testFlowOn(t, host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: no programs in this test", name)
-	})}
+	}), probe, host.ReporterFunc(func(string, step.Result, string) {}))
+}
+
+// testFlowOn is testFlow whose host runs programs with exec and whose
+// steps are reported to report.
+func testFlowOn(t *testing.T, exec host.Executor, probe func(caPEM string) (ProbeFunc, func()), report host.Reporter) *Flow {
+	t.Helper()
+	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(time.Now), Executor: exec}
 	state, err := nodestate.On(h).OpenJournal()
 	require.NoError(t, err)
 	if probe == nil {
@@ -62,7 +68,7 @@ func testFlow(t *testing.T, probe func(caPEM string) (ProbeFunc, func())) *Flow 
 	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
 	d := Deps{Runtime: noRuntime{}, Probe: probe, Timing: fastTiming, Backups: noBackups, VolumeBackups: noBackups, APIVersion: noAPIVersion,
 		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }, Volumes: &fakeVolumes{}}
-	f, err := New(h, d, state, host.ReporterFunc(func(string, step.Result, string) {}), func(func(*ClusterStatus)) {})
+	f, err := New(h, d, state, report, func(func(*ClusterStatus)) {})
 	require.NoError(t, err)
 	return f
 }

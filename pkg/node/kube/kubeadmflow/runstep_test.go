@@ -6,13 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
-	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
@@ -76,16 +74,9 @@ func (r *ranCommands) kubeadm() []string {
 // forming is refused, as is a name the role has not, and nothing runs.
 func TestRunStepAlone(t *testing.T) {
 	cmds := &ranCommands{}
-	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(time.Now), Executor: host.ExecFunc(cmds.exec)}
-	state, err := nodestate.On(h).OpenJournal()
-	require.NoError(t, err)
-	noBackups := func(context.Context, func(string) error) (bool, error) { return false, nil }
 	var reported []string
-	d := Deps{Runtime: noRuntime{}, Probe: HTTPSProbe, Timing: fastTiming, Backups: noBackups, VolumeBackups: noBackups, APIVersion: noAPIVersion,
-		API: func(string) (APIClient, error) { return nil, fmt.Errorf("no API in this test") }, Volumes: &fakeVolumes{}}
-	f, err := New(h, d, state, host.ReporterFunc(func(name string, r step.Result, _ string) { reported = append(reported, name+"="+string(r)) }),
-		func(func(*ClusterStatus)) {})
-	require.NoError(t, err)
+	f := testFlowOn(t, host.ExecFunc(cmds.exec), nil, host.ReporterFunc(func(name string, r step.Result, _ string) { reported = append(reported, name+"="+string(r)) }))
+	h := f.Host
 	cfg := &machineconfig.Config{Hostname: "cp-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleInit, NodeIP: "10.77.0.10"}}
 	ctx := context.Background()
 
@@ -94,7 +85,7 @@ func TestRunStepAlone(t *testing.T) {
 	for _, st := range all[:len(all)-1] {
 		require.NoError(t, saveProgress(f, prog, st.name))
 	}
-	err = f.RunStep(ctx, cfg, "init-phase-certs-all")
+	err := f.RunStep(ctx, cfg, "init-phase-certs-all")
 	require.ErrorIs(t, err, ErrNotFormed)
 	assert.Contains(t, err.Error(), fmt.Sprintf("%d of its %d kubeadm steps are done", len(all)-1, len(all)))
 	assert.Empty(t, cmds.kubeadm(), "nothing run beside the service")
