@@ -74,7 +74,7 @@ var butaneKeyLine = regexp.MustCompile(`(?m)^(variant|version)\s*:`)
 // is Ignition; YAML with a top-level variant: or version: is Butane
 // (Ignition names its version under ignition:, a Container Linux Config
 // not at all); other YAML with a section of a Container Linux Config is
-// one.
+// one, unless it has a machine config's apiVersion or kind.
 func Detect(data []byte) Kind {
 	data = trimBOM(data)
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
@@ -89,6 +89,13 @@ func Detect(data []byte) Kind {
 		if butaneKeyLine.Match(data) {
 			return KindButane
 		}
+		return KindUnknown
+	}
+	// A machine config (apiVersion, kind) is none of them, though its
+	// ignition: is a section of a Container Linux Config.
+	_, api := keys["apiVersion"]
+	_, kind := keys["kind"]
+	if api || kind {
 		return KindUnknown
 	}
 	_, variant := keys["variant"]

@@ -174,6 +174,7 @@ func TestDetect(t *testing.T) {
 		{"empty", "", KindUnknown},
 		{"blank", " \n\t\n", KindUnknown},
 		{"machine config", "apiVersion: terrarium.dev/v1alpha1\nkind: MachineConfig\nhostname: n\n", KindUnknown},
+		{"machine config with its ignition field", "\"apiVersion\": terrarium.dev/v1alpha1\nkind: MachineConfig\nignition: '{}'\n", KindUnknown},
 		{"a list", "- a\n- b\n", KindUnknown},
 		{"text", "hello world", KindUnknown},
 		{"not yaml", "a: [\n", KindUnknown},

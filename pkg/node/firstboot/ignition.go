@@ -2,7 +2,6 @@ package firstboot
 
 import (
 	"fmt"
-	"regexp"
 
 	"gopkg.in/yaml.v3"
 
@@ -48,22 +47,6 @@ func parseConfig(source string, data []byte) (*machineconfig.Config, error) {
 	return machineconfig.Parse(name, wrapped)
 }
 
-// machineConfigHeaderLine finds a machine config's apiVersion: or kind: at
-// the start of a line, for a file that does not parse as YAML.
-var machineConfigHeaderLine = regexp.MustCompile(`(?m)^["']?(apiVersion|kind)["']?\s*:`)
-
-// isMachineConfig says data has a machine config's apiVersion or kind at
-// its top level, which no Butane config or Container Linux Config has.
-func isMachineConfig(data []byte) bool {
-	var top map[string]any
-	if err := yaml.Unmarshal(data, &top); err == nil {
-		_, api := top["apiVersion"]
-		_, kind := top["kind"]
-		return api || kind
-	}
-	return machineConfigHeaderLine.Match(data)
-}
-
 // coreOSConfig returns the Ignition JSON of data when it is a Fedora
 // CoreOS or Flatcar config (nil when it is none, so a machine config), and
 // the name its problems are told under. A Butane config or Container
@@ -72,9 +55,6 @@ func isMachineConfig(data []byte) bool {
 func coreOSConfig(source string, data []byte) ([]byte, string, error) {
 	if ignitionspec.IsIgnition(data) {
 		return data, source + ":config.ign", nil
-	}
-	if isMachineConfig(data) {
-		return nil, "", nil
 	}
 	var name string
 	switch transpile.Detect(data) {
