@@ -11,12 +11,14 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/admission"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/backupstick"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/configchange"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/keyrotation"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/snapshots"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/supportstick"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/upgraderequests"
 	"github.com/terrarium-os/terrarium/pkg/node/controller/upgradestick"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
@@ -40,7 +42,7 @@ func (r *runner) controllers() []controller.Scheduled {
 		&upgradestick.Controller{Media: r.o.Media, Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}},
 		&upgraderequests.Controller{Requests: nodestate.On(r.o.Host), Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}, Report: r},
 		&rolloutFollower{r: r},
-		&configChanges{r: r, seen: r.changeSeen},
+		&configchange.Controller{Node: changes{r}, Changes: &r.changing, Config: r.cfg.get, SetConfig: r.cfg.set, Log: r.o.Log, Seen: r.changeSeen},
 		&admission.Controller{Config: r.cfg.get, Admit: r.flow.AdmitNodes},
 		&keyrotation.Controller{Host: r.o.Host, Config: r.cfg.get, Changes: &r.changing,
 			AdminKubeconfig: kubeadmflow.AdminKubeconfig, NewRotator: r.newRotator},
@@ -66,20 +68,39 @@ func (c *rolloutFollower) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-// configChanges applies each signed config change a person brings.
-type configChanges struct {
-	r *runner
-	// seen is the fingerprint of what the change sources offered when
-	// last looked at: each offer is judged once.
-	seen string
+// changes is the node's side of the config change controller
+// (configchange.Node).
+type changes struct{ r *runner }
+
+var _ configchange.Node = changes{}
+
+func (c changes) Look(ctx context.Context) configchange.Offer {
+	found, err := c.r.probe(ctx, c.r.o.ChangeSources)
+	return configchange.Offer{Found: found, Err: err}
 }
 
-func (c *configChanges) Name() string { return "config-change" }
-
-func (c *configChanges) Reconcile(ctx context.Context) error {
-	c.r.serveConfigChange(ctx, &c.seen)
-	return nil
+func (c changes) Take(ctx context.Context, running *machineconfig.Config, o configchange.Offer) (*machineconfig.Config, bool) {
+	ch := c.r.decide(running, o.Found, o.Err)
+	if ch == nil {
+		return running, false
+	}
+	return c.r.applyChange(ctx, running, ch), true
 }
+
+func (c changes) Check(ctx context.Context, cfg *machineconfig.Config) {
+	r := c.r
+	err := r.health(ctx, cfg)
+	r.set(func(s *status.Status) { s.SetHealthy(err == nil) })
+	if err != nil {
+		r.note("health", step.Failed, err.Error())
+		r.set(func(s *status.Status) { s.Message = err.Error() })
+		r.say("%v", err)
+		return
+	}
+	r.note("health", step.Passed, "")
+}
+
+func (c changes) Publish() { c.r.publish() }
 
 // Say implements controller.Reporter: the console and the log.
 func (r *runner) Say(format string, args ...any) { r.say(format, args...) }

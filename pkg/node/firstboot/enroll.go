@@ -2,8 +2,6 @@ package firstboot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/configchange"
 )
 
 // errStoredConfig marks a stored state that cannot be used.
@@ -184,24 +183,8 @@ func (r *runner) probe(ctx context.Context, providers []configsource.Provider) (
 // Nothing is applied here.
 func (r *runner) changeRequest(ctx context.Context, stored *machineconfig.Config) *change {
 	found, err := r.probe(ctx, r.o.ChangeSources)
-	r.changeSeen = fingerprint(found, err)
+	r.changeSeen = configchange.Offer{Found: found, Err: err}.Fingerprint()
 	return r.decide(stored, found, err)
-}
-
-// fingerprint identifies what the change sources offered, so that the
-// same medium is judged once, not at every look.
-func fingerprint(found *configsource.Found, err error) string {
-	h := sha256.New()
-	switch {
-	case err != nil:
-		_, _ = fmt.Fprintf(h, "error\x00%s", err) // a hash never fails a write
-	case found != nil:
-		_, _ = fmt.Fprintf(h, "found\x00%s\x00%d\x00", found.Source, len(found.Config))
-		h.Write(found.Config)
-		h.Write([]byte{0})
-		h.Write(found.Signature)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // decide judges what the change sources offered against the stored
@@ -436,44 +419,6 @@ func droppedSecretsKeys(old, next *machineconfig.Cluster) string {
 		}
 	}
 	return ""
-}
-
-// serveConfigChange judges what the change sources offer now, once per
-// offer (seen is the last offer's fingerprint), and applies a signed
-// change that passes, then checks the node's health.
-func (r *runner) serveConfigChange(ctx context.Context, seen *string) {
-	found, err := r.probe(ctx, r.o.ChangeSources)
-	fp := fingerprint(found, err)
-	if fp == *seen {
-		return
-	}
-	*seen = fp
-	if found == nil && err == nil {
-		r.o.Log.Info("the config medium was removed")
-		return
-	}
-	// Judged and applied against the config the node runs, with no
-	// upgrade or rollout turn under way.
-	r.changing.Hold("the config change")
-	defer r.changing.Unlock()
-	cfg := r.cfg.get()
-	ch := r.decide(cfg, found, err)
-	if ch == nil {
-		r.publish()
-		return
-	}
-	cfg = r.applyChange(ctx, cfg, ch)
-	r.cfg.set(cfg)
-	herr := r.health(ctx, cfg)
-	r.set(func(s *status.Status) { s.SetHealthy(herr == nil) })
-	if herr != nil {
-		r.note("health", step.Failed, herr.Error())
-		r.set(func(s *status.Status) { s.Message = herr.Error() })
-		r.say("%v", herr)
-	} else {
-		r.note("health", step.Passed, "")
-	}
-	r.publish()
 }
 
 // RunPhase runs one phase alone against the node's stored config, for
