@@ -554,7 +554,8 @@ func TestNodeWaitsForItsPodNetwork(t *testing.T) {
 }
 
 // A pod network that never comes up fails the health check, naming what
-// is missing and where to look.
+// is missing and where to look. The kubernetes-ready wait that ran out is
+// recorded and does not stop the boot: the phases after it run.
 func TestPodNetworkNeverUp(t *testing.T) {
 	e, _ := clusterEnv(t, "")
 	e.running = func(name string) bool { return name != "kube-flannel" }
@@ -566,6 +567,16 @@ func TestPodNetworkNeverUp(t *testing.T) {
 	if st.Healthy == nil || *st.Healthy {
 		t.Fatalf("healthy without flannel: %+v", st)
 	}
+	steps := stepResults(e.lastBoot())
+	for _, want := range []string{kubeadmflow.PhaseKubernetesReady + "=failed", kubeadmflow.PhaseKubernetesFiles + "=applied", "health=failed"} {
+		if !slices.Contains(steps, want) {
+			t.Errorf("steps %v lack %s", steps, want)
+		}
+	}
+	if !strings.Contains(e.console.String(), kubeadmflow.PhaseKubernetesReady+": the node is Ready but its pod network is not") ||
+		!strings.Contains(e.console.String(), "going on, the health check decides") {
+		t.Errorf("console:\n%s", e.console.String())
+	}
 	for _, want := range []string{"pod network is not", "no running kube-flannel container", "crictl ps -a"} {
 		if !strings.Contains(st.Message, want) {
 			t.Errorf("status message %q lacks %q", st.Message, want)
@@ -574,6 +585,41 @@ func TestPodNetworkNeverUp(t *testing.T) {
 	if strings.Contains(st.Message, "no running kube-proxy") {
 		t.Errorf("status message %q blames kube-proxy, which runs", st.Message)
 	}
+}
+
+// On a later boot a node whose pod network is not up yet is not drifted:
+// kubernetes-ready says so, waits, and records "reached"; nothing heals.
+func TestVerifyBootWaitsForReadyWithoutHealing(t *testing.T) {
+	e, _ := clusterEnv(t, "")
+	cfg := clusterConfig(t, "w-1")
+	require.NoError(t, e.run(cfg), e.console.String())
+
+	e.setBootID("22222222-2222-2222-2222-222222222222")
+	e.console.Reset()
+	require.NoError(t, os.Remove(e.path(kubeadmflow.FlannelSubnetEnv)), "a fresh boot: flanneld has no lease yet")
+	asked := 0
+	e.running = func(name string) bool {
+		if name == "kube-flannel" {
+			asked++
+			if asked == 3 {
+				e.write(kubeadmflow.FlannelSubnetEnv, "FLANNEL_SUBNET=10.244.1.1/24\n")
+			}
+			return asked >= 3
+		}
+		return true
+	}
+	require.NoError(t, e.run(cfg), e.console.String())
+
+	steps := stepResults(e.lastBoot())
+	assert.Contains(t, steps, kubeadmflow.PhaseKubernetesReady+"=reached")
+	assert.Contains(t, steps, kubeadmflow.PhaseKubernetes+"=verified", "the kubeadm steps' results are there: nothing to heal")
+	for _, s := range steps {
+		assert.NotContains(t, s, "=healed")
+	}
+	console := e.console.String()
+	assert.Contains(t, console, kubeadmflow.PhaseKubernetesReady+": not yet (node w-1 is Ready but its pod network is not: no running kube-flannel container")
+	assert.NotContains(t, console, "drifted")
+	assert.GreaterOrEqual(t, asked, 3, "waited until flannel ran")
 }
 
 // `firstboot run --phase kubernetes/STEP` runs one kubeadm step of a

@@ -520,19 +520,30 @@ func (r *runner) reportConfigProblem(problem string) {
 }
 
 // apply runs each phase: provision applies; verify checks and heals what
-// drifted.
+// drifted; change applies the changed config. A phase that waits
+// (phase.Phase.Waits) for the node to get somewhere on its own is looked
+// at first on any boot but the first, and its wait never stops the boot:
+// a wait that runs out is recorded, the phases after it run (one of them
+// may be what the node needs, a rollback's restore say), and the health
+// check decides.
 func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
 	r.watchHost(cfg)
 	for _, p := range r.phases(cfg) {
+		if p.Waits {
+			if err := r.wait(ctx, cfg, p, mode); err != nil {
+				return err
+			}
+			continue
+		}
 		if mode == "verify" {
-			if err := p.Verify(ctx, cfg); err == nil {
+			err := p.Verify(ctx, cfg)
+			if err == nil {
 				if err := r.step(p.Name, step.Verified, ""); err != nil {
 					return err
 				}
 				continue
-			} else {
-				r.say("%s drifted (%v); healing", p.Name, err)
 			}
+			r.say("%s drifted (%v); healing", p.Name, err)
 		}
 		if err := p.Apply(ctx, cfg); err != nil {
 			r.note(p.Name, step.Failed, err.Error())
@@ -550,6 +561,34 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 		}
 		r.say("%s: %s", p.Name, result)
 	}
+	return nil
+}
+
+// wait runs a phase that waits: on a boot after the first it looks first
+// and waits only when the node is not there yet. It returns only a
+// journal that cannot be written.
+func (r *runner) wait(ctx context.Context, cfg *machineconfig.Config, p phase.Phase, mode string) error {
+	result := step.Applied
+	if mode != "provision" {
+		err := p.Verify(ctx, cfg)
+		if err == nil {
+			return r.step(p.Name, step.Verified, "")
+		}
+		r.say("%s: not yet (%v); waiting", p.Name, err)
+		result = step.Reached
+	}
+	if err := p.Apply(ctx, cfg); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+		r.note(p.Name, step.Failed, err.Error())
+		r.say("%s: %v; going on, the health check decides", p.Name, err)
+		return nil
+	}
+	if err := r.step(p.Name, result, ""); err != nil {
+		return err
+	}
+	r.say("%s: %s", p.Name, result)
 	return nil
 }
 

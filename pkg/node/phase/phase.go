@@ -20,6 +20,11 @@ type Phase struct {
 	Name   string
 	Apply  Func
 	Verify Func
+	// Waits marks a phase whose Apply waits for the node to reach a
+	// state on its own (a kubelet's node becoming Ready) rather than
+	// writing it. On a boot after the first its Verify failing is not
+	// drift: the node has not got there yet, and Apply waits for it.
+	Waits bool
 }
 
 // On binds a function of a host into a Func.

@@ -46,6 +46,9 @@ const (
 	// Healed: the phase found the node drifted from its config and
 	// applied it again.
 	Healed Result = "healed"
+	// Reached: a phase that waits (phase.Phase.Waits) found the node not
+	// there yet on a later boot and waited until it was.
+	Reached Result = "reached"
 	// Changed: the phase applied a config change.
 	Changed Result = "changed"
 	// Passed: the health check passed.

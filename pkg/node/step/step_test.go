@@ -37,7 +37,7 @@ func TestValues(t *testing.T) {
 		"retry": Retry, "diagnostics": Diagnostics, "warning": Warning,
 		"progress": Progress, "skipped": Skipped, "off": Off, "failed": Failed,
 		"refused": Refused, "applied": Applied, "verified": Verified,
-		"healed": Healed, "changed": Changed, "passed": Passed,
+		"healed": Healed, "reached": Reached, "changed": Changed, "passed": Passed,
 		"stepped": Stepped, "synced": Synced, "pulled": Pulled,
 		"present": Present, "gone": Gone, "taken": Taken, "written": Written,
 		"snapshot": Snapshot, "restoring": Restoring, "restored": Restored,

@@ -75,6 +75,12 @@ const (
 // the API.
 const PhaseKubernetes = "kubernetes"
 
+// PhaseKubernetesReady is the phase right after PhaseKubernetes that
+// waits for the node to be Ready with its pod network up: every later
+// phase (the files' modes, the Kubernetes upgrade, the add-ons) runs on a
+// Ready node. Its Apply waits; its Verify looks once.
+const PhaseKubernetesReady = "kubernetes-ready"
+
 // Phases are a cluster node's phases, in order, after the node's own.
 func (f *Flow) Phases() []phase.Phase {
 	on := func(fn func(ctx context.Context, h *Flow, c *machineconfig.Config) error) phase.Func {
@@ -87,6 +93,7 @@ func (f *Flow) Phases() []phase.Phase {
 		// The volume area before the kubelet starts a pod that uses it.
 		{Name: PhaseLocalVolumes, Apply: on(applyLocalVolumes), Verify: on(verifyLocalVolumes)},
 		{Name: PhaseKubernetes, Apply: on(applyKubernetes), Verify: on(verifyKubernetes)},
+		{Name: PhaseKubernetesReady, Apply: on(applyKubernetesReady), Verify: on(verifyKubernetesReady), Waits: true},
 		f.filesPhase(),
 		f.upgradePhase(),
 		f.addonsPhase(),

@@ -314,10 +314,41 @@ func waitForReadyz(ctx context.Context, h *Flow, c *machineconfig.Config, endpoi
 	}
 }
 
-// verifyKubernetes: kubelet runs, control planes have their static pods,
-// and the node is Ready. It waits for readiness (a fresh boot needs a
-// while), and reports the cluster's state.
+// verifyKubernetes looks at what the kubeadm steps leave on the node: the
+// kubelet's kubeconfig (a joining kubelet writes it once its TLS
+// bootstrap is done) and, on a control plane, its static pods'
+// manifests. It only looks: whether the node is Ready is the next
+// phase's (PhaseKubernetesReady).
 func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	if _, err := os.Stat(h.Path(KubeletKubeconfig)); err != nil {
+		return fmt.Errorf("the node has not joined (no kubelet kubeconfig %s): %w", KubeletKubeconfig, err)
+	}
+	return staticPodsPresent(h, cl)
+}
+
+// staticPodsPresent: a control plane has its four static pods' manifests.
+func staticPodsPresent(h *Flow, cl *machineconfig.Cluster) error {
+	if !cl.IsControlPlane() {
+		return nil
+	}
+	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(h.Path("/etc/kubernetes/manifests/" + m + ".yaml")); err != nil {
+			return fmt.Errorf("static pod %s is missing: %w", m, err)
+		}
+	}
+	return nil
+}
+
+// applyKubernetesReady brings a joined node to Ready and waits for it: the
+// kubelet started if it is not running (a kubelet that failed at boot),
+// then the node's Ready condition and its pod network (waitForPodNetwork).
+// A fresh boot needs a while; this is where the waiting is, bounded by
+// readyWaitTimeout and podNetworkWaitTimeout.
+func applyKubernetesReady(ctx context.Context, h *Flow, c *machineconfig.Config) error {
 	cl := c.Cluster
 	if cl == nil {
 		return nil
@@ -332,16 +363,10 @@ func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) err
 		}
 		return fmt.Errorf("the node has not joined (no kubelet kubeconfig after %s): %w", readyWaitTimeout, err)
 	}
-	if cl.IsControlPlane() {
-		for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-			if _, err := os.Stat(h.Path("/etc/kubernetes/manifests/" + m + ".yaml")); err != nil {
-				return fmt.Errorf("static pod %s is missing: %w", m, err)
-			}
-		}
+	if err := staticPodsPresent(h, cl); err != nil {
+		return err
 	}
-	if cl.Role == machineconfig.RoleInit {
-		h.Cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
-	}
+	showAdminKubeconfig(h, cl)
 	if err := h.Run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
 		if err := h.Run(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
 			return fmt.Errorf("kubelet is not running and does not restart: %w", err)
@@ -376,6 +401,48 @@ func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) err
 			return ctx.Err()
 		case <-time.After(h.Timing.APIPoll):
 		}
+	}
+}
+
+// verifyKubernetesReady looks once, without waiting or acting: the
+// kubelet runs, the API says this node is Ready, and its pod network is
+// up. What it saw of the cluster goes into the status.
+func verifyKubernetesReady(ctx context.Context, h *Flow, c *machineconfig.Config) error {
+	cl := c.Cluster
+	if cl == nil {
+		return nil
+	}
+	h.Cluster(func(s *ClusterStatus) { s.Role = cl.Role })
+	showAdminKubeconfig(h, cl)
+	if err := h.Run(ctx, "systemctl", "is-active", "--quiet", "kubelet.service"); err != nil {
+		return fmt.Errorf("the kubelet is not running: %w", err)
+	}
+	poller := newNodePoller(h, c)
+	ready, total, mine, err := poller.poll(ctx, c.Hostname)
+	if err != nil {
+		return fmt.Errorf("ask the API whether node %s is Ready: %w", c.Hostname, err)
+	}
+	h.Cluster(func(s *ClusterStatus) {
+		s.APIUp, s.Nodes, s.NodesAt = true, poller.summary(ready, total, mine), h.Now()
+	})
+	if !mine {
+		return fmt.Errorf("node %s is not Ready", c.Hostname)
+	}
+	missing, err := podNetworkMissing(ctx, h)
+	if err != nil {
+		return fmt.Errorf("ask the container runtime for the pod network's containers: %w", err)
+	}
+	if missing != "" {
+		return fmt.Errorf("node %s is Ready but its pod network is not: %s", c.Hostname, missing)
+	}
+	return nil
+}
+
+// showAdminKubeconfig puts the init node's admin kubeconfig in the
+// status, for the person who formed the cluster.
+func showAdminKubeconfig(h *Flow, cl *machineconfig.Cluster) {
+	if cl.Role == machineconfig.RoleInit {
+		h.Cluster(func(s *ClusterStatus) { s.AdminKubeconfig = AdminKubeconfig })
 	}
 }
 

@@ -348,7 +348,7 @@ func TestFilesPhase(t *testing.T) {
 	for _, ph := range f.Phases() {
 		names = append(names, ph.Name)
 	}
-	assert.Equal(t, []string{"kubernetes-host", "kubernetes-pki", "kubernetes-config", PhaseLocalVolumes, PhaseKubernetes, PhaseKubernetesFiles, "kubernetes-upgrade", PhaseClusterAddons}, names,
+	assert.Equal(t, []string{"kubernetes-host", "kubernetes-pki", "kubernetes-config", PhaseLocalVolumes, PhaseKubernetes, PhaseKubernetesReady, PhaseKubernetesFiles, "kubernetes-upgrade", PhaseClusterAddons}, names,
 		"the files after kubeadm's steps, before an upgrade restarts etcd as etcd; the volume area before the kubelet; the add-ons after an upgrade of Kubernetes")
 }
 
