@@ -33,7 +33,7 @@ func TestArgsDefaults(t *testing.T) {
 	want := [][2]string{
 		{"-machine", "q35"},
 		{"-accel", "tcg"},
-		{"-cpu", "qemu64,+rdrand"},
+		{"-cpu", "qemu64,+rdrand,-cx16"},
 		{"-m", "2048"},
 		{"-smp", "2"},
 		{"-display", "none"},

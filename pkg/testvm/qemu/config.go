@@ -34,8 +34,12 @@ const (
 	// became ready seconds into the boot, and patching the kernel's code
 	// for that (a static key) while the other vCPU ran it hit a TCG race
 	// now and then ("Oops: int3" in mix_interrupt_randomness, a fatal
-	// oops; docs/operations/qemu-ci.md).
-	DefaultCPUModel     = "qemu64,+rdrand"
+	// oops; docs/operations/qemu-ci.md). CMPXCHG16B is taken away: under
+	// multi-threaded TCG the guest kernel's slab allocator, which uses it
+	// when the CPU has it, took double faults in cmpxchg16b during long
+	// upgrade writes and panicked; without it the allocator takes its
+	// lock instead, which x86-64 kernels and Go programs both support.
+	DefaultCPUModel     = "qemu64,+rdrand,-cx16"
 	DefaultHotplugPorts = 2
 )
 
