@@ -369,8 +369,13 @@ spec:
 	// The LoadBalancer address answers again.
 	if lbNode != nil {
 		if n, mac, err := answering(ctx, station, lbIP, lbFailover, nil, []*clusterNode{cp, w}); assert.NoError(t, err, "after the power cut, no node answers for %s", lbIP) {
-			assert.NoError(t, connectWithin(ctx, station, mac, lbIP, lbFailover), "after the power cut, %s:80 via %s", lbIP, n.name)
-			t.Logf("after the power cut: %s answers for %s and it takes connections", n.name, lbIP)
+			if assert.NoError(t, connectWithin(ctx, station, mac, lbIP, lbFailover), "after the power cut, %s:80 via %s", lbIP, n.name) {
+				t.Logf("after the power cut: %s answers for %s and it takes connections", n.name, lbIP)
+			} else {
+				out, _ := ssh.read("kubectl get pods -o wide -l app=" + lbService + "; kubectl get endpointslices -o wide -l kubernetes.io/service-name=" + lbService +
+					"; kubectl get events --sort-by=.lastTimestamp | grep " + lbService + " | tail -20")
+				t.Logf("the %s pods, endpoints and events:\n%s", lbService, out)
+			}
 		}
 	}
 	// What the worker's health gate waited on, and its pods' restarts
