@@ -46,18 +46,26 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 	return nil
 }
 
-func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) error {
+// checkHealth runs the health check and reports it: the status, the
+// journal and, when it fails, the console.
+func (r *runner) checkHealth(ctx context.Context, cfg *machineconfig.Config) error {
 	err := r.health(ctx, cfg)
-	healthy := err == nil
-	r.set(func(s *status.Status) { s.SetHealthy(healthy) })
-	if !healthy {
+	r.set(func(s *status.Status) { s.SetHealthy(err == nil) })
+	if err != nil {
 		r.note("health", step.Failed, err.Error())
 		r.set(func(s *status.Status) { s.Message = err.Error() })
-		r.set(func(s *status.Status) { s.Blessed = "not blessed" })
 		r.say("%v", err)
-		return r.notBlessed(ctx, err)
+		return err
 	}
 	r.note("health", step.Passed, "")
+	return nil
+}
+
+func (r *runner) healthAndBless(ctx context.Context, cfg *machineconfig.Config) error {
+	if err := r.checkHealth(ctx, cfg); err != nil {
+		r.set(func(s *status.Status) { s.Blessed = "not blessed" })
+		return r.notBlessed(ctx, err)
+	}
 	r.set(func(s *status.Status) { s.Time = r.timeSource(ctx, cfg) })
 	// Healthy: every image the node runs is unpacked; made durable before
 	// the window closes.

@@ -76,9 +76,9 @@ const (
 const PhaseKubernetes = "kubernetes"
 
 // PhaseKubernetesReady is the phase right after PhaseKubernetes that
-// waits for the node to be Ready with its pod network up: every later
-// phase (the files' modes, the Kubernetes upgrade, the add-ons) runs on a
-// Ready node. Its Apply waits; its Verify looks once.
+// waits for the node to be Ready with its pod network up, so that the
+// later phases (the files' modes, the Kubernetes upgrade, the add-ons)
+// normally run on a Ready node. Its Apply waits; its Verify looks once.
 const PhaseKubernetesReady = "kubernetes-ready"
 
 // Phases are a cluster node's phases, in order, after the node's own.

@@ -383,9 +383,7 @@ func applyKubernetesReady(ctx context.Context, h *Flow, c *machineconfig.Config)
 			h.Report.Report("node ready", step.Waiting, why+"\n"+diagnostics(ctx, h))
 		}
 		if err == nil {
-			h.Cluster(func(s *ClusterStatus) {
-				s.APIUp, s.Nodes, s.NodesAt = true, poller.summary(ready, total, mine), h.Now()
-			})
+			poller.record(ready, total, mine)
 			if mine {
 				return waitForPodNetwork(ctx, h)
 			}
@@ -422,9 +420,7 @@ func verifyKubernetesReady(ctx context.Context, h *Flow, c *machineconfig.Config
 	if err != nil {
 		return fmt.Errorf("ask the API whether node %s is Ready: %w", c.Hostname, err)
 	}
-	h.Cluster(func(s *ClusterStatus) {
-		s.APIUp, s.Nodes, s.NodesAt = true, poller.summary(ready, total, mine), h.Now()
-	})
+	poller.record(ready, total, mine)
 	if !mine {
 		return fmt.Errorf("node %s is not Ready", c.Hostname)
 	}
@@ -543,6 +539,13 @@ func (p *nodePoller) poll(ctx context.Context, hostname string) (ready, total in
 		}
 	}
 	return ready, total, mine, nil
+}
+
+// record puts what a poll that answered saw into the cluster's status.
+func (p *nodePoller) record(ready, total int, mine bool) {
+	p.h.Cluster(func(s *ClusterStatus) {
+		s.APIUp, s.Nodes, s.NodesAt = true, p.summary(ready, total, mine), p.h.Now()
+	})
 }
 
 // summary says what the poll saw: all the cluster's nodes on a control
