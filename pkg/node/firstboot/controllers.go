@@ -40,7 +40,7 @@ func (r *runner) controllers() []controller.Scheduled {
 		&snapshots.Controller{Host: r.o.Host, Space: r.o.Space, Config: r.cfg.get, Status: r.pub, Report: r},
 		&upgradestick.Controller{Media: r.o.Media, Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}},
 		&upgraderequests.Controller{Requests: nodestate.On(r.o.Host), Config: r.cfg.get, Changes: &r.changing, Install: upgrades{r}, Report: r},
-		&rolloutFollower{r: r},
+		r.rollouts,
 		&configchange.Controller{Node: changes{r}, Changes: &r.changing, Config: r.cfg.get, SetConfig: r.cfg.set, Log: r.o.Log, Seen: r.changeSeen},
 		&admission.Controller{Config: r.cfg.get, Admit: r.flow.AdmitNodes},
 		&keyrotation.Controller{Host: r.o.Host, Config: r.cfg.get, Changes: &r.changing,
@@ -51,20 +51,6 @@ func (r *runner) controllers() []controller.Scheduled {
 		out[i] = controller.Scheduled{Controller: c, Every: r.o.WatchInterval}
 	}
 	return out
-}
-
-// rolloutFollower is the node's part in its cluster's upgrades.
-type rolloutFollower struct {
-	r *runner
-	// next is when it looks at the cluster's record again.
-	next time.Time
-}
-
-func (c *rolloutFollower) Name() string { return "rollout" }
-
-func (c *rolloutFollower) Reconcile(ctx context.Context) error {
-	c.r.followRollout(ctx, c.r.cfg.get(), &c.next)
-	return nil
 }
 
 // changes is the node's side of the config change controller

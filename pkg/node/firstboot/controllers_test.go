@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
 )
 
@@ -17,7 +18,7 @@ import (
 // until the node stops: an API server that accepts the connection and
 // then says nothing.
 type stuckAPI struct {
-	RolloutAPI
+	rollouts.API
 	reads atomic.Int32
 }
 
@@ -36,8 +37,8 @@ func TestHungRolloutHoldsUpNoOther(t *testing.T) {
 	n := newRolloutNode(t, newFakeCluster(), "w-1", pub)
 	api, err := n.o.Rollout.API()
 	require.NoError(t, err)
-	stuck := &stuckAPI{RolloutAPI: api}
-	n.o.Rollout.API = func() (RolloutAPI, error) { return stuck, nil }
+	stuck := &stuckAPI{API: api}
+	n.o.Rollout.API = func() (rollouts.API, error) { return stuck, nil }
 
 	o := n.o
 	o.WatchInterval = time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/configdrive"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/nocloud"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/timesync"
@@ -74,7 +75,7 @@ func Defaults(log *slog.Logger) Options {
 // defaultRollout takes a cluster node's part in its cluster's upgrades
 // with its kubelet's credentials (and, on a control plane, the admin's),
 // fetching from the peers its registry configuration names.
-func defaultRollout(h *host.Host) Rollout {
+func defaultRollout(h *host.Host) rollouts.Options {
 	open := func(kubeconfig string) (*kubeclient.Client, error) {
 		b, err := os.ReadFile(h.Path(kubeconfig))
 		if err != nil {
@@ -82,15 +83,15 @@ func defaultRollout(h *host.Host) Rollout {
 		}
 		return kubeclient.New(b, func(p string) ([]byte, error) { return os.ReadFile(h.Path(p)) })
 	}
-	return Rollout{
-		API: func() (RolloutAPI, error) {
+	return rollouts.Options{
+		API: func() (rollouts.API, error) {
 			c, err := open(kubeadmflow.KubeletKubeconfig)
 			if err != nil {
 				return nil, err
 			}
 			return c, nil
 		},
-		Admin: func() (RolloutAdminAPI, error) {
+		Admin: func() (rollouts.AdminAPI, error) {
 			c, err := open(kubeadmflow.AdminKubeconfig)
 			if err != nil {
 				return nil, err

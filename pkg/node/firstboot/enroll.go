@@ -78,6 +78,7 @@ func openEnrolled(o Options, notEnrolled string) (*runner, *machineconfig.Config
 	// A command beside the node's service: status.json and the banner are
 	// the service's.
 	r.pub = status.NewPublisher("", io.Discard, o.Log, r.pub.Get())
+	r.rollouts = r.newRollouts() // which holds the publisher
 	e, _ := r.journal()
 	if e == nil {
 		return nil, nil, errors.New("this node is not enrolled: " + notEnrolled)

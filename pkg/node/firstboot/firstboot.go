@@ -25,6 +25,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodephases"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/controller"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registryphase"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
@@ -85,7 +86,7 @@ type Options struct {
 	// person to read the console) before it reboots into the fallback.
 	TrialRebootDelay time.Duration
 	// Rollout is the node's part in its cluster's upgrades.
-	Rollout Rollout
+	Rollout rollouts.Options
 	// Space tells the free space of a file system, checked before an
 	// upgrade file, a snapshot or a backup is written (nil: statfs).
 	Space diskspace.FS
@@ -139,9 +140,9 @@ type runner struct {
 	// reboot is when this boot last asked for a reboot into an upgrade,
 	// which takes a while to come.
 	reboot rebootClock
-	// rollout is what the rollout keeps between its looks at the
-	// cluster's upgrades (rollout.go).
-	rollout rolloutState
+	// rollouts is the node's part in its cluster's upgrades, made once
+	// a boot.
+	rollouts *rollouts.Controller
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -189,6 +190,7 @@ func newRunner(o Options) (*runner, error) {
 		Name: rel.Name, Version: rel.Version, Slot: string(slot), Boot: r.boot,
 		StateCreated: created, SecureBoot: string(r.secureBoot), StateEncryption: r.stateEncryption,
 	})
+	r.rollouts = r.newRollouts()
 	return r, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
@@ -155,12 +156,12 @@ func (c *fakeCluster) save(who, verb string, m kubeclient.ConfigMap) kubeclient.
 }
 
 // as is the API as node, with its kubelet's credentials.
-func (c *fakeCluster) as(node string) func() (RolloutAPI, error) {
-	return func() (RolloutAPI, error) { return &nodeAPI{c: c, node: node}, nil }
+func (c *fakeCluster) as(node string) func() (rollouts.API, error) {
+	return func() (rollouts.API, error) { return &nodeAPI{c: c, node: node}, nil }
 }
 
 // admin is the API as the cluster's admin.
-func (c *fakeCluster) admin() (RolloutAdminAPI, error) { return &adminAPI{c: c}, nil }
+func (c *fakeCluster) admin() (rollouts.AdminAPI, error) { return &adminAPI{c: c}, nil }
 
 func (c *fakeCluster) record(t *testing.T) rollout.Record {
 	t.Helper()
@@ -370,7 +371,7 @@ func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.Pub
 		n.mu.Unlock()
 		return n.inst.install(ctx, v, running, installed, policy, report)
 	}
-	n.o.Rollout = Rollout{API: c.as(name), ShareDir: layout.UpgradesDir, Poll: time.Millisecond,
+	n.o.Rollout = rollouts.Options{API: c.as(name), ShareDir: layout.UpgradesDir, Poll: time.Millisecond,
 		Drain: rollout.DrainOptions{Poll: time.Millisecond, Timeout: time.Minute}}
 	if strings.HasPrefix(name, "cp-") {
 		n.o.Rollout.Admin = c.admin // a worker has no admin.conf

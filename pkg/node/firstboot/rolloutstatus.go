@@ -15,6 +15,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
@@ -24,7 +25,7 @@ type UpgradeStatusOptions struct {
 	Host *host.Host
 	// API opens the cluster's API as this node; nil on a node of no
 	// cluster.
-	API func() (RolloutAPI, error)
+	API func() (rollouts.API, error)
 	Out io.Writer
 }
 

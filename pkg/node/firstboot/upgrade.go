@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
@@ -21,6 +20,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 	"github.com/terrarium-os/terrarium/pkg/node/status"
@@ -236,10 +236,6 @@ func (r *runner) rebootIntoUpgrade(ctx context.Context) {
 	r.reboot.asked(r.o.Host.Now())
 }
 
-// rebootGrace is how long a node whose reboot was asked for may go on
-// running (systemd stopping its services) before it asks again.
-const rebootGrace = 5 * time.Minute
-
 // upgradeSource is where an upgrade file is read from.
 type upgradeSource struct {
 	// what names it on the console ("the TERRA-UPGRADE stick"), record in
@@ -313,19 +309,19 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			}
 		})
 		if bad != nil && policy != upgrade.Force {
-			return fmt.Errorf("%w: %s rolled back at %s (%s)", errRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
+			return fmt.Errorf("%w: %s rolled back at %s (%s)", rollouts.ErrRolledBackBefore, bad.Version, bad.At.Format("2006-01-02T15:04:05Z"), bad.Reason)
 		}
-		if b := r.clusterBad(ctx, cfg, digest); b != nil && policy != upgrade.Force {
-			return fmt.Errorf("%w: %s rolled back on %s at %s (%s)", errBadInCluster, b.Version, b.Node, b.At.Format("2006-01-02T15:04:05Z"), b.Reason)
+		if b := r.rollouts.ClusterBad(ctx, cfg, digest); b != nil && policy != upgrade.Force {
+			return fmt.Errorf("%w: %s rolled back on %s at %s (%s)", rollouts.ErrBadInCluster, b.Version, b.Node, b.At.Format("2006-01-02T15:04:05Z"), b.Reason)
 		}
 		if err := r.checkKubernetes(ctx, cfg, v.Manifest(), policy); err != nil {
 			return err
 		}
-		if r.inRollout(cfg) && !src.rollout {
+		if r.rollouts.InRollout(cfg) && !src.rollout {
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
-			published, err = r.publishUpgrade(ctx, cfg, path, v.Manifest(), digest, signed, policy)
-			if !errors.Is(err, errClusterUnreachable) || policy != upgrade.Force {
+			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{Path: path, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
+			if !errors.Is(err, rollouts.ErrClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}
 			// Forced, with the cluster out of reach: this node alone.
@@ -401,11 +397,36 @@ func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config,
 	return upgrade.CheckKubernetes(skew, m.KubernetesVersion)
 }
 
-// errBadInCluster: the upgrade rolled back on a node of the cluster.
-var errBadInCluster = errors.New("this upgrade rolled back in this cluster and is not installed again on its own")
+// errForceRefused: the force instruction beside an upgrade file does not
+// hold.
+var errForceRefused = errors.New("the force instruction beside the upgrade file is refused")
 
-// errRolledBackBefore: the upgrade failed on this node before.
-var errRolledBackBefore = errors.New("this upgrade was rolled back on this node before and is not installed again on its own")
+// forceBeside reads the force instruction beside the upgrade file at
+// path (path+upgrade.InstructionSuffix), if there is one, and checks it:
+// signed by a key this node trusts for upgrades, about this upgrade
+// (digest, version), not expired on this node's clock. It returns the
+// instruction's file, "" when there is none; one that does not hold
+// refuses the upgrade (errForceRefused).
+func (r *runner) forceBeside(cfg *machineconfig.Config, path, digest, version string) (string, error) {
+	name := path + upgrade.InstructionSuffix
+	b, err := readSmall(name)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("%w: %w", errForceRefused, err)
+	}
+	base := filepath.Base(name)
+	in, key, err := upgrade.VerifyInstruction(b, r.upgradeKeys(cfg))
+	if err == nil {
+		err = in.Check(digest, version, r.o.Host.Now())
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", errForceRefused, base, err)
+	}
+	r.say("upgrade: %s forces it: %s, signed by key %s", base, in, key.ID())
+	return string(b), nil
+}
 
 // errNoUpgradeFile: a stick without exactly one upgrade file.
 var errNoUpgradeFile = errors.New("the stick must hold exactly one upgrade file (terrarium-VERSION.upgrade) at its root")

@@ -1,4 +1,4 @@
-package firstboot
+package rollouts
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 )
 
-// tendRollout is a control plane's part in its cluster's upgrades as the
+// tend is a control plane's part in its cluster's upgrades as the
 // cluster's admin, at each look: every node's status object and rights
 // (when the nodes change), the nodes' reports folded into the record
 // (the turn passes, the rollout ends or stops, rollbacks are marked bad),
@@ -22,34 +22,34 @@ import (
 // an older release given and taken back. It returns the record as it left
 // it; rec when it could not act (no admin credential, the API out of
 // reach), which the next look tries again.
-func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec rollout.Record) rollout.Record {
-	admin, err := r.rolloutAdmin()
+func (c *Controller) tend(ctx context.Context, cfg *machineconfig.Config, rec rollout.Record) rollout.Record {
+	admin, err := c.admin()
 	if err != nil {
-		r.o.Log.Debug("rollout: no admin API yet", "err", err)
+		c.Log.Debug("rollout: no admin API yet", "err", err)
 		return rec
 	}
-	now := r.o.Host.Now()
-	if !now.Before(r.rollout.nextNodes) {
-		if _, err := r.applyNodeObjects(ctx, admin, false); err != nil {
-			r.rollout.dropAdmin()
-			r.o.Log.Warn("rollout: the nodes' upgrade status objects", "err", err)
+	now := c.Host.Now()
+	if !now.Before(c.s.nextNodes) {
+		if _, err := c.applyNodeObjects(ctx, admin, false); err != nil {
+			c.s.dropAdmin()
+			c.Log.Warn("rollout: the nodes' upgrade status objects", "err", err)
 			return rec
 		}
-		r.rollout.nextNodes = now.Add(nodesEvery)
-		if r.rollout.grantSet {
-			r.breakLegacyLock(ctx, admin, r.rollout.grant)
+		c.s.nextNodes = now.Add(nodesEvery)
+		if c.s.grantSet {
+			c.breakLegacyLock(ctx, admin, c.s.grant)
 		}
 	}
 	// Without a rollout rolling, only a rollback outside one is to fold:
 	// looked for once a minute, not at every look.
-	if rolling := rec.Rollout != nil && rec.Rollout.Phase == rollout.Rolling; !rolling && now.Before(r.rollout.nextFold) {
-		r.grantLegacyTurn(ctx, admin, "")
+	if rolling := rec.Rollout != nil && rec.Rollout.Phase == rollout.Rolling; !rolling && now.Before(c.s.nextFold) {
+		c.grantLegacyTurn(ctx, admin, "")
 		return rec
 	}
-	r.rollout.nextFold = now.Add(nodesEvery)
+	c.s.nextFold = now.Add(nodesEvery)
 	var seen map[string]rollout.Status
 	tended, err := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-		known := r.rollout.knownNodes()
+		known := c.s.knownNodes()
 		names := known
 		if ro := rec.Rollout; ro != nil && ro.Phase == rollout.Rolling {
 			names = nil
@@ -60,14 +60,14 @@ func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec
 		}
 		statuses, missing, err := rollout.Statuses(ctx, admin, names)
 		if err != nil {
-			r.o.Log.Warn("rollout: read the nodes' upgrade status", "err", err)
+			c.Log.Warn("rollout: read the nodes' upgrade status", "err", err)
 		}
 		seen = statuses
 		if len(missing) > 0 && rec.Rollout != nil && rec.Rollout.Phase == rollout.Rolling {
-			r.rollout.nextNodes = time.Time{} // give them their objects at the next look
+			c.s.nextNodes = time.Time{} // give them their objects at the next look
 		}
 		changed := rec.Fold(statuses)
-		if r.breakStaleTurn(rec, statuses, cfg.Hostname, now) {
+		if c.breakStaleTurn(rec, statuses, cfg.Hostname, now) {
 			changed = true
 		}
 		if !changed {
@@ -76,11 +76,11 @@ func (r *runner) tendRollout(ctx context.Context, cfg *machineconfig.Config, rec
 		return nil
 	})
 	if err != nil {
-		r.rollout.dropAdmin()
-		r.o.Log.Warn("rollout: fold the nodes' reports into the record", "err", err)
+		c.s.dropAdmin()
+		c.Log.Warn("rollout: fold the nodes' reports into the record", "err", err)
 		return rec
 	}
-	r.grantLegacyTurn(ctx, admin, r.legacyTurn(tended, seen, cfg.Hostname, now))
+	c.grantLegacyTurn(ctx, admin, c.legacyTurn(tended, seen, cfg.Hostname, now))
 	return tended
 }
 
@@ -95,17 +95,17 @@ const legacyGrace = 2 * time.Minute
 // object: there, and still unwritten legacyGrace after this control
 // plane first saw it so. Never this control plane, which knows its own
 // release. "" for none.
-func (r *runner) legacyTurn(rec rollout.Record, statuses map[string]rollout.Status, me string, now time.Time) string {
+func (c *Controller) legacyTurn(rec rollout.Record, statuses map[string]rollout.Status, me string, now time.Time) string {
 	n := rec.LegacyTurn()
 	s, ok := statuses[n]
 	if n == "" || n == me || !ok || s.Node != "" {
-		r.rollout.unwritten = ""
+		c.s.unwritten = ""
 		return ""
 	}
-	if r.rollout.unwritten != n {
-		r.rollout.unwritten, r.rollout.unwrittenSince = n, now
+	if c.s.unwritten != n {
+		c.s.unwritten, c.s.unwrittenSince = n, now
 	}
-	if now.Sub(r.rollout.unwrittenSince) < legacyGrace {
+	if now.Sub(c.s.unwrittenSince) < legacyGrace {
 		return ""
 	}
 	return n
@@ -131,28 +131,28 @@ func appendMissing(names, more []string) []string {
 // reports whether it did. No node holds the rollout by holding its turn:
 // a node that died, or whose credential is used to sit on its turn, stops
 // the rollout instead, which the same stick then starts again.
-func (r *runner) breakStaleTurn(rec *rollout.Record, statuses map[string]rollout.Status, me string, now time.Time) bool {
+func (c *Controller) breakStaleTurn(rec *rollout.Record, statuses map[string]rollout.Status, me string, now time.Time) bool {
 	turn, ok := rec.Turn()
-	if !ok || r.o.Rollout.StaleTurn <= 0 {
-		r.rollout.sign = ""
+	if !ok || c.Options.StaleTurn <= 0 {
+		c.s.sign = ""
 		return false
 	}
 	s := statuses[turn.Name]
 	sign := fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s", rec.Rollout.ID(), turn.Name, turn.Phase, turn.At, s.Phase, s.Detail, s.At)
-	if sign != r.rollout.sign {
-		r.rollout.sign, r.rollout.signSince = sign, now
+	if sign != c.s.sign {
+		c.s.sign, c.s.signSince = sign, now
 		return false
 	}
-	if now.Sub(r.rollout.signSince) < r.o.Rollout.StaleTurn {
+	if now.Sub(c.s.signSince) < c.Options.StaleTurn {
 		return false
 	}
 	reason := fmt.Sprintf("%s gave no sign in its turn for %s, and control plane %s stopped the rollout (the same stick starts it again)",
-		turn.Name, r.o.Rollout.StaleTurn, me)
+		turn.Name, c.Options.StaleTurn, me)
 	if !rec.Stop(reason) {
 		return false
 	}
-	r.rollout.sign = ""
-	r.say("rollout: %s", reason)
+	c.s.sign = ""
+	c.Node.Say("rollout: %s", reason)
 	return true
 }
 
@@ -162,15 +162,15 @@ func (r *runner) breakStaleTurn(rec *rollout.Record, statuses map[string]rollout
 // (addons.LegacyUpgradeGrant). It also clears the lock of that release
 // when anyone but that node holds it: nodes of this release lock nothing,
 // and a holder that upgraded, or is not on its turn, holds it stale.
-func (r *runner) grantLegacyTurn(ctx context.Context, admin RolloutAdminAPI, node string) {
-	if r.rollout.grantSet && r.rollout.grant == node {
+func (c *Controller) grantLegacyTurn(ctx context.Context, admin AdminAPI, node string) {
+	if c.s.grantSet && c.s.grant == node {
 		return
 	}
-	if node == "" && !r.rollout.grantSet {
+	if node == "" && !c.s.grantSet {
 		// After this control plane's start: a grant from before it is
 		// taken back only if there ever was one (its lock exists).
 		if _, err := admin.ConfigMap(ctx, rollout.Namespace, rollout.LockName); errors.Is(err, kubeclient.ErrNotFound) {
-			r.rollout.grant, r.rollout.grantSet = "", true
+			c.s.grant, c.s.grantSet = "", true
 			return
 		}
 	}
@@ -179,20 +179,20 @@ func (r *runner) grantLegacyTurn(ctx context.Context, admin RolloutAdminAPI, nod
 		err = admin.ApplyManifest(ctx, m, kubeadmflow.AddonFieldManager)
 	}
 	if err != nil {
-		r.o.Log.Warn("rollout: the record's write for a node of an older release", "node", node, "err", err)
+		c.Log.Warn("rollout: the record's write for a node of an older release", "node", node, "err", err)
 		return
 	}
-	r.rollout.grant, r.rollout.grantSet = node, true
+	c.s.grant, c.s.grantSet = node, true
 	if node != "" {
-		r.say("rollout: %s runs a release before signed rollouts: for its turn alone, it may write the cluster's upgrade record and lock", node)
+		c.Node.Say("rollout: %s runs a release before signed rollouts: for its turn alone, it may write the cluster's upgrade record and lock", node)
 	}
-	r.breakLegacyLock(ctx, admin, node)
+	c.breakLegacyLock(ctx, admin, node)
 }
 
 // breakLegacyLock frees the lock of the release before signed rollouts
 // when anyone but node (the node of that release whose turn it is) holds
 // it.
-func (r *runner) breakLegacyLock(ctx context.Context, admin RolloutAdminAPI, node string) {
+func (c *Controller) breakLegacyLock(ctx context.Context, admin AdminAPI, node string) {
 	store := leaselock.InConfigMap(admin)
 	l, err := store.Lease(ctx, rollout.Namespace, rollout.LockName)
 	if err != nil || l.Holder == "" || l.Holder == node {
@@ -201,8 +201,8 @@ func (r *runner) breakLegacyLock(ctx context.Context, admin RolloutAdminAPI, nod
 	held := l.Holder
 	l.Holder = ""
 	if _, err := store.UpdateLease(ctx, l); err != nil {
-		r.o.Log.Warn("rollout: free the older release's lock", "holder", held, "err", err)
+		c.Log.Warn("rollout: free the older release's lock", "holder", held, "err", err)
 		return
 	}
-	r.o.Log.Info("rollout: freed the older release's lock", "holder", held)
+	c.Log.Info("rollout: freed the older release's lock", "holder", held)
 }

@@ -1,0 +1,234 @@
+package rollouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
+)
+
+// errWorkerPublish: a worker's registry serves no peers.
+var errWorkerPublish = errors.New("a worker cannot hand an upgrade to its cluster (its registry serves no other node): " +
+	"insert the stick into a control plane, which rolls it out to every node, workers included")
+
+// errNotServing: a control plane whose registry serves no peers.
+var errNotServing = errors.New("this control plane's registry serves no other node (registry.serve is off), so no node could fetch the upgrade from it: " +
+	"insert the stick into a control plane that serves")
+
+// ErrClusterUnreachable wraps what kept a node from handing an upgrade
+// to its cluster: the API out of reach.
+var ErrClusterUnreachable = errors.New("this node is part of a cluster, whose upgrades roll out node by node, but its API is out of reach " +
+	"(firstboot upgrade --force installs on this node alone)")
+
+// errForceNeedsInstruction: a forced rollout asked for without a force
+// instruction.
+var errForceNeedsInstruction = errors.New("a forced upgrade of a cluster needs a force instruction signed by a key trusted for upgrades beside the upgrade file " +
+	"(made where the key is kept: imagebuild upgrade force --key KEY FILE writes FILE.force); no node of the cluster forces an upgrade without one")
+
+// Upgrade is a verified upgrade file a person brought, to hand to the
+// cluster.
+type Upgrade struct {
+	// Path is the file on the host, Manifest its verified manifest and
+	// Digest the manifest's digest.
+	Path     string
+	Manifest upgrade.Manifest
+	Digest   string
+	// Signed is the signed manifest and any verified force instruction,
+	// which every node checks before it acts.
+	Signed rollout.Instructions
+	Policy upgrade.Policy
+}
+
+// Publish hands a verified upgrade file to the cluster instead of
+// installing it here: the file goes into the node's upgrade share, which
+// its registry serves to the peers, and the cluster's record starts its
+// rollout, node by node. A rollout of another upgrade in progress, this
+// upgrade marked bad in the cluster (unless forced by an instruction), or
+// a force asked for without one, refuses it. It returns what the console
+// says.
+func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u Upgrade) (string, error) {
+	if !cfg.Cluster.IsControlPlane() {
+		return "", errWorkerPublish
+	}
+	if cfg.Registry == nil || !cfg.Registry.Serve {
+		return "", errNotServing
+	}
+	// A kubelet may read only its own Node and writes no record: the
+	// control plane lists the nodes and writes the record as the
+	// cluster's admin, after making sure the record and every node's
+	// status object and rights exist (a cluster formed before this
+	// version has none).
+	admin, err := c.admin()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrClusterUnreachable, err)
+	}
+	nodes, err := c.applyNodeObjects(ctx, admin, true)
+	if err != nil {
+		c.s.dropAdmin()
+		return "", fmt.Errorf("%w: %w", ErrClusterUnreachable, err)
+	}
+	if u.Policy == upgrade.Force && u.Signed.Force == "" {
+		return "", errForceNeedsInstruction
+	}
+	members := make([]rollout.Member, 0, len(nodes))
+	for _, n := range nodes {
+		members = append(members, rollout.Member{Name: n.Name, ControlPlane: n.ControlPlane})
+	}
+	// Refused before the file is copied when the record says no.
+	rec, err := rollout.Load(ctx, admin)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrClusterUnreachable, err)
+	}
+	ru := rollout.Upgrade{Digest: u.Digest, Version: u.Manifest.Version, Kubernetes: u.Manifest.KubernetesVersion, Instructions: u.Signed}
+	if err := rec.Start(ru, members, cfg.Hostname, c.Host.Now()); err != nil {
+		return "", err
+	}
+	share, err := c.openShare(cfg)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.Open(u.Path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	c.Node.Say("upgrade: copying %s into this node's upgrade share, from which every node of the cluster fetches it", u.Manifest.Version)
+	art, err := share.Add(ctx, f, fi.Size(), u.Manifest.Version)
+	if err != nil {
+		return "", err
+	}
+	ru.Ref = art.Ref()
+	rec, err = rollout.Update(ctx, admin, func(rec *rollout.Record) error {
+		return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
+	})
+	if err != nil {
+		return "", err
+	}
+	// Only what a rollout may still need stays in the share.
+	if err := share.Prune(art.Manifest); err != nil {
+		c.Log.Warn("prune the upgrade share", "err", err)
+	}
+	c.Status.Update(func(s *status.Status) { s.Upgrade = rec.Summary() })
+	forced := ""
+	if u.Signed.Force != "" {
+		forced = ", forced by its signed instruction"
+	}
+	return fmt.Sprintf("%s is rolling out to the cluster's %d nodes, one at a time, control planes first%s (firstboot upgrade status)",
+		u.Manifest.Version, len(members), forced), nil
+}
+
+// ClusterBad is the cluster's bad mark on digest, nil when it has none or
+// the node takes no part in rollouts or cannot read the record: the
+// record's mark, or the mark this node remembers in its own status
+// object (a record that lost it is no reason to forget it).
+func (c *Controller) ClusterBad(ctx context.Context, cfg *machineconfig.Config, digest string) *rollout.Bad {
+	if !c.InRollout(cfg) {
+		return nil
+	}
+	api, err := c.Options.API()
+	if err != nil {
+		return nil
+	}
+	if rec, err := rollout.Load(ctx, api); err == nil {
+		if b := rec.BadUpgrade(digest); b != nil {
+			cp := *b
+			return &cp
+		}
+	}
+	if st, err := rollout.LoadStatus(ctx, api, cfg.Hostname); err == nil {
+		if b := st.BadUpgrade(digest); b != nil {
+			cp := *b
+			return &cp
+		}
+	}
+	return nil
+}
+
+// nodesEvery is how often a control plane lists the cluster's nodes, to
+// give a node that joined its status object and rights.
+const nodesEvery = time.Minute
+
+// admin is the API as the cluster's admin, opened once and kept.
+func (c *Controller) admin() (AdminAPI, error) {
+	if c.Options.Admin == nil {
+		return nil, errors.New("no admin credential to write the cluster's upgrade record with")
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.admin == nil {
+		api, err := c.Options.Admin()
+		if err != nil {
+			return nil, err
+		}
+		c.s.admin = api
+	}
+	return c.s.admin, nil
+}
+
+// dropAdmin drops the admin client after an error: opened again at the
+// next use (a renewed certificate, another API server).
+func (s *state) dropAdmin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admin = nil
+}
+
+// knownNodes are the cluster's nodes as last listed.
+func (s *state) knownNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.nodes...)
+}
+
+// applyNodeObjects lists the cluster's nodes and applies, as the
+// cluster's admin, the record's rights (addons.Upgrades, which takes from
+// every node the write of the record a release before this one gave, and
+// again after a control plane of that release gave it back) and, when the
+// nodes changed since the last apply (or always), each node's status
+// object and rights (addons.NodeUpgradeStatus). It returns the nodes.
+func (c *Controller) applyNodeObjects(ctx context.Context, admin AdminAPI, always bool) ([]kubeclient.Node, error) {
+	nodes, err := admin.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's nodes: %w", err)
+	}
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	key := strings.Join(names, ",")
+	c.s.mu.Lock()
+	c.s.nodes = names
+	known := c.s.applied == key
+	c.s.mu.Unlock()
+	manifests := [][]byte{addons.Upgrades}
+	if !known || always {
+		statuses, err := addons.NodeUpgradeStatus(names)
+		if err != nil {
+			return nil, err
+		}
+		manifests = append(manifests, statuses)
+	}
+	for _, m := range manifests {
+		if err := admin.ApplyManifest(ctx, m, kubeadmflow.AddonFieldManager); err != nil {
+			return nil, fmt.Errorf("the upgrades' record and rights: %w", err)
+		}
+	}
+	c.s.mu.Lock()
+	c.s.applied = key
+	c.s.mu.Unlock()
+	return nodes, nil
+}

@@ -1,0 +1,581 @@
+// Package rollouts is the controller that takes a cluster node's part in
+// its cluster's upgrades (the record and its rules are package
+// pkg/node/kube/rollout). At each look, paced by Options.Poll, it reads
+// the cluster's record; a control plane tends it as the cluster's admin
+// (the nodes' reports folded in, a stale turn broken, a node of an older
+// release given the record's write for its turn); every node reports
+// its own status and takes its turn: drained, the upgrade fetched from a
+// peer, installed by the node (Node.Install), rebooted into on trial,
+// and done once the trial is blessed.
+//
+// An upgrade a person brings to a control plane of a cluster is handed
+// to the cluster (Controller.Publish) instead of installed there alone.
+package rollouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
+)
+
+// API is what a cluster node asks of the API to take its part in a
+// cluster-wide upgrade, with its kubelet's credentials
+// (pkg/node/kube/kubeclient.Client): it reads the cluster's record and
+// writes its own status object (the rights come from addons.Upgrades and
+// addons.NodeUpgradeStatus), cordons itself and evicts its own pods.
+type API interface {
+	rollout.API
+	rollout.DrainAPI
+}
+
+// AdminAPI is what a control plane asks of the API as the cluster's
+// admin (kubeadm's admin.conf) for its cluster's upgrades: it lists the
+// nodes, writes the record, and applies the record's and every node's
+// status object and rights.
+type AdminAPI interface {
+	rollout.API
+	Nodes(ctx context.Context) ([]kubeclient.Node, error)
+	ApplyManifest(ctx context.Context, manifest []byte, fieldManager string) error
+}
+
+// Options wire a cluster node to its cluster's upgrades. With API nil a
+// node takes no part: an upgrade put into it installs on it alone.
+type Options struct {
+	// API opens the API as this node.
+	API func() (API, error)
+	// Admin opens the API as the cluster's admin, on a control plane.
+	Admin func() (AdminAPI, error)
+	// Peers opens the other nodes' registries, where the node fetches
+	// the upgrade its cluster rolls out.
+	Peers func() (upgradeshare.Peers, error)
+	// ShareDir is the node's upgrade share on the host
+	// (layout.UpgradesDir), which its registry serves to its peers.
+	ShareDir string
+	// Poll is how often a running node reads the cluster's record.
+	Poll time.Duration
+	// Drain bounds and paces a node's drain.
+	Drain rollout.DrainOptions
+	// StaleTurn is how long the node whose turn it is may give no sign
+	// (its status unchanged) before a control plane stops the rollout;
+	// zero never stops one. It must outlast a trial boot's tries, during
+	// which the node reports nothing.
+	StaleTurn time.Duration
+}
+
+// Node is what the controller asks of the node (firstboot): its upgrade
+// path, its reboot, and its console and journal.
+type Node interface {
+	controller.Reporter
+	// UpgradeKeys are the keys the node trusts for upgrades under cfg.
+	UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKey
+	// Install checks the upgrade file at path on the host, which must be
+	// the upgrade digest, and installs it into the other slot under
+	// policy, record naming where it came from in the node's journal. It
+	// does not reboot.
+	Install(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) nodestate.UpgradeResult
+	// Reboot reboots into the slot an upgrade was installed in.
+	Reboot(ctx context.Context)
+	// RebootAsked is when this boot last asked for that reboot (zero:
+	// never).
+	RebootAsked() time.Time
+}
+
+// Holder is the node's change lock (controller.ChangeLock): a turn holds
+// it, so that no config change or other upgrade runs beside it.
+type Holder interface {
+	Hold(what string)
+	Unlock()
+}
+
+// Controller takes the node's part in its cluster's upgrades. It is made
+// once a boot: its Publish and ClusterBad serve the node's upgrade path
+// beside its looks.
+type Controller struct {
+	Options Options
+	Node    Node
+	Host    *host.Host
+	Log     *slog.Logger
+	// Space tells TERRA-STATE's free space, of which the upgrade share
+	// keeps the config's reserve.
+	Space diskspace.FS
+	// Journal is the node's persisted state (the last upgrade, the bad
+	// marks).
+	Journal *nodestate.Store
+	Status  *status.Publisher
+	Changes Holder
+	// Config is the config the node runs now.
+	Config func() *machineconfig.Config
+	// Version is the release the node runs, Slot the slot it booted.
+	Version string
+	Slot    layout.Slot
+
+	// next is when the controller reads the cluster's record again.
+	next time.Time
+	// s is what it keeps between its looks.
+	s state
+}
+
+// state is what the controller keeps between its looks at the cluster's
+// upgrades.
+type state struct {
+	// mu guards api, admin, nodes and applied, which an upgrade handed to
+	// the cluster (Publish) uses beside the controller's looks; the rest
+	// is the looks' alone.
+	mu sync.Mutex
+	// api and admin are the clients, opened once and kept (one TLS
+	// connection for every look), dropped after an error.
+	api   API
+	admin AdminAPI
+	// nodes are the cluster's nodes as last listed, applied the node
+	// names whose objects were last applied.
+	nodes   []string
+	applied string
+	// nextNodes is when the nodes are listed again.
+	nextNodes time.Time
+	// nextFold is when the nodes' reports are folded again while no
+	// rollout rolls.
+	nextFold time.Time
+	// grant is the node last given the record's write for its turn (""
+	// for no one), once grantSet; unwritten is the node whose turn it is
+	// with its status object unwritten, since unwrittenSince (this
+	// control plane's clock).
+	grant          string
+	grantSet       bool
+	unwritten      string
+	unwrittenSince time.Time
+	// sign is the turn's last sign of life, and signSince when this
+	// control plane first saw it (its own clock).
+	sign      string
+	signSince time.Time
+}
+
+var _ controller.Controller = (*Controller)(nil)
+
+// Name implements controller.Controller.
+func (*Controller) Name() string { return "rollout" }
+
+// Reconcile takes the node's part, at most every Options.Poll.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	c.follow(ctx, c.Config())
+	return nil
+}
+
+// StepName is the journal's step of the node's part in a rollout.
+const StepName = "rollout"
+
+// rebootGrace is how long a node whose reboot was asked for may go on
+// running (systemd stopping its services) before it asks again.
+const rebootGrace = 5 * time.Minute
+
+// ErrBadInCluster refuses an upgrade that rolled back on a node of the
+// cluster.
+var ErrBadInCluster = errors.New("this upgrade rolled back in this cluster and is not installed again on its own")
+
+// ErrRolledBackBefore refuses an upgrade that rolled back on this node
+// before.
+var ErrRolledBackBefore = errors.New("this upgrade was rolled back on this node before and is not installed again on its own")
+
+// errUnsignedForce: a rollout forced by its record's flag alone.
+var errUnsignedForce = errors.New("the rollout says forced, but no force instruction signed by a key this node trusts for upgrades comes with it " +
+	"(a record written by a node of an older release, or forged), so this node installs it only as it would unforced")
+
+// InRollout reports whether upgrades of a node running cfg go through
+// its cluster's rollout.
+func (c *Controller) InRollout(cfg *machineconfig.Config) bool {
+	return cfg != nil && cfg.Cluster != nil && c.Options.API != nil
+}
+
+// follow reads the cluster's record and takes this node's part: on a
+// control plane, the admin's (tend); then, as this node, its own status
+// (what it runs, the bad marks it has read, a rollback of its last
+// upgrade) and its turn: to upgrade (drain, fetch, install, reboot into
+// the trial), its blessed trial (uncordon, done), a rollout whose
+// instructions do not verify (refused, nothing done).
+func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
+	if !c.InRollout(cfg) {
+		return
+	}
+	now := c.Host.Now()
+	if now.Before(c.next) {
+		return
+	}
+	c.next = now.Add(c.Options.Poll)
+	api, err := c.client()
+	if err != nil {
+		c.Log.Debug("rollout: no API yet", "err", err)
+		return
+	}
+	rec, err := rollout.Load(ctx, api)
+	if err != nil {
+		c.s.dropAPI() // opened again at the next look (a renewed certificate)
+		c.Log.Warn("rollout: read the cluster's record", "err", err)
+		return
+	}
+	if cfg.Cluster.IsControlPlane() {
+		rec = c.tend(ctx, cfg, rec)
+	}
+	if rec.Rollout != nil {
+		if sum := rec.Summary(); sum != c.Status.Get().Upgrade {
+			c.Status.Publish(func(s *status.Status) { s.Upgrade = sum })
+		}
+	}
+	me := cfg.Hostname
+	rolling := rec.Rollout != nil && rec.Rollout.Phase == rollout.Rolling
+	var (
+		v    rollout.Verified
+		verr error
+	)
+	if rolling {
+		v, verr = rec.Verify(c.Node.UpgradeKeys(cfg), now)
+	}
+	st, err := rollout.UpdateStatus(ctx, api, me, func(s *rollout.Status) (bool, error) {
+		write := s.Version != c.Version
+		s.Version = c.Version
+		for _, b := range rec.Bad {
+			write = s.Remember(b) || write
+		}
+		// A verified force of the rolling upgrade cleared its mark.
+		if rolling && verr == nil && v.Force != nil && rec.BadUpgrade(rec.Rollout.Digest) == nil {
+			write = s.Forget(rec.Rollout.Digest) || write
+		}
+		return write, nil
+	})
+	switch {
+	case errors.Is(err, rollout.ErrNoStatusObject):
+		// A node that cannot report takes no turn.
+		c.Log.Debug("rollout: this node's status", "err", err)
+		return
+	case err != nil:
+		c.Log.Warn("rollout: this node's status", "err", err)
+		return
+	}
+	u := c.lastUpgrade()
+	if u != nil && u.State == nodestate.UpgradeRolledBack && !u.Reported {
+		if c.reportRollback(ctx, api, me, rec, u) {
+			c.markReported(u.Digest)
+		}
+		return
+	}
+	turn, ok := rec.Turn()
+	if !ok || turn.Name != me {
+		return
+	}
+	ro := rec.Rollout
+	if st.Rollout == ro.ID() && (st.Phase == rollout.NodeDone || st.Phase == rollout.NodeFailed || st.Phase == rollout.NodeRolledBack) {
+		return // reported; a control plane folds it into the record
+	}
+	err = verr
+	if err == nil {
+		if oerr := ro.CheckOrder(me, cfg.Cluster.IsControlPlane()); oerr != nil {
+			err = fmt.Errorf("%w: %w", rollout.ErrUnverified, oerr)
+		}
+	}
+	if err == nil && v.Force == nil {
+		err = c.markedBad(st, ro.Digest, v)
+	}
+	if err != nil {
+		c.refuseTurn(ctx, api, me, ro, err)
+		return
+	}
+	switch {
+	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeCommitted && c.Version == ro.Version:
+		c.endTurn(ctx, api, me, ro, rollout.NodeDone, fmt.Sprintf("runs %s, blessed", ro.Version))
+	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(c.Slot) == u.FromSlot:
+		// Installed in this boot; the reboot into it is on its way, or
+		// did not happen (a failed systemctl): asked again after a grace.
+		if last := c.Node.RebootAsked(); last.IsZero() || now.Sub(last) > rebootGrace {
+			c.Changes.Hold("the rollout's reboot")
+			defer c.Changes.Unlock()
+			c.Node.Say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
+			c.Node.Reboot(ctx)
+		}
+	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled:
+		// The trial boot, under way.
+	case c.Version == ro.Version:
+		c.endTurn(ctx, api, me, ro, rollout.NodeDone, "runs "+ro.Version+" already")
+	default:
+		c.Changes.Hold("the rollout's turn")
+		defer c.Changes.Unlock()
+		c.takeTurn(ctx, cfg, api, ro, v)
+	}
+}
+
+// lastUpgrade is a copy of the node's last upgrade record, nil when none.
+func (c *Controller) lastUpgrade() *nodestate.Upgrade {
+	var u *nodestate.Upgrade
+	c.Journal.Read(func(j *nodestate.Journal) {
+		if j.Upgrade != nil {
+			cp := *j.Upgrade
+			u = &cp
+		}
+	})
+	return u
+}
+
+// markedBad refuses, before anything is done, an unforced rollout of an
+// upgrade this node knows is bad: rolled back here (its journal), or
+// marked in the cluster as this node read it (its own status, which a
+// record that lost the mark does not change).
+func (c *Controller) markedBad(st rollout.Status, digest string, v rollout.Verified) error {
+	var err error
+	c.Journal.Read(func(j *nodestate.Journal) {
+		if b := j.Bad(digest); b != nil {
+			err = fmt.Errorf("%w: %s rolled back at %s (%s)", ErrRolledBackBefore, b.Version, stamp(b.At), b.Reason)
+		}
+	})
+	if b := st.BadUpgrade(digest); err == nil && b != nil {
+		err = fmt.Errorf("%w: %s rolled back on %s at %s (%s)", ErrBadInCluster, b.Version, b.Node, stamp(b.At), b.Reason)
+	}
+	if err != nil && v.UnsignedForce {
+		err = fmt.Errorf("%w; %w", err, errUnsignedForce)
+	}
+	return err
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
+
+// client is the API the controller reads the record with, opened once
+// and kept (one TLS connection for every look), not at each poll.
+func (c *Controller) client() (API, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.api == nil {
+		api, err := c.Options.API()
+		if err != nil {
+			return nil, err
+		}
+		c.s.api = api
+	}
+	return c.s.api, nil
+}
+
+// dropAPI drops the node's client after an error.
+func (s *state) dropAPI() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.api = nil
+}
+
+// markReported records that the cluster knows the node's last upgrade
+// rolled back: reported once, also after a forced rollout of it cleared
+// the cluster's mark.
+func (c *Controller) markReported(digest string) {
+	if err := c.Journal.Update(func(j *nodestate.Journal) {
+		if j.Upgrade != nil && j.Upgrade.Digest == digest {
+			j.Upgrade.Reported = true
+		}
+	}); err != nil {
+		c.Node.Say("recording the reported rollback: %v", err)
+	}
+}
+
+// setPhase records this node's phase in the rollout ro in its own status
+// object.
+func (c *Controller) setPhase(ctx context.Context, api API, me string, ro *rollout.Rollout, phase, detail string) error {
+	_, err := rollout.UpdateStatus(ctx, api, me, func(s *rollout.Status) (bool, error) {
+		s.Rollout, s.Digest, s.Upgrade = ro.ID(), ro.Digest, ro.Version
+		s.Phase, s.Detail, s.At = phase, detail, c.Host.Now().UTC()
+		return true, nil
+	})
+	if err != nil {
+		c.Log.Warn("rollout: record this node's phase", "phase", phase, "err", err)
+	}
+	return err
+}
+
+// refuseTurn answers a turn this node will not take, with nothing done:
+// its phase failed, saying why, which stops the rollout.
+func (c *Controller) refuseTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, why error) {
+	detail := "refused: " + why.Error()
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail); err != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Refused, why.Error())
+	c.Node.Say("rollout of %s refused on this node, nothing was done: %v", ro.Version, why)
+}
+
+// endTurn ends this node's turn: schedulable again and its phase
+// recorded.
+func (c *Controller) endTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, phase, detail string) bool {
+	if err := rollout.Uncordon(ctx, api, me); err != nil {
+		c.Log.Warn("rollout: end this node's turn", "phase", phase, "err", err)
+		return false
+	}
+	if err := c.setPhase(ctx, api, me, ro, phase, detail); err != nil {
+		return false
+	}
+	c.Node.Note(StepName, step.Result(phase), detail)
+	c.Node.Say("rollout: this node is %s (%s)", phase, detail)
+	return true
+}
+
+// reportRollback reports that this node's last upgrade rolled back: back
+// in service, its status rolled-back (the control planes mark the
+// upgrade bad for the cluster and stop its rollout) and the mark
+// remembered.
+func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec rollout.Record, u *nodestate.Upgrade) bool {
+	if err := rollout.Uncordon(ctx, api, me); err != nil {
+		c.Log.Warn("rollout: report the rollback", "err", err)
+		return false
+	}
+	now := c.Host.Now().UTC()
+	_, err := rollout.UpdateStatus(ctx, api, me, func(s *rollout.Status) (bool, error) {
+		s.Rollout = ""
+		if ro := rec.Rollout; ro != nil && ro.Digest == u.Digest {
+			s.Rollout = ro.ID()
+		}
+		s.Digest, s.Upgrade, s.Phase, s.Detail, s.At = u.Digest, u.To, rollout.NodeRolledBack, u.Reason, now
+		s.Remember(rollout.Bad{Digest: u.Digest, Version: u.To, Node: me, Reason: u.Reason, At: now})
+		return true, nil
+	})
+	if err != nil {
+		c.Log.Warn("rollout: report the rollback", "err", err)
+		return false
+	}
+	c.Node.Note(StepName, step.Result(rollout.NodeRolledBack), u.Reason)
+	c.Node.Say("rollout: this node is %s (%s)", rollout.NodeRolledBack, u.Reason)
+	return true
+}
+
+// takeTurn upgrades this node in the cluster's rollout: drained, the
+// upgrade fetched from a peer into the node's own share (which then
+// serves it in turn), checked and installed (forced only by a verified
+// force instruction), and the node rebooted into it on trial. A drain,
+// fetch or install that fails puts the node back in service and stops
+// the rollout. A node that cannot record its phase does nothing: it
+// tries again at its next look.
+func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified) {
+	me := cfg.Hostname
+	fail := func(what string, err error) {
+		detail := what + ": " + err.Error()
+		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+			detail += " (and uncordoning failed: " + uerr.Error() + ")"
+		}
+		c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
+		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
+		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
+	}
+	c.Node.Say("rollout: upgrading this node to %s: draining it", ro.Version)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, ""); err != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	if err := rollout.Drain(ctx, api, me, d); err != nil {
+		if ctx.Err() == nil {
+			fail("drain", err)
+		}
+		return
+	}
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
+		return
+	}
+	share, art, err := c.fetch(ctx, cfg, ro)
+	if err != nil {
+		if ctx.Err() == nil {
+			fail("fetch", err)
+		}
+		return
+	}
+	policy := upgrade.Refuse
+	if v.Force != nil {
+		policy = upgrade.Force
+	}
+	res := c.Node.Install(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
+	switch res.Outcome {
+	case nodestate.OutcomeInstalled:
+		// The trial boot goes on whether or not the record heard.
+		_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
+		c.Node.Reboot(ctx)
+	case nodestate.OutcomeAlreadyInstalled:
+		// The other slot holds it, but this node runs another version:
+		// not done, and nothing this turn can fix alone.
+		fail("install", fmt.Errorf("the other slot holds %s already but this node runs %s: reboot into it, or install it again with firstboot upgrade --force", ro.Version, c.Version))
+	default:
+		err := errors.New(res.Detail)
+		if v.UnsignedForce {
+			err = fmt.Errorf("%w; %w", err, errUnsignedForce)
+		}
+		fail("install", err)
+	}
+}
+
+// fetchAttempts bounds the tries to fetch a rollout's upgrade from the
+// peers (a registry restarting, a peer rebooting, a peer hashing the
+// upgrade file before it first serves it: over a minute on a busy control
+// plane under TCG, docs/operations/qemu-ci.md) before the node gives up its
+// turn. A try that gets no headers ends after 30 s, so twelve span six
+// minutes or more.
+const fetchAttempts = 12
+
+// fetch makes sure the node's share holds the rollout's upgrade,
+// fetching it from a peer when it does not, and returns the share and
+// the upgrade in it.
+func (c *Controller) fetch(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout) (*upgradeshare.Share, upgradeshare.Artifact, error) {
+	_, ref, ok := strings.Cut(ro.Ref, "@")
+	if !ok {
+		return nil, upgradeshare.Artifact{}, fmt.Errorf("the rollout names %q, not an artifact by digest", ro.Ref)
+	}
+	manifest, err := v1.NewHash(ref)
+	if err != nil {
+		return nil, upgradeshare.Artifact{}, fmt.Errorf("the rollout names %q: %w", ro.Ref, err)
+	}
+	share, err := c.openShare(cfg)
+	if err != nil {
+		return nil, upgradeshare.Artifact{}, err
+	}
+	if a, ok := share.Find(manifest); ok {
+		return share, a, nil
+	}
+	peers, err := c.Options.Peers()
+	if err != nil {
+		return nil, upgradeshare.Artifact{}, err
+	}
+	c.Node.Say("rollout: fetching %s from the cluster's registries", ro.Version)
+	var a upgradeshare.Artifact
+	for attempt := 1; ; attempt++ {
+		if a, err = share.Fetch(ctx, peers, manifest); err == nil {
+			break
+		}
+		if attempt == fetchAttempts || ctx.Err() != nil {
+			return nil, upgradeshare.Artifact{}, err
+		}
+		c.Node.Say("rollout: fetching %s (attempt %d of %d): %v", ro.Version, attempt, fetchAttempts, err)
+		select {
+		case <-ctx.Done():
+			return nil, upgradeshare.Artifact{}, ctx.Err()
+		case <-time.After(c.Options.Poll):
+		}
+	}
+	if err := share.Prune(a.Manifest); err != nil {
+		c.Log.Warn("prune the upgrade share", "err", err)
+	}
+	return share, a, nil
+}
+
+// openShare opens the node's upgrade share, which keeps the config's
+// reserve free on TERRA-STATE when it writes an upgrade file.
+func (c *Controller) openShare(cfg *machineconfig.Config) (*upgradeshare.Share, error) {
+	return upgradeshare.Open(c.Host.Path(c.Options.ShareDir), upgradeshare.WithSpace(c.Space, cfg.StateReserveBytes()))
+}

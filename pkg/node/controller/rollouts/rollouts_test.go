@@ -1,0 +1,328 @@
+package rollouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/controllertest"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
+	"github.com/terrarium-os/terrarium/pkg/node/status"
+)
+
+// fakeAPI is kube-system's ConfigMaps and the node's cordon, with no
+// rights checked (pkg/node/firstboot's tests hold the cluster's RBAC).
+type fakeAPI struct {
+	mu       sync.Mutex
+	cms      map[string]kubeclient.ConfigMap
+	version  int
+	reads    int
+	cordoned map[string]bool
+	cordons  []string
+}
+
+var _ API = (*fakeAPI)(nil)
+
+func newFakeAPI() *fakeAPI {
+	return &fakeAPI{cms: map[string]kubeclient.ConfigMap{}, cordoned: map[string]bool{}}
+}
+
+func (a *fakeAPI) ConfigMap(_ context.Context, namespace, name string) (kubeclient.ConfigMap, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reads++
+	m, ok := a.cms[namespace+"/"+name]
+	if !ok {
+		return kubeclient.ConfigMap{}, fmt.Errorf("configmap %s/%s: %w", namespace, name, kubeclient.ErrNotFound)
+	}
+	return m, nil
+}
+
+func (a *fakeAPI) CreateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.cms[m.Namespace+"/"+m.Name]; ok {
+		return kubeclient.ConfigMap{}, fmt.Errorf("configmap %s exists: %w", m.Name, kubeclient.ErrConflict)
+	}
+	return a.save(m), nil
+}
+
+func (a *fakeAPI) UpdateConfigMap(_ context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cms[m.Namespace+"/"+m.Name].ResourceVersion != m.ResourceVersion {
+		return kubeclient.ConfigMap{}, fmt.Errorf("configmap %s changed: %w", m.Name, kubeclient.ErrConflict)
+	}
+	return a.save(m), nil
+}
+
+// save stores m at a new version; a.mu is held.
+func (a *fakeAPI) save(m kubeclient.ConfigMap) kubeclient.ConfigMap {
+	a.version++
+	m.ResourceVersion = fmt.Sprint(a.version)
+	a.cms[m.Namespace+"/"+m.Name] = m
+	return m
+}
+
+func (a *fakeAPI) Cordon(_ context.Context, name string, unschedulable bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cordoned[name] = unschedulable
+	verb := "uncordon "
+	if unschedulable {
+		verb = "cordon "
+	}
+	a.cordons = append(a.cordons, verb+name)
+	return nil
+}
+
+func (a *fakeAPI) PodsOn(context.Context, string) ([]kubeclient.Pod, error) { return nil, nil }
+
+func (a *fakeAPI) Evict(context.Context, kubeclient.Pod) error { return nil }
+
+func (a *fakeAPI) readCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reads
+}
+
+func (a *fakeAPI) cordonLog() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.cordons...)
+}
+
+func (a *fakeAPI) isCordoned(node string) (cordoned, known bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cordoned, known = a.cordoned[node]
+	return cordoned, known
+}
+
+// fakeNode is the node's side: it records installs and reboots.
+type fakeNode struct {
+	controllertest.Reporter
+	installs, reboots int
+}
+
+var _ Node = (*fakeNode)(nil)
+
+func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { return nil }
+
+func (n *fakeNode) Install(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy) nodestate.UpgradeResult {
+	n.installs++
+	return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
+}
+
+func (n *fakeNode) Reboot(context.Context) { n.reboots++ }
+
+func (*fakeNode) RebootAsked() time.Time { return time.Time{} }
+
+// lock is a change lock that tells whether it was held and let go.
+type lock struct {
+	held []string
+	out  int
+}
+
+func (l *lock) Hold(what string) { l.held = append(l.held, what); l.out++ }
+func (l *lock) Unlock()          { l.out-- }
+
+type env struct {
+	c     *Controller
+	api   *fakeAPI
+	node  *fakeNode
+	lock  *lock
+	now   time.Time
+	cfg   *machineconfig.Config
+	peers error
+}
+
+// newEnv is worker w-1 of a cluster, running 1.2.3, with its status
+// object (which a control plane applies) in place.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{api: newFakeAPI(), node: &fakeNode{}, lock: &lock{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		cfg:   &machineconfig.Config{Hostname: "w-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleWorker}},
+		peers: errors.New("no peer answers")}
+	h := &host.Host{Root: t.TempDir(), Clock: host.ClockFunc(func() time.Time { return e.now })}
+	journal, err := nodestate.On(h).OpenJournal()
+	require.NoError(t, err)
+	log := slog.New(slog.DiscardHandler)
+	e.c = &Controller{
+		Options: Options{
+			API:      func() (API, error) { return e.api, nil },
+			Peers:    func() (upgradeshare.Peers, error) { return nil, e.peers },
+			ShareDir: layout.UpgradesDir, Poll: 5 * time.Second,
+		},
+		Node: e.node, Host: h, Log: log, Journal: journal,
+		Status:  status.NewPublisher(h.Path(status.File), io.Discard, log, status.Status{}),
+		Changes: e.lock, Config: func() *machineconfig.Config { return e.cfg },
+		Version: "1.2.3", Slot: layout.SlotA,
+	}
+	_, err = e.api.CreateConfigMap(context.Background(), kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.StatusName("w-1")})
+	require.NoError(t, err)
+	return e
+}
+
+// roll writes a record rolling version out to cp-1 (done) and w-1,
+// whose turn it is, with in as its instructions (nil: a record of a
+// release before signed rollouts).
+func (e *env) roll(t *testing.T, version string, in *rollout.Instructions) {
+	t.Helper()
+	_, err := rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
+		u := rollout.Upgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: version, Ref: "upgrades/terrarium@sha256:" + fmt.Sprintf("%064x", 2)}
+		if in != nil {
+			u.Instructions = *in
+			u.Instructions.Digest = u.Digest
+		}
+		if err := r.Start(u, []rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}, "cp-1", e.now); err != nil {
+			return err
+		}
+		r.Rollout.Nodes[0].Phase = rollout.NodeDone
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+func (e *env) status(t *testing.T) rollout.Status {
+	t.Helper()
+	s, err := rollout.LoadStatus(context.Background(), e.api, "w-1")
+	require.NoError(t, err)
+	return s
+}
+
+func TestNoPartWithoutACluster(t *testing.T) {
+	for name, tweak := range map[string]func(e *env){
+		"a standalone node":   func(e *env) { e.cfg.Cluster = nil },
+		"no API to take part": func(e *env) { e.c.Options.API = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			tweak(e)
+			before := e.api.readCount()
+			require.NoError(t, e.c.Reconcile(context.Background()))
+			assert.Equal(t, before, e.api.readCount(), "the API is not asked")
+			assert.False(t, e.c.InRollout(e.cfg))
+		})
+	}
+}
+
+func TestLooksAtMostEveryPoll(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	require.NoError(t, e.c.Reconcile(ctx))
+	first := e.api.readCount()
+	require.Positive(t, first)
+	e.now = e.now.Add(e.c.Options.Poll - time.Second)
+	require.NoError(t, e.c.Reconcile(ctx))
+	assert.Equal(t, first, e.api.readCount(), "a look before Poll has passed reads nothing")
+	e.now = e.now.Add(time.Second)
+	require.NoError(t, e.c.Reconcile(ctx))
+	assert.Greater(t, e.api.readCount(), first)
+	assert.Equal(t, "1.2.3", e.status(t).Version, "the node reports what it runs")
+}
+
+func TestUnverifiedTurnIsRefusedWithNothingDone(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", &rollout.Instructions{Manifest: "not a manifest", ManifestSignature: "x"})
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeFailed, s.Phase)
+	assert.Contains(t, s.Detail, "refused: "+rollout.ErrUnverified.Error())
+	assert.Zero(t, e.node.installs)
+	_, touched := e.api.isCordoned("w-1")
+	assert.False(t, touched, "not drained")
+	assert.Empty(t, e.lock.held, "nothing to lock for a turn not taken")
+	assert.Contains(t, e.node.Console(), "rollout of 1.3.0 refused on this node, nothing was done")
+}
+
+func TestTurnOfAnUpgradeRolledBackHereIsRefused(t *testing.T) {
+	e := newEnv(t)
+	require.NoError(t, e.c.Journal.Update(func(j *nodestate.Journal) {
+		j.BadUpgrades = append(j.BadUpgrades, nodestate.BadUpgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: "1.3.0", Reason: "health failed", At: e.now})
+	}))
+	e.roll(t, "1.3.0", nil)
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeFailed, s.Phase)
+	assert.Contains(t, s.Detail, ErrRolledBackBefore.Error()+": 1.3.0 rolled back at 2026-03-01T12:00:00Z (health failed)")
+	assert.Zero(t, e.node.installs)
+}
+
+func TestTurnOnTheVersionItRunsIsDone(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.2.3", nil)
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeDone, s.Phase)
+	assert.Equal(t, "runs 1.2.3 already", s.Detail)
+	cordoned, known := e.api.isCordoned("w-1")
+	assert.True(t, known && !cordoned, "schedulable")
+	assert.Equal(t, []string{"rollout=done: runs 1.2.3 already"}, e.node.Steps())
+}
+
+func TestFailedFetchEndsTheTurnUncordoned(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil)
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeFailed, s.Phase)
+	assert.Equal(t, "fetch: no peer answers", s.Detail)
+	assert.Equal(t, []string{"cordon w-1", "uncordon w-1"}, e.api.cordonLog(), "drained, then back in service")
+	assert.Zero(t, e.node.installs)
+	assert.Equal(t, []string{"the rollout's turn"}, e.lock.held, "the turn holds the change lock")
+	assert.Zero(t, e.lock.out, "and lets it go")
+	assert.Equal(t, []string{"rollout=draining: 1.3.0", "rollout=failed: fetch: no peer answers"}, e.node.Steps())
+}
+
+func TestPublishNeedsAServingControlPlane(t *testing.T) {
+	e := newEnv(t)
+	e.c.Options.Admin = func() (AdminAPI, error) { t.Fatal("the API is not opened"); return nil, nil }
+	ctx := context.Background()
+
+	_, err := e.c.Publish(ctx, e.cfg, Upgrade{})
+	require.ErrorIs(t, err, errWorkerPublish)
+
+	e.cfg.Cluster.Role = machineconfig.RoleControlPlane
+	_, err = e.c.Publish(ctx, e.cfg, Upgrade{})
+	require.ErrorIs(t, err, errNotServing)
+	assert.Contains(t, err.Error(), "registry.serve is off")
+}
+
+func TestStaleTurnIsBrokenOnThisControlPlanesClock(t *testing.T) {
+	e := newEnv(t)
+	e.c.Options.StaleTurn = time.Hour
+	e.roll(t, "1.3.0", nil)
+	rec, err := rollout.Load(context.Background(), e.api)
+	require.NoError(t, err)
+	quiet := map[string]rollout.Status{"w-1": {Node: "w-1", Phase: rollout.NodeDraining}}
+
+	assert.False(t, e.c.breakStaleTurn(&rec, quiet, "cp-1", e.now), "first sign seen")
+	assert.False(t, e.c.breakStaleTurn(&rec, quiet, "cp-1", e.now.Add(59*time.Minute)))
+	moved := map[string]rollout.Status{"w-1": {Node: "w-1", Phase: rollout.NodeInstalling}}
+	assert.False(t, e.c.breakStaleTurn(&rec, moved, "cp-1", e.now.Add(61*time.Minute)), "a new sign starts the wait again")
+	assert.False(t, e.c.breakStaleTurn(&rec, moved, "cp-1", e.now.Add(120*time.Minute)))
+	require.True(t, e.c.breakStaleTurn(&rec, moved, "cp-1", e.now.Add(121*time.Minute)))
+	assert.Equal(t, rollout.Stopped, rec.Rollout.Phase)
+	assert.Equal(t, "w-1 gave no sign in its turn for 1h0m0s, and control plane cp-1 stopped the rollout (the same stick starts it again)", rec.Rollout.Reason)
+}
