@@ -48,11 +48,11 @@ secureBoot:
 	return spec
 }
 
-// TestSecureBoot: an image signed with a site's own keys builds twice the
-// same (its signatures hold no time). Booted by OVMF's
-// Secure Boot firmware in setup mode, it enrolls the site's keys by itself
+// TestSecureBoot: an image signed with a site's own keys, booted by OVMF's
+// Secure Boot firmware in setup mode, enrolls the site's keys by itself
 // (systemd-boot's secure-boot-enroll) and then boots under Secure Boot to
-// provisioned; the node says so. Then, on a second machine with the same
+// provisioned; the node says so. (That two builds of it are the same is
+// TestSecureBootReproducible's, in make e2e-node.) Then, on a second machine with the same
 // enrolled firmware, slot A's unified kernel image has one byte of its
 // command line changed (terrarium.slot=a made =b, as someone editing the
 // kernel's arguments on the disk would): the firmware refuses to run it,
@@ -68,13 +68,9 @@ func TestSecureBoot(t *testing.T) {
 	out := t.TempDir()
 	spec := secureBootSpec(t, keys)
 	start := time.Now()
-	m1 := buildSpec(ctx, t, spec, out)
+	buildSpec(ctx, t, spec, out)
 	t.Logf("built the Secure Boot image in %s", time.Since(start).Round(time.Second))
 	image := filepath.Join(out, "terrarium-sb.qcow2")
-	// The signatures carry no time: a second build is the same image.
-	m2 := buildSpec(ctx, t, spec, t.TempDir())
-	require.NotEmpty(t, m1.Outputs["qcow2"].SHA256)
-	assert.Equal(t, m1.Outputs["qcow2"].SHA256, m2.Outputs["qcow2"].SHA256, "two builds of a Secure Boot image")
 
 	first := newMachine(t, image)
 	first.secureBoot = true
