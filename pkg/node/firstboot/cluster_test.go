@@ -52,13 +52,9 @@ func clusterConfigWith(t *testing.T, node string, controlPlanes int, edits ...fu
 		Topology:    topo,
 		ClusterName: "lab", SecretsPath: filepath.Join(dir, "s.yaml"), OutDir: dir, TokenTTL: 24 * time.Hour, Now: time.Now().UTC().Truncate(time.Second),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := os.ReadFile(filepath.Join(dir, node+".yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(b)
 }
 
@@ -308,22 +304,13 @@ func TestInitNodeResumesAfterFailure(t *testing.T) {
 	e, kubeadm := clusterEnv(t, "init phase etcd local")
 	e.retryAttempts(1)
 	cfg := clusterConfig(t, "cp-1")
-	if err := e.run(cfg); err == nil {
-		t.Fatal("Run succeeded although a phase failed")
-	}
+	require.Error(t, e.run(cfg), "Run succeeded although a phase failed")
 	first := len(kubeadm())
-	if err := e.run(cfg); err != nil {
-		t.Fatalf("second Run: %v\n%s", err, e.console.String())
-	}
+	require.NoError(t, e.run(cfg), "second Run\n%s", e.console.String())
 	resumed := kubeadm()[first:]
-	if len(resumed) == 0 || resumed[0] != "init phase etcd local" {
-		t.Fatalf("second run started with %v, want the failed etcd phase", resumed)
-	}
-	for _, r := range resumed {
-		if r == "init phase certs all" {
-			t.Errorf("second run redid %q", r)
-		}
-	}
+	require.NotEmpty(t, resumed)
+	assert.Equal(t, "init phase etcd local", resumed[0], "the second run starts with the failed etcd phase")
+	assert.NotContains(t, resumed, "init phase certs all", "the second run redoes nothing done")
 }
 
 func TestWorkerJoins(t *testing.T) {
@@ -418,45 +405,29 @@ func TestControlPlanesJoinEtcdOneAtATime(t *testing.T) {
 	for !waited() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if !waited() {
-		t.Fatalf("cp-2 does not show it waits for cp-3; status %+v", e.statusIfAny())
-	}
+	require.True(t, waited(), "cp-2 shows it waits for cp-3; status %+v", e.statusIfAny())
 	for _, k := range kubeadm() {
-		if strings.HasPrefix(k, "join phase etcd-join") {
-			t.Fatal("cp-2 ran etcd-join while cp-3 held the lock")
-		}
+		require.False(t, strings.HasPrefix(k, "join phase etcd-join"), "cp-2 ran etcd-join while cp-3 held the lock")
 	}
 	held, _ := e.leases.get(kubeadmflow.JoinLockName)
 	held.Holder = ""
-	if _, err := e.leases.swap(held); err != nil {
-		t.Fatalf("release the join lock: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	got := strings.Join(kubeadm(), ",")
-	want := "join phase preflight,join phase control-plane-prepare certs,join phase control-plane-prepare kubeconfig," +
-		"join phase kubelet-start,join phase etcd-join,join phase control-plane-prepare control-plane," +
-		"join phase kubelet-wait-bootstrap,join phase control-plane-join all"
-	if got != want {
-		t.Errorf("cp-2 ran\n%s\nwant\n%s", got, want)
-	}
+	_, err := e.leases.swap(held)
+	require.NoError(t, err, "release the join lock")
+	require.NoError(t, <-done, "Run\n%s", e.console.String())
+	assert.Equal(t, "join phase preflight,join phase control-plane-prepare certs,join phase control-plane-prepare kubeconfig,"+
+		"join phase kubelet-start,join phase etcd-join,join phase control-plane-prepare control-plane,"+
+		"join phase kubelet-wait-bootstrap,join phase control-plane-join all", strings.Join(kubeadm(), ","), "what cp-2 ran")
 	mu.Lock()
-	if got := fmt.Sprint(holders); got != "map[control-plane-join all:cp-2 control-plane-prepare control-plane:cp-2 etcd-join:cp-2 kubelet-wait-bootstrap:cp-2]" {
-		t.Errorf("join lock holder as each phase ran: %s, want cp-2 from etcd-join to control-plane-join", got)
-	}
+	assert.Equal(t, "map[control-plane-join all:cp-2 control-plane-prepare control-plane:cp-2 etcd-join:cp-2 kubelet-wait-bootstrap:cp-2]",
+		fmt.Sprint(holders), "the join lock's holder as each phase ran: cp-2 from etcd-join to control-plane-join")
 	mu.Unlock()
-	if got, _ := stepDuringJoin.Load().(string); got != "join phase etcd-join" {
-		t.Errorf("published step while cp-2 joins etcd: %q, want %q", got, "join phase etcd-join")
-	}
+	got, _ := stepDuringJoin.Load().(string)
+	assert.Equal(t, "join phase etcd-join", got, "the published step while cp-2 joins etcd")
 	l, _ := e.leases.get(kubeadmflow.JoinLockName)
-	if l.Holder != "" || l.Transitions != 1 {
-		t.Errorf("join lock after cp-2's join: %+v, want released after one transition", l)
-	}
+	assert.Empty(t, l.Holder, "the join lock is released after cp-2's join")
+	assert.Equal(t, 1, l.Transitions, "after one transition")
 	for _, line := range []string{"another control plane is joining etcd: cp-3", "took the join lock kube-system/terrarium-etcd-join"} {
-		if !strings.Contains(e.console.String(), line) {
-			t.Errorf("console lacks %q:\n%s", line, e.console.String())
-		}
+		assert.Contains(t, e.console.String(), line)
 	}
 }
 
@@ -473,27 +444,21 @@ func TestExpiredTokenAppliesNothing(t *testing.T) {
 	src := func(ctx context.Context) ([]byte, string, bool, error) {
 		calls++
 		if calls == 3 {
-			if e.exists("/etc/hostname") || e.exists(kubeadmflow.KubeadmConfigFile) || len(kubeadm()) != 0 {
-				t.Errorf("applied something with an expired token; kubeadm ran %v", kubeadm())
-			}
-			if s := e.status(); s.State != status.StateConfigInvalid || !strings.Contains(s.Message, "$.cluster.tokenExpires: the bootstrap token expired") {
-				t.Errorf("status with an expired token = %+v", s)
-			}
+			assert.False(t, e.exists("/etc/hostname"), "nothing applied with an expired token")
+			assert.False(t, e.exists(kubeadmflow.KubeadmConfigFile), "nothing applied with an expired token")
+			assert.Empty(t, kubeadm(), "no kubeadm with an expired token")
+			s := e.status()
+			assert.Equal(t, status.StateConfigInvalid, s.State)
+			assert.Contains(t, s.Message, "$.cluster.tokenExpires: the bootstrap token expired")
 			e.mu.Lock()
 			e.clockNow = time.Now()
 			e.mu.Unlock()
 		}
 		return []byte(cfg), configFrom, true, nil
 	}
-	if err := e.runWith(src); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if calls < 3 {
-		t.Fatalf("the config source was polled %d times; the expired token was accepted", calls)
-	}
-	if !strings.Contains(e.console.String(), "--rotate-token") {
-		t.Errorf("the console does not say how to make a new token:\n%s", e.console.String())
-	}
+	require.NoError(t, e.runWith(src), "Run\n%s", e.console.String())
+	require.GreaterOrEqual(t, calls, 3, "the config source was polled until the clock was set right: the expired token was refused")
+	assert.Contains(t, e.console.String(), "--rotate-token", "the console says how to make a new token")
 	assert.Empty(t, kubeadm(), "a worker runs no kubeadm")
 	assert.Contains(t, e.console.String(), "kubelet start: done")
 }
@@ -509,19 +474,13 @@ func TestExpiredTokenAfterUseIsFine(t *testing.T) {
 			e.clockNow = time.Now()
 			e.mu.Unlock()
 			cfg := clusterConfig(t, node)
-			if err := e.run(cfg); err != nil {
-				t.Fatalf("first boot: %v\n%s", err, e.console.String())
-			}
+			require.NoError(t, e.run(cfg), "first boot\n%s", e.console.String())
 			e.setBootID("second-boot")
 			e.mu.Lock()
 			e.clockNow = time.Now().Add(72 * time.Hour)
 			e.mu.Unlock()
-			if err := e.run(cfg); err != nil {
-				t.Fatalf("boot after the token expired: %v\n%s", err, e.console.String())
-			}
-			if s := e.status(); s.State != status.StateVerified {
-				t.Errorf("status after the token expired = %+v, want verified", s)
-			}
+			require.NoError(t, e.run(cfg), "boot after the token expired\n%s", e.console.String())
+			assert.Equal(t, status.StateVerified, e.status().State, "status after the token expired")
 		})
 	}
 }
@@ -531,9 +490,7 @@ func TestExpiredTokenAfterUseIsFine(t *testing.T) {
 // (their images may take minutes to unpack after the node is Ready).
 func TestNodeWaitsForItsPodNetwork(t *testing.T) {
 	e, _ := clusterEnv(t, "")
-	if err := os.Remove(e.path(kubeadmflow.FlannelSubnetEnv)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Remove(e.path(kubeadmflow.FlannelSubnetEnv)))
 	asked := map[string]int{}
 	e.running = func(name string) bool {
 		asked[name]++
@@ -542,15 +499,12 @@ func TestNodeWaitsForItsPodNetwork(t *testing.T) {
 		}
 		return asked[name] >= 3 && (name != "kube-proxy" || asked[name] >= 5)
 	}
-	if err := e.run(clusterConfig(t, "w-1")); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if asked["kube-proxy"] < 5 || asked["kube-flannel"] < 5 {
-		t.Errorf("the runtime was asked %v; want the wait to go on until kube-proxy ran (5th question)", asked)
-	}
-	if st := e.status(); st.Healthy == nil || !*st.Healthy {
-		t.Errorf("status %+v, want healthy", st)
-	}
+	require.NoError(t, e.run(clusterConfig(t, "w-1")), "Run\n%s", e.console.String())
+	assert.GreaterOrEqual(t, asked["kube-proxy"], 5, "the wait goes on until kube-proxy runs (the 5th question); asked %v", asked)
+	assert.GreaterOrEqual(t, asked["kube-flannel"], 5, "asked %v", asked)
+	st := e.status()
+	require.NotNil(t, st.Healthy, "status %+v", st)
+	assert.True(t, *st.Healthy, "status %+v", st)
 }
 
 // A pod network that never comes up fails the health check, naming what
@@ -560,31 +514,20 @@ func TestPodNetworkNeverUp(t *testing.T) {
 	e, _ := clusterEnv(t, "")
 	e.running = func(name string) bool { return name != "kube-flannel" }
 	err := e.run(clusterConfig(t, "w-1"))
-	if err == nil || !strings.Contains(err.Error(), "pod network is not") {
-		t.Fatalf("Run = %v, want the pod network's health check failed", err)
-	}
+	require.ErrorContains(t, err, "pod network is not", "the pod network's health check fails")
 	st := e.status()
-	if st.Healthy == nil || *st.Healthy {
-		t.Fatalf("healthy without flannel: %+v", st)
-	}
+	require.NotNil(t, st.Healthy, "status %+v", st)
+	require.False(t, *st.Healthy, "healthy without flannel: %+v", st)
 	steps := stepResults(e.lastBoot())
 	for _, want := range []string{kubeadmflow.PhaseKubernetesReady + "=failed", kubeadmflow.PhaseKubernetesFiles + "=applied", "health=failed"} {
-		if !slices.Contains(steps, want) {
-			t.Errorf("steps %v lack %s", steps, want)
-		}
+		assert.Contains(t, steps, want)
 	}
-	if !strings.Contains(e.console.String(), kubeadmflow.PhaseKubernetesReady+": the node is Ready but its pod network is not") ||
-		!strings.Contains(e.console.String(), "going on, the health check decides") {
-		t.Errorf("console:\n%s", e.console.String())
-	}
+	assert.Contains(t, e.console.String(), kubeadmflow.PhaseKubernetesReady+": the node is Ready but its pod network is not")
+	assert.Contains(t, e.console.String(), "going on, the health check decides")
 	for _, want := range []string{"pod network is not", "no running kube-flannel container", "crictl ps -a"} {
-		if !strings.Contains(st.Message, want) {
-			t.Errorf("status message %q lacks %q", st.Message, want)
-		}
+		assert.Contains(t, st.Message, want)
 	}
-	if strings.Contains(st.Message, "no running kube-proxy") {
-		t.Errorf("status message %q blames kube-proxy, which runs", st.Message)
-	}
+	assert.NotContains(t, st.Message, "no running kube-proxy", "kube-proxy runs: the message does not blame it")
 }
 
 // On a later boot a node whose pod network is not up yet is not drifted:
