@@ -143,6 +143,11 @@ type runner struct {
 	// rollouts is the node's part in its cluster's upgrades, made once
 	// a boot.
 	rollouts *rollouts.Controller
+	// ranOut are the waiting phases (phase.Phase.Waits) whose wait ran
+	// out in the last apply, with what it ran out on: the health check
+	// after it does not wait for them again. apply and health run one
+	// after the other, in the boot or under the change lock.
+	ranOut map[string]error
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -530,6 +535,7 @@ func (r *runner) reportConfigProblem(problem string) {
 // check decides.
 func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
 	r.watchHost(cfg)
+	r.ranOut = map[string]error{}
 	for _, p := range r.phases(cfg) {
 		if p.Waits {
 			if err := r.wait(ctx, cfg, p, mode); err != nil {
@@ -585,6 +591,7 @@ func (r *runner) wait(ctx context.Context, cfg *machineconfig.Config, p phase.Ph
 		}
 		r.note(p.Name, step.Failed, err.Error())
 		r.say("%s: %v; going on, the health check decides", p.Name, err)
+		r.ranOut[p.Name] = err
 		return nil
 	}
 	if err := r.step(p.Name, result, ""); err != nil {

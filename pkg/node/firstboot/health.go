@@ -29,11 +29,19 @@ func (r *runner) health(ctx context.Context, cfg *machineconfig.Config) error {
 	for _, p := range r.phases(cfg) {
 		err := p.Verify(ctx, cfg)
 		if err != nil && p.Waits {
-			// A phase that waits gets its wait: a kubelet the upgrade
-			// phase restarted is Ready again a little later.
-			r.say("health: %s: not yet (%v); waiting", p.Name, err)
-			if err = p.Apply(ctx, cfg); err == nil {
-				err = p.Verify(ctx, cfg)
+			if ranOut := r.ranOut[p.Name]; ranOut != nil {
+				// Its wait ran out in this apply: looked at once, not
+				// waited for twice, and failed with what the wait
+				// said (where to look).
+				err = ranOut
+			} else {
+				// A phase that waits gets its wait: a kubelet the
+				// upgrade phase restarted is Ready again a little
+				// later.
+				r.say("health: %s: not yet (%v); waiting", p.Name, err)
+				if err = p.Apply(ctx, cfg); err == nil {
+					err = p.Verify(ctx, cfg)
+				}
 			}
 		}
 		if err != nil {
