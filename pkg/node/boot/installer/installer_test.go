@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/efiboot"
@@ -247,10 +251,33 @@ func target(t *testing.T, size int64, junk []byte) string {
 	return p
 }
 
+// fileSum hashes what the file p holds, walking only its data extents
+// (SEEK_DATA, SEEK_HOLE): a sparse disk of hundreds of MiB with a few bytes
+// written hashes at once, and any write changes the sum, even zeros
+// written into a hole (which make an extent).
 func fileSum(t *testing.T, p string) string {
-	b, err := os.ReadFile(p)
+	t.Helper()
+	f, err := os.Open(p)
 	require.NoError(t, err)
-	return hexSum(b)
+	defer f.Close()
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	h := sha256.New()
+	for off := int64(0); off < fi.Size(); {
+		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole from off to the end
+		}
+		require.NoError(t, err)
+		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
+		require.NoError(t, err)
+		_, _ = fmt.Fprintf(h, "%d-%d:", data, hole) // a hash never fails a write
+		_, err = io.Copy(h, io.NewSectionReader(f, data, hole-data))
+		require.NoError(t, err)
+		off = hole
+	}
+	_, _ = fmt.Fprintf(h, "size %d", fi.Size())
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // TestInstall installs a fake medium onto a file and checks the disk the
@@ -329,6 +356,28 @@ func TestInstall(t *testing.T) {
 // TestInstallRefusesAndWritesNothing: a disk with data (without wipe), a
 // corrupt medium and a disk too small are each refused by name, before
 // a byte of the target changes.
+// TestFileSumSeesAnyWrite: the sum TestInstallRefusesAndWritesNothing
+// compares changes with any write to the sparse disk: a byte in its data,
+// zeros into a hole.
+func TestFileSumSeesAnyWrite(t *testing.T) {
+	disk := target(t, 600<<20, []byte("data"))
+	before := fileSum(t, disk)
+	assert.Equal(t, before, fileSum(t, disk), "the same file, the same sum")
+	for _, w := range []struct {
+		at   int64
+		data []byte
+	}{{1, []byte("A")}, {300 << 20, make([]byte, 512)}} {
+		f, err := os.OpenFile(disk, os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteAt(w.data, w.at)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		after := fileSum(t, disk)
+		assert.NotEqual(t, before, after, "a write of %d bytes at %d", len(w.data), w.at)
+		before = after
+	}
+}
+
 func TestInstallRefusesAndWritesNothing(t *testing.T) {
 	gptJunk := make([]byte, 1024)
 	copy(gptJunk[512:], "EFI PART")
