@@ -319,7 +319,7 @@ func (r *runner) run(ctx context.Context) error {
 		// back, instead of systemd restarting the same failure here for
 		// ever. Any other boot keeps retrying (systemd restarts firstboot),
 		// which is how a node formation resumes after a power cut.
-		if u := r.lastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.ToSlot {
+		if u := r.state.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.ToSlot {
 			return r.notBlessed(ctx, err)
 		}
 		return err

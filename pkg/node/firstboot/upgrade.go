@@ -73,18 +73,6 @@ func (r *runner) upgradeKeys(cfg *machineconfig.Config) []signature.PublicKey {
 	return keys
 }
 
-// lastUpgrade is a copy of the node's last upgrade record, nil when none.
-func (r *runner) lastUpgrade() *nodestate.Upgrade {
-	var u *nodestate.Upgrade
-	r.state.Read(func(j *nodestate.Journal) {
-		if j.Upgrade != nil {
-			c := *j.Upgrade
-			u = &c
-		}
-	})
-	return u
-}
-
 // settleUpgrade looks at the node's last upgrade at the start of a boot.
 // An upgrade installed into the other slot whose node now runs the old
 // slot again fell back: every try of the new slot failed. It is reported
@@ -94,7 +82,7 @@ func (r *runner) lastUpgrade() *nodestate.Upgrade {
 // RestoreBeforeUpgrade).
 func (r *runner) settleUpgrade(ctx context.Context) {
 	r.restoreKubernetes(ctx)
-	u := r.lastUpgrade()
+	u := r.state.LastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled {
 		return
 	}
@@ -169,7 +157,7 @@ func (r *runner) failedBootReason(u *nodestate.Upgrade) string {
 
 // commitUpgrade keeps an upgrade whose trial boot is blessed.
 func (r *runner) commitUpgrade() {
-	u := r.lastUpgrade()
+	u := r.state.LastUpgrade()
 	if u == nil || u.State != nodestate.UpgradeInstalled || string(r.slot) != u.ToSlot {
 		return
 	}

@@ -265,3 +265,16 @@ func TestUpgradeRecords(t *testing.T) {
 	assert.Equal(t, "0.2.1", j.Bad("sha256:aa").Version)
 	assert.Nil(t, j.Bad("sha256:bb"))
 }
+
+// LastUpgrade is a copy: changing it changes nothing stored.
+func TestLastUpgradeIsACopy(t *testing.T) {
+	s, err := At(t.TempDir()).OpenJournal()
+	require.NoError(t, err)
+	assert.Nil(t, s.LastUpgrade(), "no upgrade yet")
+	require.NoError(t, s.Update(func(j *Journal) { j.Upgrade = &Upgrade{To: "1.3.0", State: UpgradeInstalled} }))
+	u := s.LastUpgrade()
+	require.NotNil(t, u)
+	assert.Equal(t, "1.3.0", u.To)
+	u.State = UpgradeCommitted
+	assert.Equal(t, UpgradeInstalled, s.LastUpgrade().State)
+}

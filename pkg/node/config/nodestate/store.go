@@ -191,3 +191,16 @@ func (s *Store) Read(fn func(j *Journal)) {
 	_ = s.refresh() // what cannot be read now is what this Store holds
 	fn(s.j)
 }
+
+// LastUpgrade is a copy of the node's last upgrade record, nil when there
+// is none.
+func (s *Store) LastUpgrade() *Upgrade {
+	var u *Upgrade
+	s.Read(func(j *Journal) {
+		if j.Upgrade != nil {
+			c := *j.Upgrade
+			u = &c
+		}
+	})
+	return u
+}

@@ -269,7 +269,7 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		c.Log.Warn("rollout: this node's status", "err", err)
 		return
 	}
-	u := c.lastUpgrade()
+	u := c.Journal.LastUpgrade()
 	if u != nil && u.State == nodestate.UpgradeRolledBack && !u.Reported {
 		if c.reportRollback(ctx, api, me, rec, u) {
 			c.markReported(u.Digest)
@@ -318,18 +318,6 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		defer c.Changes.Unlock()
 		c.takeTurn(ctx, cfg, api, ro, v)
 	}
-}
-
-// lastUpgrade is a copy of the node's last upgrade record, nil when none.
-func (c *Controller) lastUpgrade() *nodestate.Upgrade {
-	var u *nodestate.Upgrade
-	c.Journal.Read(func(j *nodestate.Journal) {
-		if j.Upgrade != nil {
-			cp := *j.Upgrade
-			u = &cp
-		}
-	})
-	return u
 }
 
 // markedBad refuses, before anything is done, an unforced rollout of an
