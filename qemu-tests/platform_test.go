@@ -67,6 +67,9 @@ type channel struct {
 	// the medium before is pulled out, the next plugged in, and each is
 	// refused as refused is. One boot shows several channels' refusals.
 	then []badMedium
+	// e2e: the case runs in TestConfigChannelsMore (make e2e-node), not
+	// in make test: a variant of a channel make test boots already.
+	e2e bool
 }
 
 // badMedium is a bad input a waiting node is handed while it runs.
@@ -141,6 +144,7 @@ systemd:
 	},
 	{
 		name: "NoCloud on ISO 9660, network-config v2 with a static address",
+		e2e:  true,
 		medium: func(t *testing.T, dir, mac, key string) qemu.Disk {
 			return rawDisk(testvolume.ISO(t, dir, "cidata", map[string]string{
 				"meta-data": "instance-id: i-0002\nlocal-hostname: nocloud-iso\n",
@@ -177,6 +181,7 @@ systemd:
 	},
 	{
 		name: "vSphere OVF environment on a CD-ROM, a whole machine config",
+		e2e:  true,
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
 			cfg := adminConfig("vsphere-2", key, "")
 			return rawDisk(testvolume.ISO(t, dir, "OVF ENV", map[string]string{
@@ -275,6 +280,7 @@ systemd:
 	},
 	{
 		name: "bad input: an Ignition config that partitions disks",
+		e2e:  true,
 		fwCfg: func(t *testing.T, dir, _ string) []qemu.FwCfg {
 			ign := `{"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": "/dev/vda", "wipeTable": true}]}}`
 			return []qemu.FwCfg{{Name: "opt/com.coreos/config", File: write(t, dir, "config.ign", ign)}}
@@ -365,12 +371,13 @@ func sortedKeys(m map[string]string) []string {
 // TestConfigChannels: the build's media boot each platform's way (the
 // disk image, the ISO live from a CD-ROM and installing from a USB stick,
 // the OVA's disk) and enroll from each platform's own config channel
-// (NoCloud on FAT and ISO 9660, an OpenStack config drive, vSphere's OVF
-// environment CD, QEMU's fw_cfg with a machine config or a Butane config;
-// a config disk made with a Container Linux Config), with the hostname,
+// (NoCloud on FAT, an OpenStack config drive, vSphere's OVF environment
+// CD, QEMU's fw_cfg with a machine config or a Butane config; a config
+// disk made with a Container Linux Config), with the hostname,
 // users, files, units and addresses it says;
 // a bad input on each is refused by name with nothing applied. No packet
-// leaves the test network.
+// leaves the test network. Variants of these channels boot in
+// TestConfigChannelsMore (make e2e-node).
 //
 // The cases run two at a time (go test's -parallel, GOMAXPROCS by
 // default): a boot keeps one host core busy through the firmware and the
@@ -378,7 +385,16 @@ func sortedKeys(m map[string]string) []string {
 // idle core (docs/operations/qemu-ci.md has the figures).
 func TestConfigChannels(t *testing.T) {
 	t.Parallel()
+	runChannels(t, false)
+}
+
+// runChannels runs, each in parallel, the channels whose e2e is e2e.
+func runChannels(t *testing.T, e2e bool) {
+	t.Helper()
 	for i, c := range channels {
+		if c.e2e != e2e {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			runChannel(t, i, c)
