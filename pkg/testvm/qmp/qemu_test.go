@@ -57,7 +57,7 @@ func TestRealQEMU(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 
-	// A typed answer, and the greeting go-qemu read agrees with it.
+	// A typed answer, and the greeting read at Dial agrees with it.
 	var ver struct {
 		QEMU struct {
 			Major, Minor, Micro int

@@ -139,21 +139,26 @@ func (c *Controller) ClusterBad(ctx context.Context, cfg *machineconfig.Config, 
 	if !c.InRollout(cfg) {
 		return nil
 	}
-	api, err := c.Options.API()
+	api, err := c.client()
 	if err != nil {
 		return nil
 	}
-	if rec, err := rollout.Load(ctx, api); err == nil {
+	rec, recErr := rollout.Load(ctx, api)
+	if recErr == nil {
 		if b := rec.BadUpgrade(digest); b != nil {
 			cp := *b
 			return &cp
 		}
 	}
-	if st, err := rollout.LoadStatus(ctx, api, cfg.Hostname); err == nil {
+	st, stErr := rollout.LoadStatus(ctx, api, cfg.Hostname)
+	if stErr == nil {
 		if b := st.BadUpgrade(digest); b != nil {
 			cp := *b
 			return &cp
 		}
+	}
+	if recErr != nil && stErr != nil {
+		c.s.dropAPI() // opened again at the next use, as after a failed look
 	}
 	return nil
 }

@@ -35,6 +35,8 @@ type fakeAPI struct {
 	reads    int
 	cordoned map[string]bool
 	cordons  []string
+	// down, when set, is every read's error: the API out of reach.
+	down error
 }
 
 var _ API = (*fakeAPI)(nil)
@@ -47,6 +49,9 @@ func (a *fakeAPI) ConfigMap(_ context.Context, namespace, name string) (kubeclie
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.reads++
+	if a.down != nil {
+		return kubeclient.ConfigMap{}, a.down
+	}
 	m, ok := a.cms[namespace+"/"+name]
 	if !ok {
 		return kubeclient.ConfigMap{}, fmt.Errorf("configmap %s/%s: %w", namespace, name, kubeclient.ErrNotFound)
@@ -325,4 +330,34 @@ func TestStaleTurnIsBrokenOnThisControlPlanesClock(t *testing.T) {
 	require.True(t, e.c.breakStaleTurn(&rec, moved, "cp-1", e.now.Add(121*time.Minute)))
 	assert.Equal(t, rollout.Stopped, rec.Rollout.Phase)
 	assert.Equal(t, "w-1 gave no sign in its turn for 1h0m0s, and control plane cp-1 stopped the rollout (the same stick starts it again)", rec.Rollout.Reason)
+}
+
+func TestClusterBadKeepsItsClientUntilTheAPIFails(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	opens := 0
+	e.c.Options.API = func() (API, error) { opens++; return e.api, nil }
+	digest := "sha256:" + fmt.Sprintf("%064x", 7)
+	_, err := rollout.Update(ctx, e.api, func(r *rollout.Record) error {
+		r.Bad = append(r.Bad, rollout.Bad{Digest: digest, Version: "1.3.0", Node: "cp-1", Reason: "health failed", At: e.now})
+		return nil
+	})
+	require.NoError(t, err)
+
+	b := e.c.ClusterBad(ctx, e.cfg, digest)
+	require.NotNil(t, b, "the record's mark")
+	assert.Equal(t, "cp-1", b.Node)
+	assert.Nil(t, e.c.ClusterBad(ctx, e.cfg, "sha256:"+fmt.Sprintf("%064x", 8)), "no mark on another upgrade")
+	require.NoError(t, e.c.Reconcile(ctx))
+	assert.Equal(t, 1, opens, "the checks and the controller's look share one client")
+
+	e.api.mu.Lock()
+	e.api.down = errors.New("connection refused")
+	e.api.mu.Unlock()
+	assert.Nil(t, e.c.ClusterBad(ctx, e.cfg, digest), "an API out of reach marks nothing")
+	e.api.mu.Lock()
+	e.api.down = nil
+	e.api.mu.Unlock()
+	assert.NotNil(t, e.c.ClusterBad(ctx, e.cfg, digest))
+	assert.Equal(t, 2, opens, "the client is opened again after the API failed")
 }
