@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -57,50 +56,27 @@ UseDomains=no
 
 func TestFirstRunProvisions(t *testing.T) {
 	e := newEnv(t)
-	if err := e.run(fullConfig); err != nil {
-		t.Fatalf("Run: %v\nconsole:\n%s", err, e.console.String())
-	}
+	require.NoError(t, e.run(fullConfig), "Run\nconsole:\n%s", e.console.String())
 
 	// Hostname.
-	if got := e.read("/etc/hostname"); got != "node-1\n" {
-		t.Errorf("/etc/hostname = %q", got)
-	}
-	if got, want := e.read("/etc/hosts"), "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tnode-1\n"; got != want {
-		t.Errorf("/etc/hosts = %q, want %q", got, want)
-	}
+	assert.Equal(t, "node-1\n", e.read("/etc/hostname"), "/etc/hostname")
+	assert.Equal(t, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tnode-1\n", e.read("/etc/hosts"), "/etc/hosts")
 
 	// Network: one file per interface.
-	if got := e.read("/etc/systemd/network/10-terrarium-0.network"); got != wantStaticNetwork {
-		t.Errorf("10-terrarium-0.network:\n%s\nwant:\n%s", got, wantStaticNetwork)
-	}
-	if got := e.read("/etc/systemd/network/10-terrarium-1.network"); got != wantDHCPNetwork {
-		t.Errorf("10-terrarium-1.network:\n%s\nwant:\n%s", got, wantDHCPNetwork)
-	}
-	if m, _ := filepath.Glob(e.path("/etc/systemd/network/*")); len(m) != 2 {
-		t.Errorf("network files: %v", m)
-	}
+	assert.Equal(t, wantStaticNetwork, e.read("/etc/systemd/network/10-terrarium-0.network"), "10-terrarium-0.network")
+	assert.Equal(t, wantDHCPNetwork, e.read("/etc/systemd/network/10-terrarium-1.network"), "10-terrarium-1.network")
+	networkFiles, _ := filepath.Glob(e.path("/etc/systemd/network/*"))
+	assert.Len(t, networkFiles, 2, "network files")
 
 	// Admin user.
-	if !strings.Contains(e.read("/etc/passwd"), "\nops:x:") {
-		t.Errorf("ops not in /etc/passwd:\n%s", e.read("/etc/passwd"))
-	}
+	assert.Contains(t, e.read("/etc/passwd"), "\nops:x:", "ops not in /etc/passwd")
 	keys := "/home/ops/.ssh/authorized_keys"
-	if got, want := e.read(keys), testKey1+"\n"+testKey2+"\n"; got != want {
-		t.Errorf("authorized_keys = %q, want %q", got, want)
-	}
-	if m := mode(t, e.path(keys)); m != 0o600 {
-		t.Errorf("authorized_keys mode = %o, want 600", m)
-	}
-	if m := mode(t, e.path("/home/ops/.ssh")); m != 0o700 {
-		t.Errorf(".ssh mode = %o, want 700", m)
-	}
+	assert.Equal(t, testKey1+"\n"+testKey2+"\n", e.read(keys), "authorized_keys")
+	assert.Equal(t, os.FileMode(0o600), mode(t, e.path(keys)), "authorized_keys mode")
+	assert.Equal(t, os.FileMode(0o700), mode(t, e.path("/home/ops/.ssh")), ".ssh mode")
 	sudoers := "/etc/sudoers.d/terrarium-admin"
-	if got := e.read(sudoers); got != "ops ALL=(ALL) NOPASSWD:ALL\n" {
-		t.Errorf("sudoers = %q", got)
-	}
-	if m := mode(t, e.path(sudoers)); m != 0o440 {
-		t.Errorf("sudoers mode = %o, want 440", m)
-	}
+	assert.Equal(t, "ops ALL=(ALL) NOPASSWD:ALL\n", e.read(sudoers), "sudoers")
+	assert.Equal(t, os.FileMode(0o440), mode(t, e.path(sudoers)), "sudoers mode")
 
 	// Commands, in phase order.
 	wantCmds := []string{
@@ -110,43 +86,50 @@ func TestFirstRunProvisions(t *testing.T) {
 		"systemctl restart chrony.service",
 		"systemctl restart terrarium-registry.service",
 	}
-	if got := e.commands(); !reflect.DeepEqual(got, wantCmds) {
-		t.Errorf("commands:\n%q\nwant:\n%q", got, wantCmds)
-	}
+	assert.Equal(t, wantCmds, e.commands(), "commands")
 
 	// Journal.
 	j := e.journal()
-	if len(j.Boots) != 1 {
-		t.Fatalf("journal has %d boots, want 1", len(j.Boots))
-	}
+	require.Len(t, j.Boots, 1, "journal boots")
 	rec := j.Boots[0]
-	if rec.Boot != 1 || rec.BootID != "11111111-1111-1111-1111-111111111111" || rec.Slot != "a" || rec.Mode != "provision" || rec.Result != status.StateProvisioned {
-		t.Errorf("boot record = %+v", rec)
-	}
+	assert.Equal(t, 1, rec.Boot, "boot record = %+v", rec)
+	assert.Equal(t, "11111111-1111-1111-1111-111111111111", rec.BootID, "boot record = %+v", rec)
+	assert.Equal(t, "a", rec.Slot, "boot record = %+v", rec)
+	assert.Equal(t, "provision", rec.Mode, "boot record = %+v", rec)
+	assert.Equal(t, status.StateProvisioned, rec.Result, "boot record = %+v", rec)
 	wantSteps := []string{"hostname=applied", "network=applied", "admin-user=applied", "time=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
-	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
-		t.Errorf("steps = %v, want %v", got, wantSteps)
-	}
+	assert.Equal(t, wantSteps, stepResults(rec), "steps")
 	for i, s := range rec.Steps {
-		if s.At.IsZero() || s.At.Location() != time.UTC || (i > 0 && !s.At.After(rec.Steps[i-1].At)) {
-			t.Errorf("step %d time %v (clock is fake, advancing)", i, s.At)
+		assert.False(t, s.At.IsZero(), "step %d time %v (clock is fake, advancing)", i, s.At)
+		assert.Same(t, time.UTC, s.At.Location(), "step %d time %v (clock is fake, advancing)", i, s.At)
+		if i > 0 {
+			assert.True(t, s.At.After(rec.Steps[i-1].At), "step %d time %v (clock is fake, advancing)", i, s.At)
 		}
 	}
 	cfg, err := machineconfig.Parse("machine.yaml", []byte(fullConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.Provisioned == nil || j.Provisioned.ConfigDigest != cfg.Digest() || j.Provisioned.Boot != 1 || j.Provisioned.At.IsZero() {
-		t.Errorf("provisioned = %+v, want digest %s at boot 1", j.Provisioned, cfg.Digest())
+	require.NoError(t, err)
+	if assert.NotNil(t, j.Provisioned, "provisioned, want digest %s at boot 1", cfg.Digest()) {
+		assert.Equal(t, cfg.Digest(), j.Provisioned.ConfigDigest, "provisioned = %+v, want digest %s at boot 1", j.Provisioned, cfg.Digest())
+		assert.Equal(t, 1, j.Provisioned.Boot, "provisioned = %+v, want digest %s at boot 1", j.Provisioned, cfg.Digest())
+		assert.False(t, j.Provisioned.At.IsZero(), "provisioned = %+v, want digest %s at boot 1", j.Provisioned, cfg.Digest())
 	}
 
 	// Status.
 	s := e.status()
-	if s.State != status.StateProvisioned || s.Mode != "provision" || s.Hostname != "node-1" || s.Slot != "a" || s.Boot != 1 ||
-		s.Name != "terrarium" || s.Version != "1.2.3" || s.ConfigDigest != cfg.Digest() || s.Blessed != string(bootloader.BlessedNow) ||
-		s.Healthy == nil || !*s.Healthy || s.StateCreated != "created=2025-06-01T11:59:00Z slot=a" || s.Message != "" {
-		t.Errorf("status = %+v", s)
+	assert.Equal(t, status.StateProvisioned, s.State, "status = %+v", s)
+	assert.Equal(t, "provision", s.Mode, "status = %+v", s)
+	assert.Equal(t, "node-1", s.Hostname, "status = %+v", s)
+	assert.Equal(t, "a", s.Slot, "status = %+v", s)
+	assert.Equal(t, 1, s.Boot, "status = %+v", s)
+	assert.Equal(t, "terrarium", s.Name, "status = %+v", s)
+	assert.Equal(t, "1.2.3", s.Version, "status = %+v", s)
+	assert.Equal(t, cfg.Digest(), s.ConfigDigest, "status = %+v", s)
+	assert.Equal(t, string(bootloader.BlessedNow), s.Blessed, "status = %+v", s)
+	if assert.NotNil(t, s.Healthy, "status = %+v", s) {
+		assert.True(t, *s.Healthy, "status = %+v", s)
 	}
+	assert.Equal(t, "created=2025-06-01T11:59:00Z slot=a", s.StateCreated, "status = %+v", s)
+	assert.Empty(t, s.Message, "status = %+v", s)
 
 	// Console: the version line, the banner and the status line.
 	console := e.console.String()
@@ -160,114 +143,75 @@ func TestFirstRunProvisions(t *testing.T) {
 		"│ hostname   node-1",
 		"│ state      provisioned (healthy, boot blessed)",
 	} {
-		if !strings.Contains(console, want) {
-			t.Errorf("console lacks %q:\n%s", want, console)
-		}
+		assert.Contains(t, console, want, "console")
 	}
-	statuses := e.consoleStatuses()
-	if len(statuses) != 1 || !reflect.DeepEqual(statuses[0], s) {
-		t.Errorf("console statuses = %+v, want exactly status.json %+v", statuses, s)
-	}
-	if !strings.HasSuffix(console, "terrarium-status: "+e.read(status.File)) {
-		t.Errorf("console does not end with the status line:\n%s", console)
-	}
+	assert.Equal(t, []status.Status{s}, e.consoleStatuses(), "console statuses, want exactly status.json")
+	assert.True(t, strings.HasSuffix(console, "terrarium-status: "+e.read(status.File)), "console does not end with the status line:\n%s", console)
 
 	// Boot loader.
-	if got := e.loader.blessCalls(); !reflect.DeepEqual(got, []layout.Slot{layout.SlotA}) {
-		t.Errorf("Bless calls = %v, want [a]", got)
-	}
-	if len(e.loader.trialAsks) != 0 || e.reboots != 0 {
-		t.Errorf("healthy boot asked OnTrial %v / rebooted %d", e.loader.trialAsks, e.reboots)
-	}
+	assert.Equal(t, []layout.Slot{layout.SlotA}, e.loader.blessCalls(), "Bless calls")
+	assert.Empty(t, e.loader.trialAsks, "healthy boot asked OnTrial")
+	assert.Zero(t, e.reboots, "healthy boot rebooted")
 
 	// The health probe is cleaned up, and no temporary files are left.
-	if e.exists(layout.StateMount + "/" + layout.StateTerrarium + "/.health") {
-		t.Error("health probe left on TERRA-STATE")
-	}
+	assert.False(t, e.exists(layout.StateMount+"/"+layout.StateTerrarium+"/.health"), "health probe left on TERRA-STATE")
 	err = filepath.WalkDir(e.root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if strings.HasSuffix(p, ".tmp") {
-			t.Errorf("temporary file left: %s", p)
-		}
+		assert.False(t, strings.HasSuffix(p, ".tmp"), "temporary file left: %s", p)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 func TestSecondBootVerifies(t *testing.T) {
 	e := newEnv(t)
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.run(fullConfig))
 	e.resetCommands()
 	e.console.Reset()
 	e.loader.result = bootloader.AlreadyBlessed
 	e.setBootID("22222222-2222-2222-2222-222222222222")
 
-	if err := e.run(fullConfig); err != nil {
-		t.Fatalf("second Run: %v\n%s", err, e.console.String())
-	}
-	if got := e.commands(); len(got) != 0 {
-		t.Errorf("verify issued commands: %q", got)
-	}
+	require.NoError(t, e.run(fullConfig), "second Run\n%s", e.console.String())
+	assert.Empty(t, e.commands(), "verify issued commands")
 	j := e.journal()
-	if len(j.Boots) != 2 {
-		t.Fatalf("journal has %d boots, want 2", len(j.Boots))
-	}
+	require.Len(t, j.Boots, 2, "journal boots")
 	rec := j.Boots[1]
-	if rec.Boot != 2 || rec.BootID != "22222222-2222-2222-2222-222222222222" || rec.Mode != "verify" || rec.Result != status.StateVerified {
-		t.Errorf("boot record = %+v", rec)
-	}
+	assert.Equal(t, 2, rec.Boot, "boot record = %+v", rec)
+	assert.Equal(t, "22222222-2222-2222-2222-222222222222", rec.BootID, "boot record = %+v", rec)
+	assert.Equal(t, "verify", rec.Mode, "boot record = %+v", rec)
+	assert.Equal(t, status.StateVerified, rec.Result, "boot record = %+v", rec)
 	wantSteps := []string{"hostname=verified", "network=verified", "admin-user=verified", "time=verified", "registry-mirrors=verified", "health=passed", "bless=good"}
-	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
-		t.Errorf("steps = %v, want %v", got, wantSteps)
-	}
-	if j.Provisioned == nil || j.Provisioned.Boot != 1 {
-		t.Errorf("provisioned = %+v, want boot 1", j.Provisioned)
+	assert.Equal(t, wantSteps, stepResults(rec), "steps")
+	if assert.NotNil(t, j.Provisioned, "provisioned, want boot 1") {
+		assert.Equal(t, 1, j.Provisioned.Boot, "provisioned = %+v, want boot 1", j.Provisioned)
 	}
 	s := e.status()
-	if s.State != status.StateVerified || s.Mode != "verify" || s.Boot != 2 || s.Blessed != string(bootloader.AlreadyBlessed) {
-		t.Errorf("status = %+v", s)
-	}
-	if !strings.Contains(e.console.String(), "Terrarium 1.2.3, slot a, boot 2") {
-		t.Errorf("console:\n%s", e.console.String())
-	}
-	if got := e.loader.blessCalls(); len(got) != 2 {
-		t.Errorf("Bless calls = %v, want two", got)
-	}
+	assert.Equal(t, status.StateVerified, s.State, "status = %+v", s)
+	assert.Equal(t, "verify", s.Mode, "status = %+v", s)
+	assert.Equal(t, 2, s.Boot, "status = %+v", s)
+	assert.Equal(t, string(bootloader.AlreadyBlessed), s.Blessed, "status = %+v", s)
+	assert.Contains(t, e.console.String(), "Terrarium 1.2.3, slot a, boot 2", "console")
+	assert.Len(t, e.loader.blessCalls(), 2, "Bless calls, want two")
 }
 
 func TestRerunInSameBootReusesRecord(t *testing.T) {
 	// firstboot restarted within one boot (same boot_id) continues the
 	// boot's record instead of counting a new boot.
 	e := newEnv(t)
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.run(fullConfig))
+	require.NoError(t, e.run(fullConfig))
 	j := e.journal()
-	if len(j.Boots) != 1 {
-		t.Fatalf("journal has %d boots, want 1", len(j.Boots))
-	}
-	if j.Boots[0].Mode != "verify" || len(j.Boots[0].Steps) != 14 {
-		t.Errorf("record = %+v", j.Boots[0])
-	}
-	if s := e.status(); s.Boot != 1 {
-		t.Errorf("status boot = %d", s.Boot)
-	}
+	require.Len(t, j.Boots, 1, "journal boots")
+	assert.Equal(t, "verify", j.Boots[0].Mode, "record = %+v", j.Boots[0])
+	assert.Len(t, j.Boots[0].Steps, 14, "record = %+v", j.Boots[0])
+	assert.Equal(t, 1, e.status().Boot, "status boot")
 }
 
 func TestVerifyHealsDrift(t *testing.T) {
 	e := newEnv(t)
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.run(fullConfig))
 	e.resetCommands()
 	e.console.Reset()
 	e.setBootID("22222222-2222-2222-2222-222222222222")
@@ -275,37 +219,20 @@ func TestVerifyHealsDrift(t *testing.T) {
 	e.write("/etc/systemd/network/10-terrarium-1.network", "[Match]\nName=*\n")
 	e.write("/home/ops/.ssh/authorized_keys", "ssh-ed25519 AAAA mallory\n")
 
-	if err := e.run(fullConfig); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if got := e.read("/etc/hostname"); got != "node-1\n" {
-		t.Errorf("/etc/hostname = %q", got)
-	}
-	if got := e.read("/etc/systemd/network/10-terrarium-1.network"); got != wantDHCPNetwork {
-		t.Errorf("10-terrarium-1.network not healed:\n%s", got)
-	}
-	if got := e.read("/home/ops/.ssh/authorized_keys"); got != testKey1+"\n"+testKey2+"\n" {
-		t.Errorf("authorized_keys not healed: %q", got)
-	}
-	if m := mode(t, e.path("/home/ops/.ssh/authorized_keys")); m != 0o600 {
-		t.Errorf("authorized_keys mode = %o", m)
-	}
+	require.NoError(t, e.run(fullConfig), "Run\n%s", e.console.String())
+	assert.Equal(t, "node-1\n", e.read("/etc/hostname"), "/etc/hostname")
+	assert.Equal(t, wantDHCPNetwork, e.read("/etc/systemd/network/10-terrarium-1.network"), "10-terrarium-1.network not healed")
+	assert.Equal(t, testKey1+"\n"+testKey2+"\n", e.read("/home/ops/.ssh/authorized_keys"), "authorized_keys not healed")
+	assert.Equal(t, os.FileMode(0o600), mode(t, e.path("/home/ops/.ssh/authorized_keys")), "authorized_keys mode")
 	// The user exists: healing does not add it again.
 	wantCmds := []string{"hostname node-1", "networkctl reload", "usermod --lock ops"}
-	if got := e.commands(); !reflect.DeepEqual(got, wantCmds) {
-		t.Errorf("commands = %q, want %q", got, wantCmds)
-	}
-	if n := strings.Count(e.read("/etc/passwd"), "\nops:"); n != 1 {
-		t.Errorf("ops is %d times in /etc/passwd", n)
-	}
+	assert.Equal(t, wantCmds, e.commands(), "commands")
+	assert.Equal(t, 1, strings.Count(e.read("/etc/passwd"), "\nops:"), "times ops is in /etc/passwd")
 	rec := e.lastBoot()
 	wantSteps := []string{"hostname=healed", "network=healed", "admin-user=healed", "time=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
-	if got := stepResults(rec); !reflect.DeepEqual(got, wantSteps) {
-		t.Errorf("steps = %v, want %v", got, wantSteps)
-	}
-	if rec.Mode != "verify" || rec.Result != status.StateVerified {
-		t.Errorf("record = %+v", rec)
-	}
+	assert.Equal(t, wantSteps, stepResults(rec), "steps")
+	assert.Equal(t, "verify", rec.Mode, "record = %+v", rec)
+	assert.Equal(t, status.StateVerified, rec.Result, "record = %+v", rec)
 	console := e.console.String()
 	for _, want := range []string{
 		`terrarium: hostname drifted (/etc/hostname is "intruder", config says "node-1"); healing`,
@@ -313,35 +240,21 @@ func TestVerifyHealsDrift(t *testing.T) {
 		"terrarium: network drifted (",
 		"terrarium: admin-user drifted (authorized_keys of ops differs from the machine config); healing",
 	} {
-		if !strings.Contains(console, want) {
-			t.Errorf("console lacks %q:\n%s", want, console)
-		}
+		assert.Contains(t, console, want, "console")
 	}
-	if s := e.status(); s.State != status.StateVerified {
-		t.Errorf("state = %q", s.State)
-	}
+	assert.Equal(t, status.StateVerified, e.status().State, "state")
 }
 
 func TestVerifyHealsOnlyWhatDrifted(t *testing.T) {
 	e := newEnv(t)
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.run(fullConfig))
 	e.resetCommands()
 	e.setBootID("22222222-2222-2222-2222-222222222222")
-	if err := os.Remove(e.path("/etc/hostname")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname node-1"}) {
-		t.Errorf("commands = %q", got)
-	}
+	require.NoError(t, os.Remove(e.path("/etc/hostname")))
+	require.NoError(t, e.run(fullConfig))
+	assert.Equal(t, []string{"hostname node-1"}, e.commands(), "commands")
 	wantSteps := []string{"hostname=healed", "network=verified", "admin-user=verified", "time=verified", "registry-mirrors=verified", "health=passed", "bless=blessed"}
-	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
-		t.Errorf("steps = %v, want %v", got, wantSteps)
-	}
+	assert.Equal(t, wantSteps, stepResults(e.lastBoot()), "steps")
 }
 
 func TestChangedConfigReconciles(t *testing.T) {
@@ -398,18 +311,13 @@ func TestNetworkFileRemovedWithInterface(t *testing.T) {
 func TestMinimalConfig(t *testing.T) {
 	// No network, no admin: nothing written for them, no commands for them.
 	e := newEnv(t)
-	if err := e.run(minimalConfig); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname lonely", "systemctl restart chrony.service", "systemctl restart terrarium-registry.service"}) {
-		t.Errorf("commands = %q", got)
-	}
-	if e.exists("/etc/systemd/network") || e.exists("/etc/sudoers.d") {
-		t.Error("network or sudoers written for a config without them")
-	}
-	if s := e.status(); s.State != status.StateProvisioned || s.Hostname != "lonely" {
-		t.Errorf("status = %+v", s)
-	}
+	require.NoError(t, e.run(minimalConfig))
+	assert.Equal(t, []string{"hostname lonely", "systemctl restart chrony.service", "systemctl restart terrarium-registry.service"}, e.commands(), "commands")
+	assert.False(t, e.exists("/etc/systemd/network"), "network or sudoers written for a config without them")
+	assert.False(t, e.exists("/etc/sudoers.d"), "network or sudoers written for a config without them")
+	s := e.status()
+	assert.Equal(t, status.StateProvisioned, s.State, "status = %+v", s)
+	assert.Equal(t, "lonely", s.Hostname, "status = %+v", s)
 }
 
 func TestWaitsForConfigDisk(t *testing.T) {
@@ -418,50 +326,36 @@ func TestWaitsForConfigDisk(t *testing.T) {
 		sourceResult{}, sourceResult{}, sourceResult{}, // no disk, three polls
 		sourceResult{data: fullConfig, ok: true},
 	)
-	if err := e.runWith(src); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if *calls != 4 {
-		t.Errorf("ConfigSource called %d times, want 4", *calls)
-	}
+	require.NoError(t, e.runWith(src), "Run\n%s", e.console.String())
+	assert.Equal(t, 4, *calls, "ConfigSource calls")
 	console := e.console.String()
 	waiting := strings.Index(console, "terrarium: no config disk found: insert a disk or USB stick labelled TERRA-CONFIG holding machine.yaml")
 	valid := strings.Index(console, "is valid")
-	if waiting < 0 || valid < 0 || waiting > valid {
-		t.Errorf("console does not say 'no config disk found' before the config is valid:\n%s", console)
-	}
-	if n := strings.Count(console, "no config disk found"); n != 1 {
-		t.Errorf("'no config disk found' said %d times, want once", n)
-	}
+	assert.GreaterOrEqual(t, waiting, 0, "console does not say 'no config disk found' before the config is valid:\n%s", console)
+	assert.GreaterOrEqual(t, valid, 0, "console does not say 'no config disk found' before the config is valid:\n%s", console)
+	assert.LessOrEqual(t, waiting, valid, "console does not say 'no config disk found' before the config is valid:\n%s", console)
+	assert.Equal(t, 1, strings.Count(console, "no config disk found"), "times 'no config disk found' said, want once")
 	statuses := e.consoleStatuses()
-	if len(statuses) != 2 || statuses[0].State != status.StateWaiting || statuses[1].State != status.StateProvisioned {
-		t.Errorf("console statuses = %+v", statuses)
-	}
-	if !strings.Contains(statuses[0].Message, "TERRA-CONFIG") {
-		t.Errorf("waiting message = %q", statuses[0].Message)
-	}
+	require.Len(t, statuses, 2, "console statuses")
+	assert.Equal(t, status.StateWaiting, statuses[0].State, "console statuses = %+v", statuses)
+	assert.Equal(t, status.StateProvisioned, statuses[1].State, "console statuses = %+v", statuses)
+	assert.Contains(t, statuses[0].Message, "TERRA-CONFIG", "waiting message")
 	wantSteps := []string{"config=waiting", "hostname=applied", "network=applied", "admin-user=applied", "time=applied", "registry-mirrors=applied", "health=passed", "bless=blessed"}
-	if got := stepResults(e.lastBoot()); !reflect.DeepEqual(got, wantSteps) {
-		t.Errorf("steps = %v, want %v", got, wantSteps)
-	}
-	if s := e.status(); s.State != status.StateProvisioned || s.Message != "" {
-		t.Errorf("final status = %+v", s)
-	}
+	assert.Equal(t, wantSteps, stepResults(e.lastBoot()), "steps")
+	s := e.status()
+	assert.Equal(t, status.StateProvisioned, s.State, "final status = %+v", s)
+	assert.Empty(t, s.Message, "final status = %+v", s)
 }
 
 func TestWaitingIsCancelled(t *testing.T) {
 	e := newEnv(t)
 	src, _ := sequenceSource(sourceResult{})
 	err := e.runUntil(e.options(src), inState(status.StateWaiting))
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Run = %v, want the context's error", err)
-	}
-	if s := e.status(); s.State != status.StateWaiting {
-		t.Errorf("state = %q, want %q", s.State, status.StateWaiting)
-	}
-	if e.exists("/etc/hostname") || len(e.commands()) != 0 || len(e.loader.blessCalls()) != 0 {
-		t.Error("something was applied or blessed without a config")
-	}
+	assert.ErrorIs(t, err, context.Canceled, "Run: want the context's error")
+	assert.Equal(t, status.StateWaiting, e.status().State, "state")
+	assert.False(t, e.exists("/etc/hostname"), "something was applied or blessed without a config")
+	assert.Empty(t, e.commands(), "something was applied or blessed without a config")
+	assert.Empty(t, e.loader.blessCalls(), "something was applied or blessed without a config")
 }
 
 func TestInvalidConfigThenFixed(t *testing.T) {
@@ -477,47 +371,39 @@ func TestInvalidConfigThenFixed(t *testing.T) {
 		if *calls == 2 {
 			// The invalid config was seen (twice): nothing applied yet.
 			checked = true
-			if e.exists("/etc/hostname") || e.exists("/etc/systemd/network") || len(e.commands()) != 0 {
-				t.Errorf("applied something from an invalid config; commands %q", e.commands())
-			}
-			if s := e.status(); s.State != status.StateConfigInvalid || !strings.Contains(s.Message, "$.bogus") {
-				t.Errorf("status while invalid = %+v", s)
-			}
+			assert.False(t, e.exists("/etc/hostname"), "applied something from an invalid config; commands %q", e.commands())
+			assert.False(t, e.exists("/etc/systemd/network"), "applied something from an invalid config; commands %q", e.commands())
+			assert.Empty(t, e.commands(), "applied something from an invalid config")
+			s := e.status()
+			assert.Equal(t, status.StateConfigInvalid, s.State, "status while invalid = %+v", s)
+			assert.Contains(t, s.Message, "$.bogus", "status while invalid = %+v", s)
 		}
 		return src(ctx)
 	}
-	if err := e.runWith(checking); err != nil {
-		t.Fatalf("Run: %v\n%s", err, e.console.String())
-	}
-	if !checked {
-		t.Fatal("the config source was not polled while the config was invalid")
-	}
+	require.NoError(t, e.runWith(checking), "Run\n%s", e.console.String())
+	require.True(t, checked, "the config source was not polled while the config was invalid")
 	console := e.console.String()
 	for _, want := range []string{
 		"terrarium: the config is invalid; nothing was applied. Fix these and re-insert the disk:\n",
 		"terrarium:   " + configFrom + ":machine.yaml: $.bogus: unknown field",
 	} {
-		if !strings.Contains(console, want) {
-			t.Errorf("console lacks %q:\n%s", want, console)
-		}
+		assert.Contains(t, console, want, "console")
 	}
-	if n := strings.Count(console, "nothing was applied"); n != 1 {
-		t.Errorf("the same problem was reported %d times, want once", n)
-	}
-	if strings.Index(console, "nothing was applied") > strings.Index(console, "is valid") {
-		t.Error("the config was accepted before it was reported invalid")
-	}
+	assert.Equal(t, 1, strings.Count(console, "nothing was applied"), "times the same problem was reported, want once")
+	assert.LessOrEqual(t, strings.Index(console, "nothing was applied"), strings.Index(console, "is valid"), "the config was accepted before it was reported invalid")
 	statuses := e.consoleStatuses()
-	if len(statuses) != 2 || statuses[0].State != status.StateConfigInvalid || statuses[1].State != status.StateProvisioned {
-		t.Errorf("console statuses = %+v", statuses)
+	if assert.Len(t, statuses, 2, "console statuses") {
+		assert.Equal(t, status.StateConfigInvalid, statuses[0].State, "console statuses = %+v", statuses)
+		assert.Equal(t, status.StateProvisioned, statuses[1].State, "console statuses = %+v", statuses)
 	}
 	rec := e.lastBoot()
-	if rec.Steps[0].Name != "config" || rec.Steps[0].Result != step.Waiting || !strings.Contains(rec.Steps[0].Detail, "$.bogus") {
-		t.Errorf("first step = %+v", rec.Steps[0])
-	}
-	if s := e.status(); s.State != status.StateProvisioned || s.Message != "" {
-		t.Errorf("final status = %+v", s)
-	}
+	first := rec.Steps[0]
+	assert.Equal(t, "config", first.Name, "first step = %+v", first)
+	assert.Equal(t, step.Waiting, first.Result, "first step = %+v", first)
+	assert.Contains(t, first.Detail, "$.bogus", "first step = %+v", first)
+	s := e.status()
+	assert.Equal(t, status.StateProvisioned, s.State, "final status = %+v", s)
+	assert.Empty(t, s.Message, "final status = %+v", s)
 }
 
 func TestInvalidConfigThenDiskRemoved(t *testing.T) {
@@ -533,63 +419,45 @@ func TestInvalidConfigThenDiskRemoved(t *testing.T) {
 	third := func(s *status.Status) bool {
 		return s.State == status.StateConfigInvalid && strings.Contains(s.Message, "no machine.yaml")
 	}
-	if err := e.runUntil(e.options(src), third); !errors.Is(err, context.Canceled) {
-		t.Errorf("Run = %v", err)
-	}
+	assert.ErrorIs(t, e.runUntil(e.options(src), third), context.Canceled, "Run")
 	var states []string
 	for _, s := range e.consoleStatuses() {
 		states = append(states, s.State)
 	}
-	if want := []string{status.StateConfigInvalid, status.StateWaiting, status.StateConfigInvalid}; !reflect.DeepEqual(states, want) {
-		t.Errorf("states = %v, want %v", states, want)
-	}
+	assert.Equal(t, []string{status.StateConfigInvalid, status.StateWaiting, status.StateConfigInvalid}, states, "states")
 	console := e.console.String()
 	// Two problems make a two-line note (pkg/node/status keeps the
 	// banner a box).
-	if banners := consoleBanners(console); len(banners) != 3 {
-		t.Errorf("%d banners, want 3:\n%s", len(banners), console)
-	}
+	assert.Len(t, consoleBanners(console), 3, "banners, want 3:\n%s", console)
 	for _, want := range []string{"$.apiVersion: required", "$.kind: required", "no config disk found", "terrarium:   no machine.yaml on the config disk"} {
-		if !strings.Contains(console, want) {
-			t.Errorf("console lacks %q:\n%s", want, console)
-		}
+		assert.Contains(t, console, want, "console")
 	}
-	if e.exists("/etc/hostname") || len(e.commands()) != 0 {
-		t.Error("applied something without a valid config")
-	}
+	assert.False(t, e.exists("/etc/hostname"), "applied something without a valid config")
+	assert.Empty(t, e.commands(), "applied something without a valid config")
 }
 
 func TestUnhealthyTrialBootReboots(t *testing.T) {
 	e := newEnv(t)
 	e.setRelease([]string{"health"})
 	e.loader.trial = true
-	if err := e.run(fullConfig); err != nil {
-		t.Fatalf("Run = %v, want the reboot's result (nil)", err)
-	}
-	if e.reboots != 1 {
-		t.Errorf("rebooted %d times, want once", e.reboots)
-	}
-	if got := e.loader.blessCalls(); len(got) != 0 {
-		t.Errorf("an unhealthy boot was blessed: %v", got)
-	}
-	if !reflect.DeepEqual(e.loader.trialAsks, []layout.Slot{layout.SlotA}) {
-		t.Errorf("OnTrial calls = %v", e.loader.trialAsks)
-	}
+	require.NoError(t, e.run(fullConfig), "Run: want the reboot's result (nil)")
+	assert.Equal(t, 1, e.reboots, "reboots, want once")
+	assert.Empty(t, e.loader.blessCalls(), "an unhealthy boot was blessed")
+	assert.Equal(t, []layout.Slot{layout.SlotA}, e.loader.trialAsks, "OnTrial calls")
 	s := e.status()
-	if s.Healthy == nil || *s.Healthy || s.Blessed != "not blessed" || !strings.Contains(s.Message, `injected fault "health"`) {
-		t.Errorf("status = %+v", s)
+	if assert.NotNil(t, s.Healthy, "status = %+v", s) {
+		assert.False(t, *s.Healthy, "status = %+v", s)
 	}
+	assert.Equal(t, "not blessed", s.Blessed, "status = %+v", s)
+	assert.Contains(t, s.Message, `injected fault "health"`, "status = %+v", s)
 	console := e.console.String()
-	if !strings.Contains(console, "this boot is NOT blessed; rebooting in 1ms") {
-		t.Errorf("console:\n%s", console)
-	}
-	if !strings.Contains(console, "(UNHEALTHY, boot not blessed)") {
-		t.Errorf("banner does not show the failed health check:\n%s", console)
-	}
+	assert.Contains(t, console, "this boot is NOT blessed; rebooting in 1ms", "console")
+	assert.Contains(t, console, "(UNHEALTHY, boot not blessed)", "banner does not show the failed health check")
 	steps := e.lastBoot().Steps
-	if last := steps[len(steps)-1]; last.Name != "health" || last.Result != step.Failed || !strings.Contains(last.Detail, "health") {
-		t.Errorf("last step = %+v", last)
-	}
+	last := steps[len(steps)-1]
+	assert.Equal(t, "health", last.Name, "last step = %+v", last)
+	assert.Equal(t, step.Failed, last.Result, "last step = %+v", last)
+	assert.Contains(t, last.Detail, "health", "last step = %+v", last)
 }
 
 func TestUnhealthyBlessedSlotStaysUp(t *testing.T) {
@@ -602,21 +470,15 @@ func TestUnhealthyBlessedSlotStaysUp(t *testing.T) {
 			e.setRelease([]string{"other", "health"})
 			setup(e.loader)
 			err := e.run(fullConfig)
-			if !errors.Is(err, errUnhealthy) {
-				t.Errorf("Run = %v, want the health error", err)
+			assert.ErrorIs(t, err, errUnhealthy, "Run: want the health error")
+			assert.Zero(t, e.reboots, "reboots")
+			assert.Empty(t, e.loader.blessCalls(), "blessed")
+			assert.Contains(t, e.console.String(), "stays up for repair", "console")
+			s := e.status()
+			if assert.NotNil(t, s.Healthy, "status = %+v", s) {
+				assert.False(t, *s.Healthy, "status = %+v", s)
 			}
-			if e.reboots != 0 {
-				t.Errorf("rebooted %d times", e.reboots)
-			}
-			if got := e.loader.blessCalls(); len(got) != 0 {
-				t.Errorf("blessed: %v", got)
-			}
-			if !strings.Contains(e.console.String(), "stays up for repair") {
-				t.Errorf("console:\n%s", e.console.String())
-			}
-			if s := e.status(); s.Healthy == nil || *s.Healthy || s.Blessed != "not blessed" {
-				t.Errorf("status = %+v", s)
-			}
+			assert.Equal(t, "not blessed", s.Blessed, "status = %+v", s)
 		})
 	}
 }
@@ -637,22 +499,18 @@ func TestUnhealthyTrialRebootCancelled(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no unhealthy status published")
+			require.Fail(t, "no unhealthy status published")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v, want context.Canceled", err)
-		}
+		assert.ErrorIs(t, err, context.Canceled, "Run: want context.Canceled")
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		require.Fail(t, "Run did not return after cancel")
 	}
-	if e.reboots != 0 {
-		t.Errorf("rebooted %d times after cancel", e.reboots)
-	}
+	assert.Zero(t, e.reboots, "reboots after cancel")
 }
 
 func TestUnhealthyWhenStateNotWritable(t *testing.T) {
@@ -661,29 +519,27 @@ func TestUnhealthyWhenStateNotWritable(t *testing.T) {
 	// root.
 	e.write(layout.StateMount+"/"+layout.StateTerrarium+"/.health/blocker", "")
 	err := e.run(fullConfig)
-	if !errors.Is(err, errUnhealthy) || !strings.Contains(err.Error(), "TERRA-STATE is not writable") {
-		t.Errorf("Run = %v, want a not-writable health error", err)
-	}
-	if len(e.loader.blessCalls()) != 0 {
-		t.Error("blessed")
-	}
+	assert.ErrorIs(t, err, errUnhealthy, "Run: want a not-writable health error")
+	assert.ErrorContains(t, err, "TERRA-STATE is not writable", "Run: want a not-writable health error")
+	assert.Empty(t, e.loader.blessCalls(), "blessed")
 }
 
 func TestBlessFailure(t *testing.T) {
 	e := newEnv(t)
 	e.loader.blessErr = errFake
 	err := e.run(fullConfig)
-	if !errors.Is(err, errFake) || !strings.Contains(err.Error(), "bless slot a") {
-		t.Errorf("Run = %v", err)
-	}
+	assert.ErrorIs(t, err, errFake, "Run")
+	assert.ErrorContains(t, err, "bless slot a", "Run")
 	s := e.status()
-	if s.Blessed != "bless failed: fake error" || s.Healthy == nil || !*s.Healthy {
-		t.Errorf("status = %+v", s)
+	assert.Equal(t, "bless failed: fake error", s.Blessed, "status = %+v", s)
+	if assert.NotNil(t, s.Healthy, "status = %+v", s) {
+		assert.True(t, *s.Healthy, "status = %+v", s)
 	}
 	steps := e.lastBoot().Steps
-	if last := steps[len(steps)-1]; last.Name != "bless" || last.Result != step.Failed || last.Detail != "fake error" {
-		t.Errorf("last step = %+v", last)
-	}
+	last := steps[len(steps)-1]
+	assert.Equal(t, "bless", last.Name, "last step = %+v", last)
+	assert.Equal(t, step.Failed, last.Result, "last step = %+v", last)
+	assert.Equal(t, "fake error", last.Detail, "last step = %+v", last)
 }
 
 // An upgrade's trial boot whose phases fail reboots so that its try is
@@ -716,38 +572,29 @@ func TestApplyFailure(t *testing.T) {
 	e := newEnv(t)
 	e.failCmd["networkctl"] = errFake
 	err := e.run(fullConfig)
-	if !errors.Is(err, errFake) || !strings.HasPrefix(err.Error(), "network: networkctl reload: fake error: fake failure output") {
-		t.Errorf("Run = %v", err)
+	if assert.ErrorIs(t, err, errFake, "Run") {
+		assert.True(t, strings.HasPrefix(err.Error(), "network: networkctl reload: fake error: fake failure output"), "Run = %v", err)
 	}
-	if got := e.commands(); !reflect.DeepEqual(got, []string{"hostname node-1", "networkctl reload"}) {
-		t.Errorf("commands = %q: the admin phase ran after network failed", got)
-	}
+	assert.Equal(t, []string{"hostname node-1", "networkctl reload"}, e.commands(), "commands: the admin phase ran after network failed")
 	j := e.journal()
-	if j.Provisioned != nil {
-		t.Errorf("a failed provisioning is recorded as provisioned: %+v", j.Provisioned)
-	}
+	assert.Nil(t, j.Provisioned, "a failed provisioning is recorded as provisioned")
 	rec := j.Boots[len(j.Boots)-1]
-	if rec.Result != "failed" || !reflect.DeepEqual(stepResults(rec), []string{"hostname=applied", "network=failed"}) {
-		t.Errorf("record = %+v", rec)
-	}
+	assert.Equal(t, "failed", rec.Result, "record = %+v", rec)
+	assert.Equal(t, []string{"hostname=applied", "network=failed"}, stepResults(rec), "record = %+v", rec)
 	s := e.status()
-	if s.State != status.StateFailed || !strings.Contains(s.Message, "networkctl reload") {
-		t.Errorf("status = %+v", s)
-	}
-	if len(e.loader.blessCalls()) != 0 || e.reboots != 0 {
-		t.Error("a failed boot of a slot not on trial was blessed or rebooted")
-	}
+	assert.Equal(t, status.StateFailed, s.State, "status = %+v", s)
+	assert.Contains(t, s.Message, "networkctl reload", "status = %+v", s)
+	assert.Empty(t, e.loader.blessCalls(), "a failed boot of a slot not on trial was blessed or rebooted")
+	assert.Zero(t, e.reboots, "a failed boot of a slot not on trial was blessed or rebooted")
 
 	// The next boot provisions again, and succeeds.
 	delete(e.failCmd, "networkctl")
 	e.resetCommands()
 	e.setBootID("22222222-2222-2222-2222-222222222222")
-	if err := e.run(fullConfig); err != nil {
-		t.Fatal(err)
-	}
-	if rec := e.lastBoot(); rec.Mode != "provision" || rec.Result != status.StateProvisioned {
-		t.Errorf("record = %+v", rec)
-	}
+	require.NoError(t, e.run(fullConfig))
+	rec = e.lastBoot()
+	assert.Equal(t, "provision", rec.Mode, "record = %+v", rec)
+	assert.Equal(t, status.StateProvisioned, rec.Result, "record = %+v", rec)
 	// The network files written before the failed reload are already
 	// right, so this run does not reload networkd again. After a reboot
 	// that is harmless (networkd reads them at start); see the report for
@@ -764,40 +611,24 @@ func TestSlotFromCmdline(t *testing.T) {
 	} {
 		e := newEnv(t)
 		e.write("/proc/cmdline", cmdline+"\n")
-		if err := e.run(minimalConfig); err != nil {
-			t.Fatal(err)
-		}
-		if got := e.loader.blessCalls(); !reflect.DeepEqual(got, []layout.Slot{want}) {
-			t.Errorf("cmdline %q: Bless calls %v, want [%s]", cmdline, got, want)
-		}
-		if s := e.status(); s.Slot != string(want) {
-			t.Errorf("cmdline %q: status slot %q", cmdline, s.Slot)
-		}
-		if rec := e.lastBoot(); rec.Slot != string(want) {
-			t.Errorf("cmdline %q: journal slot %q", cmdline, rec.Slot)
-		}
+		require.NoError(t, e.run(minimalConfig), "cmdline %q", cmdline)
+		assert.Equal(t, []layout.Slot{want}, e.loader.blessCalls(), "cmdline %q: Bless calls", cmdline)
+		assert.Equal(t, string(want), e.status().Slot, "cmdline %q: status slot", cmdline)
+		assert.Equal(t, string(want), e.lastBoot().Slot, "cmdline %q: journal slot", cmdline)
 	}
 }
 
 func TestRunErrors(t *testing.T) {
 	t.Run("no release.json", func(t *testing.T) {
 		e := newEnv(t)
-		if err := os.Remove(e.path(layout.ReleaseFile)); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.run(fullConfig); err == nil || !strings.Contains(err.Error(), "release") {
-			t.Errorf("Run = %v", err)
-		}
+		require.NoError(t, os.Remove(e.path(layout.ReleaseFile)))
+		assert.ErrorContains(t, e.run(fullConfig), "release", "Run")
 	})
 	t.Run("corrupt journal", func(t *testing.T) {
 		e := newEnv(t)
 		e.write(journalPath(), "{")
-		if err := e.run(fullConfig); err == nil || !strings.Contains(err.Error(), "journal") {
-			t.Errorf("Run = %v", err)
-		}
-		if e.read(journalPath()) != "{" {
-			t.Error("a corrupt journal was overwritten")
-		}
+		assert.ErrorContains(t, e.run(fullConfig), "journal", "Run")
+		assert.Equal(t, "{", e.read(journalPath()), "a corrupt journal was overwritten")
 	})
 	t.Run("journal not writable", func(t *testing.T) {
 		e := newEnv(t)
@@ -805,12 +636,8 @@ func TestRunErrors(t *testing.T) {
 		// replaced (root ignores permissions, so no chmod would do).
 		e.write(journalPath()+"/blocker", "")
 		err := e.run(fullConfig)
-		if err == nil || !strings.Contains(err.Error(), "journal") {
-			t.Errorf("Run = %v", err)
-		}
-		if e.exists("/etc/hostname") {
-			t.Error("applied without a journal")
-		}
+		assert.ErrorContains(t, err, "journal", "Run")
+		assert.False(t, e.exists("/etc/hostname"), "applied without a journal")
 	})
 }
 
@@ -823,12 +650,8 @@ func TestAddressWaitIsBounded(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := Run(ctx, o); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Run took %s", d)
-	}
+	require.NoError(t, Run(ctx, o))
+	assert.LessOrEqual(t, time.Since(start), 5*time.Second, "Run took too long")
 }
 
 func TestPhaseFailures(t *testing.T) {
@@ -853,19 +676,17 @@ func TestPhaseFailures(t *testing.T) {
 			e := newEnv(t)
 			tc.setup(e)
 			err := e.run(fullConfig)
-			if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
-				t.Errorf("Run = %v, want %q...", err, tc.wantErr)
-			}
+			// The status check below compares its message with err's.
+			require.Error(t, err, "Run: want %q...", tc.wantErr)
+			assert.True(t, strings.HasPrefix(err.Error(), tc.wantErr), "Run = %v, want %q...", err, tc.wantErr)
 			steps := stepResults(e.lastBoot())
-			if len(steps) == 0 || steps[len(steps)-1] != tc.wantStep {
-				t.Errorf("steps = %v, want the last to be %s", steps, tc.wantStep)
+			if assert.NotEmpty(t, steps, "steps, want the last to be %s", tc.wantStep) {
+				assert.Equal(t, tc.wantStep, steps[len(steps)-1], "steps = %v, want the last to be %s", steps, tc.wantStep)
 			}
-			if s := e.status(); s.State != status.StateFailed || s.Message != err.Error() {
-				t.Errorf("status = %+v", s)
-			}
-			if len(e.loader.blessCalls()) != 0 {
-				t.Error("blessed after a failed phase")
-			}
+			s := e.status()
+			assert.Equal(t, status.StateFailed, s.State, "status = %+v", s)
+			assert.Equal(t, err.Error(), s.Message, "status = %+v", s)
+			assert.Empty(t, e.loader.blessCalls(), "blessed after a failed phase")
 		})
 	}
 }
