@@ -107,7 +107,7 @@ e2e: image
 e2e-node: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		TERRARIUM_ISO=$(abspath $(OUT))/terrarium.iso \
-		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestFallbackToSlotA$$|TestUpgradeFromStick$$|TestSecureBootUpgrade$$|TestSecureBootReproducible$$|TestConfigChannelsMore$$|TestISOInstall$$|TestSecureBootISOInstall$$|TestKubernetesBundleFromCleanCache$$' ./qemu-tests/...
+		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestFallbackToSlotA$$|TestUpgradeFromStick$$|TestSecureBootUpgrade$$|TestSecureBootReproducible$$|TestConfigChannelsMore$$|TestISOInstall$$|TestISOInstallBIOS$$|TestSecureBootISOInstall$$|TestKubernetesBundleFromCleanCache$$' ./qemu-tests/...
 
 # A one-node cluster formed on a machine without a TPM and on one with a
 # TPM: the sealed disk holds no private key in the clear; the time to

@@ -49,3 +49,32 @@ var installChannel = channel{
 func TestISOInstall(t *testing.T) {
 	runChannel(t, len(channels), installChannel)
 }
+
+// installBIOSChannel is the installer under SeaBIOS, as an older plant PC
+// boots a stick: the hybrid MBR's boot code loads GRUB's El Torito image
+// from the stick, whose menu boots the live installer; the installed disk
+// boots through its own MBR's GRUB, and with the ISO still first the
+// ISO's menu hands the boot over to it.
+var installBIOSChannel = channel{
+	name: "the ISO on a USB stick under SeaBIOS installs onto the empty disk, which boots enrolled; the ISO's menu hands over to it",
+	iso:  "usb", install: true, bios: true,
+	fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+		config := adminConfig("installed-bios", key, "install:\n  disk:\n    minSize: 4GiB\n")
+		return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", config)}}
+	},
+	hostname: "installed-bios", source: "installed from the ISO",
+	check: func(t *testing.T, ssh *sshClient) {
+		out, err := ssh.read("findmnt -no SOURCE,FSTYPE /; lsblk -rno PARTLABEL /dev/vda | xargs")
+		require.NoError(t, err, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 2, out)
+		assert.Regexp(t, `^/dev/vda3\s+squashfs$`, lines[0], "the root is the installed slot A")
+		assert.Equal(t, "EFI BIOS-BOOT TERRA-A TERRA-B TERRA-STATE", lines[1])
+		checkFirmware(t, ssh, "bios")
+	},
+}
+
+// TestISOInstallBIOS: TestISOInstall's story under SeaBIOS, without a TPM.
+func TestISOInstallBIOS(t *testing.T) {
+	runChannel(t, len(channels)+1, installBIOSChannel)
+}

@@ -88,8 +88,8 @@ var channels = []channel{
 		// Config beside our machine config, made into a config disk by
 		// `imagebuild config disk --ignition` (docs/migrating-from-
 		// flatcar-and-fcos.md).
-		name: "the ISO on a CD-ROM, live: STATE in RAM, a TERRA-CONFIG stick with a Container Linux Config: a file, a unit and a user",
-		iso:  "cdrom",
+		name: "the ISO on a CD-ROM under SeaBIOS (GRUB's El Torito image), live: STATE in RAM, a TERRA-CONFIG stick with a Container Linux Config: a file, a unit and a user",
+		iso:  "cdrom", bios: true,
 		medium: func(t *testing.T, dir, _, key string) qemu.Disk {
 			machine := write(t, dir, "machine.yaml", adminConfig("live-cd", key, ""))
 			clc := write(t, dir, "node.clc.yaml", `passwd:
@@ -129,7 +129,18 @@ systemd:
 			assert.Regexp(t, `^/dev/loop\d+\s+squashfs$`, lines[1], "the root is the ISO's squashfs")
 			assert.Regexp(t, `^tmpfs\s+tmpfs$`, lines[2], "STATE is in RAM; the empty disk is left for an installer")
 			checkApp(t, ssh, "hello from a container linux config")
+			checkFirmware(t, ssh, "bios")
 		},
+	},
+	{
+		// The same ISO from a CD-ROM under UEFI: El Torito's EFI image.
+		name: "the ISO on a CD-ROM under UEFI, live, a machine config from QEMU fw_cfg",
+		iso:  "cdrom", e2e: true,
+		fwCfg: func(t *testing.T, dir, key string) []qemu.FwCfg {
+			return []qemu.FwCfg{{Name: "opt/dev.terrarium/config", File: write(t, dir, "machine.yaml", adminConfig("live-cd-uefi", key, ""))}}
+		},
+		hostname: "live-cd-uefi", source: "QEMU fw_cfg (opt/dev.terrarium/config)",
+		check: func(t *testing.T, ssh *sshClient) { checkFirmware(t, ssh, "uefi") },
 	},
 	{
 		name: "NoCloud on FAT, a #cloud-config, under SeaBIOS (as Proxmox boots by default)",
@@ -500,7 +511,7 @@ func runChannel(t *testing.T, i int, c channel) {
 		t.Logf("power-on to installed, rebooted and provisioned: %s", time.Since(start).Round(time.Second))
 	}
 	require.Equal(t, "provisioned", s.State, "%+v", s)
-	if c.bios {
+	if c.bios && (c.iso == "" || c.install) {
 		// GRUB found the image's entry on trial, tried it and recorded
 		// the try; the initramfs counted it in the entry's name; the
 		// healthy boot blessed it.
@@ -532,7 +543,11 @@ func runChannel(t *testing.T, i int, c channel) {
 		// (the installed system's boot to provisioned was shown
 		// above).
 		again := time.Now()
-		expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
+		if c.bios {
+			expect(ctx, t, vm, `Terrarium: the ISO hands the boot over to the installed disk \(hd\d\)`)
+		} else {
+			expect(ctx, t, vm, `Terrarium is installed on /dev/vda: booting it`)
+		}
 		expect(ctx, t, vm, `terrarium-init: boot disk /dev/vda,`)
 		t.Logf("rebooted with the ISO first: handed over to the disk in %s", time.Since(again).Round(time.Second))
 	}
@@ -545,4 +560,12 @@ func runChannel(t *testing.T, i int, c channel) {
 	}
 	checkCapture(t, m.capture, testSubnet)
 	t.Logf("%s: provisioned as %s, enrolled %s", c.name, s.Hostname, s.Enrolled)
+}
+
+// checkFirmware asserts which firmware booted the node: "uefi" or "bios".
+func checkFirmware(t *testing.T, ssh *sshClient, want string) {
+	t.Helper()
+	out, err := ssh.read("if [ -d /sys/firmware/efi ]; then echo uefi; else echo bios; fi")
+	require.NoError(t, err, out)
+	assert.Equal(t, want, strings.TrimSpace(out), "the firmware that booted the node")
 }

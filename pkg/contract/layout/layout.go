@@ -259,7 +259,9 @@ const (
 
 // The hybrid ISO (the `iso` output): an ISO 9660 filesystem holding the
 // slot, booted under UEFI through an El Torito EFI image that is also its
-// appended EFI partition (a USB stick written with dd boots the same way).
+// appended EFI partition (a USB stick written with dd boots the same way),
+// and under BIOS through GRUB's El Torito image, which the MBR's boot code
+// also loads from a stick.
 const (
 	// ISOVolumeID is the ISO's volume ID; the initramfs of a live boot
 	// finds the medium by it.
@@ -276,6 +278,15 @@ const (
 	// ISOSumsFile lists the sha256 of ISOSlotFile and ISOHeadFile, in
 	// sha256sum's format ("<hex>  slot.squashfs").
 	ISOSumsFile = "terrarium/SHA256SUMS"
+	// ISOGrubDir holds BIOS boot's GRUB files on the ISO: its El Torito
+	// core image (ISOGrubCore), its menu (grub.cfg) and the live entries'
+	// kernel and initramfs (the UEFI entries' are on the EFI image, which
+	// GRUB cannot reach from a CD).
+	ISOGrubDir    = "boot/grub"
+	ISOGrubCore   = ISOGrubDir + "/eltorito.img"
+	ISOGrubConfig = ISOGrubDir + "/grub.cfg"
+	ISOGrubKernel = ISOGrubDir + "/vmlinuz"
+	ISOGrubInitrd = ISOGrubDir + "/initrd.img"
 	// LiveMediumMount is where the initramfs mounts the ISO on a live
 	// boot; it stays mounted (under /run) after switch_root.
 	LiveMediumMount = "/run/terrarium/medium"

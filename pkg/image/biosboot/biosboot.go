@@ -5,7 +5,9 @@
 // from the same Boot Loader Spec entries as systemd-boot does
 // (docs/on-disk-contract.md#bios-boot). It does what grub-bios-setup
 // does for such a disk, on an image file: the boot code with the core's
-// first sector, and the core's list of its other sectors.
+// first sector, and the core's list of its other sectors. The hybrid
+// ISO boots under BIOS the same way from its own core image (El Torito),
+// with a menu of its live and installer entries (LiveMenu).
 package biosboot
 
 import (
@@ -30,6 +32,15 @@ var Modules = []string{
 // partitions tried first), and GRUB's prefix there.
 const EarlyConfigDisk = `search --no-floppy --label ` + layout.LabelESPFS + ` --set=root --hint "${root},"
 set prefix=($root)/grub
+`
+
+// EarlyConfigCD is the ISO's El Torito core image's built-in
+// configuration: the ISO 9660 filesystem by its volume ID (the boot
+// device tried first), and GRUB's prefix there. The same core image
+// boots the ISO from an optical drive (El Torito) and from a USB stick
+// (the hybrid MBR's boot code loads it).
+const EarlyConfigCD = `search --no-floppy --label ` + layout.ISOVolumeID + ` --set=root --hint "${root}"
+set prefix=($root)/` + layout.ISOGrubDir + `
 `
 
 // Offsets in GRUB's i386-pc images (include/grub/i386/pc/boot.h,

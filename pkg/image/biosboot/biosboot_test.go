@@ -136,3 +136,39 @@ func TestInitialEnv(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, grubenv.Env{layout.GrubPrefer: "b"}, env)
 }
+
+func TestLiveMenuGolden(t *testing.T) {
+	cmdline := []string{"console=ttyS0,115200", layout.CmdlineLive, layout.CmdlineSlot + "=a"}
+	cfg, err := LiveMenu{TimeoutSeconds: 5, Entries: []LiveEntry{
+		{ID: "terrarium-live", Title: "Terrarium 1.2.3 (live)", Cmdline: cmdline},
+		{ID: "terrarium-install", Title: "Install Terrarium 1.2.3 to the first empty disk", Cmdline: append(cmdline, layout.CmdlineInstall+"=auto")},
+	}}.GrubCfg()
+	require.NoError(t, err)
+	golden := filepath.Join("testdata", "live-grub.cfg")
+	if *update {
+		require.NoError(t, os.WriteFile(golden, []byte(cfg), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), cfg)
+}
+
+func TestLiveMenuRefuses(t *testing.T) {
+	ok := LiveEntry{ID: "terrarium-live", Title: "Terrarium (live)"}
+	for _, tc := range []struct {
+		name string
+		m    LiveMenu
+		want string
+	}{
+		{"no entry", LiveMenu{}, "has no entry"},
+		{"id with a space", LiveMenu{Entries: []LiveEntry{{ID: "a b", Title: "x"}}}, `entry id "a b"`},
+		{"title with a quote", LiveMenu{Entries: []LiveEntry{{ID: "x", Title: `say "hi"`}}}, `the title "say \"hi\"" of entry x`},
+		{"title with a variable", LiveMenu{Entries: []LiveEntry{ok, {ID: "y", Title: "$root"}}}, `the title "$root" of entry y`},
+		{"argument with a variable", LiveMenu{Entries: []LiveEntry{{ID: "x", Title: "x", Cmdline: []string{"init=$x"}}}}, `entry x: the kernel argument "init=$x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.m.GrubCfg()
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}

@@ -109,6 +109,7 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	boot := bootFiles{
 		kernel: filepath.Join(base.Dir, rootfs.BaseKernel), sdboot: filepath.Join(base.Dir, rootfs.BaseSDBoot),
 		grubBoot: filepath.Join(base.Dir, rootfs.BaseGrubBoot), grubCore: filepath.Join(base.Dir, rootfs.BaseGrubCore),
+		grubHybrid: filepath.Join(base.Dir, rootfs.BaseGrubBootHybrid), grubCDCore: filepath.Join(base.Dir, rootfs.BaseGrubCDCore),
 		kernelVersion: base.KernelVersion(),
 	}
 	boot.initrd, err = step(st, "initramfs", func() (string, string, error) {
@@ -210,12 +211,13 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := step(st, "iso (hybrid, UEFI)", func() (struct{}, string, error) {
+	if _, err := step(st, "iso (hybrid)", func() (struct{}, string, error) {
 		if !s.WantsOutput(spec.OutputISO) {
 			return struct{}{}, "(not requested)", nil
 		}
+		contents := isoContents(s, boot, signed)
 		note, err := writeISO(ctx, work, out(spec.OutputISO), isoInputs{
-			esp: isoContents(s, boot, signed), release: releaseOf(s, boot.kernelVersion, s.Faults),
+			esp: contents, bios: isoBIOS(contents, boot, signed), release: releaseOf(s, boot.kernelVersion, s.Faults),
 			disk: disk, slot: slots[layout.SlotA], epoch: epoch,
 		})
 		return struct{}{}, note, err
@@ -274,9 +276,11 @@ func cachedNote(cached bool) string {
 type bootFiles struct {
 	kernel, sdboot, initrd string
 	// grubBoot and grubCore are GRUB's MBR boot code and its disk core
-	// image, for BIOS boot (package biosboot).
-	grubBoot, grubCore string
-	kernelVersion      string
+	// image, for BIOS boot (package biosboot); grubHybrid and grubCDCore
+	// the hybrid ISO's.
+	grubBoot, grubCore     string
+	grubHybrid, grubCDCore string
+	kernelVersion          string
 }
 
 // buildInitramfs returns the initramfs of base's kernel with the init

@@ -207,14 +207,16 @@ func fakeBase(t *testing.T, c *cache.Cache, s *spec.Spec) {
 		require.NoError(t, err)
 		require.NoError(t, tw.Close())
 		files := map[string]string{
-			rootfs.BaseTar:           buf.String(),
-			rootfs.BaseKernel:        strings.Repeat("fake kernel ", 1000),
-			rootfs.BaseSDBoot:        strings.Repeat("MZ fake systemd-boot ", 100),
-			rootfs.BaseBusybox:       strings.Repeat("fake busybox ", 100),
-			rootfs.BaseGrubBoot:      strings.Repeat("B", 512),
-			rootfs.BaseGrubCore:      strings.Repeat("\x00", 4*512), // no block list yet, as grub-mkimage makes it
-			rootfs.BaseKernelRelease: "6.12.0-test\n",
-			rootfs.BaseVersions:      "systemd 257.9-1\nlinux-image-amd64 6.12.0-test\n",
+			rootfs.BaseTar:            buf.String(),
+			rootfs.BaseKernel:         strings.Repeat("fake kernel ", 1000),
+			rootfs.BaseSDBoot:         strings.Repeat("MZ fake systemd-boot ", 100),
+			rootfs.BaseBusybox:        strings.Repeat("fake busybox ", 100),
+			rootfs.BaseGrubBoot:       strings.Repeat("B", 512),
+			rootfs.BaseGrubCore:       strings.Repeat("\x00", 4*512), // no block list yet, as grub-mkimage makes it
+			rootfs.BaseGrubBootHybrid: strings.Repeat("H", 512),
+			rootfs.BaseGrubCDCore:     strings.Repeat("C", 8*512),
+			rootfs.BaseKernelRelease:  "6.12.0-test\n",
+			rootfs.BaseVersions:       "systemd 257.9-1\nlinux-image-amd64 6.12.0-test\n",
 			filepath.Join(rootfs.BaseModules, "modules.dep"):     "",
 			filepath.Join(rootfs.BaseModules, "modules.builtin"): "kernel/drivers/block/virtio_blk.ko\n",
 		}
@@ -288,6 +290,16 @@ func TestRunWithFakeBase(t *testing.T) {
 	b, err = exec.Command("xorriso", "-indev", filepath.Join(outs[0], "unit.iso"), "-report_el_torito", "as_mkisofs").CombinedOutput()
 	require.NoError(t, err, "xorriso: %s", b)
 	assert.Contains(t, string(b), "-e ", "the ISO has an El Torito EFI image")
+	assert.Contains(t, string(b), "-b '/"+layout.ISOGrubCore+"'", "and GRUB's, for BIOS")
+	assert.Contains(t, string(b), "--grub2-mbr", "with GRUB's hybrid MBR boot code for sticks")
+	grubCfg := filepath.Join(t.TempDir(), "grub.cfg")
+	b, err = exec.Command("xorriso", "-osirrox", "on", "-indev", filepath.Join(outs[0], "unit.iso"), "-extract", "/"+layout.ISOGrubConfig, grubCfg).CombinedOutput()
+	require.NoError(t, err, "the ISO's GRUB menu: %s", b)
+	menu, err := os.ReadFile(grubCfg)
+	require.NoError(t, err)
+	assert.Regexp(t, `set default=terrarium-live\n`, string(menu), "the live system first, as under UEFI")
+	assert.Regexp(t, `linux /`+layout.ISOGrubKernel+` .*`+layout.CmdlineLive+` `+layout.CmdlineSlot+`=a\n`, string(menu))
+	assert.Contains(t, string(menu), "--id terrarium-install {")
 
 	sbomJSON, err := os.ReadFile(filepath.Join(outs[0], "sbom.cdx.json"))
 	require.NoError(t, err)

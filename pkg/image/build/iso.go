@@ -9,6 +9,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
 	"github.com/terrarium-os/terrarium/pkg/image/esp"
 	"github.com/terrarium-os/terrarium/pkg/image/iso"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
@@ -63,9 +64,34 @@ func liveCmdline(s *spec.Spec) []string {
 	return append(append([]string(nil), s.Kernel.Cmdline...), layout.CmdlineLive)
 }
 
+// isoBIOS is what boots the ISO under BIOS: GRUB's images and a menu of
+// the ESP's entries, the live system first. A Secure Boot build's ISO
+// boots under UEFI only: under BIOS nothing would check what it boots.
+func isoBIOS(c esp.Contents, boot bootFiles, signed *signedBoot) *isoBIOSBoot {
+	if signed != nil {
+		return nil
+	}
+	menu := biosboot.LiveMenu{TimeoutSeconds: c.TimeoutSeconds}
+	for _, e := range c.Entries {
+		id := e.ID
+		if id == "" {
+			id = "terrarium-live"
+		}
+		menu.Entries = append(menu.Entries, biosboot.LiveEntry{ID: id, Title: e.Title, Cmdline: e.Slot.Cmdline(e.Cmdline)})
+	}
+	return &isoBIOSBoot{menu: menu, core: boot.grubCDCore, hybridMBR: boot.grubHybrid, kernel: boot.kernel, initrd: boot.initrd}
+}
+
+// isoBIOSBoot is the ISO's BIOS boot, as the build has it.
+type isoBIOSBoot struct {
+	menu                            biosboot.LiveMenu
+	core, hybridMBR, kernel, initrd string
+}
+
 // isoInputs are what the iso stage reads.
 type isoInputs struct {
 	esp     esp.Contents
+	bios    *isoBIOSBoot // nil: UEFI only
 	release release.Release
 	disk    rawDisk // the raw image: its head, up to slot A, goes on the ISO
 	slot    string  // slot A's squashfs
@@ -101,9 +127,18 @@ func writeISO(ctx context.Context, work, dst string, in isoInputs) (string, erro
 	if err := iso.Head(in.disk.path, slotA, head); err != nil {
 		return "", err
 	}
-	err = iso.Write(ctx, dst, iso.Inputs{ESP: espImg, Slot: in.slot, Head: head, Release: rel, Epoch: in.epoch})
-	if err != nil {
+	inputs := iso.Inputs{ESP: espImg, Slot: in.slot, Head: head, Release: rel, Epoch: in.epoch}
+	firmware := "UEFI"
+	if b := in.bios; b != nil {
+		cfg, err := b.menu.GrubCfg()
+		if err != nil {
+			return "", err
+		}
+		inputs.BIOS = &iso.BIOS{Core: b.core, HybridMBR: b.hybridMBR, Config: []byte(cfg), Kernel: b.kernel, Initrd: b.initrd}
+		firmware = "UEFI and BIOS"
+	}
+	if err := iso.Write(ctx, dst, inputs); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("EFI partition %d MiB", fi.Size()/layout.MiB), nil
+	return fmt.Sprintf("%s, EFI partition %d MiB", firmware, fi.Size()/layout.MiB), nil
 }

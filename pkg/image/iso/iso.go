@@ -3,8 +3,12 @@
 // under UEFI through an El Torito EFI boot image that is at the same time
 // the image's appended EFI system partition (GPT). An optical drive boots it
 // through El Torito; a USB stick written with dd or Etcher boots it through
-// the partition. It is made by xorriso and reproducible: every date comes
-// from the build's epoch (SOURCE_DATE_EPOCH and -volume_date).
+// the partition. Under BIOS, GRUB's El Torito core image boots it from an
+// optical drive, and GRUB's hybrid MBR boot code loads that same core
+// image from a stick; GRUB's menu on the ISO boots the live entries'
+// kernel and initramfs, which the ISO carries beside the EFI image's. It
+// is made by xorriso and reproducible: every date comes from the build's
+// epoch (SOURCE_DATE_EPOCH and -volume_date).
 package iso
 
 import (
@@ -40,8 +44,23 @@ type Inputs struct {
 	Release []byte
 	// Epoch fixes every date in the ISO.
 	Epoch time.Time
+	// BIOS, when set, boots the ISO under BIOS as well.
+	BIOS *BIOS
 	// Xorriso is the xorriso binary ("" finds it on $PATH).
 	Xorriso string
+}
+
+// BIOS is what boots the ISO under BIOS: host paths of GRUB's images, the
+// menu and what it boots.
+type BIOS struct {
+	// Core is GRUB's El Torito core image (grub-mkimage -O
+	// i386-pc-eltorito), HybridMBR its boot_hybrid.img, the MBR boot code
+	// that loads Core from a stick.
+	Core, HybridMBR string
+	// Config is GRUB's menu (biosboot.LiveMenu).
+	Config []byte
+	// Kernel and Initrd are what the menu's entries boot.
+	Kernel, Initrd string
 }
 
 // Write writes the ISO to out (replacing it once complete).
@@ -53,7 +72,11 @@ func Write(ctx context.Context, out string, in Inputs) error {
 	if _, err := exec.LookPath(bin); err != nil {
 		return fmt.Errorf("the iso output needs xorriso (run `make deps`): %w", err)
 	}
-	for _, f := range []string{in.ESP, in.Slot, in.Head} {
+	inputs := []string{in.ESP, in.Slot, in.Head}
+	if in.BIOS != nil {
+		inputs = append(inputs, in.BIOS.Core, in.BIOS.HybridMBR, in.BIOS.Kernel, in.BIOS.Initrd)
+	}
+	for _, f := range inputs {
 		if fi, err := os.Stat(f); err != nil {
 			return fmt.Errorf("iso input: %w", err)
 		} else if fi.Size() == 0 {
@@ -81,13 +104,32 @@ func Write(ctx context.Context, out string, in Inputs) error {
 	if err := os.WriteFile(sums, []byte(list.String()), 0o644); err != nil {
 		return err
 	}
-	tmp := filepath.Join(work, "out.iso")
-	cmd := exec.CommandContext(ctx, bin, Args(tmp, in.ESP, map[string]string{
+	files := map[string]string{
 		layout.ISOSlotFile:    in.Slot,
 		layout.ISOHeadFile:    in.Head,
 		layout.ISOReleaseFile: rel,
 		layout.ISOSumsFile:    sums,
-	}, in.Epoch)...)
+	}
+	var hybridMBR string
+	if b := in.BIOS; b != nil {
+		cfg := filepath.Join(work, "grub.cfg")
+		if err := os.WriteFile(cfg, b.Config, 0o644); err != nil {
+			return err
+		}
+		// xorriso patches the core image it boots (--grub2-boot-info):
+		// a copy, never the build cache's file.
+		core := filepath.Join(work, "eltorito.img")
+		if err := copyFile(b.Core, core); err != nil {
+			return err
+		}
+		files[layout.ISOGrubCore] = core
+		files[layout.ISOGrubConfig] = cfg
+		files[layout.ISOGrubKernel] = b.Kernel
+		files[layout.ISOGrubInitrd] = b.Initrd
+		hybridMBR = b.HybridMBR
+	}
+	tmp := filepath.Join(work, "out.iso")
+	cmd := exec.CommandContext(ctx, bin, Args(tmp, in.ESP, hybridMBR, files, in.Epoch)...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(in.Epoch.Unix(), 10))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("xorriso: %w: %s", err, lastLines(string(b), 10))
@@ -100,8 +142,10 @@ func Write(ctx context.Context, out string, in Inputs) error {
 
 // Args is xorriso's command line: files maps paths in the ISO to host
 // paths. Every file's dates are set to epoch; the volume's dates and the
-// GPT's disk GUID derive from it.
-func Args(out, esp string, files map[string]string, epoch time.Time) []string {
+// GPT's disk GUID derive from it. With hybridMBR (GRUB's boot_hybrid.img)
+// the ISO boots under BIOS too: files then hold layout.ISOGrubCore, the
+// El Torito image BIOS boots first, and the MBR's boot code loads it.
+func Args(out, esp, hybridMBR string, files map[string]string, epoch time.Time) []string {
 	args := []string{
 		"-no_rc", "-report_about", "SORRY", "-abort_on", "FAILURE",
 		// Files from the build cache carry the cache's dates: every file
@@ -113,9 +157,19 @@ func Args(out, esp string, files map[string]string, epoch time.Time) []string {
 		"-r", "-iso-level", "3",
 		"-append_partition", "2", "0xef", esp,
 		"-appended_part_as_gpt",
+	}
+	if hybridMBR != "" {
+		args = append(args,
+			"--grub2-mbr", hybridMBR,
+			"-c", "/"+layout.ISOGrubDir+"/boot.cat",
+			"-b", "/"+layout.ISOGrubCore, "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table", "--grub2-boot-info",
+			"-eltorito-alt-boot",
+		)
+	}
+	args = append(args,
 		"-e", "--interval:appended_partition_2:all::", "-no-emul-boot",
 		"-graft-points",
-	}
+	)
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -174,4 +228,13 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// copyFile copies from to a new file to.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
 }

@@ -153,6 +153,79 @@ func TestWrite(t *testing.T) {
 	})
 }
 
+// biosInputs are in with fake GRUB images for BIOS boot: xorriso only
+// places them and patches their block addresses (QEMU boots the real
+// ones, qemu-tests' TestISOUnderSeaBIOS).
+func biosInputs(t *testing.T, in Inputs) Inputs {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+		return p
+	}
+	mbr := bytes.Repeat([]byte{0xeb}, 512)
+	in.BIOS = &BIOS{
+		Core:      write("eltorito.img", bytes.Repeat([]byte("GRUB core "), 3000)),
+		HybridMBR: write("boot_hybrid.img", mbr),
+		Config:    []byte("set default=terrarium-live\n"),
+		Kernel:    write("vmlinuz", bytes.Repeat([]byte("kernel "), 30000)),
+		Initrd:    write("initrd", bytes.Repeat([]byte("initrd "), 7000)),
+	}
+	return in
+}
+
+// TestWriteBIOS: with GRUB's images the ISO boots under BIOS too: El
+// Torito's first image is GRUB's core (the EFI image the alternative), the
+// MBR carries GRUB's hybrid boot code in front of an unchanged protective
+// MBR and GPT, and GRUB's menu, kernel and initramfs are on the ISO. The
+// core image on the cache is never patched, and two builds are the same.
+func TestWriteBIOS(t *testing.T) {
+	requireTool(t, "xorriso")
+	in := biosInputs(t, inputs(t))
+	coreBefore := sha(t, in.BIOS.Core)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "a.iso")
+	require.NoError(t, Write(context.Background(), out, in))
+
+	rep, err := exec.Command("xorriso", "-indev", out, "-report_el_torito", "plain").CombinedOutput()
+	require.NoError(t, err, "%s", rep)
+	report := string(rep)
+	assert.Regexp(t, `El Torito boot img :\s+1\s+BIOS\s+y\s+none\s+0x0000\s+0x00\s+4`, report, "BIOS first, no emulation, 4 sectors")
+	assert.Regexp(t, `El Torito boot img :\s+2\s+UEFI`, report)
+	assert.Contains(t, report, "/"+layout.ISOGrubCore)
+	asMkisofs, err := exec.Command("xorriso", "-indev", out, "-report_el_torito", "as_mkisofs").CombinedOutput()
+	require.NoError(t, err, "%s", asMkisofs)
+	assert.Contains(t, string(asMkisofs), "--grub2-mbr")
+	assert.Contains(t, string(asMkisofs), "-boot-info-table")
+	assert.Contains(t, string(asMkisofs), "-appended_part_as_gpt", "the GPT for UEFI sticks stays")
+
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	mbr := make([]byte, 512)
+	_, err = f.ReadAt(mbr, 0)
+	require.NoError(t, err)
+	assert.Equal(t, bytes.Repeat([]byte{0xeb}, 0x1b0), mbr[:0x1b0], "GRUB's hybrid boot code")
+	assert.Equal(t, []byte{0x55, 0xaa}, mbr[510:])
+	assert.Equal(t, byte(0xee), mbr[0x1be+4], "the protective MBR's partition")
+
+	x := t.TempDir()
+	b, err := exec.Command("xorriso", "-osirrox", "on", "-indev", out, "-extract", "/"+layout.ISOGrubDir, x).CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	cfg, err := os.ReadFile(filepath.Join(x, filepath.Base(layout.ISOGrubConfig)))
+	require.NoError(t, err)
+	assert.Equal(t, string(in.BIOS.Config), string(cfg))
+	assert.Equal(t, sha(t, in.BIOS.Kernel), sha(t, filepath.Join(x, filepath.Base(layout.ISOGrubKernel))))
+	assert.Equal(t, sha(t, in.BIOS.Initrd), sha(t, filepath.Join(x, filepath.Base(layout.ISOGrubInitrd))))
+	assert.Equal(t, coreBefore, sha(t, in.BIOS.Core), "the cache's core image is not patched")
+	assert.NotEqual(t, coreBefore, sha(t, filepath.Join(x, filepath.Base(layout.ISOGrubCore))), "the ISO's is: its boot info table")
+
+	again := filepath.Join(dir, "b.iso")
+	require.NoError(t, Write(context.Background(), again, in))
+	assert.Equal(t, sha(t, out), sha(t, again), "two builds of the same inputs")
+}
+
 func TestWriteRefusesMissingInputs(t *testing.T) {
 	requireTool(t, "xorriso")
 	in := inputs(t)
@@ -163,6 +236,10 @@ func TestWriteRefusesMissingInputs(t *testing.T) {
 		"no head":    func(in *Inputs) { in.Head = "" },
 		"empty slot": func(in *Inputs) { in.Slot = empty },
 		"no xorriso": func(in *Inputs) { in.Xorriso = "/nonexistent/xorriso" },
+		"no GRUB core": func(in *Inputs) {
+			*in = biosInputs(t, *in)
+			in.BIOS.Core = filepath.Join(t.TempDir(), "nope.img")
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad := in
@@ -176,7 +253,7 @@ func TestWriteRefusesMissingInputs(t *testing.T) {
 }
 
 func TestArgsMapsFilesInOrder(t *testing.T) {
-	args := Args("o.iso", "esp.img", map[string]string{"b/y": "/h/y", "a/x": "/h/x"}, time.Unix(100, 0))
+	args := Args("o.iso", "esp.img", "", map[string]string{"b/y": "/h/y", "a/x": "/h/x"}, time.Unix(100, 0))
 	assert.Equal(t, []string{"/a/x=/h/x", "/b/y=/h/y"}, args[len(args)-2:])
 	assert.Contains(t, args, "=100")
 }

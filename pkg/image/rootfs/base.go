@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/spec"
@@ -42,10 +43,13 @@ const (
 	BaseVersions      = "versions.txt" // "package version" lines, sorted
 	BaseKernelRelease = "boot/kernel.release"
 	// GRUB for BIOS boot (package biosboot), from grub-pc-bin: its MBR
-	// boot code, and the disk's core image grub-mkimage made in the base
-	// with biosboot's modules and early configuration.
-	BaseGrubBoot = "boot/grub/boot.img"
-	BaseGrubCore = "boot/grub/core.img"
+	// boot code, the hybrid ISO's MBR boot code, and the two core images
+	// grub-mkimage made in the base with biosboot's modules and early
+	// configurations: the disk's, and the ISO's El Torito image.
+	BaseGrubBoot       = "boot/grub/boot.img"
+	BaseGrubBootHybrid = "boot/grub/boot_hybrid.img"
+	BaseGrubCore       = "boot/grub/core.img"
+	BaseGrubCDCore     = "boot/grub/eltorito.img"
 )
 
 // dpkg paths left out of the image: documentation and manuals have no
@@ -70,7 +74,7 @@ func BaseKey(o spec.OS, lock *OSLock, epoch time.Time) (string, error) {
 		String("suite", o.Suite).
 		Strings("packages", sortedPackages(o)).Strings("dpkgopt", dpkgExcludes).
 		Strings("grub-modules", biosboot.Modules).
-		String("grub-early-disk", biosboot.EarlyConfigDisk).
+		String("grub-early-disk", biosboot.EarlyConfigDisk).String("grub-early-cd", biosboot.EarlyConfigCD).
 		String("epoch", strconv.FormatInt(epoch.Unix(), 10))
 	if lock != nil {
 		k.Strings("lock", lock.key())
@@ -157,20 +161,31 @@ func makeBase(ctx context.Context, dir, suite, mirror string, pkgs []string, sou
 	return extractBootArtifacts(ctx, tarPath, dir)
 }
 
-// grubHooks are the mmdebstrap hooks that make GRUB's core image with
-// the base's own grub-mkimage and move it out of the base into dir
-// (BaseGrubCore), so that the slot does not carry it.
+// grubHooks are the mmdebstrap hooks that make GRUB's two core images
+// with the base's own grub-mkimage and move them out of the base into
+// dir (BaseGrubCore, BaseGrubCDCore), so that the slot does not carry
+// them.
 func grubHooks(dir string) ([]string, error) {
 	grubDir := filepath.Join(dir, filepath.Dir(BaseGrubCore))
 	if err := os.MkdirAll(grubDir, 0o755); err != nil {
 		return nil, err
 	}
-	early := filepath.Join(grubDir, "early-disk.cfg")
-	if err := os.WriteFile(early, []byte(biosboot.EarlyConfigDisk), 0o644); err != nil {
+	disk, cd := filepath.Join(grubDir, "early-disk.cfg"), filepath.Join(grubDir, "early-cd.cfg")
+	if err := os.WriteFile(disk, []byte(biosboot.EarlyConfigDisk), 0o644); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf(`--customize-hook=cp %q "$1/tmp/early.cfg" && chroot "$1" grub-mkimage -O i386-pc -p /grub -c /tmp/early.cfg -o /tmp/core.img %s && mv "$1/tmp/core.img" %q && rm "$1/tmp/early.cfg"`,
-		early, strings.Join(biosboot.Modules, " "), filepath.Join(dir, BaseGrubCore))}, nil
+	if err := os.WriteFile(cd, []byte(biosboot.EarlyConfigCD), 0o644); err != nil {
+		return nil, err
+	}
+	mods := strings.Join(biosboot.Modules, " ")
+	mkimage := func(format, prefix, early, out string) string {
+		return fmt.Sprintf(`cp %q "$1/tmp/early.cfg" && chroot "$1" grub-mkimage -O %s -p %s -c /tmp/early.cfg -o /tmp/core.img %s && mv "$1/tmp/core.img" %q && rm "$1/tmp/early.cfg"`,
+			early, format, prefix, mods, filepath.Join(dir, out))
+	}
+	return []string{
+		"--customize-hook=" + mkimage("i386-pc", "/grub", disk, BaseGrubCore),
+		"--customize-hook=" + mkimage("i386-pc-eltorito", "/"+layout.ISOGrubDir, cd, BaseGrubCDCore),
+	}, nil
 }
 
 // extractBootArtifacts copies what the ESP and initramfs need out of the
@@ -183,7 +198,7 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, "tar", "-xf", tarPath, "-C", tmp, "--wildcards",
 		"./boot/vmlinuz-*", "./usr/lib/modules/*", "./usr/lib/systemd/boot/efi/systemd-bootx64.efi", "./usr/bin/busybox",
-		"./usr/lib/grub/i386-pc/boot.img")
+		"./usr/lib/grub/i386-pc/boot.img", "./usr/lib/grub/i386-pc/boot_hybrid.img")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		hint := ""
 		if strings.Contains(string(out), "Not found in archive") {
@@ -205,6 +220,7 @@ func extractBootArtifacts(ctx context.Context, tarPath, dir string) error {
 		filepath.Join(tmp, "usr/lib/systemd/boot/efi/systemd-bootx64.efi"): BaseSDBoot,
 		filepath.Join(tmp, "usr/bin/busybox"):                              BaseBusybox,
 		filepath.Join(tmp, "usr/lib/grub/i386-pc/boot.img"):                BaseGrubBoot,
+		filepath.Join(tmp, "usr/lib/grub/i386-pc/boot_hybrid.img"):         BaseGrubBootHybrid,
 	}
 	for from, to := range moves {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, to)), 0o755); err != nil {

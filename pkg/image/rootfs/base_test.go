@@ -113,6 +113,7 @@ func bootTree() []entry {
 		tDir("usr/lib/grub/"),
 		tDir("usr/lib/grub/i386-pc/"),
 		tFile("usr/lib/grub/i386-pc/boot.img", "GRUB boot.img"),
+		tFile("usr/lib/grub/i386-pc/boot_hybrid.img", "GRUB boot_hybrid.img"),
 		tFile("usr/lib/grub/i386-pc/normal.mod", "a module"),
 	}
 }
@@ -126,10 +127,11 @@ func TestExtractBootArtifacts(t *testing.T) {
 	require.NoError(t, extractBootArtifacts(context.Background(), tarPath, dir))
 
 	for name, want := range map[string]string{
-		BaseKernel:   "kernel image",
-		BaseSDBoot:   "MZ systemd-boot",
-		BaseBusybox:  "busybox binary",
-		BaseGrubBoot: "GRUB boot.img",
+		BaseKernel:         "kernel image",
+		BaseSDBoot:         "MZ systemd-boot",
+		BaseBusybox:        "busybox binary",
+		BaseGrubBoot:       "GRUB boot.img",
+		BaseGrubBootHybrid: "GRUB boot_hybrid.img",
 		filepath.Join(BaseModules, "kernel", "a.ko"): "module a",
 		filepath.Join(BaseModules, "modules.dep"):    "kernel/a.ko:\n",
 		BaseKernelRelease:                            "6.1.0-x\n",
@@ -161,7 +163,7 @@ func TestExtractBootArtifacts(t *testing.T) {
 		return nil
 	}))
 	assert.ElementsMatch(t, []string{
-		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease, BaseGrubBoot,
+		BaseKernel, BaseSDBoot, BaseBusybox, BaseKernelRelease, BaseGrubBoot, BaseGrubBootHybrid,
 		filepath.Join(BaseModules, "kernel", "a.ko"), filepath.Join(BaseModules, "modules.dep"),
 	}, boot)
 }

@@ -134,9 +134,19 @@ func liveDiskInstaller(h *host.Host) ISOInstaller {
 		}
 		say(fmt.Sprintf("target %s (boot medium /dev/%s)", target, medium))
 		mnt := "/run/terrarium/install-state"
+		// Under UEFI the disk becomes the first boot option; under BIOS
+		// there are none: the disk boots through GRUB in its MBR (and
+		// under UEFI too, should the machine be switched), and the ISO's
+		// GRUB menu boots it by default (biosboot.LiveMenu).
+		var boot *efiboot.Vars
+		if efiboot.Booted(h.Root) {
+			boot = &efiboot.Vars{Dir: efiboot.DefaultDir}
+		} else {
+			say(fmt.Sprintf("booted under BIOS: no boot option to set; %s boots through GRUB in its MBR, and the ISO's menu hands the boot over to it while the ISO comes first", target))
+		}
 		return installer.Install(ctx, installer.Options{
 			Target: target, Medium: m, Wipe: in.Wipe, Report: say,
-			Boot: &efiboot.Vars{Dir: efiboot.DefaultDir},
+			Boot: boot,
 			State: &installer.State{
 				PartitionDev: func(ctx context.Context, n int) (string, error) {
 					return installer.WaitPartition(ctx, "/sys/class/block", target.Name, n)

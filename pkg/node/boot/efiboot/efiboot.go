@@ -25,6 +25,16 @@ const GlobalGUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 // DefaultDir is where efivarfs is mounted.
 const DefaultDir = "/sys/firmware/efi/efivars"
 
+// firmwareDir exists when the kernel was started by UEFI firmware.
+const firmwareDir = "/sys/firmware/efi"
+
+// Booted reports whether the machine whose root is root ("/" on a node)
+// booted under UEFI; false under BIOS, where there are no boot options.
+func Booted(root string) bool {
+	fi, err := os.Stat(filepath.Join(root, firmwareDir))
+	return err == nil && fi.IsDir()
+}
+
 // LoaderPath is the removable-media loader every Terrarium ESP carries.
 const LoaderPath = `\EFI\BOOT\BOOTX64.EFI`
 

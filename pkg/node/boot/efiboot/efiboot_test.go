@@ -152,3 +152,14 @@ func TestOwnVariable(t *testing.T) {
 	assert.False(t, ok)
 	require.NoError(t, o.Delete(), "deleting an absent variable")
 }
+
+func TestBooted(t *testing.T) {
+	root := t.TempDir()
+	assert.False(t, Booted(root), "no /sys/firmware/efi: BIOS")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys/firmware"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "sys/firmware/efi"), nil, 0o644))
+	assert.False(t, Booted(root), "a file is not the firmware's directory")
+	require.NoError(t, os.Remove(filepath.Join(root, "sys/firmware/efi")))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys/firmware/efi/efivars"), 0o755))
+	assert.True(t, Booted(root))
+}
