@@ -59,13 +59,24 @@ func (m LiveMenu) GrubCfg() (string, error) {
 		"Timeout": m.TimeoutSeconds, "Entries": entries,
 		"Kernel": "/" + layout.ISOGrubKernel, "Initrd": "/" + layout.ISOGrubInitrd,
 		"DiskConfig": "/" + layout.ESPGrubConfig, "Entries_": layout.ESPEntriesDir, "Prefix": layout.ESPEntryTokenPrefix,
-		"Disks": disks,
+		"Disks": disks, "SlotKernels": slotKernels(),
 	})
 	return b.String(), err
 }
 
 // disks are the BIOS drives looked at for an installed Terrarium.
 var disks = []string{"hd0", "hd1", "hd2", "hd3", "hd4", "hd5", "hd6", "hd7"}
+
+// slotKernels are the ESP paths of the slots' kernels: a disk is handed
+// over to only if its configuration has a slot to boot (else it would
+// reboot, and the ISO hand over again, for ever).
+func slotKernels() []string {
+	var ks []string
+	for _, s := range layout.Slots() {
+		ks = append(ks, "/"+s.KernelPath())
+	}
+	return ks
+}
 
 var liveMenuTemplate = template.Must(template.New("grub.cfg").Parse(`# Terrarium's ISO under BIOS, written by imagebuild: docs/on-disk-contract.md#bios-boot.
 serial --unit=0 --speed=115200
@@ -75,6 +86,10 @@ terminfo -g 240x50 serial
 set timeout={{.Timeout}}
 set timeout_style=menu
 set default={{(index .Entries 0).ID}}
+# The ISO, where the live entries' files are, whatever root a disk's
+# configuration left behind when its menu was left (ESC).
+set terrarium_iso=$root
+export terrarium_iso
 
 # An installed Terrarium on a disk is booted, as under UEFI the live
 # system's initramfs hands the boot over to it.
@@ -82,7 +97,11 @@ set terrarium_disk=
 for d in{{range .Disks}} {{.}}{{end}}; do
   if [ -f ($d,gpt1){{.DiskConfig}} ]; then
     for f in ($d,gpt1)/{{.Entries_}}/{{.Prefix}}*.conf; do
-      if [ -f "$f" ]; then set terrarium_disk=$d; fi
+      if [ -f "$f" ]; then
+        for k in{{range .SlotKernels}} {{.}}{{end}}; do
+          if [ -f ($d,gpt1)$k ]; then set terrarium_disk=$d; fi
+        done
+      fi
     done
   fi
   if [ -n "$terrarium_disk" ]; then break; fi
@@ -97,6 +116,7 @@ if [ -n "$terrarium_disk" ]; then
 fi
 {{range .Entries}}
 menuentry "{{.Title}}" --id {{.ID}} {
+  set root=$terrarium_iso
   linux {{$.Kernel}} {{.Cmdline}}
   initrd {{$.Initrd}}
 }

@@ -116,8 +116,9 @@ func Write(ctx context.Context, out string, in Inputs) error {
 		if err := os.WriteFile(cfg, b.Config, 0o644); err != nil {
 			return err
 		}
-		// xorriso patches the core image it boots (--grub2-boot-info):
-		// a copy, never the build cache's file.
+		// xorriso patches the core image it writes into the ISO
+		// (--grub2-boot-info); it is given a copy all the same, so that
+		// nothing can touch the build cache's file.
 		core := filepath.Join(work, "eltorito.img")
 		if err := copyFile(b.Core, core); err != nil {
 			return err
@@ -161,6 +162,9 @@ func Args(out, esp, hybridMBR string, files map[string]string, epoch time.Time) 
 	if hybridMBR != "" {
 		args = append(args,
 			"--grub2-mbr", hybridMBR,
+			// Some BIOSes boot a stick only with an active partition:
+			// a dummy one over the first block, the GPT's 0xee kept.
+			"--mbr-force-bootable",
 			"-c", "/"+layout.ISOGrubDir+"/boot.cat",
 			"-b", "/"+layout.ISOGrubCore, "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table", "--grub2-boot-info",
 			"-eltorito-alt-boot",

@@ -155,7 +155,7 @@ func TestWrite(t *testing.T) {
 
 // biosInputs are in with fake GRUB images for BIOS boot: xorriso only
 // places them and patches their block addresses (QEMU boots the real
-// ones, qemu-tests' TestISOUnderSeaBIOS).
+// ones: qemu-tests' TestConfigChannels and TestISOInstallBIOS).
 func biosInputs(t *testing.T, in Inputs) Inputs {
 	t.Helper()
 	dir := t.TempDir()
@@ -182,6 +182,7 @@ func biosInputs(t *testing.T, in Inputs) Inputs {
 // core image on the cache is never patched, and two builds are the same.
 func TestWriteBIOS(t *testing.T) {
 	requireTool(t, "xorriso")
+	requireTool(t, "sgdisk")
 	in := biosInputs(t, inputs(t))
 	coreBefore := sha(t, in.BIOS.Core)
 	dir := t.TempDir()
@@ -209,9 +210,13 @@ func TestWriteBIOS(t *testing.T) {
 	assert.Equal(t, bytes.Repeat([]byte{0xeb}, 0x1b0), mbr[:0x1b0], "GRUB's hybrid boot code")
 	assert.Equal(t, []byte{0x55, 0xaa}, mbr[510:])
 	assert.Equal(t, byte(0xee), mbr[0x1be+4], "the protective MBR's partition")
+	assert.Equal(t, byte(0x80), mbr[0x1ce], "a dummy active partition, for BIOSes that want one")
+	b, err := exec.Command("sgdisk", "-v", out).CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	assert.Contains(t, string(b), "No problems found")
 
 	x := t.TempDir()
-	b, err := exec.Command("xorriso", "-osirrox", "on", "-indev", out, "-extract", "/"+layout.ISOGrubDir, x).CombinedOutput()
+	b, err = exec.Command("xorriso", "-osirrox", "on", "-indev", out, "-extract", "/"+layout.ISOGrubDir, x).CombinedOutput()
 	require.NoError(t, err, "%s", b)
 	cfg, err := os.ReadFile(filepath.Join(x, filepath.Base(layout.ISOGrubConfig)))
 	require.NoError(t, err)

@@ -394,7 +394,7 @@ func (in *Init) handOver(ctx context.Context, medium string) error {
 	}
 	sort.Strings(names)
 	disk := disks[names[0]]
-	if _, err := os.Stat(in.efivars); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Dir(in.efivars)); errors.Is(err, os.ErrNotExist) {
 		// Under BIOS the ISO's GRUB menu does the handover: its default
 		// boots an installed disk it finds, so this live boot was chosen.
 		in.say("Terrarium is installed on %s; this machine booted the ISO under BIOS, whose menu boots that disk by default: running live, as chosen (or, if the menu did not offer the disk, put the disk before the ISO in the BIOS's boot order)", disk.dev())
