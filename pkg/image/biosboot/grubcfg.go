@@ -87,13 +87,17 @@ func InitialEnv(prefer layout.Slot) ([]byte, error) {
 // environment block, for the entry file named beside it; the tries left
 // are the name's less those x, and the node's initramfs counts them in
 // the name (package bootloader) before anything else reads it.
-var grubCfgTemplate = template.Must(template.New("grub.cfg").Parse(`# Terrarium's BIOS boot, written by imagebuild: docs/on-disk-contract.md#bios-boot.
-# The Boot Loader Spec entries in /{{.Entries}} decide, as under systemd-boot.
-serial --unit=0 --speed=115200
+// console makes GRUB's console the screen and the first serial port, as
+// the kernel's (both menus start with it).
+const console = `serial --unit=0 --speed=115200
 terminal_input console serial
 terminal_output console serial
 terminfo -g 240x50 serial
-set timeout={{.Timeout}}
+`
+
+var grubCfgTemplate = template.Must(template.New("grub.cfg").Parse(`# Terrarium's BIOS boot, written by imagebuild: docs/on-disk-contract.md#bios-boot.
+# The Boot Loader Spec entries in /{{.Entries}} decide, as under systemd-boot.
+` + console + `set timeout={{.Timeout}}
 set timeout_style=menu
 set terrarium_env=($root)/{{.Env}}
 export terrarium_env

@@ -79,11 +79,7 @@ func slotKernels() []string {
 }
 
 var liveMenuTemplate = template.Must(template.New("grub.cfg").Parse(`# Terrarium's ISO under BIOS, written by imagebuild: docs/on-disk-contract.md#bios-boot.
-serial --unit=0 --speed=115200
-terminal_input console serial
-terminal_output console serial
-terminfo -g 240x50 serial
-set timeout={{.Timeout}}
+` + console + `set timeout={{.Timeout}}
 set timeout_style=menu
 set default={{(index .Entries 0).ID}}
 # The ISO, where the live entries' files are, whatever root a disk's

@@ -28,15 +28,19 @@ func requireTool(t *testing.T, name string) {
 	require.NoError(t, err, "%s not found: run make deps", name)
 }
 
+// writeFile writes data to dir/name and returns its path.
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(p, data, 0o644))
+	return p
+}
+
 // inputs writes a small ESP (esp.Write, fake boot files) and a fake slot.
 func inputs(t *testing.T) Inputs {
 	t.Helper()
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, data, 0o644))
-		return p
-	}
+	write := func(name string, data []byte) string { return writeFile(t, dir, name, data) }
 	c := esp.Contents{
 		SystemdBoot: write("sd-boot.efi", bytes.Repeat([]byte("MZ systemd-boot "), 5000)),
 		Entries: []esp.Entry{{
@@ -159,11 +163,7 @@ func TestWrite(t *testing.T) {
 func biosInputs(t *testing.T, in Inputs) Inputs {
 	t.Helper()
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, data, 0o644))
-		return p
-	}
+	write := func(name string, data []byte) string { return writeFile(t, dir, name, data) }
 	mbr := bytes.Repeat([]byte{0xeb}, 512)
 	in.BIOS = &BIOS{
 		Core:      write("eltorito.img", bytes.Repeat([]byte("GRUB core "), 3000)),
