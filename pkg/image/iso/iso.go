@@ -116,14 +116,9 @@ func Write(ctx context.Context, out string, in Inputs) error {
 		if err := os.WriteFile(cfg, b.Config, 0o644); err != nil {
 			return err
 		}
-		// xorriso patches the core image it writes into the ISO
-		// (--grub2-boot-info); it is given a copy all the same, so that
-		// nothing can touch the build cache's file.
-		core := filepath.Join(work, "eltorito.img")
-		if err := copyFile(b.Core, core); err != nil {
-			return err
-		}
-		files[layout.ISOGrubCore] = core
+		// xorriso patches its boot info table into the copy it writes
+		// into the ISO (--grub2-boot-info), never into the input.
+		files[layout.ISOGrubCore] = b.Core
 		files[layout.ISOGrubConfig] = cfg
 		files[layout.ISOGrubKernel] = b.Kernel
 		files[layout.ISOGrubInitrd] = b.Initrd
@@ -232,13 +227,4 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// copyFile copies from to a new file to.
-func copyFile(from, to string) error {
-	b, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, b, 0o644)
 }
