@@ -33,6 +33,8 @@ var testSubnet = &net.IPNet{IP: net.IPv4(10, 0, 2, 0), Mask: net.CIDRMask(24, 32
 //   - an unsigned stick with another config is refused, nothing changes;
 //   - a signed stick changes its hostname and replaces its admin (the old
 //     one removed) without restarting containerd or the registry;
+//   - an ext4 support stick is refused by name, a FAT one receives the
+//     support bundle, both through the stick service's sandbox;
 //   - on the stopped disk: STATE grew, kept its filesystem and marker, and
 //     holds the change; the journal holds every step; no packet left the
 //     test network.
@@ -156,6 +158,9 @@ func TestEnrollRebootChange(t *testing.T) {
 	_, err = ops.read("test ! -e /home/admin")
 	assert.NoError(t, err, "its home is gone")
 	assert.NotContains(t, vm.Console(), "formatting TERRA-STATE .* (reason", "no later boot formats STATE")
+
+	// Support sticks: written through the stick service's sandbox.
+	checkStickService(ctx, t, vm, ops, t.TempDir())
 	require.NoError(t, vm.Quit(ctx))
 
 	st = m.inspectState()

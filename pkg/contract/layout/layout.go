@@ -323,6 +323,14 @@ const (
 	SnapshotterRoot   = "/var/lib/terrarium/snapshotter"
 	SnapshotterSocket = "/run/terrarium/snapshotter.sock"
 	SnapshotterName   = "terrarium"
+	// StickSocket is where the stick service listens
+	// (terrarium-stick.socket): a node's job that writes to a stick (a
+	// support bundle, a backup) asks it to mount the stick in a sandbox
+	// of its own and gets the mount's root directory back as an open file
+	// (pkg/node/config/media). StickMountDir is where each of the
+	// service's instances mounts its stick, in its own mount namespace.
+	StickSocket   = "/run/terrarium/stick.sock"
+	StickMountDir = "/mnt"
 	// RegistryConfigFile is the registry service's configuration, which
 	// firstboot writes from the machine config.
 	RegistryConfigFile = "/etc/terrarium/registry.json"

@@ -39,7 +39,7 @@ import (
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
 	h := host.Real()
-	md := &media.Block{Host: h, Dir: "/run/terrarium/media"}
+	md := &media.Block{Host: h, Dir: "/run/terrarium/media", Service: layout.StickSocket}
 	cluster := kubeadmflow.Real(h)
 	cluster.Backups = etcdbackup.FromStick(h, md)
 	cluster.VolumeBackups = volumebackup.FromStick(h, md)

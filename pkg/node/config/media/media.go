@@ -43,7 +43,8 @@ type Media interface {
 	// when none is inserted.
 	Find(labels ...string) (Medium, bool)
 	// Use mounts m (writable or read-only) for fn, which gets the mount
-	// point as a path on the host, and syncs and unmounts it after.
+	// point (or a link to the mount's root) as a path on the host, and
+	// syncs and unmounts it after.
 	Use(ctx context.Context, m Medium, writable bool, fn func(dir string) error) error
 }
 
@@ -54,6 +55,11 @@ type Block struct {
 	// Dir is the private directory media are mounted under, a path on
 	// the host.
 	Dir string
+	// Service is the stick service's socket (layout.StickSocket), a path
+	// on the host: when set, a medium a job writes to is mounted by that
+	// service in a sandbox of its own, not by this process, and the job
+	// gets the mount's root through a link under Dir.
+	Service string
 }
 
 var _ Media = (*Block)(nil)
@@ -109,8 +115,18 @@ func (b *Block) Use(ctx context.Context, m Medium, writable bool, fn func(dir st
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if writable && b.Service != "" {
+		return b.useService(ctx, m, Write, fn)
+	}
 	dir := filepath.Join(b.Dir, filepath.Base(m.Device))
 	mnt := b.Host.Path(dir)
+	// A link a written stick's job left (useService) when this process
+	// died in it is no mount point.
+	if fi, err := os.Lstat(mnt); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(mnt); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return err
 	}
