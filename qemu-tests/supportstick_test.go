@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -88,9 +89,9 @@ func (b supportBundle) has(suffix string) bool {
 func checkStickService(ctx context.Context, t *testing.T, vm *qemu.VM, admin *sshClient, work string) {
 	t.Helper()
 	ext4 := filepath.Join(work, "support-ext4.img")
-	out, err := exec.Command("truncate", "-s", "32M", ext4).CombinedOutput()
-	require.NoError(t, err, "truncate: %s", out)
-	out, err = exec.Command("mkfs.ext4", "-q", "-F", "-L", "TERRA-SUPPORT", ext4).CombinedOutput()
+	require.NoError(t, os.WriteFile(ext4, nil, 0o600))
+	require.NoError(t, os.Truncate(ext4, 32<<20))
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "TERRA-SUPPORT", ext4).CombinedOutput()
 	require.NoError(t, err, "mkfs.ext4: %s", out)
 	require.NoError(t, vm.HotplugDisk(ctx, qemu.Disk{ID: "support", Path: ext4, Format: "raw", Bus: qemu.BusUSB}))
 	refused, err := vm.Expect(ctx, regexp.MustCompile(`support: no bundle written to (/dev/\S+): the stick (/dev/\S+) \(TERRA-SUPPORT\) holds an ext4 filesystem; the node writes only FAT or exFAT sticks`))

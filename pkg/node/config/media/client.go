@@ -42,7 +42,7 @@ func (b *Block) useService(ctx context.Context, m Medium, a Access, fn func(dir 
 	})
 	defer stop()
 
-	if err := send(conn, request{Device: m.Device, Label: m.Label, Access: accessName(a)}, nil); err != nil {
+	if err := send(conn, request{Device: m.Device, Label: m.Label, Access: a}, nil); err != nil {
 		return fmt.Errorf("the stick %s (%s): ask the stick service (journalctl -u 'terrarium-stick@*'): %w", m.Device, m.Label, err)
 	}
 	ans, root, err := receive(conn)

@@ -29,6 +29,27 @@ func (a Access) String() string {
 	return "reads"
 }
 
+// MarshalText is the access as the stick service's requests name it.
+func (a Access) MarshalText() ([]byte, error) {
+	if a == Write {
+		return []byte("write"), nil
+	}
+	return []byte("read"), nil
+}
+
+// UnmarshalText reads MarshalText's names, no others.
+func (a *Access) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "write":
+		*a = Write
+	case "read":
+		*a = Read
+	default:
+		return fmt.Errorf("the access %q is neither read nor write", b)
+	}
+	return nil
+}
+
 // Allowed is the one policy of what the kernel may mount from a medium a
 // person attaches to a running node: FAT or exFAT, whose parsers are
 // small, and ISO 9660 (which is read-only) for media only read. Anything

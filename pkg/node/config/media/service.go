@@ -37,7 +37,7 @@ import (
 type request struct {
 	Device string `json:"device"`
 	Label  string `json:"label"`
-	Access string `json:"access"`
+	Access Access `json:"access"`
 }
 
 // answer is the stick service's reply to a request (Filesystem, the
@@ -59,14 +59,6 @@ const releaseMessage = "release"
 
 // maxMessage bounds a message either way.
 const maxMessage = 64 << 10
-
-// accessName is an Access in a request.
-func accessName(a Access) string {
-	if a == Write {
-		return "write"
-	}
-	return "read"
-}
 
 // answerTo is the answer that carries err, a failed mount.
 func answerTo(err error) answer {
@@ -123,10 +115,7 @@ func (s *StickService) Serve(ctx context.Context, conn *net.UnixConn) error {
 	if err := checkRequest(req); err != nil {
 		return s.refuse(conn, err)
 	}
-	a := Read
-	if req.Access == "write" {
-		a = Write
-	}
+	a := req.Access
 	m := Medium{Device: req.Device, Label: req.Label}
 	mount := s.mount
 	if mount == nil {
@@ -173,16 +162,14 @@ func (s *StickService) refuse(conn *net.UnixConn, err error) error {
 }
 
 // checkRequest refuses what is not a medium's block device by its path
-// (mountBlock checks that it is one) or not an access.
+// (mountBlock checks that it is one); the access was checked as it was
+// read (Access.UnmarshalText).
 func checkRequest(r request) error {
 	if r.Device == "" || r.Device != filepath.Clean(r.Device) || !strings.HasPrefix(r.Device, "/dev/") {
 		return fmt.Errorf("the device %q is not a path under /dev", r.Device)
 	}
 	if r.Label == "" {
 		return fmt.Errorf("no label for %s", r.Device)
-	}
-	if r.Access != "write" && r.Access != "read" {
-		return fmt.Errorf("the access %q is neither read nor write", r.Access)
 	}
 	return nil
 }

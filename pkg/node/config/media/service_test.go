@@ -246,7 +246,7 @@ func TestServiceReleasesWhenTheAskerIsGone(t *testing.T) {
 	go func() {
 		done <- (&StickService{Dir: f.dir, mount: f.mount, release: f.release}).Serve(context.Background(), theirs)
 	}()
-	require.NoError(t, send(ours, request{Device: "/dev/sdb1", Label: "TERRA-BACKUP", Access: "write"}, nil))
+	require.NoError(t, send(ours, request{Device: "/dev/sdb1", Label: "TERRA-BACKUP", Access: Write}, nil))
 	ans, root, err := receive(ours)
 	require.NoError(t, err)
 	require.NotNil(t, root)
