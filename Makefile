@@ -13,7 +13,7 @@ QEMU_PARALLEL ?= 2
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-idle bench-pagein clean
+.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-upgrade bench-idle bench-pagein clean
 
 all: image
 
@@ -148,6 +148,12 @@ e2e-ha: image
 
 bench-cluster: image
 	bash scripts/bench-cluster.sh
+
+# A two-node cluster's upgrade: one stick against the same upgrade by hand
+# with kubeadm, on the same cluster (about 80 minutes a run; BENCH_RUNS,
+# BENCH_KEEP=1 to add runs to the last ones). It builds its two images.
+bench-upgrade: deps bin
+	bash scripts/bench-upgrade.sh
 
 # What a formed, idle control plane costs the host under TCG (one VM).
 bench-idle: image

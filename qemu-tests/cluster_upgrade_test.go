@@ -208,83 +208,8 @@ func TestClusterUpgrade(t *testing.T) {
 		"good":   upgradeStick(ctx, t, "TERRA-UPGRADE", good, filepath.Join(work, "good.img")),
 	}
 
-	key, configs := clusterConfigs(ctx, t, "e2e-upgrade",
-		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
-	keyFile := key.save(t, work) // an hour-long run is worth watching from inside
-	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
-	w := &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"}
-	linkPort := freePort(t)
-	capture := filepath.Join(work, "link.pcap")
-	var echoURLs []string
-	for _, n := range []*clusterNode{cp, w} {
-		n.m = newMachine(t, oldImage)
-		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
-		// On the instruction clock, as make e2e-ha: on a host that is
-		// slow for the day, two busy guests on the host's clock watch
-		// their own timeouts expire (docs/operations/qemu-ci.md).
-		n.m.instructionClock = true
-		if n == w {
-			n.m.yieldCPU()
-		}
-		n.sshPort = n.m.forwardSSH()
-		t.Logf("%s: ssh -i %s -p %d -o StrictHostKeyChecking=no admin@127.0.0.1", n.name, keyFile, n.sshPort)
-		echo := freePort(t)
-		n.m.forward = append(n.m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-:8080", echo))
-		echoURLs = append(echoURLs, fmt.Sprintf("http://127.0.0.1:%d/", echo))
-		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
-	}
-	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: capture}
-	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
-	start := time.Now()
-	w.vm = w.m.boot(ctx, configAttached(w.disk))
-	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
-	clockCtx, stopClocks := context.WithCancel(ctx)
-	var clocks sync.WaitGroup
-	for _, n := range []*clusterNode{cp, w} {
-		clocks.Add(1)
-		go func() { defer clocks.Done(); keepClockFromRTC(clockCtx, t, n, key) }()
-	}
-	defer func() { stopClocks(); clocks.Wait() }()
-	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy on "+oldK, cp, w)
-
-	// The workload: two replicas, one per node (a host port each), a
-	// budget of one, and tolerating the control plane's taint so that a
-	// drained node's replica has somewhere to go back to. Pod Security
-	// enforces baseline, which forbids host ports (docs/security.md): its
-	// namespace is labelled privileged, as an operator labels one whose
-	// pods need the host.
-	ssh := dialSSH(ctx, t, cp.sshPort, key)
-	workload := `apiVersion: v1
-kind: Namespace
-metadata:
-  name: echo
-  labels: {pod-security.kubernetes.io/enforce: privileged}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: echo, namespace: echo}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: echo}}
-  template:
-    metadata: {labels: {app: echo}}
-    spec:
-      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
-      containers:
-        - name: echo
-          image: ghcr.io/terrarium-os/echo:1.0
-          ports: [{containerPort: 8080, hostPort: 8080}]
-          readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 2}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: echo, namespace: echo}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: echo}}
-`
-	ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
-	ssh.run("kubectl -n echo rollout status --timeout=15m deployment/echo")
+	c := formUpgradeCluster(ctx, t, work, oldImage, "e2e-upgrade", oldK)
+	cp, w, key, ssh := c.cp, c.w, c.key, c.ssh
 	// A StatefulSet's volume on the worker, carried through both
 	// upgrades (its drain and its reboots onto each slot).
 	volume, haveVolume := checkLocalStorage(t, ssh, dialSSH(ctx, t, w.sshPort, key), w.name, "")
@@ -292,7 +217,7 @@ spec:
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	var avail availability
 	probed := make(chan struct{})
-	go func() { defer close(probed); avail.watch(probeCtx, echoURLs, 2*time.Second) }()
+	go func() { defer close(probed); avail.watch(probeCtx, c.echoURLs, 2*time.Second) }()
 	defer func() { stopProbe(); <-probed }()
 
 	const step = 40 * time.Minute // a trial boot with kubeadm upgrade apply under TCG
@@ -449,5 +374,107 @@ spec:
 	for _, n := range []*clusterNode{cp, w} {
 		require.NoError(t, n.vm.Quit(ctx))
 	}
-	t.Logf("cluster link capture: %d packets, all inside %s", checkCapture(t, capture, clusterSubnet), clusterSubnet)
+	t.Logf("cluster link capture: %d packets, all inside %s", checkCapture(t, c.capture, clusterSubnet), clusterSubnet)
+}
+
+// upgradeCluster is a two-node cluster (a control plane and a worker)
+// formed for an upgrade, with its workload: a two-replica Deployment, one
+// replica per node behind a host port forwarded from the host (echoURLs),
+// and a PodDisruptionBudget of one.
+type upgradeCluster struct {
+	cp, w    *clusterNode
+	key      sshKey
+	configs  string
+	ssh      *sshClient // on cp
+	capture  string     // the cluster link's
+	echoURLs []string
+}
+
+// formUpgradeCluster forms a cluster named name from image, whose
+// Kubernetes is kube, in work, on QEMU's instruction clock, and applies
+// the workload. The guests' clocks follow their RTC until the test ends.
+func formUpgradeCluster(ctx context.Context, t *testing.T, work, image, name, kube string) *upgradeCluster {
+	t.Helper()
+	key, configs := clusterConfigs(ctx, t, name,
+		"--control-plane", "cp-1=10.77.0.10@52:54:00:77:00:10", "--worker", "w-1=10.77.0.20@52:54:00:77:00:20")
+	keyFile := key.save(t, work) // an hour-long run is worth watching from inside
+	c := &upgradeCluster{
+		cp:      &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"},
+		w:       &clusterNode{name: "w-1", ip: "10.77.0.20", linkMAC: "52:54:00:77:00:20", mgmtMAC: "52:54:00:00:00:20"},
+		key:     key,
+		configs: configs,
+		capture: filepath.Join(work, "link.pcap"),
+	}
+	cp, w := c.cp, c.w
+	linkPort := freePort(t)
+	for _, n := range []*clusterNode{cp, w} {
+		n.m = newMachine(t, image)
+		n.m.mac, n.m.memMiB = n.mgmtMAC, 3072
+		// On the instruction clock, as make e2e-ha: on a host that is
+		// slow for the day, two busy guests on the host's clock watch
+		// their own timeouts expire (docs/operations/qemu-ci.md).
+		n.m.instructionClock = true
+		if n == w {
+			n.m.yieldCPU()
+		}
+		n.sshPort = n.m.forwardSSH()
+		t.Logf("%s: ssh -i %s -p %d -o StrictHostKeyChecking=no admin@127.0.0.1", n.name, keyFile, n.sshPort)
+		echo := freePort(t)
+		n.m.forward = append(n.m.forward, fmt.Sprintf("tcp:127.0.0.1:%d-:8080", echo))
+		c.echoURLs = append(c.echoURLs, fmt.Sprintf("http://127.0.0.1:%d/", echo))
+		n.disk = n.m.configDisk("config.img", withManagementNIC(t, filepath.Join(configs, n.name+".yaml"), n.mgmtMAC))
+	}
+	w.m.link = &qemu.Network{Mode: qemu.NetListen, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: w.linkMAC, Capture: c.capture}
+	cp.m.link = &qemu.Network{Mode: qemu.NetConnect, Peer: fmt.Sprintf("127.0.0.1:%d", linkPort), MAC: cp.linkMAC}
+	start := time.Now()
+	w.vm = w.m.boot(ctx, configAttached(w.disk))
+	cp.vm = cp.m.boot(ctx, configAttached(cp.disk))
+	clockCtx, stopClocks := context.WithCancel(ctx)
+	var clocks sync.WaitGroup
+	for _, n := range []*clusterNode{cp, w} {
+		clocks.Add(1)
+		go func() { defer clocks.Done(); keepClockFromRTC(clockCtx, t, n, key) }()
+	}
+	t.Cleanup(func() { stopClocks(); clocks.Wait() })
+	waitHealthy(ctx, t, start, "provisioned", "provisioned and healthy on "+kube, cp, w)
+
+	// The workload: two replicas, one per node (a host port each), a
+	// budget of one, and tolerating the control plane's taint so that a
+	// drained node's replica has somewhere to go back to. Pod Security
+	// enforces baseline, which forbids host ports (docs/security.md): its
+	// namespace is labelled privileged, as an operator labels one whose
+	// pods need the host.
+	c.ssh = dialSSH(ctx, t, cp.sshPort, key)
+	workload := `apiVersion: v1
+kind: Namespace
+metadata:
+  name: echo
+  labels: {pod-security.kubernetes.io/enforce: privileged}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: echo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+      containers:
+        - name: echo
+          image: ghcr.io/terrarium-os/echo:1.0
+          ports: [{containerPort: 8080, hostPort: 8080}]
+          readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 2}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: echo, namespace: echo}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: echo}}
+`
+	c.ssh.run("cat > /tmp/workload.yaml <<'EOF'\n" + workload + "EOF\nkubectl apply -f /tmp/workload.yaml")
+	c.ssh.run("kubectl -n echo rollout status --timeout=15m deployment/echo")
+	return c
 }

@@ -1,0 +1,388 @@
+//go:build e2e
+
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
+)
+
+// upgradeResult is one measured upgrade of a two-node cluster, written as
+// JSON for scripts/bench-upgrade.sh. Times are seconds on the host's
+// clock from the upgrade's start: the stick into the control plane
+// (Terrarium), the operator's first command (kubeadm by hand).
+type upgradeResult struct {
+	Method string `json:"method"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	// Nodes in the order they were upgraded.
+	Nodes []nodeUpgrade `json:"nodes"`
+	// LastHealthy is when the last node was Ready on To and schedulable
+	// again (and, for Terrarium, had blessed its boot).
+	LastHealthy float64 `json:"lastHealthySeconds"`
+}
+
+// nodeUpgrade is one node's upgrade as the API showed it (upgradeWatch):
+// when it was first seen cordoned, and then first Ready on the new
+// version, uncordoned; and its steps, drawn as a timeline.
+type nodeUpgrade struct {
+	Name     string      `json:"name"`
+	Cordoned float64     `json:"cordonedSeconds"`
+	Ready    float64     `json:"readySeconds"`
+	Steps    []phaseMark `json:"steps"`
+}
+
+// upgradeBench is what both halves share: the builds, made once per
+// bench (scripts/bench-upgrade.sh) into $TERRARIUM_BENCH_BUILDS, and
+// where a run's results go, $TERRARIUM_BENCH_OUT.
+type upgradeBench struct {
+	oldK, newK string
+	oldImage   string
+	// upgrade is the good build's upgrade file; its rootfs holds the new
+	// kubeadm, kubelet and kubectl the operator installs by hand.
+	upgrade string
+	out     string
+}
+
+func newUpgradeBench(ctx context.Context, t *testing.T) *upgradeBench {
+	t.Helper()
+	out := os.Getenv("TERRARIUM_BENCH_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
+	repo, err := filepath.Abs("..")
+	require.NoError(t, err)
+	b := &upgradeBench{oldK: previousKubernetes(t), newK: kubernetesVersion(t), out: out}
+	builds := os.Getenv("TERRARIUM_BENCH_BUILDS")
+	if builds == "" {
+		builds = filepath.Join(out, "builds")
+	}
+	require.NoError(t, os.MkdirAll(builds, 0o755))
+	keyBase := filepath.Join(builds, "build")
+	if _, err := os.Stat(keyBase + ".key"); err != nil {
+		keyBase = upgradeKey(ctx, t, builds)
+	}
+	build := func(version, kube, components string) (string, string) {
+		dir := filepath.Join(builds, version)
+		image, file := filepath.Join(dir, "terrarium.qcow2"), filepath.Join(dir, "terrarium-"+version+".upgrade")
+		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
+			return image, file // the other half's, or an earlier run's of this bench run
+		}
+		return buildClusterUpgrade(ctx, t, clusterUpgradeBuild{Repo: repo, Version: version, Kubernetes: kube,
+			KubernetesComponents: components, Key: keyBase + ".key"}, dir)
+	}
+	b.oldImage, _ = build("0.1.0", b.oldK, "components/previous")
+	_, b.upgrade = build("0.2.0", b.newK, "components")
+	return b
+}
+
+// write saves r as METHOD.json in the bench's output and draws its
+// timelines beside it.
+func (b *upgradeBench) write(t *testing.T, r upgradeResult) {
+	t.Helper()
+	raw, err := json.MarshalIndent(r, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(b.out, r.Method+".json"), append(raw, '\n'), 0o644))
+	// The figures, one a line, for the script's medians: each node's
+	// cordon → Ready, then the start → last node healthy.
+	var fig strings.Builder
+	for _, n := range r.Nodes {
+		fmt.Fprintf(&fig, "%s %.1f\n", n.Name, n.Ready-n.Cordoned)
+	}
+	fmt.Fprintf(&fig, "last-healthy %.1f\n", r.LastHealthy)
+	require.NoError(t, os.WriteFile(filepath.Join(b.out, r.Method+".figures"), []byte(fig.String()), 0o644))
+	tl := upgradeTimeline(r)
+	require.NoError(t, os.WriteFile(filepath.Join(b.out, r.Method+"-timeline.txt"), []byte(tl), 0o644))
+	for _, n := range r.Nodes {
+		t.Logf("figure: %s %s cordoned → Ready on %s: %.0f s", r.Method, n.Name, r.To, n.Ready-n.Cordoned)
+	}
+	t.Logf("figure: %s start → last node healthy: %.0f s", r.Method, r.LastHealthy)
+	t.Logf("timelines:\n%s", tl)
+}
+
+// upgradeTimeline draws each node's steps on one time axis from the
+// upgrade's start to the last node healthy, with the node's cordon and
+// Ready marked.
+func upgradeTimeline(r upgradeResult) string {
+	a := timeAxis{width: 60, end: max(r.LastHealthy, 1)}
+	var b strings.Builder
+	for _, n := range r.Nodes {
+		b.WriteString(a.header(r.Method + ": " + n.Name))
+		prev := 0.0
+		for _, s := range n.Steps {
+			if s.End < prev {
+				continue
+			}
+			fmt.Fprintf(&b, "%-34s %s %6.1f s\n", trim(s.Name, 34), a.bar(prev, s.End), s.End-prev)
+			prev = s.End
+		}
+		for _, m := range []struct {
+			name string
+			at   float64
+		}{{"cordoned", n.Cordoned}, {"Ready on " + r.To + ", uncordoned", n.Ready}} {
+			fmt.Fprintf(&b, "%-34s %*s\n", m.name, min(a.col(m.at), a.width-1)+1, "▲")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// upgradeWatch follows the cluster's Nodes through the API, as a person
+// with kubectl would, the same way for both halves: every few seconds,
+// through the control plane (logging in again while it reboots), when each
+// node is first seen cordoned and then first seen Ready on the new
+// version and schedulable again.
+type upgradeWatch struct {
+	mu       sync.Mutex
+	cordoned map[string]time.Time
+	ready    map[string]time.Time
+}
+
+func watchUpgrade(ctx context.Context, t *testing.T, c *upgradeCluster, newK string) *upgradeWatch {
+	w := &upgradeWatch{cordoned: map[string]time.Time{}, ready: map[string]time.Time{}}
+	query := `kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.unschedulable} {.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'`
+	line := regexp.MustCompile(`(?m)^(\S+) (true)? ?(v\S+) (True|False|Unknown)$`)
+	go func() {
+		var ssh *sshClient
+		for ctx.Err() == nil {
+			if ssh == nil {
+				dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				ssh, _ = trySSH(dialCtx, t, c.cp.sshPort, c.key)
+				cancel()
+			}
+			if ssh != nil {
+				out, err := ssh.read(query)
+				if err != nil && !strings.Contains(out, " v") {
+					// kubectl's own failure (the API restarting) keeps
+					// the session; a dead session is dialled again.
+					if _, e := ssh.read("true"); e != nil {
+						ssh = nil
+					}
+				}
+				now := time.Now()
+				w.mu.Lock()
+				for _, m := range line.FindAllStringSubmatch(out, -1) {
+					name, cordoned, version, ready := m[1], m[2] == "true", m[3], m[4] == "True"
+					if _, seen := w.cordoned[name]; cordoned && !seen {
+						w.cordoned[name] = now
+					}
+					if _, seen := w.cordoned[name]; seen && !cordoned && ready && version == newK {
+						if _, done := w.ready[name]; !done {
+							w.ready[name] = now
+						}
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(3 * time.Second):
+			}
+		}
+	}()
+	return w
+}
+
+// wait waits until node is Ready on the new version after its cordon,
+// and returns both times.
+func (w *upgradeWatch) wait(ctx context.Context, node string) (cordoned, ready time.Time, err error) {
+	for {
+		w.mu.Lock()
+		cordoned, ready = w.cordoned[node], w.ready[node]
+		w.mu.Unlock()
+		if !ready.IsZero() {
+			return cordoned, ready, nil
+		}
+		select {
+		case <-ctx.Done():
+			return cordoned, ready, fmt.Errorf("%s: not seen Ready on the new version after its cordon (cordoned: %v): %w", node, !cordoned.IsZero(), ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// TestUpgradeBenchTerrarium: a cluster formed on 0.1.0 (the previous
+// Kubernetes) takes 0.2.0 from one stick in its control plane; nothing
+// else is done by hand.
+func TestUpgradeBenchTerrarium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)
+	defer cancel()
+	b := newUpgradeBench(ctx, t)
+	work := t.TempDir()
+	stick := upgradeStick(ctx, t, "TERRA-UPGRADE", b.upgrade, filepath.Join(work, "good.img"))
+	c := formUpgradeCluster(ctx, t, work, b.oldImage, "bench-upgrade", b.oldK)
+
+	const step = 40 * time.Minute // a trial boot with kubeadm upgrade apply under TCG
+	start := time.Now()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := watchUpgrade(watchCtx, t, c, b.newK)
+	require.NoError(t, c.cp.vm.HotplugDisk(ctx, qemu.Disk{ID: "good", Path: stick, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+	blessed := map[string]time.Time{}
+	for _, n := range []*clusterNode{c.cp, c.w} {
+		expectWithin(ctx, t, n.vm, step, `Terrarium 0\.2\.0, slot b`)
+		expectWithin(ctx, t, n.vm, step, `rollout: this node is done`)
+		blessed[n.name] = time.Now()
+		if n == c.cp {
+			require.NoError(t, c.cp.vm.UnplugDisk(ctx, "good"))
+		}
+	}
+	r := upgradeResult{Method: "terrarium", From: b.oldK, To: b.newK}
+	for _, n := range []*clusterNode{c.cp, c.w} {
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		cordoned, ready, err := watch.wait(waitCtx, n.name)
+		cancel()
+		require.NoError(t, err)
+		ssh := dialSSH(ctx, t, n.sshPort, c.key)
+		var steps []phaseMark
+		for _, p := range journalPhases(journalOf(t, ssh), start) {
+			if p.End > 0 && !strings.HasPrefix(p.Name, "power-on") {
+				steps = append(steps, p)
+			}
+		}
+		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
+			Ready: ready.Sub(start).Seconds(), Steps: steps})
+		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds(), blessed[n.name].Sub(start).Seconds())
+	}
+	b.write(t, r)
+}
+
+// TestUpgradeBenchKubeadm is the baseline: the same cluster on the same
+// image, upgraded to the same Kubernetes by hand as kubeadm's guide says —
+// drain, `kubeadm upgrade apply` (the control plane) or `kubeadm upgrade
+// node` (the worker), the new kubelet and kubectl in place of the old,
+// the kubelet restarted, uncordon — one node after the other, with
+// Terrarium's own UpgradeConfiguration (its patches, its timeouts).
+// Before the clock starts, as in Terrarium's half, the new images are
+// where the nodes pull from (a signed TERRA-BUNDLE stick of the new
+// Kubernetes bundle) and pulled, and the new binaries, taken from the
+// upgrade file's root filesystem, are on each node; the slot being
+// read-only, they are bind-mounted over the old ones.
+func TestUpgradeBenchKubeadm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
+	defer cancel()
+	b := newUpgradeBench(ctx, t)
+	work := t.TempDir()
+	bins := newKubernetesBinaries(ctx, t, b.upgrade, work)
+	c := formUpgradeCluster(ctx, t, work, b.oldImage, "bench-upgrade", b.oldK)
+
+	// The new images, side-loaded and pulled on each node.
+	bundle := filepath.Join(work, "bundle.img")
+	out, err := exec.CommandContext(ctx, filepath.Join(fixture(t, "TERRARIUM_BIN"), "imagebuild"), "bundle", "disk",
+		"../bundles/kubernetes-"+b.newK+".yaml", "--sign", filepath.Join(c.configs, "secrets.yaml"), "-o", bundle).CombinedOutput()
+	require.NoError(t, err, "imagebuild bundle disk: %s", out)
+	shells := map[string]*sshClient{}
+	for _, n := range []*clusterNode{c.cp, c.w} {
+		require.NoError(t, n.vm.HotplugDisk(ctx, qemu.Disk{ID: "bundle", Path: bundle, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
+		expectWithin(ctx, t, n.vm, 10*time.Minute, `bundle disk \S+ added \d+ images to the cache`)
+		require.NoError(t, n.vm.UnplugDisk(ctx, "bundle"))
+		ssh := dialSSH(ctx, t, n.sshPort, c.key)
+		shells[n.name] = ssh
+		for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
+			ssh.put(filepath.Join(bins, name), "/tmp/"+name)
+		}
+		cp := n == c.cp
+		cfg, err := kubeadmconfig.RenderUpgrade(kubeadmconfig.UpgradeInput{KubernetesVersion: b.newK, ControlPlane: cp,
+			IgnorePreflightErrors: []string{"SystemVerification", "CreateJob"}})
+		require.NoError(t, err)
+		ssh.run("cat > /tmp/kubeadm-upgrade.yaml <<'EOF'\n" + string(cfg) + "EOF\n")
+		images := []string{"registry.k8s.io/kube-proxy:" + b.newK}
+		if cp {
+			for _, comp := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				images = append(images, "registry.k8s.io/"+comp+":"+b.newK)
+			}
+		}
+		installed, err := ssh.sudoTry("install -d -m 0700 /var/lib/bench-upgrade && install -m 0755 /tmp/kubeadm /tmp/kubelet /tmp/kubectl /var/lib/bench-upgrade/")
+		require.NoError(t, err, "%s: the new binaries: %s", n.name, installed)
+		for _, image := range images {
+			pulled, err := ssh.sudoTry("crictl pull " + image)
+			require.NoError(t, err, "%s: crictl pull %s: %s", n.name, image, pulled)
+		}
+	}
+	t.Logf("the new images pulled on both nodes, the new binaries on both")
+
+	// The operator's clock starts at the first drain.
+	start := time.Now()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := watchUpgrade(watchCtx, t, c, b.newK)
+	admin := shells[c.cp.name]
+	r := upgradeResult{Method: "kubeadm", From: b.oldK, To: b.newK}
+	for _, n := range []*clusterNode{c.cp, c.w} {
+		ssh := shells[n.name]
+		var steps []phaseMark
+		do := func(name string, on *sshClient, cmd string) {
+			t.Helper()
+			out, err := on.sudoTry(cmd)
+			require.NoError(t, err, "%s: %s: %s\n%s", n.name, name, cmd, out)
+			steps = append(steps, phaseMark{Name: name, End: time.Since(start).Seconds()})
+		}
+		upgrade := "kubeadm upgrade node --config /tmp/kubeadm-upgrade.yaml"
+		if n == c.cp {
+			upgrade = "kubeadm upgrade apply --config /tmp/kubeadm-upgrade.yaml --yes"
+		}
+		do("kubectl drain", admin, "kubectl --kubeconfig /etc/kubernetes/admin.conf drain "+n.name+" --ignore-daemonsets --delete-emptydir-data --timeout=30m")
+		do(strings.Join(strings.Fields(upgrade)[:3], " "), ssh, "mount --bind /var/lib/bench-upgrade/kubeadm /usr/bin/kubeadm && "+upgrade)
+		do("new kubelet and kubectl, restarted", ssh, "mount --bind /var/lib/bench-upgrade/kubelet /usr/bin/kubelet && "+
+			"mount --bind /var/lib/bench-upgrade/kubectl /usr/bin/kubectl && systemctl daemon-reload && systemctl restart kubelet")
+		do("kubectl uncordon", admin, "kubectl --kubeconfig /etc/kubernetes/admin.conf uncordon "+n.name)
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+		cordoned, ready, err := watch.wait(waitCtx, n.name)
+		cancel()
+		require.NoError(t, err)
+		steps = append(steps, phaseMark{Name: "Ready on " + b.newK, End: ready.Sub(start).Seconds()})
+		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
+			Ready: ready.Sub(start).Seconds(), Steps: steps})
+		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds())
+	}
+	server := admin.output("kubectl get --raw /version", regexp.MustCompile(`"gitVersion"`))
+	require.Contains(t, server, `"gitVersion": "`+b.newK+`"`, "the API server after kubeadm upgrade apply")
+	b.write(t, r)
+}
+
+// newKubernetesBinaries unpacks the new kubeadm, kubelet and kubectl from
+// an upgrade file's root filesystem into dir and returns where they are.
+func newKubernetesBinaries(ctx context.Context, t *testing.T, upgradeFile, dir string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "tar", "-xf", upgradeFile, "-C", dir, "rootfs.squashfs").CombinedOutput()
+	require.NoError(t, err, "tar -xf %s rootfs.squashfs: %s", upgradeFile, out)
+	root := filepath.Join(dir, "rootfs")
+	out, err = exec.CommandContext(ctx, "unsquashfs", "-no-progress", "-d", root, filepath.Join(dir, "rootfs.squashfs"),
+		"usr/bin/kubeadm", "usr/bin/kubelet", "usr/bin/kubectl").CombinedOutput()
+	require.NoError(t, err, "unsquashfs: %s", out)
+	require.NoError(t, os.Remove(filepath.Join(dir, "rootfs.squashfs")))
+	bins := filepath.Join(root, "usr", "bin")
+	names, err := os.ReadDir(bins)
+	require.NoError(t, err)
+	require.Len(t, names, 3, "kubeadm, kubelet and kubectl in the upgrade's root filesystem")
+	return bins
+}
+
+// put copies the local file src to path on the guest, as the admin user.
+func (s *sshClient) put(src, path string) {
+	s.t.Helper()
+	f, err := os.Open(src)
+	require.NoError(s.t, err)
+	defer f.Close()
+	sess, err := s.c.NewSession()
+	require.NoError(s.t, err)
+	defer sess.Close()
+	sess.Stdin = io.Reader(f)
+	out, err := sess.CombinedOutput("cat > " + path)
+	require.NoError(s.t, err, "copy %s to the guest's %s: %s", src, path, out)
+}
