@@ -131,14 +131,7 @@ func timeline(r clusterResult, node string, phases []phaseMark) string {
 	a := newTimeAxis(r)
 	var b strings.Builder
 	b.WriteString(a.header("step (" + node + ")"))
-	prev := 0.0
-	for _, p := range phases {
-		if p.End < prev {
-			continue
-		}
-		fmt.Fprintf(&b, "%-34s %s %5.1f s\n", trim(p.Name, 34), a.bar(prev, p.End), p.End-prev)
-		prev = p.End
-	}
+	a.steps(&b, phases)
 	for _, m := range []struct {
 		name string
 		at   float64
@@ -151,6 +144,19 @@ func timeline(r clusterResult, node string, phases []phaseMark) string {
 		}
 	}
 	return b.String()
+}
+
+// steps draws phases one after the other, each a row from the end of the
+// one before (a phase that ended before it is left out).
+func (a timeAxis) steps(b *strings.Builder, phases []phaseMark) {
+	prev := 0.0
+	for _, p := range phases {
+		if p.End < prev {
+			continue
+		}
+		fmt.Fprintf(b, "%-34s %s %6.1f s\n", trim(p.Name, 34), a.bar(prev, p.End), p.End-prev)
+		prev = p.End
+	}
 }
 
 func trim(s string, n int) string {

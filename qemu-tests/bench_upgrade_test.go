@@ -132,14 +132,7 @@ func upgradeTimeline(r upgradeResult) string {
 	var b strings.Builder
 	for _, n := range r.Nodes {
 		b.WriteString(a.header(r.Method + ": " + n.Name))
-		prev := 0.0
-		for _, s := range n.Steps {
-			if s.End < prev {
-				continue
-			}
-			fmt.Fprintf(&b, "%-34s %s %6.1f s\n", trim(s.Name, 34), a.bar(prev, s.End), s.End-prev)
-			prev = s.End
-		}
+		a.steps(&b, n.Steps)
 		for _, m := range []struct {
 			name string
 			at   float64
