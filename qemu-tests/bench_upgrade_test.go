@@ -278,9 +278,15 @@ func TestUpgradeBenchTerrarium(t *testing.T) {
 		require.NoError(t, err, "%s: its clock", n.name)
 		var steps []phaseMark
 		for _, p := range journalPhases(journalOf(t, ssh), start.Add(g.offset)) {
-			if p.End > 0 && !strings.HasPrefix(p.Name, "power-on") {
-				steps = append(steps, p)
+			if p.End <= 0 || strings.HasPrefix(p.Name, "power-on") {
+				continue
 			}
+			// A long step's progress reports ("rootfs 40%") are one bar.
+			if n := len(steps); n > 0 && steps[n-1].Name == p.Name {
+				steps[n-1].End = p.End
+				continue
+			}
+			steps = append(steps, p)
 		}
 		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
 			Ready: ready.Sub(start).Seconds(), Steps: steps})
@@ -350,6 +356,10 @@ func TestUpgradeBenchKubeadm(t *testing.T) {
 	for _, n := range []*clusterNode{c.cp, c.w} {
 		ssh := shells[n.name]
 		var steps []phaseMark
+		if n != c.cp {
+			// Its turn starts when the node before it is done.
+			steps = append(steps, phaseMark{Name: "waiting for its turn", End: time.Since(start).Seconds()})
+		}
 		do := func(name string, on *sshClient, cmd string) {
 			t.Helper()
 			out, err := on.sudoTry(cmd)
