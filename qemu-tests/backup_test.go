@@ -230,9 +230,13 @@ spec:
 	// control plane reads them and writes them again with the new key.
 	expect(ctx, t, cp.vm, `secrets encryption: done: every Secret is written with `+newKey+`; kube-apiserver no longer reads the retired keys `+oldKey)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	assert.Equal(t, drSecret, strings.TrimSpace(ssh.run("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo")), "the Secret came back from the backup")
+	// Read with retries: through the pty a command's output is now and
+	// then lost while its exit status comes back 0 (the ConfigMap read
+	// below once came back "" with the ConfigMap there).
+	read = ssh.output("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo", regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(drSecret)+`$`))
+	assert.Equal(t, drSecret, strings.TrimSpace(read), "the Secret came back from the backup")
 	assert.Equal(t, newKey, etcdSecretKey(t, ssh, "default", "dr-secret", drSecret), "the restored Secret is rewritten with the new key")
-	cm := ssh.run("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'")
+	cm := ssh.output("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'", regexp.MustCompile(`(?m)^\S*/\S*\s*$`))
 	assert.Equal(t, "7/assembly", strings.TrimSpace(cm), "the ConfigMap came back from the backup")
 	ssh.run("kubectl rollout status --timeout=15m deployment/sleeper")
 	pods := ssh.output("kubectl get pods -l app=sleeper -o wide", regexp.MustCompile(`sleeper-\S+\s+1/1\s+Running.*w-1`))
