@@ -115,7 +115,6 @@ func (s *StickService) Serve(ctx context.Context, conn *net.UnixConn) error {
 	if err := checkRequest(req); err != nil {
 		return s.refuse(conn, err)
 	}
-	a := req.Access
 	m := Medium{Device: req.Device, Label: req.Label}
 	mount := s.mount
 	if mount == nil {
@@ -124,7 +123,7 @@ func (s *StickService) Serve(ctx context.Context, conn *net.UnixConn) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return s.refuse(conn, err)
 	}
-	fs, err := mount(req.Device, m, s.Dir, a)
+	fs, err := mount(req.Device, m, s.Dir, req.Access)
 	if err != nil {
 		return s.refuse(conn, err)
 	}
