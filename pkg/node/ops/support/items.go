@@ -40,6 +40,12 @@ func units() []string {
 // bounds the whole command).
 const kubectlTimeout = "20s"
 
+// kubectlTries: a kubectl that runs out of the item's time is run once
+// more. Its discovery and its request took over 30 s on a busy emulated
+// control plane (make e2e), where the node list is what a reader of the
+// bundle wants first.
+const kubectlTries = 2
+
 // workerNote stands in for the cluster's state on a node without the
 // admin kubeconfig.
 const workerNote = "This node has no " + kubeadmflow.AdminKubeconfig + ": it is a worker (or a control plane\n" +
@@ -54,6 +60,10 @@ type item struct {
 	// tail: when too long, keep the end (logs and command output), not
 	// the beginning (files).
 	tail bool
+	// tries is how often a collection that runs out of its time is
+	// started again (0 and 1: once): the API's, which a busy control
+	// plane (the reason for many a support bundle) answers slowly.
+	tries int
 }
 
 // member is a collected, capped and redacted item.
@@ -161,6 +171,7 @@ func (c *collector) dmesg(name string) item {
 func (c *collector) kubectl(name string, args ...string) item {
 	argv := slices.Concat([]string{"kubectl", "--kubeconfig", kubeadmflow.AdminKubeconfig, "--request-timeout", kubectlTimeout}, args)
 	it := c.command(name, argv...)
+	it.tries = kubectlTries
 	run := it.collect
 	it.collect = func(ctx context.Context) ([]byte, error) {
 		if _, err := os.Stat(c.h.Path(kubeadmflow.AdminKubeconfig)); errors.Is(err, fs.ErrNotExist) {
@@ -353,14 +364,29 @@ func (c *collector) machineConfig(name string) item {
 	}}
 }
 
-// run collects an item within the per-item timeout, caps and redacts it.
-// An error is kept at the end of the content and in the member's File.
+// run collects an item within the per-item timeout, once more for each
+// of its tries that runs out of it, caps and redacts it. An error is
+// kept at the end of the content and in the member's File.
 func (c *collector) run(ctx context.Context, it item) member {
-	ictx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-	defer cancel()
-	data, err := it.collect(ictx)
-	if err != nil && ictx.Err() != nil && ctx.Err() == nil {
+	var (
+		data []byte
+		err  error
+	)
+	for try := 1; ; try++ {
+		ictx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+		data, err = it.collect(ictx)
+		timedOut := err != nil && ictx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !timedOut {
+			break
+		}
 		err = fmt.Errorf("timed out after %s: %w", c.opts.Timeout, err)
+		if try >= it.tries {
+			if try > 1 {
+				err = fmt.Errorf("%d tries, each %w", try, err)
+			}
+			break
+		}
 	}
 	data = capBytes(data, c.opts.MaxBytes, it.tail)
 	if err != nil {
