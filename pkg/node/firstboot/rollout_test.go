@@ -348,9 +348,11 @@ type rolloutNode struct {
 	inst *fakeInstaller
 	name string
 	srv  *httptest.Server
-	// policies are the policies the node installed under.
+	// policies are the policies the node installed under; steps are
+	// its stages and arms, and whether it was cordoned then.
 	mu       sync.Mutex
 	policies []upgrade.Policy
+	steps    []string
 }
 
 func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.PublicKey) *rolloutNode {
@@ -371,12 +373,39 @@ func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.Pub
 		n.mu.Unlock()
 		return n.inst.install(ctx, v, running, installed, policy, report)
 	}
+	step := func(what string) {
+		c.mu.Lock()
+		cordoned := c.cordoned[name]
+		c.mu.Unlock()
+		n.mu.Lock()
+		n.steps = append(n.steps, fmt.Sprintf("%s, cordoned %t", what, cordoned))
+		n.mu.Unlock()
+	}
+	n.o.Stage = func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+		n.mu.Lock()
+		n.policies = append(n.policies, policy)
+		n.mu.Unlock()
+		step("stage " + v.Manifest().Version)
+		return n.inst.stage(ctx, v, running, installed, policy, report)
+	}
+	n.o.Arm = func(ctx context.Context, staged slotinstall.Result, report host.Reporter) (slotinstall.Result, error) {
+		step("arm " + staged.Manifest.Version)
+		return n.inst.arm(ctx, staged, report)
+	}
 	n.o.Rollout = rollouts.Options{API: c.as(name), ShareDir: layout.UpgradesDir, Poll: time.Millisecond,
 		Drain: rollout.DrainOptions{Poll: time.Millisecond, Timeout: time.Minute}}
 	if strings.HasPrefix(name, "cp-") {
 		n.o.Rollout.Admin = c.admin // a worker has no admin.conf
 	}
 	return n
+}
+
+// stagedAndArmed are the node's stages and arms, in order, each with
+// whether the node was cordoned then.
+func (n *rolloutNode) stagedAndArmed() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.steps...)
 }
 
 func (n *rolloutNode) installedUnder() []upgrade.Policy {
@@ -526,6 +555,11 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
 	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
 	assert.Equal(t, []upgrade.Policy{upgrade.Refuse}, w.installedUnder())
+	staging := []string{"stage 1.3.0, cordoned false", "arm 1.3.0, cordoned true"}
+	assert.Equal(t, staging, cp.stagedAndArmed(), "written while serving, armed once drained")
+	assert.Equal(t, staging, w.stagedAndArmed(), "written while serving, armed once drained")
+	assert.Less(t, strings.Index(w.e.console.String(), "upgrade: 1.3.0 staged in slot"), strings.Index(w.e.console.String(), "draining node w-1"),
+		"the upgrade is written before the drain")
 	assert.Contains(t, w.e.console.String(), "draining node w-1: waiting for default/web-1 (its disruption budget allows no eviction now)")
 	assert.Contains(t, w.e.console.String(), "rollout: fetching 1.3.0 from the cluster's registries")
 	fetched, err := os.ReadFile(w.e.path(layout.UpgradesDir + "/index.json"))

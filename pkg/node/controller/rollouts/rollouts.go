@@ -88,11 +88,14 @@ type Node interface {
 	controller.Reporter
 	// UpgradeKeys are the keys the node trusts for upgrades under cfg.
 	UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKey
-	// Install checks the upgrade file at path on the host, which must be
-	// the upgrade digest, and installs it into the other slot under
-	// policy, record naming where it came from in the node's journal. It
-	// does not reboot.
-	Install(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) nodestate.UpgradeResult
+	// Stage checks the upgrade file at path on the host, which must be
+	// the upgrade digest, and writes it into the other slot under policy,
+	// staged: the running slot still boots next. With the outcome
+	// nodestate.OutcomeStaged it returns arm, which makes the staged slot
+	// the next boot and records the upgrade in the node's journal, record
+	// naming where it came from (outcome nodestate.OutcomeInstalled).
+	// Neither reboots.
+	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
 	// Reboot reboots into the slot an upgrade was installed in.
 	Reboot(ctx context.Context)
 	// RebootAsked is when this boot last asked for that reboot (zero:
@@ -445,37 +448,32 @@ func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec
 	return true
 }
 
-// takeTurn upgrades this node in the cluster's rollout: drained, the
-// upgrade fetched from a peer into the node's own share (which then
-// serves it in turn), checked and installed (forced only by a verified
-// force instruction), and the node rebooted into it on trial. A drain,
-// fetch or install that fails puts the node back in service and stops
-// the rollout. A node that cannot record its phase does nothing: it
-// tries again at its next look.
+// takeTurn upgrades this node in the cluster's rollout: the upgrade
+// fetched from a peer into the node's own share (which then serves it in
+// turn), checked and written into the other slot, staged (forced only by
+// a verified force instruction), all while the node still serves; then
+// the node drained, the slot armed, and the node rebooted into it on
+// trial. As Flatcar's update engine and Talos do, the slow part (reading,
+// hashing and writing some hundreds of MiB) is done before the drain, not
+// while the node's workloads are away. A fetch or write that fails stops
+// the rollout with the node's scheduling untouched; a drain or arm that
+// fails puts the node back in service and stops it. A node that cannot
+// record its phase does nothing: it tries again at its next look.
 func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified) {
 	me := cfg.Hostname
+	drained := false
 	fail := func(what string, err error) {
 		detail := what + ": " + err.Error()
-		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-			detail += " (and uncordoning failed: " + uerr.Error() + ")"
+		if drained {
+			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+				detail += " (and uncordoning failed: " + uerr.Error() + ")"
+			}
 		}
 		c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
 		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
-	c.Node.Say("rollout: upgrading this node to %s: draining it", ro.Version)
-	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, ""); err != nil {
-		return
-	}
-	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
-	d := c.Options.Drain
-	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
-	if err := rollout.Drain(ctx, api, me, d); err != nil {
-		if ctx.Err() == nil {
-			fail("drain", err)
-		}
-		return
-	}
+	c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot before draining", ro.Version)
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
 		return
 	}
@@ -490,23 +488,44 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 	if v.Force != nil {
 		policy = upgrade.Force
 	}
-	res := c.Node.Install(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
+	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
 	switch res.Outcome {
-	case nodestate.OutcomeInstalled:
-		// The trial boot goes on whether or not the record heard.
-		_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
-		c.Node.Reboot(ctx)
+	case nodestate.OutcomeStaged:
 	case nodestate.OutcomeAlreadyInstalled:
 		// The other slot holds it, but this node runs another version:
 		// not done, and nothing this turn can fix alone.
 		fail("install", fmt.Errorf("the other slot holds %s already but this node runs %s: reboot into it, or install it again with firstboot upgrade --force", ro.Version, c.Version))
+		return
 	default:
 		err := errors.New(res.Detail)
 		if v.UnsignedForce {
 			err = fmt.Errorf("%w; %w", err, errUnsignedForce)
 		}
 		fail("install", err)
+		return
 	}
+	c.Node.Say("rollout: %s is written into slot %s; draining this node", ro.Version, res.Slot)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, res.Version+" staged in slot "+res.Slot); err != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	drained = true // cordoned from here on, also when the drain fails
+	if err := rollout.Drain(ctx, api, me, d); err != nil {
+		if ctx.Err() == nil {
+			fail("drain", err)
+		}
+		return
+	}
+	res = arm(ctx)
+	if res.Outcome != nodestate.OutcomeInstalled {
+		fail("install", errors.New(res.Detail))
+		return
+	}
+	// The trial boot goes on whether or not the record heard.
+	_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
+	c.Node.Reboot(ctx)
 }
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the
