@@ -549,8 +549,9 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
 	assert.False(t, c.cordoned["cp-1"])
 
-	// The worker's turn: drained (its budget refuses twice), the upgrade
-	// fetched from cp-1's registry, installed, rebooted into.
+	// The worker's turn: the upgrade fetched from cp-1's registry and
+	// staged, the node drained (its budget refuses twice), the slot
+	// armed, rebooted into.
 	w.e.console.Reset()
 	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
 	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
@@ -578,6 +579,31 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.Equal(t, []string{"cp-1=true", "cp-1=false", "w-1=true", "w-1=false"}, c.cordons)
 	onlyOwnStatus(t, c)
 	assert.NotEmpty(t, c.writesBy("system:node:w-1"))
+}
+
+// A drain that fails after the upgrade was staged stops the rollout with
+// the node back in service, its running slot still the one it boots:
+// the staged slot is never armed.
+func TestDrainFailureAfterTheStage(t *testing.T) {
+	c, cp, w, _ := rolloutCluster(t)
+	cp.e.media.remove(layout.LabelUpgradeFAT)
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
+
+	c.mu.Lock()
+	c.guarded["web-1"] = 1 << 30 // its budget never allows the eviction
+	c.mu.Unlock()
+	w.o.Rollout.Drain.Timeout = 50 * time.Millisecond
+	w.e.runWatching(t, w.o, func() bool { return c.statusOf(t, "w-1").Phase == rollout.NodeFailed })
+
+	s := c.statusOf(t, "w-1")
+	assert.True(t, strings.HasPrefix(s.Detail, "drain: "), s.Detail)
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false"}, w.stagedAndArmed(), "staged, never armed")
+	c.mu.Lock()
+	assert.False(t, c.cordoned["w-1"], "back in service")
+	c.mu.Unlock()
+	assert.Zero(t, w.e.rebootCount())
+	assert.Nil(t, w.e.journal().Upgrade, "no upgrade recorded: nothing boots it")
 }
 
 // A node whose trial fails falls back and reports the upgrade rolled

@@ -294,7 +294,7 @@ func (r *runner) stageUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 	arm = func(ctx context.Context) nodestate.UpgradeResult {
 		armed, err := r.o.Arm(ctx, staged, host.ReporterFunc(r.report))
 		if err != nil {
-			r.note("upgrade", step.Refused, err.Error())
+			r.note("upgrade", step.Failed, err.Error())
 			r.say("upgrade: the staged %s was not made the next boot: %v", staged.Manifest.Version, err)
 			return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
 		}

@@ -41,7 +41,7 @@ type Options struct {
 	// ESP mounts the EFI system partition.
 	ESP ESP
 	// Reporter hears the progress: step "upgrade", results step.Checked,
-	// step.Writing, step.Installed.
+	// step.Writing, step.Installed (step.Staged under Stage).
 	Reporter host.Reporter
 	// Clock times the install and paces the progress reports.
 	Clock host.Clock
@@ -115,12 +115,14 @@ type Result struct {
 
 // Install writes the upgrade into the slot that is not running and makes
 // systemd-boot try it at the next boot, falling back to the running slot
-// when its tries run out. See the package documentation for the order of
-// its writes and what a power cut leaves. It refuses what upgrade.Check
-// refuses under Options.Policy, and with the errors of this package.
-// When the target slot already holds this upgrade, complete and not
-// failed, it writes nothing and returns an error wrapping
-// upgrade.ErrAlreadyInstalled with the Result of what it found.
+// when its tries run out; under Options.Stage it leaves the slot staged
+// for Arm. See the package documentation for the order of its writes and
+// what a power cut leaves. It refuses what upgrade.Check refuses under
+// Options.Policy, and with the errors of this package. When the target
+// slot already holds this upgrade, complete and not failed, it writes
+// nothing and returns an error wrapping upgrade.ErrAlreadyInstalled with
+// the Result of what it found; when it holds it staged, Stage writes
+// nothing and Install only commits it (Arm).
 func Install(ctx context.Context, o Options) (Result, error) {
 	return install(ctx, o, ops{})
 }
@@ -330,16 +332,19 @@ func (in *installer) tries(st espState) int {
 // upgrade, complete (its entry records the rootfs's hash, and the kernel
 // and initramfs on the ESP match) and not failed, and refuses an upgrade
 // that failed there before; staged reports that the entry is a staged
-// one. Under Force it finds nothing: an operator's install writes the
-// slot again.
+// one. Under Force it finds only a staged entry: an operator's install
+// writes the slot again.
 func (in *installer) holds(ctx context.Context, dir string, st espState) (e *entryFile, staged bool, err error) {
-	if in.o.Policy == upgrade.Force {
-		return nil, false, nil // an operator's install writes again
-	}
-	for _, list := range []struct {
+	lists := []struct {
 		entries []entryFile
 		staged  bool
-	}{{st.target, false}, {st.staged, true}} {
+	}{{st.target, false}, {st.staged, true}}
+	if in.o.Policy == upgrade.Force {
+		// An operator's install writes again; a staged slot, which no
+		// boot tried yet, is kept (a forced rollout's turn, resumed).
+		lists = lists[1:]
+	}
+	for _, list := range lists {
 		for i := range list.entries {
 			e := &list.entries[i]
 			if e.version != in.m.Version || e.rootfsSHA256 != in.rootfs.SHA256 {

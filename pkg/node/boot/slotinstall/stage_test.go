@@ -37,14 +37,18 @@ func TestStageThenArm(t *testing.T) {
 	lines := n.reports.all()
 	assert.Equal(t, "upgrade staged: 0.2.0 in slot b, which boots once armed, in "+staged.Took.String(), lines[len(lines)-1])
 
-	t.Run("staging it again writes nothing", func(t *testing.T) {
-		before := n.snapshot()
-		again, err := n.stage(v2)
-		require.NoError(t, err)
-		assert.True(t, again.Staged)
-		assert.Equal(t, staged.Entry, again.Entry)
-		assert.Equal(t, before, n.snapshot())
-	})
+	for name, policy := range map[string]upgrade.Policy{"refuse": upgrade.Refuse, "force (a forced rollout's turn)": upgrade.Force} {
+		t.Run("staging it again writes nothing, "+name, func(t *testing.T) {
+			before := n.snapshot()
+			o := n.options(v2.verified(t))
+			o.Stage, o.Policy = true, policy
+			again, err := Install(context.Background(), o)
+			require.NoError(t, err)
+			assert.True(t, again.Staged)
+			assert.Equal(t, staged.Entry, again.Entry)
+			assert.Equal(t, before, n.snapshot())
+		})
+	}
 
 	armed, err := Arm(context.Background(), n.esps, staged, n.reports)
 	require.NoError(t, err)

@@ -4,8 +4,9 @@
 // the cluster's record; a control plane tends it as the cluster's admin
 // (the nodes' reports folded in, a stale turn broken, a node of an older
 // release given the record's write for its turn); every node reports
-// its own status and takes its turn: drained, the upgrade fetched from a
-// peer, installed by the node (Node.Install), rebooted into on trial,
+// its own status and takes its turn: the upgrade fetched from a peer and
+// written into the other slot, staged, by the node (Node.Stage) while it
+// still serves; then drained, the slot armed, rebooted into on trial,
 // and done once the trial is blessed.
 //
 // An upgrade a person brings to a control plane of a cluster is handed
@@ -211,8 +212,8 @@ func (c *Controller) InRollout(cfg *machineconfig.Config) bool {
 // follow reads the cluster's record and takes this node's part: on a
 // control plane, the admin's (tend); then, as this node, its own status
 // (what it runs, the bad marks it has read, a rollback of its last
-// upgrade) and its turn: to upgrade (drain, fetch, install, reboot into
-// the trial), its blessed trial (uncordon, done), a rollout whose
+// upgrade) and its turn: to upgrade (fetch, stage, drain, arm, reboot
+// into the trial), its blessed trial (uncordon, done), a rollout whose
 // instructions do not verify (refused, nothing done).
 func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	if !c.InRollout(cfg) {
@@ -319,7 +320,10 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	default:
 		c.Changes.Hold("the rollout's turn")
 		defer c.Changes.Unlock()
-		c.takeTurn(ctx, cfg, api, ro, v)
+		// A turn that got to its drain before (a restart, a power cut)
+		// may have left the node cordoned: a failure puts it back in
+		// service.
+		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	}
 }
 
@@ -456,12 +460,12 @@ func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec
 // trial. As Flatcar's update engine and Talos do, the slow part (reading,
 // hashing and writing some hundreds of MiB) is done before the drain, not
 // while the node's workloads are away. A fetch or write that fails stops
-// the rollout with the node's scheduling untouched; a drain or arm that
-// fails puts the node back in service and stops it. A node that cannot
-// record its phase does nothing: it tries again at its next look.
-func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified) {
+// the rollout with the node's scheduling untouched (unless drained says
+// an earlier try of this turn drained it); a drain or arm that fails puts
+// the node back in service and stops it. A node that cannot record its
+// phase does nothing: it tries again at its next look.
+func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified, drained bool) {
 	me := cfg.Hostname
-	drained := false
 	fail := func(what string, err error) {
 		detail := what + ": " + err.Error()
 		if drained {
@@ -520,7 +524,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 	}
 	res = arm(ctx)
 	if res.Outcome != nodestate.OutcomeInstalled {
-		fail("install", errors.New(res.Detail))
+		fail("arm", errors.New(res.Detail))
 		return
 	}
 	// The trial boot goes on whether or not the record heard.

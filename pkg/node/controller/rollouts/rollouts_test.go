@@ -300,6 +300,27 @@ func TestFailedFetchEndsTheTurnUntouched(t *testing.T) {
 	assert.Equal(t, []string{"rollout=failed: fetch: no peer answers"}, e.node.Steps())
 }
 
+// TestFailedFetchOfAResumedTurnUncordons: a turn that got to its drain
+// before (a firstboot restart, a power cut) left the node cordoned; its
+// failure now puts the node back in service.
+func TestFailedFetchOfAResumedTurnUncordons(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil)
+	ctx := context.Background()
+	rec, err := rollout.Load(ctx, e.api)
+	require.NoError(t, err)
+	_, err = rollout.UpdateStatus(ctx, e.api, "w-1", func(s *rollout.Status) (bool, error) {
+		s.Rollout, s.Phase = rec.Rollout.ID(), rollout.NodeDraining
+		return true, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.api.Cordon(ctx, "w-1", true))
+
+	require.NoError(t, e.c.Reconcile(ctx))
+	assert.Equal(t, rollout.NodeFailed, e.status(t).Phase)
+	assert.Equal(t, []string{"cordon w-1", "uncordon w-1"}, e.api.cordonLog(), "back in service")
+}
+
 func TestPublishNeedsAServingControlPlane(t *testing.T) {
 	e := newEnv(t)
 	e.c.Options.Admin = func() (AdminAPI, error) { t.Fatal("the API is not opened"); return nil, nil }
