@@ -90,9 +90,9 @@ type response struct {
 	out  string
 	err  error
 	hang bool // block until the context ends, as a hung command does
-	// hangOnce: hang at the first call only, as a command asking a busy
-	// API may.
-	hangOnce bool
+	// delay: answer after this long, or fail as a hung command when the
+	// context ends first.
+	delay time.Duration
 }
 
 // fakeExec answers per command line; a command it does not know is not
@@ -101,7 +101,6 @@ type fakeExec struct {
 	mu    sync.Mutex
 	resp  map[string]response
 	calls []string
-	hung  map[string]bool // hangOnce lines that hung
 }
 
 var _ host.Executor = (*fakeExec)(nil)
@@ -111,18 +110,18 @@ func (f *fakeExec) Exec(ctx context.Context, name string, args ...string) ([]byt
 	f.mu.Lock()
 	f.calls = append(f.calls, line)
 	r, ok := f.resp[line]
-	once := r.hangOnce && !f.hung[line]
-	if once {
-		if f.hung == nil {
-			f.hung = map[string]bool{}
-		}
-		f.hung[line] = true
-	}
 	f.mu.Unlock()
+	if ok && r.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("signal: killed")
+		case <-time.After(r.delay):
+		}
+	}
 	switch {
 	case !ok:
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
-	case r.hang || once:
+	case r.hang:
 		<-ctx.Done()
 		return nil, errors.New("signal: killed")
 	}

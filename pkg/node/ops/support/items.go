@@ -40,11 +40,11 @@ func units() []string {
 // bounds the whole command).
 const kubectlTimeout = "20s"
 
-// kubectlTries: a kubectl that runs out of the item's time is run once
-// more. Its discovery and its request took over 30 s on a busy emulated
-// control plane (make e2e), where the node list is what a reader of the
-// bundle wants first.
-const kubectlTries = 2
+// kubectlTimeouts: a kubectl has twice the item's time. Its discovery and
+// its request, each bounded by kubectlTimeout, took over 30 s on a busy
+// emulated control plane (make e2e), where the node list is what a reader
+// of the bundle wants first.
+const kubectlTimeouts = 2
 
 // workerNote stands in for the cluster's state on a node without the
 // admin kubeconfig.
@@ -60,10 +60,10 @@ type item struct {
 	// tail: when too long, keep the end (logs and command output), not
 	// the beginning (files).
 	tail bool
-	// tries is how often a collection that runs out of its time is
-	// started again (0 and 1: once): the API's, which a busy control
-	// plane (the reason for many a support bundle) answers slowly.
-	tries int
+	// timeouts is how many of Options.Timeout the item has (0 and 1:
+	// one): more for the API's, which a busy control plane (the reason
+	// for many a support bundle) answers slowly.
+	timeouts int
 }
 
 // member is a collected, capped and redacted item.
@@ -171,7 +171,7 @@ func (c *collector) dmesg(name string) item {
 func (c *collector) kubectl(name string, args ...string) item {
 	argv := slices.Concat([]string{"kubectl", "--kubeconfig", kubeadmflow.AdminKubeconfig, "--request-timeout", kubectlTimeout}, args)
 	it := c.command(name, argv...)
-	it.tries = kubectlTries
+	it.timeouts = kubectlTimeouts
 	run := it.collect
 	it.collect = func(ctx context.Context) ([]byte, error) {
 		if _, err := os.Stat(c.h.Path(kubeadmflow.AdminKubeconfig)); errors.Is(err, fs.ErrNotExist) {
@@ -364,29 +364,16 @@ func (c *collector) machineConfig(name string) item {
 	}}
 }
 
-// run collects an item within the per-item timeout, once more for each
-// of its tries that runs out of it, caps and redacts it. An error is
-// kept at the end of the content and in the member's File.
+// run collects an item within its timeout (Options.Timeout, or a multiple
+// of it: item.timeouts), caps and redacts it. An error is kept at the end
+// of the content and in the member's File.
 func (c *collector) run(ctx context.Context, it item) member {
-	var (
-		data []byte
-		err  error
-	)
-	for try := 1; ; try++ {
-		ictx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-		data, err = it.collect(ictx)
-		timedOut := err != nil && ictx.Err() != nil && ctx.Err() == nil
-		cancel()
-		if !timedOut {
-			break
-		}
-		err = fmt.Errorf("timed out after %s: %w", c.opts.Timeout, err)
-		if try >= it.tries {
-			if try > 1 {
-				err = fmt.Errorf("%d tries, each %w", try, err)
-			}
-			break
-		}
+	timeout := c.opts.Timeout * time.Duration(max(it.timeouts, 1))
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	data, err := it.collect(ictx)
+	if err != nil && ictx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("timed out after %s: %w", timeout, err)
 	}
 	data = capBytes(data, c.opts.MaxBytes, it.tail)
 	if err != nil {
