@@ -180,22 +180,21 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return in.res, err
 	}
-	if p.already != nil && p.alreadyStaged {
-		in.res.Entry, in.res.SortKey, in.res.Tries, in.res.Staged = p.already.path(), p.already.sortKey, p.already.name.tries(), true
-		if in.o.Stage {
+	if a := p.already; a != nil {
+		in.res.Entry, in.res.SortKey, in.res.Tries, in.res.Staged = a.path(), a.sortKey, a.name.tries(), p.alreadyStaged
+		switch {
+		case p.alreadyStaged && in.o.Stage:
 			in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s is staged in slot %s already", in.m.Version, in.target))
 			return in.res, nil
+		case p.alreadyStaged:
+			// Installed whole but for the commit: Install commits it.
+			return arm(ctx, in.o.ESP, in.res, in.o.Reporter, in.w)
 		}
-		// Installed whole but for the commit: Install commits it.
-		return arm(ctx, in.o.ESP, in.res, in.o.Reporter, in.w)
-	}
-	if p.already != nil {
-		in.res.Entry, in.res.SortKey, in.res.Tries = p.already.path(), p.already.sortKey, p.already.name.tries()
 		state := "blessed"
-		if p.already.name.counted {
-			state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", p.already.name.left, p.already.name.tries())
+		if a.name.counted {
+			state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", a.name.left, a.name.tries())
 		}
-		return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, p.already.name.file, state, upgrade.ErrAlreadyInstalled)
+		return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, a.name.file, state, upgrade.ErrAlreadyInstalled)
 	}
 	dev, err := in.o.Devices.OpenSlot(ctx, in.target)
 	if err != nil {
