@@ -6,8 +6,8 @@
 // release given the record's write for its turn); every node reports
 // its own status and takes its turn: the upgrade fetched from a peer and
 // written into the other slot, staged, by the node (Node.Stage) while it
-// still serves; then drained, the slot armed, rebooted into on trial,
-// and done once the trial is blessed.
+// still serves, before its turn when it can; then drained, the slot
+// armed, rebooted into on trial, and done once the trial is blessed.
 //
 // An upgrade a person brings to a control plane of a cluster is handed
 // to the cluster (Controller.Publish) instead of installed there alone.
@@ -171,6 +171,10 @@ type state struct {
 	// control plane first saw it (its own clock).
 	sign      string
 	signSince time.Time
+	// prestageTried is the rollout whose upgrade this boot tried to
+	// stage before the node's turn, staged what it staged (prestage.go).
+	prestageTried string
+	staged        *prestaged
 }
 
 var _ controller.Controller = (*Controller)(nil)
@@ -213,7 +217,7 @@ func (c *Controller) InRollout(cfg *machineconfig.Config) bool {
 // control plane, the admin's (tend); then, as this node, its own status
 // (what it runs, the bad marks it has read, a rollback of its last
 // upgrade) and its turn: to upgrade (fetch, stage, drain, arm, reboot
-// into the trial), its blessed trial (uncordon, done), a rollout whose
+// into the trial; the fetch and stage before the turn when it can), its blessed trial (uncordon, done), a rollout whose
 // instructions do not verify (refused, nothing done).
 func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	if !c.InRollout(cfg) {
@@ -281,10 +285,16 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		return
 	}
 	turn, ok := rec.Turn()
-	if !ok || turn.Name != me {
+	if !ok {
 		return
 	}
 	ro := rec.Rollout
+	if turn.Name != me {
+		if verr == nil {
+			c.prestage(ctx, cfg, ro, v, st)
+		}
+		return
+	}
 	if st.Rollout == ro.ID() && (st.Phase == rollout.NodeDone || st.Phase == rollout.NodeFailed || st.Phase == rollout.NodeRolledBack) {
 		return // reported; a control plane folds it into the record
 	}
@@ -459,7 +469,8 @@ func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec
 // the node drained, the slot armed, and the node rebooted into it on
 // trial. As Flatcar's update engine and Talos do, the slow part (reading,
 // hashing and writing some hundreds of MiB) is done before the drain, not
-// while the node's workloads are away. A fetch or write that fails stops
+// while the node's workloads are away; a node whose turn was not first
+// has usually done it before its turn (prestage). A fetch or write that fails stops
 // the rollout with the node's scheduling untouched (unless drained says
 // an earlier try of this turn drained it); a drain or arm that fails puts
 // the node back in service and stops it. A node that cannot record its
@@ -477,22 +488,31 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
-	c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot before draining", ro.Version)
-	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
-		return
-	}
-	share, art, err := c.fetch(ctx, cfg, ro)
-	if err != nil {
-		if ctx.Err() == nil {
-			fail("fetch", err)
+	var (
+		arm func(context.Context) nodestate.UpgradeResult
+		res nodestate.UpgradeResult
+	)
+	if p, ok := c.takePrestaged(ro); ok {
+		arm, res = p.arm, p.res
+		c.Node.Say("rollout: upgrading this node to %s, staged in slot %s before its turn", ro.Version, res.Slot)
+	} else {
+		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot before draining", ro.Version)
+		if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
+			return
 		}
-		return
+		share, art, err := c.fetch(ctx, cfg, ro)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail("fetch", err)
+			}
+			return
+		}
+		policy := upgrade.Refuse
+		if v.Force != nil {
+			policy = upgrade.Force
+		}
+		arm, res = c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
 	}
-	policy := upgrade.Refuse
-	if v.Force != nil {
-		policy = upgrade.Force
-	}
-	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
 	switch res.Outcome {
 	case nodestate.OutcomeStaged:
 	case nodestate.OutcomeAlreadyInstalled:
