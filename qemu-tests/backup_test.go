@@ -198,10 +198,15 @@ spec:
 	checkRetiredKeyGone(t, ssh, oldKey, newKey)
 	// Through the API, which may still be settling after the rotation's
 	// restarts under TCG (once, half a minute after the rotation said
-	// done, a read through the local balancer was reset): read until the
-	// value comes back, a few tries.
-	read := ssh.output("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo", regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(drSecret)+`$`))
-	assert.Equal(t, drSecret, strings.TrimSpace(read))
+	// done, a read through the local balancer was reset), and through the
+	// pty, which now and then loses a command's output while its exit
+	// status comes back 0: read until the value comes back, a few tries.
+	readSecret := func(ssh *sshClient) string {
+		t.Helper()
+		out := ssh.output("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo", regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(drSecret)+`$`))
+		return strings.TrimSpace(out)
+	}
+	assert.Equal(t, drSecret, readSecret(ssh))
 
 	// Disaster: every VM and its disks are gone.
 	destroy(w, cp)
@@ -230,9 +235,11 @@ spec:
 	// control plane reads them and writes them again with the new key.
 	expect(ctx, t, cp.vm, `secrets encryption: done: every Secret is written with `+newKey+`; kube-apiserver no longer reads the retired keys `+oldKey)
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
-	assert.Equal(t, drSecret, strings.TrimSpace(ssh.run("kubectl get secret dr-secret -o jsonpath='{.data.value}' | base64 -d; echo")), "the Secret came back from the backup")
+	assert.Equal(t, drSecret, readSecret(ssh), "the Secret came back from the backup")
 	assert.Equal(t, newKey, etcdSecretKey(t, ssh, "default", "dr-secret", drSecret), "the restored Secret is rewritten with the new key")
-	cm := ssh.run("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'")
+	// With retries too: this read once came back "" with the ConfigMap
+	// there.
+	cm := ssh.output("kubectl get configmap dr-check -o jsonpath='{.data.plant}/{.data.line}{\"\\n\"}'", regexp.MustCompile(`(?m)^\S*/\S*\s*$`))
 	assert.Equal(t, "7/assembly", strings.TrimSpace(cm), "the ConfigMap came back from the backup")
 	ssh.run("kubectl rollout status --timeout=15m deployment/sleeper")
 	pods := ssh.output("kubectl get pods -l app=sleeper -o wide", regexp.MustCompile(`sleeper-\S+\s+1/1\s+Running.*w-1`))

@@ -92,3 +92,19 @@ func CheckKubernetes(s KubernetesSkew, target string) error {
 	}
 	return nil
 }
+
+// IsPatchUpgrade reports whether target is a later patch release of
+// running's minor release (v1.36.2 to v1.36.3), neither a pre-release:
+// the upgrade within which kubeadm renders the control plane's static
+// pods alike but for their images' tags.
+func IsPatchUpgrade(running, target string) bool {
+	r, err := parseVersion(running)
+	if err != nil {
+		return false
+	}
+	t, err := parseVersion(target)
+	if err != nil {
+		return false
+	}
+	return len(r.pre) == 0 && len(t.pre) == 0 && r.core[0] == t.core[0] && r.core[1] == t.core[1] && t.core[2] > r.core[2]
+}

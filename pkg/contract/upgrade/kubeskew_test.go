@@ -53,3 +53,24 @@ func TestCheckKubernetes(t *testing.T) {
 		})
 	}
 }
+
+func TestIsPatchUpgrade(t *testing.T) {
+	for _, tt := range []struct {
+		running, target string
+		want            bool
+	}{
+		{"v1.36.2", "v1.36.3", true},
+		{"v1.36.2", "v1.36.20", true},
+		{"1.36.2", "v1.36.3", true},
+		{"v1.36.3", "v1.36.3", false},
+		{"v1.36.3", "v1.36.2", false},
+		{"v1.36.3", "v1.37.0", false},
+		{"v1.36.3", "v2.36.4", false},
+		{"v1.36.2", "v1.36.3-rc.0", false},
+		{"v1.36.3-rc.0", "v1.36.3", false},
+		{"", "v1.36.3", false},
+		{"v1.36.2", "latest", false},
+	} {
+		assert.Equal(t, tt.want, IsPatchUpgrade(tt.running, tt.target), "%s to %s", tt.running, tt.target)
+	}
+}

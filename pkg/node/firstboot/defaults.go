@@ -45,10 +45,14 @@ func Defaults(log *slog.Logger) Options {
 	cluster.VolumeBackups = volumebackup.FromStick(h, md)
 	esp := &bootloader.ESPLoader{Device: "/dev/disk/by-partlabel/" + layout.LabelESP, Mount: "/run/terrarium/esp"}
 	var boot bootloader.BootLoader = esp
-	install := DiskInstaller(h, slotinstall.ByPartLabel("/dev/disk/by-partlabel"), esp)
+	devices := slotinstall.ByPartLabel("/dev/disk/by-partlabel")
+	install, stage, arm := DiskInstaller(h, devices, esp), DiskStager(h, devices, esp), DiskArmer(esp)
 	var toDisk ISOInstaller
 	if liveBoot("/proc/cmdline") {
-		boot, install, toDisk = bootloader.Live{}, refuseLive, liveDiskInstaller(h)
+		boot, install, stage, toDisk = bootloader.Live{}, refuseLive, refuseLive, liveDiskInstaller(h)
+		arm = func(context.Context, slotinstall.Result, host.Reporter) (slotinstall.Result, error) {
+			return slotinstall.Result{}, errLiveUpgrade
+		}
 	}
 	return Options{
 		Host:    h,
@@ -60,6 +64,8 @@ func Defaults(log *slog.Logger) Options {
 		ChangeSources:    changeSources(),
 		BootLoader:       boot,
 		Install:          install,
+		Stage:            stage,
+		Arm:              arm,
 		InstallISO:       toDisk,
 		Reboot:           func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,

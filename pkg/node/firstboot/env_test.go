@@ -78,7 +78,7 @@ const chronyTracking = "0A4D000A,10.77.0.10,9,1764144000.123456789,-0.000012000,
 type env struct {
 	t       *testing.T
 	root    string
-	console bytes.Buffer
+	console syncBuffer
 	loader  *fakeLoader
 
 	mu       sync.Mutex
@@ -914,3 +914,27 @@ func (mountedVolumes) Ensure(context.Context, localvolumes.Spec) (localvolumes.R
 }
 
 func (mountedVolumes) Check() error { return nil }
+
+// syncBuffer is a console a test reads while the node runs and writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}

@@ -72,6 +72,10 @@ type Options struct {
 	AddressWait time.Duration
 	// Install writes an upgrade file into the slot that is not running.
 	Install Installer
+	// Stage writes one there staged, and Arm makes it the next boot: the
+	// cluster's rollout stages an upgrade before the node is drained.
+	Stage Installer
+	Arm   Armer
 	// InstallISO, on a live boot from the ISO, installs it onto a disk
 	// (the config's install section, or terrarium.install=auto); nil on a
 	// node running from its disk.

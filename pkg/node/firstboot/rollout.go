@@ -36,14 +36,14 @@ func (n rolloutSide) UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKe
 	return n.r.upgradeKeys(cfg)
 }
 
-// Install installs the rollout's upgrade; the controller reboots into
-// it.
-func (n rolloutSide) Install(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) nodestate.UpgradeResult {
-	return n.r.installUpgrade(ctx, cfg, upgradeSource{
+// Stage writes the rollout's upgrade into the other slot, staged; the
+// controller arms it once the node is drained, and reboots into it.
+func (n rolloutSide) Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
+	return n.r.stageUpgrade(ctx, cfg, upgradeSource{
 		what: "the cluster's rollout", record: record,
 		open:    func(fn func(path string) error) error { return fn(path) },
 		rollout: true, digest: digest,
-	}, policy, true)
+	}, policy)
 }
 
 func (n rolloutSide) Reboot(ctx context.Context) { n.r.rebootIntoUpgrade(ctx) }

@@ -348,9 +348,11 @@ type rolloutNode struct {
 	inst *fakeInstaller
 	name string
 	srv  *httptest.Server
-	// policies are the policies the node installed under.
+	// policies are the policies the node installed under; steps are
+	// its stages and arms, and whether it was cordoned then.
 	mu       sync.Mutex
 	policies []upgrade.Policy
+	steps    []string
 }
 
 func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.PublicKey) *rolloutNode {
@@ -371,12 +373,39 @@ func newRolloutNode(t *testing.T, c *fakeCluster, name string, pub signature.Pub
 		n.mu.Unlock()
 		return n.inst.install(ctx, v, running, installed, policy, report)
 	}
+	step := func(what string) {
+		c.mu.Lock()
+		cordoned := c.cordoned[name]
+		c.mu.Unlock()
+		n.mu.Lock()
+		n.steps = append(n.steps, fmt.Sprintf("%s, cordoned %t", what, cordoned))
+		n.mu.Unlock()
+	}
+	n.o.Stage = func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+		n.mu.Lock()
+		n.policies = append(n.policies, policy)
+		n.mu.Unlock()
+		step("stage " + v.Manifest().Version)
+		return n.inst.stage(ctx, v, running, installed, policy, report)
+	}
+	n.o.Arm = func(ctx context.Context, staged slotinstall.Result, report host.Reporter) (slotinstall.Result, error) {
+		step("arm " + staged.Manifest.Version)
+		return n.inst.arm(ctx, staged, report)
+	}
 	n.o.Rollout = rollouts.Options{API: c.as(name), ShareDir: layout.UpgradesDir, Poll: time.Millisecond,
 		Drain: rollout.DrainOptions{Poll: time.Millisecond, Timeout: time.Minute}}
 	if strings.HasPrefix(name, "cp-") {
 		n.o.Rollout.Admin = c.admin // a worker has no admin.conf
 	}
 	return n
+}
+
+// stagedAndArmed are the node's stages and arms, in order, each with
+// whether the node was cordoned then.
+func (n *rolloutNode) stagedAndArmed() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.steps...)
 }
 
 func (n *rolloutNode) installedUnder() []upgrade.Policy {
@@ -392,6 +421,25 @@ func (n *rolloutNode) peers(others ...*rolloutNode) {
 		urls = append(urls, o.srv.URL)
 	}
 	n.o.Rollout.Peers = func() (upgradeshare.Peers, error) { return registry.NewFetcher(urls, nil) }
+}
+
+// runInBackground runs n's firstboot, watching, until stop is called.
+func (n *rolloutNode) runInBackground(t *testing.T) (stop func()) {
+	t.Helper()
+	o := n.o
+	o.WatchInterval = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // trialBoot boots n into slot b running version, as after an installed
@@ -489,9 +537,10 @@ func onlyOwnStatus(t *testing.T, c *fakeCluster) {
 }
 
 // One stick in a control plane upgrades the cluster: published there,
-// then each node in turn (control plane first) drained, fetched from its
-// peer, installed, rebooted into its trial, and once blessed uncordoned
-// and done. Each node reports in its own status object and a control
+// then each node in turn (control plane first) staged, drained, armed,
+// rebooted into its trial, and once blessed uncordoned and done; the
+// worker fetches the upgrade from its peer and stages it while the
+// control plane takes its turn, and its own turn only arms it. Each node reports in its own status object and a control
 // plane folds the reports into the record: the worker's done moves the
 // record only when the control plane looks. No node wrote anything but
 // its own status; no node holds a lock.
@@ -508,29 +557,43 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.NotEmpty(t, r.Instructions.ManifestSignature)
 	assert.False(t, r.Rollout.Forced)
 
-	// The worker waits while the control plane is on trial.
-	w.e.runWatching(t, w.o, func() bool { s := w.e.statusIfAny(); return s != nil && s.Upgrade != "" })
-	assert.Empty(t, w.inst.calls())
+	// While the control plane is on trial, the worker, whose turn has
+	// not come, fetches the upgrade from cp-1's registry and stages it:
+	// schedulable, nothing armed, waiting.
+	stopWorker := w.runInBackground(t)
+	require.Eventually(t, func() bool {
+		return strings.Contains(w.e.console.String(), "this node drains and reboots into it at its turn")
+	},
+		15*time.Second, time.Millisecond, w.e.console.String())
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false"}, w.stagedAndArmed(), "staged before its turn")
+	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
+	assert.Zero(t, w.e.rebootCount())
 	assert.True(t, strings.HasPrefix(w.e.status().Upgrade, "1.3.0: rolling, 0 of 2 nodes done, cp-1 "), w.e.status().Upgrade)
+	assert.Contains(t, w.e.console.String(), "rollout: fetching 1.3.0 from the cluster's registries")
+	fetched, err := os.ReadFile(w.e.path(layout.UpgradesDir + "/index.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(fetched), `"org.opencontainers.image.ref.name":"1.3.0"`)
 
 	// cp-1's trial boot is healthy: blessed, committed, uncordoned, done.
 	cp.e.media.remove(layout.LabelUpgradeFAT)
 	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
 	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
 	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
+	c.mu.Lock()
 	assert.False(t, c.cordoned["cp-1"])
+	c.mu.Unlock()
 
-	// The worker's turn: drained (its budget refuses twice), the upgrade
-	// fetched from cp-1's registry, installed, rebooted into.
-	w.e.console.Reset()
-	w.e.runWatching(t, w.o, func() bool { return w.e.rebootCount() == 1 })
-	assert.Equal(t, []string{"1.3.0"}, w.inst.calls())
+	// The worker's turn, in the same boot: drained (its budget refuses
+	// twice), the slot it staged armed without writing it again,
+	// rebooted into.
+	require.Eventually(t, func() bool { return w.e.rebootCount() == 1 }, 15*time.Second, time.Millisecond, w.e.console.String())
+	stopWorker()
+	assert.Equal(t, []string{"1.3.0"}, w.inst.calls(), "written once")
 	assert.Equal(t, []upgrade.Policy{upgrade.Refuse}, w.installedUnder())
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false", "arm 1.3.0, cordoned true"}, cp.stagedAndArmed(), "written while serving, armed once drained")
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false", "arm 1.3.0, cordoned true"}, w.stagedAndArmed(), "written before its turn, armed once drained")
+	assert.Contains(t, w.e.console.String(), "rollout: upgrading this node to 1.3.0, staged in slot b before its turn")
 	assert.Contains(t, w.e.console.String(), "draining node w-1: waiting for default/web-1 (its disruption budget allows no eviction now)")
-	assert.Contains(t, w.e.console.String(), "rollout: fetching 1.3.0 from the cluster's registries")
-	fetched, err := os.ReadFile(w.e.path(layout.UpgradesDir + "/index.json"))
-	require.NoError(t, err)
-	assert.Contains(t, string(fetched), `"org.opencontainers.image.ref.name":"1.3.0"`)
 	assert.Equal(t, []kubeclient.Pod{{Namespace: "kube-flannel", Name: "flannel-w", DaemonSet: true, Phase: "Running"}}, c.pods["w-1"])
 	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "w-1").Phase)
 
@@ -544,6 +607,31 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.Equal(t, []string{"cp-1=true", "cp-1=false", "w-1=true", "w-1=false"}, c.cordons)
 	onlyOwnStatus(t, c)
 	assert.NotEmpty(t, c.writesBy("system:node:w-1"))
+}
+
+// A drain that fails after the upgrade was staged stops the rollout with
+// the node back in service, its running slot still the one it boots:
+// the staged slot is never armed.
+func TestDrainFailureAfterTheStage(t *testing.T) {
+	c, cp, w, _ := rolloutCluster(t)
+	cp.e.media.remove(layout.LabelUpgradeFAT)
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
+
+	c.mu.Lock()
+	c.guarded["web-1"] = 1 << 30 // its budget never allows the eviction
+	c.mu.Unlock()
+	w.o.Rollout.Drain.Timeout = 50 * time.Millisecond
+	w.e.runWatching(t, w.o, func() bool { return c.statusOf(t, "w-1").Phase == rollout.NodeFailed })
+
+	s := c.statusOf(t, "w-1")
+	assert.True(t, strings.HasPrefix(s.Detail, "drain: "), s.Detail)
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false"}, w.stagedAndArmed(), "staged, never armed")
+	c.mu.Lock()
+	assert.False(t, c.cordoned["w-1"], "back in service")
+	c.mu.Unlock()
+	assert.Zero(t, w.e.rebootCount())
+	assert.Nil(t, w.e.journal().Upgrade, "no upgrade recorded: nothing boots it")
 }
 
 // A node whose trial fails falls back and reports the upgrade rolled

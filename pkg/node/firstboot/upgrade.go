@@ -32,14 +32,34 @@ import (
 // It reports its progress to report.
 type Installer func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error)
 
+// Armer makes the slot an Installer staged (slotinstall.Options.Stage)
+// the next boot (slotinstall.Arm on the real disk).
+type Armer func(ctx context.Context, staged slotinstall.Result, report host.Reporter) (slotinstall.Result, error)
+
 // DiskInstaller installs into the slot partitions and the ESP of this
 // machine. The new slot's entry gets the boot tries the running build was
 // made with (its release's BootTries).
 func DiskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) Installer {
+	return diskInstaller(h, devices, esp, false)
+}
+
+// DiskStager is DiskInstaller leaving the new slot staged, for DiskArmer.
+func DiskStager(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) Installer {
+	return diskInstaller(h, devices, esp, true)
+}
+
+func diskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP, stage bool) Installer {
 	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
 		return slotinstall.Install(ctx, slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
 			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries,
-			FirmwareDB: efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.DBCertificates})
+			FirmwareDB: efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.DBCertificates, Stage: stage})
+	}
+}
+
+// DiskArmer arms what DiskStager staged on this machine's ESP.
+func DiskArmer(esp slotinstall.ESP) Armer {
+	return func(ctx context.Context, staged slotinstall.Result, report host.Reporter) (slotinstall.Result, error) {
+		return slotinstall.Arm(ctx, esp, staged, report)
 	}
 }
 
@@ -239,6 +259,8 @@ type upgradeSource struct {
 	// digest, when set, is the upgrade the source must hold (the
 	// rollout's): any other signed file is refused.
 	digest string
+	// stage: written staged (Options.Stage), armed later (stageUpgrade).
+	stage bool
 }
 
 // installUpgrade checks the signature and every part of the upgrade file
@@ -248,9 +270,46 @@ type upgradeSource struct {
 // node is installed again too; a force instruction beside the file
 // (forceBeside) forces it.
 func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy, rebooting bool) nodestate.UpgradeResult {
+	res, digest, done := r.writeUpgrade(ctx, cfg, src, policy)
+	if done != nil {
+		return *done
+	}
+	return r.recordInstalled(src, digest, res, rebooting)
+}
+
+// stageUpgrade is installUpgrade for the cluster's rollout, in two
+// steps: it writes the upgrade staged, the node still serving, and
+// returns arm, which makes it the next boot and records it (its caller
+// reboots). The result's outcome is nodestate.OutcomeStaged when arm is
+// there to call.
+func (r *runner) stageUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult) {
+	src.stage = true
+	staged, digest, done := r.writeUpgrade(ctx, cfg, src, policy)
+	if done != nil {
+		return nil, *done
+	}
+	detail := fmt.Sprintf("%s staged in slot %s", staged.Manifest.Version, staged.Slot)
+	r.note("upgrade", step.Staged, detail)
+	r.say("upgrade: %s, written and checked; it boots once this node is drained", detail)
+	arm = func(ctx context.Context) nodestate.UpgradeResult {
+		armed, err := r.o.Arm(ctx, staged, host.ReporterFunc(r.report))
+		if err != nil {
+			r.note("upgrade", step.Failed, err.Error())
+			r.say("upgrade: the staged %s was not made the next boot: %v", staged.Manifest.Version, err)
+			return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
+		}
+		return r.recordInstalled(src, digest, armed, true)
+	}
+	return arm, nodestate.UpgradeResult{Outcome: nodestate.OutcomeStaged, Detail: detail, Version: staged.Manifest.Version, Slot: string(staged.Slot)}
+}
+
+// writeUpgrade checks the upgrade file src holds and writes it into the
+// other slot under policy (staged under src.stage), and returns what it
+// wrote and the upgrade's digest; or, when it wrote nothing or handed
+// the upgrade to the cluster's rollout, done, the result to answer with.
+func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, src upgradeSource, policy upgrade.Policy) (_ slotinstall.Result, digest string, done *nodestate.UpgradeResult) {
 	var (
 		res       slotinstall.Result
-		digest    string
 		name      string
 		published string
 	)
@@ -316,7 +375,11 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			r.say("upgrade: %v; forced: installing on this node alone", err)
 			published = ""
 		}
-		res, err = r.o.Install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
+		install := r.o.Install
+		if src.stage {
+			install = r.o.Stage
+		}
+		res, err = install(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
 		return err
 	})
 	switch {
@@ -326,19 +389,26 @@ func (r *runner) installUpgrade(ctx context.Context, cfg *machineconfig.Config, 
 			detail += " (the stick may be removed)"
 		}
 		r.say("upgrade: %s", detail)
-		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeAlreadyInstalled, Detail: detail}
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeAlreadyInstalled, Detail: detail}
 	case err == nil && published != "":
 		r.note("upgrade", step.Published, published)
 		r.say("upgrade: %s", published)
 		r.publish()
-		return nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: published}
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: published}
 	case err != nil:
 		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
 		r.set(func(s *status.Status) { s.Message = "upgrade refused: " + err.Error() })
 		r.publish()
-		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
 	}
+	return res, digest, nil
+}
+
+// recordInstalled records an upgrade written into the other slot and
+// made its next boot, and says so; the caller reboots into it, at once
+// when rebooting.
+func (r *runner) recordInstalled(src upgradeSource, digest string, res slotinstall.Result, rebooting bool) nodestate.UpgradeResult {
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {

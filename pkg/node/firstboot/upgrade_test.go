@@ -30,6 +30,8 @@ type fakeInstaller struct {
 	versions []string
 	// other is the version the other slot holds already, if any.
 	other string
+	// armed are the versions armed after staging.
+	armed []string
 }
 
 func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
@@ -41,6 +43,25 @@ func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, runnin
 	}
 	f.versions = append(f.versions, m.Version)
 	return slotinstall.Result{Slot: running.Other(), Manifest: m, Tries: 3}, nil
+}
+
+// stage is install, staged.
+func (f *fakeInstaller) stage(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
+	res, err := f.install(ctx, v, running, installed, policy, report)
+	res.Staged = err == nil
+	return res, err
+}
+
+// arm arms what stage staged.
+func (f *fakeInstaller) arm(_ context.Context, staged slotinstall.Result, _ host.Reporter) (slotinstall.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !staged.Staged {
+		return staged, slotinstall.ErrNotStaged
+	}
+	f.armed = append(f.armed, staged.Manifest.Version)
+	staged.Staged = false
+	return staged, nil
 }
 
 func (f *fakeInstaller) calls() []string {

@@ -102,7 +102,10 @@ const (
 	// written.
 	Checked Result = "checked"
 	// Writing: a slot is being written; the detail says how far.
-	Writing   Result = "writing"
+	Writing Result = "writing"
+	// Staged: a slot was written whole and boots once armed (an upgrade
+	// of the cluster's rollout, written before the node is drained).
+	Staged    Result = "staged"
 	Installed Result = "installed"
 	// Published: an upgrade was published for the cluster's rollout.
 	Published Result = "published"

@@ -43,7 +43,7 @@ func TestValues(t *testing.T) {
 		"snapshot": Snapshot, "restoring": Restoring, "restored": Restored,
 		"restoring etcd": RestoringEtcd, "restored etcd": RestoredEtcd,
 		"etcd kept": EtcdKept, "checked": Checked, "writing": Writing,
-		"installed": Installed, "published": Published,
+		"staged": Staged, "installed": Installed, "published": Published,
 		"committed": Committed, "rolled back": RolledBack,
 	} {
 		assert.Equal(t, want, string(r))

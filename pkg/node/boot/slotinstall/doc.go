@@ -48,6 +48,17 @@
 // The running slot's entry, kernel, initramfs and partition are never
 // written, opened for writing, or removed.
 //
+// # Staged, then armed
+//
+// Under Options.Stage, step 5 writes the entry under its .conf name with
+// ".staged" added, which neither systemd-boot nor GRUB reads: the slot is
+// written whole and checked, and the running slot still boots. Arm, later
+// (a node of a cluster stages an upgrade while it still serves and arms
+// it once drained), renames it to its .conf name and syncs the directory:
+// the commit. Stage run again over the same staged upgrade writes
+// nothing, Install of it only commits it, and step 2 of any other install
+// removes it, so that Arm then refuses (ErrNotStaged).
+//
 // # How the new slot is tried next, and how it falls back
 //
 // The build writes loader.conf with "default terrarium-*" and gives each

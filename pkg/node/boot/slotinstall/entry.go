@@ -24,6 +24,11 @@ const maxTries = layout.MaxBootTries
 // *.conf entries, so an entry with it is never booted.
 const tempSuffix = ".new"
 
+// stagedSuffix marks the entry of a slot Stage wrote: complete, under a
+// name that neither systemd-boot nor GRUB reads (they read *.conf), until
+// Arm renames it to its .conf name.
+const stagedSuffix = ".staged"
+
 // Sort keys Install gives entries: sortKeyPrefix and nine digits, the
 // first sortKeyFirst and each next one one less (see the package
 // documentation). They all sort before the build's "terrarium-1".

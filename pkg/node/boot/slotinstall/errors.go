@@ -56,3 +56,9 @@ var (
 	ErrSameDevice = errors.New("both slot labels name the same device; " +
 		"check the partition labels of the boot disk (lsblk -o NAME,PARTLABEL)")
 )
+
+// ErrNotStaged means Arm found no staged entry of the upgrade Stage wrote:
+// an install since replaced it, or it was never staged. Nothing was
+// written.
+var ErrNotStaged = errors.New("the ESP holds no staged entry of this upgrade (an install since replaced it?); " +
+	"stage the upgrade again")

@@ -33,6 +33,7 @@ type espState struct {
 	loaderConf []byte           // nil when there is none
 	running    []entryFile      // the running slot's entries (one, normally)
 	target     []entryFile      // the target slot's entries (none or one, normally)
+	staged     []entryFile      // the target slot's staged entries (Stage): none or one
 	counted    []entryName      // every counted slot entry, to learn the build's tries
 	leftovers  []string         // ESP paths of an interrupted install's temporary files
 	oldFiles   map[string]int64 // the target's kernel and initramfs: ESP path -> size
@@ -67,6 +68,19 @@ func readESP(dir string, running layout.Slot, statfs func(string) (int64, error)
 		}
 		if strings.HasSuffix(de.Name(), tempSuffix) && strings.HasPrefix(strings.ToLower(de.Name()), layout.ESPEntryTokenPrefix) {
 			st.leftovers = append(st.leftovers, layout.ESPEntriesDir+"/"+de.Name())
+			continue
+		}
+		if conf, ok := strings.CutSuffix(de.Name(), stagedSuffix); ok {
+			// A staged entry: the target's, written by Stage for Arm
+			// (none of the running slot's: nothing stages the running slot).
+			if n, ok := parseEntryName(conf); ok && n.slot != running {
+				data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(layout.ESPEntriesDir), de.Name()))
+				if err != nil {
+					return espState{}, fmt.Errorf("read the ESP's staged boot entry %s: %w", de.Name(), err)
+				}
+				n.file = de.Name()
+				st.staged = append(st.staged, entryFile{name: n, entry: parseEntry(data)})
+			}
 			continue
 		}
 		n, ok := parseEntryName(de.Name())

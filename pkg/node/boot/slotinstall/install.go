@@ -41,7 +41,7 @@ type Options struct {
 	// ESP mounts the EFI system partition.
 	ESP ESP
 	// Reporter hears the progress: step "upgrade", results step.Checked,
-	// step.Writing, step.Installed.
+	// step.Writing, step.Installed (step.Staged under Stage).
 	Reporter host.Reporter
 	// Clock times the install and paces the progress reports.
 	Clock host.Clock
@@ -54,6 +54,11 @@ type Options struct {
 	// slot's against them before it writes anything; nil refuses such an
 	// install.
 	FirmwareDB func() ([]*x509.Certificate, error)
+	// Stage writes the slot whole but leaves its entry staged, under a
+	// name no boot loader reads: the running slot stays the one booted
+	// until Arm commits the entry. A node of a cluster stages an upgrade
+	// while it still serves, and arms it once drained.
+	Stage bool
 }
 
 func (o *Options) validate() error {
@@ -103,16 +108,21 @@ type Result struct {
 	Files []string
 	// Took is how long Install took.
 	Took time.Duration
+	// Staged: the slot is written and its entry staged (Options.Stage),
+	// for Arm; the next boot is still the running slot's.
+	Staged bool
 }
 
 // Install writes the upgrade into the slot that is not running and makes
 // systemd-boot try it at the next boot, falling back to the running slot
-// when its tries run out. See the package documentation for the order of
-// its writes and what a power cut leaves. It refuses what upgrade.Check
-// refuses under Options.Policy, and with the errors of this package.
-// When the target slot already holds this upgrade, complete and not
-// failed, it writes nothing and returns an error wrapping
-// upgrade.ErrAlreadyInstalled with the Result of what it found.
+// when its tries run out; under Options.Stage it leaves the slot staged
+// for Arm. See the package documentation for the order of its writes and
+// what a power cut leaves. It refuses what upgrade.Check refuses under
+// Options.Policy, and with the errors of this package. When the target
+// slot already holds this upgrade, complete and not failed, it writes
+// nothing and returns an error wrapping upgrade.ErrAlreadyInstalled with
+// the Result of what it found; when it holds it staged, Stage writes
+// nothing and Install only commits it (Arm).
 func Install(ctx context.Context, o Options) (Result, error) {
 	return install(ctx, o, ops{})
 }
@@ -153,6 +163,9 @@ type plan struct {
 	file    string // the entry's file name
 	tries   int
 	already *entryFile // the target's entry of this very upgrade
+	// alreadyStaged: already is a staged entry (Stage wrote the upgrade
+	// and Arm has not committed it).
+	alreadyStaged bool
 }
 
 func (in *installer) run(ctx context.Context) (Result, error) {
@@ -167,13 +180,21 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return in.res, err
 	}
-	if p.already != nil {
-		in.res.Entry, in.res.SortKey, in.res.Tries = p.already.path(), p.already.sortKey, p.already.name.tries()
-		state := "blessed"
-		if p.already.name.counted {
-			state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", p.already.name.left, p.already.name.tries())
+	if a := p.already; a != nil {
+		in.res.Entry, in.res.SortKey, in.res.Tries, in.res.Staged = a.path(), a.sortKey, a.name.tries(), p.alreadyStaged
+		switch {
+		case p.alreadyStaged && in.o.Stage:
+			in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s is staged in slot %s already", in.m.Version, in.target))
+			return in.res, nil
+		case p.alreadyStaged:
+			// Installed whole but for the commit: Install commits it.
+			return arm(ctx, in.o.ESP, in.res, in.o.Reporter, in.w)
 		}
-		return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, p.already.name.file, state, upgrade.ErrAlreadyInstalled)
+		state := "blessed"
+		if a.name.counted {
+			state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", a.name.left, a.name.tries())
+		}
+		return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, a.name.file, state, upgrade.ErrAlreadyInstalled)
 	}
 	dev, err := in.o.Devices.OpenSlot(ctx, in.target)
 	if err != nil {
@@ -196,6 +217,12 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
 	in.res.Took = in.o.Clock.Now().Sub(in.start)
+	if in.o.Stage {
+		in.res.Staged = true
+		in.o.Reporter.Report(reportStep, step.Staged, fmt.Sprintf("%s in slot %s, which boots once armed, in %s",
+			in.m.Version, in.target, in.res.Took.Round(time.Second)))
+		return in.res, nil
+	}
 	in.o.Reporter.Report(reportStep, step.Installed, fmt.Sprintf("%s in slot %s, tried at the next boot (%d tries), in %s",
 		in.m.Version, in.target, in.res.Tries, in.res.Took.Round(time.Second)))
 	return in.res, nil
@@ -233,7 +260,7 @@ func (in *installer) plan(ctx context.Context) (plan, error) {
 		}
 		p.state = st
 		in.signedBoot = len(st.running) == 1 && st.running[0].efi != ""
-		if p.already, err = in.holds(ctx, dir, st); err != nil || p.already != nil {
+		if p.already, p.alreadyStaged, err = in.holds(ctx, dir, st); err != nil || p.already != nil {
 			return err
 		}
 		return in.decide(ctx, &p)
@@ -281,6 +308,9 @@ func (in *installer) decide(ctx context.Context, p *plan) error {
 		p.entry = newUKIEntry(in.target, in.m.Version, key, in.rootfs.SHA256)
 	}
 	in.res.Entry, in.res.SortKey, in.res.Tries = layout.ESPEntriesDir+"/"+p.file, key, p.tries
+	if in.o.Stage {
+		in.res.Entry += stagedSuffix
+	}
 	return nil
 }
 
@@ -300,27 +330,36 @@ func (in *installer) tries(st espState) int {
 // holds returns the target's entry when the target slot holds this very
 // upgrade, complete (its entry records the rootfs's hash, and the kernel
 // and initramfs on the ESP match) and not failed, and refuses an upgrade
-// that failed there before. Under Force it finds nothing: an operator's
-// install writes the slot again.
-func (in *installer) holds(ctx context.Context, dir string, st espState) (*entryFile, error) {
+// that failed there before; staged reports that the entry is a staged
+// one. Under Force it finds only a staged entry: an operator's install
+// writes the slot again.
+func (in *installer) holds(ctx context.Context, dir string, st espState) (e *entryFile, staged bool, err error) {
+	lists := []struct {
+		entries []entryFile
+		staged  bool
+	}{{st.target, false}, {st.staged, true}}
 	if in.o.Policy == upgrade.Force {
-		return nil, nil // an operator's install writes again
+		// An operator's install writes again; a staged slot, which no
+		// boot tried yet, is kept (a forced rollout's turn, resumed).
+		lists = lists[1:]
 	}
-	for i := range st.target {
-		e := &st.target[i]
-		if e.version != in.m.Version || e.rootfsSHA256 != in.rootfs.SHA256 {
-			continue
+	for _, list := range lists {
+		for i := range list.entries {
+			e := &list.entries[i]
+			if e.version != in.m.Version || e.rootfsSHA256 != in.rootfs.SHA256 {
+				continue
+			}
+			complete, err := in.filesMatch(ctx, dir)
+			if err != nil || !complete {
+				return nil, false, err
+			}
+			if e.name.bad() {
+				return nil, false, fmt.Errorf("slot %s's entry %s: %w", in.target, e.name.file, ErrFailedBefore)
+			}
+			return e, list.staged, nil
 		}
-		complete, err := in.filesMatch(ctx, dir)
-		if err != nil || !complete {
-			return nil, err
-		}
-		if e.name.bad() {
-			return nil, fmt.Errorf("slot %s's entry %s: %w", in.target, e.name.file, ErrFailedBefore)
-		}
-		return e, nil
 	}
-	return nil, nil
+	return nil, false, nil
 }
 
 // espFile is a part that goes to the ESP, and its ESP path.

@@ -14,13 +14,13 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
-// unbootable removes the target's entries and the leftovers of an
-// interrupted install, durably; then, on an image that also boots under
+// unbootable removes the target's entries (staged ones too) and the
+// leftovers of an interrupted install, durably; then, on an image that also boots under
 // BIOS, records in GRUB's environment block that the target is the slot
 // last installed: with no entry yet it cannot boot, and once its entry
 // is written GRUB tries it first, as systemd-boot does by its sort key.
 func (in *installer) unbootable(dir string, st espState) error {
-	for _, e := range st.target {
+	for _, e := range append(st.target, st.staged...) {
 		if err := in.w.remove(espPath(dir, e.path())); err != nil {
 			return fmt.Errorf("remove %s: %w", e.path(), err)
 		}
@@ -73,7 +73,7 @@ func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
 }
 
 // writeESP writes the kernel and the initramfs, then the entry: the
-// commit.
+// commit; or, under Options.Stage, the staged entry, which Arm commits.
 func (in *installer) writeESP(ctx context.Context, dir string, p plan) error {
 	for _, f := range in.espFiles() {
 		if err := in.writePart(ctx, dir, f.path, f.part); err != nil {
@@ -83,6 +83,9 @@ func (in *installer) writeESP(ctx context.Context, dir string, p plan) error {
 	}
 	entries := espPath(dir, layout.ESPEntriesDir)
 	final := filepath.Join(entries, p.file)
+	if in.o.Stage {
+		final += stagedSuffix
+	}
 	tmp := final + tempSuffix
 	data := p.entry.render()
 	err := in.w.writeFile(tmp, func(w io.Writer) error { _, err := w.Write(data); return err })

@@ -3,6 +3,9 @@ package media
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,6 +52,33 @@ func FuzzProbe(f *testing.F) {
 		bps := binary.LittleEndian.Uint16(data[11:])
 		if bps < 512 || bps > 4096 || bps&(bps-1) != 0 || data[13] == 0 || data[16] == 0 {
 			t.Fatalf("FAT of %d-byte sectors, %d sectors a cluster, %d FATs", bps, data[13], data[16])
+		}
+	})
+}
+
+// FuzzParseRequest hands any bytes to the stick service's request parser
+// (what arrives on its socket; seeds in testdata/fuzz/FuzzParseRequest):
+// it accepts only a clean path under /dev, a label and an access that is
+// Read or Write, and what it accepts encodes and parses back to itself.
+func FuzzParseRequest(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := parseRequest(data)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(req.Device, "/dev/") || filepath.Clean(req.Device) != req.Device || req.Label == "" {
+			t.Fatalf("accepted %+v from %q", req, data)
+		}
+		if req.Access != Read && req.Access != Write {
+			t.Fatalf("accepted the access %v from %q", req.Access, data)
+		}
+		again, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("encode %+v: %v", req, err)
+		}
+		back, err := parseRequest(again)
+		if err != nil || back != req {
+			t.Fatalf("%+v encodes to %s, which parses to %+v, %v", req, again, back, err)
 		}
 	})
 }

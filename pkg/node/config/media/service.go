@@ -108,14 +108,10 @@ func (s *StickService) Serve(ctx context.Context, conn *net.UnixConn) error {
 	if err != nil {
 		return fmt.Errorf("read the request: %w", err)
 	}
-	var req request
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
-		return s.refuse(conn, fmt.Errorf("a request that is not one: %w", err))
-	}
-	if err := checkRequest(req); err != nil {
+	req, err := parseRequest(buf[:n])
+	if err != nil {
 		return s.refuse(conn, err)
 	}
-	a := req.Access
 	m := Medium{Device: req.Device, Label: req.Label}
 	mount := s.mount
 	if mount == nil {
@@ -124,7 +120,7 @@ func (s *StickService) Serve(ctx context.Context, conn *net.UnixConn) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return s.refuse(conn, err)
 	}
-	fs, err := mount(req.Device, m, s.Dir, a)
+	fs, err := mount(req.Device, m, s.Dir, req.Access)
 	if err != nil {
 		return s.refuse(conn, err)
 	}
@@ -159,6 +155,19 @@ func (s *StickService) hand(conn *net.UnixConn, fs Filesystem) error {
 // refuse tells the asker err, and returns it.
 func (s *StickService) refuse(conn *net.UnixConn, err error) error {
 	return errors.Join(err, send(conn, answerTo(err), nil))
+}
+
+// parseRequest reads a request as the service receives it and refuses
+// what checkRequest refuses.
+func parseRequest(b []byte) (request, error) {
+	var req request
+	if err := json.Unmarshal(b, &req); err != nil {
+		return request{}, fmt.Errorf("a request that is not one: %w", err)
+	}
+	if err := checkRequest(req); err != nil {
+		return request{}, err
+	}
+	return req, nil
 }
 
 // checkRequest refuses what is not a medium's block device by its path

@@ -63,6 +63,9 @@ const (
 	// OutcomeAlreadyInstalled: the node runs it, or holds it in its other
 	// slot already.
 	OutcomeAlreadyInstalled = "already-installed"
+	// OutcomeStaged: written into the other slot, which boots once
+	// armed (the cluster's rollout arms it after the drain).
+	OutcomeStaged = "staged"
 	// OutcomeRefused: nothing was written; the detail says why.
 	OutcomeRefused = "refused"
 )

@@ -4,9 +4,10 @@
 // the cluster's record; a control plane tends it as the cluster's admin
 // (the nodes' reports folded in, a stale turn broken, a node of an older
 // release given the record's write for its turn); every node reports
-// its own status and takes its turn: drained, the upgrade fetched from a
-// peer, installed by the node (Node.Install), rebooted into on trial,
-// and done once the trial is blessed.
+// its own status and takes its turn: the upgrade fetched from a peer and
+// written into the other slot, staged, by the node (Node.Stage) while it
+// still serves, before its turn when it can; then drained, the slot
+// armed, rebooted into on trial, and done once the trial is blessed.
 //
 // An upgrade a person brings to a control plane of a cluster is handed
 // to the cluster (Controller.Publish) instead of installed there alone.
@@ -88,11 +89,14 @@ type Node interface {
 	controller.Reporter
 	// UpgradeKeys are the keys the node trusts for upgrades under cfg.
 	UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKey
-	// Install checks the upgrade file at path on the host, which must be
-	// the upgrade digest, and installs it into the other slot under
-	// policy, record naming where it came from in the node's journal. It
-	// does not reboot.
-	Install(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) nodestate.UpgradeResult
+	// Stage checks the upgrade file at path on the host, which must be
+	// the upgrade digest, and writes it into the other slot under policy,
+	// staged: the running slot still boots next. With the outcome
+	// nodestate.OutcomeStaged it returns arm, which makes the staged slot
+	// the next boot and records the upgrade in the node's journal, record
+	// naming where it came from (outcome nodestate.OutcomeInstalled).
+	// Neither reboots.
+	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
 	// Reboot reboots into the slot an upgrade was installed in.
 	Reboot(ctx context.Context)
 	// RebootAsked is when this boot last asked for that reboot (zero:
@@ -167,6 +171,10 @@ type state struct {
 	// control plane first saw it (its own clock).
 	sign      string
 	signSince time.Time
+	// prestageTried is the rollout whose upgrade this boot tried to
+	// stage before the node's turn, staged what it staged (prestage.go).
+	prestageTried string
+	staged        *prestaged
 }
 
 var _ controller.Controller = (*Controller)(nil)
@@ -208,8 +216,8 @@ func (c *Controller) InRollout(cfg *machineconfig.Config) bool {
 // follow reads the cluster's record and takes this node's part: on a
 // control plane, the admin's (tend); then, as this node, its own status
 // (what it runs, the bad marks it has read, a rollback of its last
-// upgrade) and its turn: to upgrade (drain, fetch, install, reboot into
-// the trial), its blessed trial (uncordon, done), a rollout whose
+// upgrade) and its turn: to upgrade (fetch, stage, drain, arm, reboot
+// into the trial; the fetch and stage before the turn when it can), its blessed trial (uncordon, done), a rollout whose
 // instructions do not verify (refused, nothing done).
 func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	if !c.InRollout(cfg) {
@@ -277,10 +285,16 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		return
 	}
 	turn, ok := rec.Turn()
-	if !ok || turn.Name != me {
+	if !ok {
 		return
 	}
 	ro := rec.Rollout
+	if turn.Name != me {
+		if verr == nil {
+			c.prestage(ctx, cfg, ro, v, st)
+		}
+		return
+	}
 	if st.Rollout == ro.ID() && (st.Phase == rollout.NodeDone || st.Phase == rollout.NodeFailed || st.Phase == rollout.NodeRolledBack) {
 		return // reported; a control plane folds it into the record
 	}
@@ -316,7 +330,10 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	default:
 		c.Changes.Hold("the rollout's turn")
 		defer c.Changes.Unlock()
-		c.takeTurn(ctx, cfg, api, ro, v)
+		// A turn that got to its drain before (a restart, a power cut)
+		// may have left the node cordoned: a failure puts it back in
+		// service.
+		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	}
 }
 
@@ -445,68 +462,94 @@ func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec
 	return true
 }
 
-// takeTurn upgrades this node in the cluster's rollout: drained, the
-// upgrade fetched from a peer into the node's own share (which then
-// serves it in turn), checked and installed (forced only by a verified
-// force instruction), and the node rebooted into it on trial. A drain,
-// fetch or install that fails puts the node back in service and stops
-// the rollout. A node that cannot record its phase does nothing: it
-// tries again at its next look.
-func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified) {
+// takeTurn upgrades this node in the cluster's rollout: the upgrade
+// fetched from a peer into the node's own share (which then serves it in
+// turn), checked and written into the other slot, staged (forced only by
+// a verified force instruction), all while the node still serves; then
+// the node drained, the slot armed, and the node rebooted into it on
+// trial. As Flatcar's update engine and Talos do, the slow part (reading,
+// hashing and writing some hundreds of MiB) is done before the drain, not
+// while the node's workloads are away; a node whose turn was not first
+// has usually done it before its turn (prestage). A fetch or write that fails stops
+// the rollout with the node's scheduling untouched (unless drained says
+// an earlier try of this turn drained it); a drain or arm that fails puts
+// the node back in service and stops it. A node that cannot record its
+// phase does nothing: it tries again at its next look.
+func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified, drained bool) {
 	me := cfg.Hostname
 	fail := func(what string, err error) {
 		detail := what + ": " + err.Error()
-		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-			detail += " (and uncordoning failed: " + uerr.Error() + ")"
+		if drained {
+			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+				detail += " (and uncordoning failed: " + uerr.Error() + ")"
+			}
 		}
 		c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
 		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
-	c.Node.Say("rollout: upgrading this node to %s: draining it", ro.Version)
-	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, ""); err != nil {
-		return
-	}
-	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
-	d := c.Options.Drain
-	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
-	if err := rollout.Drain(ctx, api, me, d); err != nil {
-		if ctx.Err() == nil {
-			fail("drain", err)
+	var (
+		arm func(context.Context) nodestate.UpgradeResult
+		res nodestate.UpgradeResult
+	)
+	if p, ok := c.takePrestaged(ro); ok {
+		arm, res = p.arm, p.res
+		c.Node.Say("rollout: upgrading this node to %s, staged in slot %s before its turn", ro.Version, res.Slot)
+	} else {
+		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot before draining", ro.Version)
+		if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
+			return
 		}
-		return
-	}
-	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
-		return
-	}
-	share, art, err := c.fetch(ctx, cfg, ro)
-	if err != nil {
-		if ctx.Err() == nil {
-			fail("fetch", err)
+		share, art, err := c.fetch(ctx, cfg, ro)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail("fetch", err)
+			}
+			return
 		}
-		return
+		policy := upgrade.Refuse
+		if v.Force != nil {
+			policy = upgrade.Force
+		}
+		arm, res = c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
 	}
-	policy := upgrade.Refuse
-	if v.Force != nil {
-		policy = upgrade.Force
-	}
-	res := c.Node.Install(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
 	switch res.Outcome {
-	case nodestate.OutcomeInstalled:
-		// The trial boot goes on whether or not the record heard.
-		_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
-		c.Node.Reboot(ctx)
+	case nodestate.OutcomeStaged:
 	case nodestate.OutcomeAlreadyInstalled:
 		// The other slot holds it, but this node runs another version:
 		// not done, and nothing this turn can fix alone.
 		fail("install", fmt.Errorf("the other slot holds %s already but this node runs %s: reboot into it, or install it again with firstboot upgrade --force", ro.Version, c.Version))
+		return
 	default:
 		err := errors.New(res.Detail)
 		if v.UnsignedForce {
 			err = fmt.Errorf("%w; %w", err, errUnsignedForce)
 		}
 		fail("install", err)
+		return
 	}
+	c.Node.Say("rollout: %s is written into slot %s; draining this node", ro.Version, res.Slot)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, res.Version+" staged in slot "+res.Slot); err != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	drained = true // cordoned from here on, also when the drain fails
+	if err := rollout.Drain(ctx, api, me, d); err != nil {
+		if ctx.Err() == nil {
+			fail("drain", err)
+		}
+		return
+	}
+	res = arm(ctx)
+	if res.Outcome != nodestate.OutcomeInstalled {
+		fail("arm", errors.New(res.Detail))
+		return
+	}
+	// The trial boot goes on whether or not the record heard.
+	_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
+	c.Node.Reboot(ctx)
 }
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the

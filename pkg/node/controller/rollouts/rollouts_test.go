@@ -130,9 +130,9 @@ var _ Node = (*fakeNode)(nil)
 
 func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { return nil }
 
-func (n *fakeNode) Install(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy) nodestate.UpgradeResult {
+func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	n.installs++
-	return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
+	return nil, nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
 }
 
 func (n *fakeNode) Reboot(context.Context) { n.reboots++ }
@@ -285,7 +285,7 @@ func TestTurnOnTheVersionItRunsIsDone(t *testing.T) {
 	assert.Equal(t, []string{"rollout=done: runs 1.2.3 already"}, e.node.Steps())
 }
 
-func TestFailedFetchEndsTheTurnUncordoned(t *testing.T) {
+func TestFailedFetchEndsTheTurnUntouched(t *testing.T) {
 	e := newEnv(t)
 	e.roll(t, "1.3.0", nil)
 	require.NoError(t, e.c.Reconcile(context.Background()))
@@ -293,11 +293,32 @@ func TestFailedFetchEndsTheTurnUncordoned(t *testing.T) {
 	s := e.status(t)
 	assert.Equal(t, rollout.NodeFailed, s.Phase)
 	assert.Equal(t, "fetch: no peer answers", s.Detail)
-	assert.Equal(t, []string{"cordon w-1", "uncordon w-1"}, e.api.cordonLog(), "drained, then back in service")
+	assert.Empty(t, e.api.cordonLog(), "fetched before the drain: the node's scheduling untouched")
 	assert.Zero(t, e.node.installs)
 	assert.Equal(t, []string{"the rollout's turn"}, e.lock.held, "the turn holds the change lock")
 	assert.Zero(t, e.lock.out, "and lets it go")
-	assert.Equal(t, []string{"rollout=draining: 1.3.0", "rollout=failed: fetch: no peer answers"}, e.node.Steps())
+	assert.Equal(t, []string{"rollout=failed: fetch: no peer answers"}, e.node.Steps())
+}
+
+// TestFailedFetchOfAResumedTurnUncordons: a turn that got to its drain
+// before (a firstboot restart, a power cut) left the node cordoned; its
+// failure now puts the node back in service.
+func TestFailedFetchOfAResumedTurnUncordons(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil)
+	ctx := context.Background()
+	rec, err := rollout.Load(ctx, e.api)
+	require.NoError(t, err)
+	_, err = rollout.UpdateStatus(ctx, e.api, "w-1", func(s *rollout.Status) (bool, error) {
+		s.Rollout, s.Phase = rec.Rollout.ID(), rollout.NodeDraining
+		return true, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.api.Cordon(ctx, "w-1", true))
+
+	require.NoError(t, e.c.Reconcile(ctx))
+	assert.Equal(t, rollout.NodeFailed, e.status(t).Phase)
+	assert.Equal(t, []string{"cordon w-1", "uncordon w-1"}, e.api.cordonLog(), "back in service")
 }
 
 func TestPublishNeedsAServingControlPlane(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/apilb"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
@@ -277,7 +278,7 @@ func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) 
 
 // bundleImages are the names of the images in the slot's bundle, in its
 // order.
-func bundleImages(h *Flow) ([]string, error) {
+func bundleImages(h *host.Host) ([]string, error) {
 	b, err := os.ReadFile(h.Path(bundleIndex))
 	if err != nil {
 		return nil, fmt.Errorf("read the slot's bundle: %w", err)
@@ -303,11 +304,11 @@ func bundleImages(h *Flow) ([]string, error) {
 }
 
 // KubernetesVersion is the Kubernetes version of the slot's bundle.
-func (f *Flow) KubernetesVersion() (string, error) { return bundleKubernetesVersion(f) }
+func (f *Flow) KubernetesVersion() (string, error) { return bundleKubernetesVersion(f.Host) }
 
 // bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
 // the tag of its kube-apiserver image.
-func bundleKubernetesVersion(h *Flow) (string, error) {
+func bundleKubernetesVersion(h *host.Host) (string, error) {
 	names, err := bundleImages(h)
 	if err != nil {
 		return "", err
@@ -322,7 +323,7 @@ func bundleKubernetesVersion(h *Flow) (string, error) {
 }
 
 func kubeadmConfig(h *Flow, c *machineconfig.Config) ([]byte, error) {
-	v, err := bundleKubernetesVersion(h)
+	v, err := bundleKubernetesVersion(h.Host)
 	if err != nil {
 		return nil, err
 	}

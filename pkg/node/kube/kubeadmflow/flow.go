@@ -372,7 +372,7 @@ func (f *Flow) Admissible(c *machineconfig.Config) error {
 	if cl == nil {
 		return nil
 	}
-	if _, err := bundleKubernetesVersion(f); err != nil {
+	if _, err := bundleKubernetesVersion(f.Host); err != nil {
 		return fmt.Errorf("cluster: %w; boot an image built with the Kubernetes bundle (bundles/kubernetes-*.yaml in the build spec), or remove cluster: from the config", err)
 	}
 	if tokenUsed(f, cl.Role) {

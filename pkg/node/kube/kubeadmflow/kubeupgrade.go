@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
@@ -89,6 +90,19 @@ func (f *Flow) ConfiguredKubernetes(c *machineconfig.Config) (string, error) {
 	return string(m[1]), nil
 }
 
+// manifestKubernetes is the Kubernetes its API server's static pod
+// manifest names, "" when it names none or there is none.
+func manifestKubernetes(h *host.Host) string {
+	b, err := os.ReadFile(h.Path(ManifestsDir + "/kube-apiserver.yaml"))
+	if err != nil {
+		return ""
+	}
+	if m := apiserverImage.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
 // apiserverImage finds the tag of the kube-apiserver image in its static
 // pod's manifest.
 var apiserverImage = regexp.MustCompile(`(?m)^\s*image:\s*["']?registry\.k8s\.io/kube-apiserver:(v[0-9][^\s"']*)`)
@@ -101,7 +115,7 @@ func (f *Flow) recordKubernetes(v string) error {
 // kubernetesVersions are the Kubernetes the node is configured for (have)
 // and the one its slot carries (want).
 func kubernetesVersions(f *Flow, c *machineconfig.Config) (have, want string, err error) {
-	if want, err = bundleKubernetesVersion(f); err != nil {
+	if want, err = bundleKubernetesVersion(f.Host); err != nil {
 		return "", "", err
 	}
 	have, err = f.ConfiguredKubernetes(c)
@@ -164,7 +178,11 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if err := upgrade.CheckKubernetes(upgrade.KubernetesSkew{Running: have}, want); err != nil {
 		return err
 	}
-	f.Report.Report("kubernetes upgrade", step.Started, fmt.Sprintf("from %s to %s", orUnknown(have), want))
+	detail := fmt.Sprintf("from %s to %s", orUnknown(have), want)
+	if cl.IsControlPlane() && manifestKubernetes(f.Host) == want {
+		detail += " (its control plane started on " + want + " before the kubelet: kubeadm restarts only what differs)"
+	}
+	f.Report.Report("kubernetes upgrade", step.Started, detail)
 	// containerd unpacks the new images (kubeadm's pulls, kube-proxy's,
 	// CoreDNS's): see pkg/node/images/unpackwindow.
 	if err := unpackwindow.Open(f.Host); err != nil {
@@ -174,7 +192,7 @@ func applyKubernetesUpgrade(ctx context.Context, f *Flow, c *machineconfig.Confi
 	if kept == "" {
 		kept = "unrecorded"
 	}
-	if err := keepBeforeUpgrade(ctx, f, kept); err != nil {
+	if err := keepBeforeUpgrade(ctx, f.Host, kept); err != nil {
 		return err
 	}
 	run := func(ctx context.Context) error {
@@ -293,8 +311,8 @@ const (
 // configuration into layout.KubernetesBeforeUpgradeDir/<version>, once:
 // a rerun after a power cut keeps the first copy, taken before anything
 // changed.
-func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
-	dst := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, version))
+func keepBeforeUpgrade(ctx context.Context, h *host.Host, version string) error {
+	dst := h.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, version))
 	if _, err := os.Stat(dst); err == nil {
 		return nil
 	}
@@ -303,20 +321,20 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 		return err
 	}
 	files := []string{KubeletConfigFile, KubeletFlagsFile, kubeletInstanceFile}
-	if ms, err := filepath.Glob(f.Path(ManifestsDir + "/*.yaml")); err == nil {
+	if ms, err := filepath.Glob(h.Path(ManifestsDir + "/*.yaml")); err == nil {
 		for _, m := range ms {
 			files = append(files, ManifestsDir+"/"+filepath.Base(m))
 		}
 	}
 	for _, name := range files {
-		b, err := os.ReadFile(f.Path(name))
+		b, err := os.ReadFile(h.Path(name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		fi, err := os.Stat(f.Path(name))
+		fi, err := os.Stat(h.Path(name))
 		if err != nil {
 			return err
 		}
@@ -331,7 +349,7 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
-	if err := f.Sync(ctx); err != nil { // the copies before their name
+	if err := h.Sync(ctx); err != nil { // the copies before their name
 		return err
 	}
 	return os.Rename(tmp, dst)
@@ -345,7 +363,7 @@ func keepBeforeUpgrade(ctx context.Context, f *Flow, version string) error {
 // it restored (nothing when no copy was kept for this slot's version).
 // The kept copy is removed once restored.
 func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
-	v, err := bundleKubernetesVersion(f)
+	v, err := bundleKubernetesVersion(f.Host)
 	if err != nil {
 		return nil, nil // a slot without Kubernetes
 	}

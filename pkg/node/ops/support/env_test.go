@@ -90,6 +90,9 @@ type response struct {
 	out  string
 	err  error
 	hang bool // block until the context ends, as a hung command does
+	// delay: answer after this long, or fail as a hung command when the
+	// context ends first.
+	delay time.Duration
 }
 
 // fakeExec answers per command line; a command it does not know is not
@@ -108,6 +111,13 @@ func (f *fakeExec) Exec(ctx context.Context, name string, args ...string) ([]byt
 	f.calls = append(f.calls, line)
 	r, ok := f.resp[line]
 	f.mu.Unlock()
+	if ok && r.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("signal: killed")
+		case <-time.After(r.delay):
+		}
+	}
 	switch {
 	case !ok:
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}

@@ -40,6 +40,12 @@ func units() []string {
 // bounds the whole command).
 const kubectlTimeout = "20s"
 
+// kubectlTimeouts: a kubectl has twice the item's time. Its discovery and
+// its request, each bounded by kubectlTimeout, took over 30 s on a busy
+// emulated control plane (make e2e), where the node list is what a reader
+// of the bundle wants first.
+const kubectlTimeouts = 2
+
 // workerNote stands in for the cluster's state on a node without the
 // admin kubeconfig.
 const workerNote = "This node has no " + kubeadmflow.AdminKubeconfig + ": it is a worker (or a control plane\n" +
@@ -54,6 +60,10 @@ type item struct {
 	// tail: when too long, keep the end (logs and command output), not
 	// the beginning (files).
 	tail bool
+	// timeouts is how many of Options.Timeout the item has (0 and 1:
+	// one): more for the API's, which a busy control plane (the reason
+	// for many a support bundle) answers slowly.
+	timeouts int
 }
 
 // member is a collected, capped and redacted item.
@@ -161,6 +171,7 @@ func (c *collector) dmesg(name string) item {
 func (c *collector) kubectl(name string, args ...string) item {
 	argv := slices.Concat([]string{"kubectl", "--kubeconfig", kubeadmflow.AdminKubeconfig, "--request-timeout", kubectlTimeout}, args)
 	it := c.command(name, argv...)
+	it.timeouts = kubectlTimeouts
 	run := it.collect
 	it.collect = func(ctx context.Context) ([]byte, error) {
 		if _, err := os.Stat(c.h.Path(kubeadmflow.AdminKubeconfig)); errors.Is(err, fs.ErrNotExist) {
@@ -353,14 +364,16 @@ func (c *collector) machineConfig(name string) item {
 	}}
 }
 
-// run collects an item within the per-item timeout, caps and redacts it.
-// An error is kept at the end of the content and in the member's File.
+// run collects an item within its timeout (Options.Timeout, or a multiple
+// of it: item.timeouts), caps and redacts it. An error is kept at the end
+// of the content and in the member's File.
 func (c *collector) run(ctx context.Context, it item) member {
-	ictx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	timeout := c.opts.Timeout * time.Duration(max(it.timeouts, 1))
+	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	data, err := it.collect(ictx)
 	if err != nil && ictx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("timed out after %s: %w", c.opts.Timeout, err)
+		err = fmt.Errorf("timed out after %s: %w", timeout, err)
 	}
 	data = capBytes(data, c.opts.MaxBytes, it.tail)
 	if err != nil {

@@ -60,7 +60,8 @@ type Options struct {
 	// MaxBytes caps each member: a longer command output keeps its end, a
 	// longer file its beginning. Default DefaultMaxBytes.
 	MaxBytes int
-	// Timeout bounds each command and request. Default DefaultTimeout.
+	// Timeout bounds each command and request (kubectl has twice it).
+	// Default DefaultTimeout.
 	Timeout time.Duration
 	// RegistryURL is the node's registry on loopback. Default
 	// http://127.0.0.1:5000 (mirrors.Loopback).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/cluster/clustersecrets"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -172,6 +173,28 @@ func TestUnreliableCommands(t *testing.T) {
 	assert.Contains(t, a.files["index.txt"], "timed out after 200ms")
 	assert.Len(t, failed, 4, "only these failed: %v", failed)
 	assert.Contains(t, a.files, "kernel/dmesg.txt", "members after the failures are there")
+}
+
+// TestBusyAPI: a kubectl has twice a member's time, as a busy control
+// plane's API needs; a command of the node's own (findmnt) has it once.
+func TestBusyAPI(t *testing.T) {
+	e := newEnv(t, "cp-1")
+	kubectl := "kubectl --kubeconfig " + kubeadmflow.AdminKubeconfig + " --request-timeout 20s "
+	e.exec.set(kubectl+"get nodes -o wide", response{delay: 300 * time.Millisecond, out: "NAME STATUS ROLES\ncp-1 Ready control-plane\n"})
+	e.exec.set(kubectl+"get pods -A -o wide", response{hang: true})
+	e.exec.set("findmnt", response{delay: 300 * time.Millisecond, out: "TARGET SOURCE\n"})
+	opts := e.opts()
+	opts.Timeout = 200 * time.Millisecond
+	sum, a := e.collect(opts)
+
+	assert.Equal(t, "NAME STATUS ROLES\ncp-1 Ready control-plane\n", a.files["kubernetes/nodes.txt"], "answered within twice the time")
+	failed := map[string]string{}
+	for _, f := range sum.Failed() {
+		failed[f.Name] = f.Err
+	}
+	assert.NotContains(t, failed, "kubernetes/nodes.txt")
+	assert.Equal(t, "timed out after 400ms: kubectl: signal: killed", failed["kubernetes/pods.txt"])
+	assert.Equal(t, "timed out after 200ms: findmnt: signal: killed", failed["storage/findmnt.txt"])
 }
 
 // TestWorker: a worker has no admin kubeconfig, so its bundle says where

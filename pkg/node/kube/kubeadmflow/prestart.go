@@ -1,0 +1,113 @@
+package kubeadmflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
+	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
+)
+
+// A control plane's trial boot of a patch upgrade starts its control
+// plane once, on the new Kubernetes. Without this the kubelet would start
+// the old release's static pods at boot, the kubernetes-upgrade phase
+// would wait for them, and `kubeadm upgrade apply` would then replace
+// them one by one, each waited for: minutes of an emulated node's time
+// spent starting an API server twice.
+//
+// Within a minor release kubeadm renders the API server's, the controller
+// manager's and the scheduler's manifests alike but for their images'
+// tags, so PrestartControlPlane moves those tags to the slot's release
+// before the kubelet's first start (kubelet.service's ExecStartPre,
+// `firstboot repair-kubelet`). kubeadm stays the judge: the phase still
+// runs `kubeadm upgrade apply` or `upgrade node`, which compares each
+// manifest it renders with the one in place and restarts a component
+// only where they differ. etcd is left to kubeadm, after its snapshot. A
+// minor upgrade, whose flags may change, starts the old control plane
+// and lets kubeadm move it as before.
+
+// controlPlanePods are the static pods whose manifests
+// PrestartControlPlane moves to the slot's Kubernetes.
+var controlPlanePods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// PrestartControlPlane moves a control plane's static pods, before the
+// kubelet starts, to the Kubernetes of its slot when the slot carries a later
+// patch release of the one kubeadm configured the node for (as the
+// journal records it, and as its API server's manifest names it). First
+// it keeps the manifests and the kubelet's configuration for a rollback
+// (as the kubernetes-upgrade phase does, which then keeps that first
+// copy) and opens the image unpack window: the kubelet is about to unpack
+// the new images. It returns what it did, "" when it had nothing to do:
+// on a worker, an unformed node, a slot of the node's own Kubernetes, a
+// minor upgrade or a rollback. It writes nothing else; a rerun (a kubelet
+// restart, a power cut) finds the tags moved and does nothing.
+func PrestartControlPlane(ctx context.Context, h *host.Host) (string, error) {
+	apiserver, err := os.ReadFile(h.Path(ManifestsDir + "/kube-apiserver.yaml"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the API server's manifest: %w", err)
+	}
+	m := apiserverImage.FindSubmatch(apiserver)
+	if m == nil {
+		return "", nil // the kubernetes-upgrade phase says what is wrong with it
+	}
+	have := string(m[1])
+	want, err := bundleKubernetesVersion(h)
+	if err != nil {
+		return "", err
+	}
+	if !upgrade.IsPatchUpgrade(have, want) {
+		return "", nil
+	}
+	j, err := nodestate.On(h).ReadJournal()
+	if err != nil {
+		return "", err
+	}
+	if j.Kubernetes != have {
+		// The phase names the copy it keeps after the journal's version:
+		// a node whose journal says otherwise is left to it.
+		return "", nil
+	}
+	if err := keepBeforeUpgrade(ctx, h, have); err != nil {
+		return "", fmt.Errorf("keep the Kubernetes %s files before the upgrade: %w", have, err)
+	}
+	if err := unpackwindow.Open(h); err != nil {
+		return "", err
+	}
+	for _, pod := range controlPlanePods {
+		if err := retag(h, pod, have, want); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("the control plane's static pods start on Kubernetes %s, this slot's (kubeadm configured %s; its upgrade follows)", want, have), nil
+}
+
+// retag moves the image of a static pod's manifest from one tag to
+// another: exactly one image of that name and tag, or it changes nothing
+// and says so.
+func retag(h *host.Host, pod, from, to string) error {
+	name := ManifestsDir + "/" + pod + ".yaml"
+	b, err := os.ReadFile(h.Path(name))
+	if err != nil {
+		return fmt.Errorf("read the %s manifest: %w", pod, err)
+	}
+	image := "registry.k8s.io/" + pod + ":"
+	re := regexp.MustCompile(`(?m)` + regexp.QuoteMeta(image+from) + `(["']?[ \t]*)$`)
+	if n := len(re.FindAllIndex(b, -1)); n != 1 {
+		return fmt.Errorf("%s names the image %s%s %d times, not once: left as it is for kubeadm to upgrade", name, image, from, n)
+	}
+	fi, err := os.Stat(h.Path(name))
+	if err != nil {
+		return err
+	}
+	_, err = h.WriteIfChanged(name, re.ReplaceAll(b, []byte(image+to+"${1}")), fi.Mode().Perm())
+	return err
+}
