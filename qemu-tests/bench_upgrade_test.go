@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
@@ -276,18 +277,11 @@ func TestUpgradeBenchTerrarium(t *testing.T) {
 		// its RTC within seconds of the host's: taken back to the host's.
 		g, err := readGuestTime(ctx, ssh, start)
 		require.NoError(t, err, "%s: its clock", n.name)
-		var steps []phaseMark
-		for _, p := range journalPhases(journalOf(t, ssh), start.Add(g.offset)) {
-			if p.End <= 0 || strings.HasPrefix(p.Name, "power-on") {
-				continue
-			}
-			// A long step's progress reports ("rootfs 40%") are one bar.
-			if n := len(steps); n > 0 && steps[n-1].Name == p.Name {
-				steps[n-1].End = p.End
-				continue
-			}
-			steps = append(steps, p)
-		}
+		j := journalOf(t, ssh)
+		raw, err := json.MarshalIndent(j, "", "  ")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(b.out, "journal-"+n.name+".json"), append(raw, '\n'), 0o644))
+		steps := upgradeSteps(j, start.Add(g.offset))
 		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
 			Ready: ready.Sub(start).Seconds(), Steps: steps})
 		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds(), blessed[n.name].Sub(start).Seconds())
@@ -419,4 +413,35 @@ func (s *sshClient) put(src, path string) {
 	sess.Stdin = io.Reader(f)
 	out, err := sess.CombinedOutput("cat > " + path)
 	require.NoError(s.t, err, "copy %s to the guest's %s: %s", src, path, out)
+}
+
+// upgradeSteps are a node's steps in its journal from start on, each
+// named with what it came to ("upgrade: staged"), which tells apart the
+// many steps an upgrade and a rollout record under one name. A step's
+// progress reports ("rootfs 40%") and its waits are one bar with the
+// result that ends it.
+func upgradeSteps(j nodestate.Journal, start time.Time) []phaseMark {
+	var steps []phaseMark
+	for _, b := range j.Boots {
+		for _, s := range b.Steps {
+			end := s.At.Sub(start).Seconds()
+			if end <= 0 || strings.HasPrefix(s.Name, "power-on") {
+				continue
+			}
+			switch s.Result {
+			case "started", "waiting", "lock", "diagnostics", "progress", "pulled", "present":
+				continue
+			}
+			m := phaseMark{Name: s.Name + ": " + string(s.Result), End: end}
+			if s.Result == "retry" || s.Result == "failed" || s.Result == "refused" {
+				m.Detail = s.Detail
+			}
+			if n := len(steps); n > 0 && steps[n-1].Name == m.Name && m.Detail == "" {
+				steps[n-1].End = end
+				continue
+			}
+			steps = append(steps, m)
+		}
+	}
+	return steps
 }
