@@ -13,7 +13,7 @@ QEMU_PARALLEL ?= 2
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-upgrade bench-idle bench-pagein clean
+.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-upgrade bench-idle bench-audit bench-pagein clean
 
 all: image
 
@@ -159,6 +159,11 @@ bench-upgrade: deps bin
 bench-idle: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 90m -v -run 'TestControlPlaneIdleCPU' ./qemu-tests/...
+
+# How fast an idle control plane's audit log grows (one VM, ten minutes).
+bench-audit: image
+	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -tags e2e -count=1 -timeout 45m -v -run 'TestControlPlaneIdleAudit$$' ./qemu-tests/...
 
 # What paging in the node's programs costs under TCG with the slots'
 # compressor (lz4) against zstd: one VM, both squashfs attached.

@@ -35,6 +35,36 @@ type idleFigures struct {
 	healthy time.Duration // power-on to a healthy node
 	host    float64       // QEMU's share of a host core, mean over the windows
 	guest   guestCPU      // the guest over all windows
+	// audit is what the API server's audit log grew by over the
+	// windows, in span.
+	audit int64
+	span  time.Duration
+}
+
+// auditMBPerHour is the idle audit log's growth in MB an hour.
+func (f idleFigures) auditMBPerHour() float64 { return float64(f.audit) / 1e6 / f.span.Hours() }
+
+// auditIdleWindows: the idle audit log is measured over this many
+// windows, ten minutes: the controllers' lease renewals and resyncs come
+// every few seconds to a few minutes.
+const auditIdleWindows = 10
+
+// TestControlPlaneIdleAudit forms a one-node cluster from the default
+// image and measures how fast its audit log grows once the cluster is
+// formed and idle: nobody calls the API but the cluster's own
+// components. The log keeps 10 files of 100 MB for 30 days at most
+// (docs/security.md); the figure says how long that is.
+func TestControlPlaneIdleAudit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	fig := measureIdle(ctx, t, "default", fixture(t, "TERRARIUM_IMAGE"), auditIdleWindows)
+	rate := fig.auditMBPerHour()
+	t.Logf("idle one-node control plane: audit log %d bytes in %s, %.2f MB an hour, %.0f MB a day; its 10 files of 100 MB hold %.0f days of it",
+		fig.audit, fig.span.Round(time.Second), rate, rate*24, 1000/(rate*24))
+	assert.Positive(t, fig.audit, "an idle cluster's own components are audited too: the log did not grow")
+	// What formation and e2e's calls write is about 15 MB an hour: an
+	// idle cluster writes less.
+	assert.Less(t, rate, 15.0, "the idle audit log grew %.2f MB an hour", rate)
 }
 
 // TestControlPlaneIdleCPU forms a one-node cluster (an init node, nothing
@@ -53,8 +83,8 @@ func TestControlPlaneIdleCPU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()
 	baseline := buildWithoutKernelArg(ctx, t, coarseTimers)
-	def := measureIdle(ctx, t, "default ("+coarseTimers+")", fixture(t, "TERRARIUM_IMAGE"))
-	base := measureIdle(ctx, t, "baseline (high-resolution timers)", baseline)
+	def := measureIdle(ctx, t, "default ("+coarseTimers+")", fixture(t, "TERRARIUM_IMAGE"), idleWindows)
+	base := measureIdle(ctx, t, "baseline (high-resolution timers)", baseline, idleWindows)
 	t.Logf("idle one-node control plane, 2 vCPUs, %d windows of %s each:\n"+
 		"                         healthy   host CPU  guest idle  ctxt/s  timer irq/s\n"+
 		"  default (%s)   %7s   %6.0f %%  %8.0f %%  %6.0f  %11.0f\n"+
@@ -92,8 +122,8 @@ func buildWithoutKernelArg(ctx context.Context, t *testing.T, arg string) string
 }
 
 // measureIdle forms a one-node cluster from image, lets it settle and
-// measures idleWindows windows; the VM is stopped before it returns.
-func measureIdle(ctx context.Context, t *testing.T, label, image string) idleFigures {
+// measures windows windows; the VM is stopped before it returns.
+func measureIdle(ctx context.Context, t *testing.T, label, image string, windows int) idleFigures {
 	t.Helper()
 	cp := &clusterNode{name: "cp-1", ip: "10.77.0.10", linkMAC: "52:54:00:77:00:10", mgmtMAC: "52:54:00:00:00:10"}
 	key, dir := clusterConfigs(ctx, t, "idle", "--control-plane", cp.name+"="+cp.ip+"@"+cp.linkMAC)
@@ -114,8 +144,9 @@ func measureIdle(ctx context.Context, t *testing.T, label, image string) idleFig
 	// Let the controllers' first resyncs and the add-ons' start settle.
 	time.Sleep(60 * time.Second)
 
+	audit0, at0 := auditBytes(t, ssh)
 	var hostSum float64
-	for i := 1; i <= idleWindows; i++ {
+	for i := 1; i <= windows; i++ {
 		g0 := readGuestCPU(t, ssh)
 		h0, err := hostCPU(cp.vm.Pid())
 		require.NoError(t, err)
@@ -137,8 +168,23 @@ func measureIdle(ctx context.Context, t *testing.T, label, image string) idleFig
 		t.Logf("%s window %d (%s): QEMU %.0f %% of a host core; guest %.0f %% idle, %.0f %% system, %.0f context switches/s, %.0f timer interrupts/s\n%s",
 			label, i, elapsed.Round(time.Second), share, w.idlePct(), w.systemPct(), w.perSec(w.ctxt), w.perSec(w.timer), top)
 	}
-	fig.host = hostSum / idleWindows
+	fig.host = hostSum / float64(windows)
+	audit1, at1 := auditBytes(t, ssh)
+	fig.audit, fig.span = audit1-audit0, at1.Sub(at0)
+	t.Logf("%s: audit log %d bytes in %s idle, %.2f MB an hour", label, fig.audit, fig.span.Round(time.Second), fig.auditMBPerHour())
 	return fig
+}
+
+// auditBytes is the size of the control plane's audit log, its rotated
+// files included, and the guest's time then.
+func auditBytes(t *testing.T, ssh *sshClient) (int64, time.Time) {
+	t.Helper()
+	out, err := ssh.sudoTry("cd /var/log/kubernetes/audit && du -cb audit* | tail -1 | cut -f1 && date -u +%s")
+	require.NoError(t, err, "the audit log's size: %s", out)
+	var size, at int64
+	_, err = fmt.Sscan(strings.TrimSpace(out), &size, &at)
+	require.NoError(t, err, "the audit log's size: %q", out)
+	return size, time.Unix(at, 0)
 }
 
 // guestCPU is a snapshot (or a difference of two) of the guest's CPU

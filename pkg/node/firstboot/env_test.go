@@ -555,7 +555,9 @@ func (e *env) clusterDeps() kubeadmflow.Deps {
 		// Every API server runs the bundle's Kubernetes, unless the test
 		// says otherwise (env.apiVersions, by endpoint; "" does not answer).
 		APIVersion: func(ctx context.Context, kubeconfig, endpoint string) (string, error) {
+			e.mu.Lock()
 			v, ok := e.apiVersions[endpoint]
+			e.mu.Unlock()
 			switch {
 			case !ok:
 				return "v1.36.3", nil

@@ -428,7 +428,7 @@ func (n *rolloutNode) runInBackground(t *testing.T) (stop func()) {
 	t.Helper()
 	o := n.o
 	o.WatchInterval = time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
 	var once sync.Once
@@ -506,6 +506,13 @@ var (
 // first in the rollout, installed it and rebooted.
 func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey) {
 	t.Helper()
+	return rolloutClusterKube(t, "")
+}
+
+// rolloutClusterKube is rolloutCluster with a stick whose upgrade carries
+// Kubernetes kube ("" for none).
+func rolloutClusterKube(t *testing.T, kube string) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey) {
+	t.Helper()
 	key, pub, err := signature.GenerateKey()
 	require.NoError(t, err)
 	c = newFakeCluster()
@@ -514,7 +521,7 @@ func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode, key ed255
 	cp.peers(w)
 	w.peers(cp)
 	require.NoError(t, c.apply(addons.Upgrades))
-	cp.e.upgradeStick(key, "/stick", "1.3.0")
+	cp.e.upgradeStickKube(key, "/stick", "1.3.0", kube)
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
 	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
 	return c, cp, w, key
@@ -566,7 +573,10 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	},
 		15*time.Second, time.Millisecond, w.e.console.String())
 	assert.Equal(t, []string{"stage 1.3.0, cordoned false"}, w.stagedAndArmed(), "staged before its turn")
-	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
+	assert.Empty(t, c.statusOf(t, "w-1").Phase, "no turn reported")
+	c.mu.Lock()
+	assert.False(t, c.cordoned["w-1"], "still schedulable")
+	c.mu.Unlock()
 	assert.Zero(t, w.e.rebootCount())
 	assert.True(t, strings.HasPrefix(w.e.status().Upgrade, "1.3.0: rolling, 0 of 2 nodes done, cp-1 "), w.e.status().Upgrade)
 	assert.Contains(t, w.e.console.String(), "rollout: fetching 1.3.0 from the cluster's registries")
@@ -607,6 +617,48 @@ func TestOneStickUpgradesTheCluster(t *testing.T) {
 	assert.Equal(t, []string{"cp-1=true", "cp-1=false", "w-1=true", "w-1=false"}, c.cordons)
 	onlyOwnStatus(t, c)
 	assert.NotEmpty(t, c.writesBy("system:node:w-1"))
+}
+
+// A worker stages before its turn without asking the API servers, which
+// may be rebooting then (here the control plane does not answer); the
+// Kubernetes skew against them is checked at its turn, before the arm. A
+// minor upgrade the control plane does not run yet is refused there: the
+// worker is put back in service, its running slot still the one it
+// boots, and the rollout stops saying why.
+func TestPrestagedSkewIsCheckedAtTheArm(t *testing.T) {
+	c, cp, w, _ := rolloutClusterKube(t, "v1.37.0")
+	const api = "10.77.0.10:6443"
+	w.e.mu.Lock()
+	w.e.apiVersions = map[string]string{api: ""} // cp-1 reboots into its trial
+	w.e.mu.Unlock()
+	stopWorker := w.runInBackground(t)
+	require.Eventually(t, func() bool {
+		return strings.Contains(w.e.console.String(), "this node drains and reboots into it at its turn")
+	},
+		15*time.Second, time.Millisecond, w.e.console.String())
+	assert.NotContains(t, w.e.console.String(), "upgrade refused")
+	assert.Empty(t, w.e.status().Message, "nothing refused")
+
+	// cp-1 is done, but still runs v1.36.3 (its trial did not move
+	// Kubernetes here): the worker's turn refuses the arm.
+	w.e.mu.Lock()
+	w.e.apiVersions = map[string]string{api: "v1.36.3"}
+	w.e.mu.Unlock()
+	cp.e.media.remove(layout.LabelUpgradeFAT)
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	cp.e.runWatching(t, cp.o, func() bool { return c.phaseOf(t, "cp-1") == rollout.NodeDone })
+	require.Eventually(t, func() bool { return c.statusOf(t, "w-1").Phase == rollout.NodeFailed }, 15*time.Second, time.Millisecond, w.e.console.String())
+	stopWorker()
+
+	s := c.statusOf(t, "w-1")
+	assert.True(t, strings.HasPrefix(s.Detail, "arm: "), s.Detail)
+	assert.Contains(t, s.Detail, "the cluster's API servers are behind")
+	assert.Equal(t, []string{"stage 1.3.0, cordoned false"}, w.stagedAndArmed(), "staged, never armed")
+	c.mu.Lock()
+	assert.False(t, c.cordoned["w-1"], "back in service")
+	c.mu.Unlock()
+	assert.Zero(t, w.e.rebootCount())
+	assert.Nil(t, w.e.journal().Upgrade, "no upgrade recorded: nothing boots it")
 }
 
 // A drain that fails after the upgrade was staged stops the rollout with

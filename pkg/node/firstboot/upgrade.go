@@ -261,6 +261,10 @@ type upgradeSource struct {
 	digest string
 	// stage: written staged (Options.Stage), armed later (stageUpgrade).
 	stage bool
+	// beforeTurn: staged before the node's turn in the rollout, while the
+	// API servers may be rebooting: the Kubernetes skew against them is
+	// checked at the arm, and a refusal is only said.
+	beforeTurn bool
 }
 
 // installUpgrade checks the signature and every part of the upgrade file
@@ -292,6 +296,13 @@ func (r *runner) stageUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 	r.note("upgrade", step.Staged, detail)
 	r.say("upgrade: %s, written and checked; it boots once this node is drained", detail)
 	arm = func(ctx context.Context) nodestate.UpgradeResult {
+		if src.beforeTurn {
+			if err := r.checkKubernetes(ctx, cfg, staged.Manifest, policy, true); err != nil {
+				r.note("upgrade", step.Refused, err.Error())
+				r.say("upgrade: the staged %s is not made the next boot: %v", staged.Manifest.Version, err)
+				return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
+			}
+		}
 		armed, err := r.o.Arm(ctx, staged, host.ReporterFunc(r.report))
 		if err != nil {
 			r.note("upgrade", step.Failed, err.Error())
@@ -361,7 +372,7 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		if b := r.rollouts.ClusterBad(ctx, cfg, digest); b != nil && policy != upgrade.Force {
 			return fmt.Errorf("%w: %s rolled back on %s at %s (%s)", rollouts.ErrBadInCluster, b.Version, b.Node, b.At.Format("2006-01-02T15:04:05Z"), b.Reason)
 		}
-		if err := r.checkKubernetes(ctx, cfg, v.Manifest(), policy); err != nil {
+		if err := r.checkKubernetes(ctx, cfg, v.Manifest(), policy, !src.beforeTurn); err != nil {
 			return err
 		}
 		if r.rollouts.InRollout(cfg) && !src.rollout {
@@ -395,6 +406,10 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		r.say("upgrade: %s", published)
 		r.publish()
 		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: published}
+	case err != nil && src.beforeTurn:
+		// The turn tries again and reports what it finds then.
+		r.note("upgrade", step.Skipped, "before this node's turn: "+err.Error())
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
 	case err != nil:
 		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)
@@ -430,11 +445,11 @@ func (r *runner) recordInstalled(src upgradeSource, digest string, res slotinsta
 
 // checkKubernetes refuses an upgrade whose Kubernetes this node cannot
 // move to (upgrade.CheckKubernetes): it compares the upgrade's Kubernetes
-// with the slot's own and, on a node of a cluster, with what every control
-// plane's API server runs. When the Kubernetes changes and an API server
-// does not answer, the skew cannot be checked and the upgrade is refused,
-// unless forced.
-func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config, m upgrade.Manifest, policy upgrade.Policy) error {
+// with the slot's own and, on a node of a cluster and with apiServers,
+// with what every control plane's API server runs. When the Kubernetes
+// changes and an API server does not answer, the skew cannot be checked
+// and the upgrade is refused, unless forced.
+func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config, m upgrade.Manifest, policy upgrade.Policy, apiServers bool) error {
 	if m.KubernetesVersion == "" || r.flow == nil {
 		return nil
 	}
@@ -443,7 +458,7 @@ func (r *runner) checkKubernetes(ctx context.Context, cfg *machineconfig.Config,
 		return nil // a slot without Kubernetes, or the OS alone changes
 	}
 	skew := upgrade.KubernetesSkew{Running: running}
-	if cfg.Cluster != nil {
+	if cfg.Cluster != nil && apiServers {
 		skew.ControlPlane = cfg.Cluster.IsControlPlane()
 		vs, err := r.flow.APIServerVersions(ctx, cfg.Cluster.APIBackends())
 		if err != nil && policy != upgrade.Force {

@@ -26,15 +26,20 @@ type prestaged struct {
 }
 
 // prestage stages the rolling rollout's upgrade on this node before its
-// turn, once a boot and rollout: only for a rollout whose instructions
-// verified (v) and whose order holds, on a node it lists and has not
-// done, that runs another version and knows no rollback of it (unless
-// forced). A failure is said and left for the turn, which tries again
-// and reports it: a worker may not take a newer Kubernetes before its
-// control planes run it, which the turn comes after.
-func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout, v rollout.Verified, st rollout.Status) {
+// turn, once a boot for each node whose turn it is (turn): only for a
+// rollout whose instructions verified (v) and whose order holds, on a
+// node it lists and has not done, that runs another version, knows no
+// rollback of it (unless forced) and has no installed upgrade waiting
+// for its reboot or trial. A failure is said and left for the next turn
+// or its own, which tries again. The Kubernetes skew against the API
+// servers, some of which may be rebooting now, is checked at the arm.
+func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout, turn string, v rollout.Verified, st rollout.Status) {
 	me := cfg.Hostname
-	if c.s.prestageTried == ro.ID() || c.Version == ro.Version {
+	try := ro.ID() + " during the turn of " + turn
+	if c.s.prestageTried == try || c.Version == ro.Version {
+		return
+	}
+	if p := c.s.staged; p != nil && p.rollout == ro.ID() {
 		return
 	}
 	if n, ok := ro.Node(me); !ok || n.Phase == rollout.NodeDone {
@@ -46,10 +51,10 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	if v.Force == nil && c.markedBad(st, ro.Digest, v) != nil {
 		return
 	}
-	if u := c.Journal.LastUpgrade(); u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled {
-		return // installed already: its reboot or trial is under way
+	if u := c.Journal.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled {
+		return // an upgrade's reboot or trial is under way: its slot is not to be written
 	}
-	c.s.prestageTried = ro.ID()
+	c.s.prestageTried = try
 	c.Changes.Hold("staging the rollout's upgrade before this node's turn")
 	defer c.Changes.Unlock()
 	c.Node.Say("rollout: writing %s into the other slot while the nodes before this one take their turns", ro.Version)
@@ -64,7 +69,7 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	if v.Force != nil {
 		policy = upgrade.Force
 	}
-	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
+	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, true)
 	if res.Outcome != nodestate.OutcomeStaged {
 		c.Node.Say("rollout: %s not staged before this node's turn, which tries again: %s", ro.Version, res.Detail)
 		return
@@ -74,11 +79,10 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	c.Node.Say("rollout: %s is written into slot %s; this node drains and reboots into it at its turn", ro.Version, res.Slot)
 }
 
-// takePrestaged returns, once, what this boot staged for the rollout ro
-// before the node's turn.
-func (c *Controller) takePrestaged(ro *rollout.Rollout) (*prestaged, bool) {
+// prestagedFor returns what this boot staged for the rollout ro before
+// the node's turn; the turn drops it once it armed it, or failed to.
+func (c *Controller) prestagedFor(ro *rollout.Rollout) (*prestaged, bool) {
 	p := c.s.staged
-	c.s.staged = nil
 	if p == nil || p.rollout != ro.ID() {
 		return nil, false
 	}

@@ -95,8 +95,11 @@ type Node interface {
 	// nodestate.OutcomeStaged it returns arm, which makes the staged slot
 	// the next boot and records the upgrade in the node's journal, record
 	// naming where it came from (outcome nodestate.OutcomeInstalled).
-	// Neither reboots.
-	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
+	// Neither reboots. beforeTurn: the node's turn has not come, and the
+	// API servers it would check its Kubernetes skew with may be
+	// rebooting: arm checks that skew instead, and a refusal is only
+	// said, not shown as the node's message.
+	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy, beforeTurn bool) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
 	// Reboot reboots into the slot an upgrade was installed in.
 	Reboot(ctx context.Context)
 	// RebootAsked is when this boot last asked for that reboot (zero:
@@ -171,8 +174,9 @@ type state struct {
 	// control plane first saw it (its own clock).
 	sign      string
 	signSince time.Time
-	// prestageTried is the rollout whose upgrade this boot tried to
-	// stage before the node's turn, staged what it staged (prestage.go).
+	// prestageTried is the rollout, and the node whose turn it was,
+	// for which this boot last tried to stage the upgrade before its own
+	// turn; staged is what it staged (prestage.go).
 	prestageTried string
 	staged        *prestaged
 }
@@ -291,7 +295,7 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	ro := rec.Rollout
 	if turn.Name != me {
 		if verr == nil {
-			c.prestage(ctx, cfg, ro, v, st)
+			c.prestage(ctx, cfg, ro, turn.Name, v, st)
 		}
 		return
 	}
@@ -492,7 +496,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		arm func(context.Context) nodestate.UpgradeResult
 		res nodestate.UpgradeResult
 	)
-	if p, ok := c.takePrestaged(ro); ok {
+	if p, ok := c.prestagedFor(ro); ok {
 		arm, res = p.arm, p.res
 		c.Node.Say("rollout: upgrading this node to %s, staged in slot %s before its turn", ro.Version, res.Slot)
 	} else {
@@ -511,7 +515,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		if v.Force != nil {
 			policy = upgrade.Force
 		}
-		arm, res = c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy)
+		arm, res = c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, false)
 	}
 	switch res.Outcome {
 	case nodestate.OutcomeStaged:
@@ -543,6 +547,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		return
 	}
 	res = arm(ctx)
+	c.s.staged = nil // armed, or its arm failed: the next turn stages again
 	if res.Outcome != nodestate.OutcomeInstalled {
 		fail("arm", errors.New(res.Detail))
 		return

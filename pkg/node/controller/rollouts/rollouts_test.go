@@ -130,7 +130,7 @@ var _ Node = (*fakeNode)(nil)
 
 func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { return nil }
 
-func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
+func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy, bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	n.installs++
 	return nil, nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
 }

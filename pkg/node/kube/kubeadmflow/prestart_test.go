@@ -2,8 +2,10 @@ package kubeadmflow
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/images/unpackwindow"
 )
 
@@ -72,6 +75,12 @@ func TestPrestartControlPlane(t *testing.T) {
 				return
 			}
 			assert.Contains(t, did, "start on Kubernetes v1.36.4")
+			assert.Equal(t, []string{"sync", "kubeadm certs renew all --config=" + CertsRenewConfigFile}, *cmds,
+				"the certificates kubeadm renews when it restarts a component, renewed before any starts")
+			renew, err := os.ReadFile(f.Path(CertsRenewConfigFile))
+			require.NoError(t, err)
+			assert.Contains(t, string(renew), `kubernetesVersion: "v1.36.4"`)
+			assert.Contains(t, string(renew), "encryptionAlgorithm: ECDSA-P256")
 			for _, pod := range controlPlanePods {
 				p := ManifestsDir + "/" + pod + ".yaml"
 				got, err := os.ReadFile(f.Path(p))
@@ -90,9 +99,11 @@ func TestPrestartControlPlane(t *testing.T) {
 			assert.True(t, open, "the kubelet unpacks the new images inside the window")
 
 			// A kubelet restart finds the tags moved.
+			*cmds = nil
 			again, err := PrestartControlPlane(context.Background(), f.Host)
 			require.NoError(t, err)
 			assert.Empty(t, again)
+			assert.Empty(t, *cmds)
 
 			// The phase still runs kubeadm, and keeps the first copy.
 			*cmds = nil
@@ -106,27 +117,57 @@ func TestPrestartControlPlane(t *testing.T) {
 	}
 }
 
-// A manifest that names its image other than once is not guessed at: the
-// error names it, and kubeadm's upgrade moves it.
-func TestPrestartControlPlaneRefusesAnOddManifest(t *testing.T) {
-	for name, scheduler := range map[string]string{
-		"twice":           staticPod("kube-scheduler", "v1.36.3") + "  - image: registry.k8s.io/kube-scheduler:v1.36.3\n",
-		"a longer tag":    staticPod("kube-scheduler", "v1.36.30"),
-		"another release": staticPod("kube-scheduler", "v1.36.2"),
+// A manifest that names its image other than once is not guessed at, and
+// a renewal that fails stops it too: the error names what, no manifest is
+// written, and kubeadm's upgrade moves them (and renews) as before.
+func TestPrestartControlPlaneRefuses(t *testing.T) {
+	for name, tc := range map[string]struct {
+		scheduler string
+		renewFail bool
+		want      string
+	}{
+		"an image named twice": {scheduler: staticPod("kube-scheduler", "v1.36.3") + "  - image: registry.k8s.io/kube-scheduler:v1.36.3\n",
+			want: ManifestsDir + "/kube-scheduler.yaml names the image registry.k8s.io/kube-scheduler:v1.36.3 2 times"},
+		"a longer tag": {scheduler: staticPod("kube-scheduler", "v1.36.30"),
+			want: ManifestsDir + "/kube-scheduler.yaml names the image registry.k8s.io/kube-scheduler:v1.36.3 0 times"},
+		"another release": {scheduler: staticPod("kube-scheduler", "v1.36.2"),
+			want: ManifestsDir + "/kube-scheduler.yaml names the image registry.k8s.io/kube-scheduler:v1.36.3 0 times"},
+		"the image in a flag, not on an image line": {scheduler: strings.Replace(staticPod("kube-scheduler", "v1.36.3"), "    image: ", "    - --pod-infra-image=", 1),
+			want: ManifestsDir + "/kube-scheduler.yaml names the image registry.k8s.io/kube-scheduler:v1.36.3 0 times"},
+		"the renewal fails": {scheduler: staticPod("kube-scheduler", "v1.36.3"), renewFail: true,
+			want: "renew the control plane's certificates: kubeadm certs renew all"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f, _ := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
-			for _, pod := range controlPlanePods {
-				require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/"+pod+".yaml"), []byte(staticPod(pod, "v1.36.3")), 0o600))
+			f, cmds := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
+			if tc.renewFail {
+				exec := f.Host.Executor
+				f.Host.Executor = host.ExecFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+					if _, err := exec.Exec(ctx, name, args...); err != nil || name != "kubeadm" {
+						return nil, err
+					}
+					return []byte("error: the CA key is missing"), errors.New("exit status 1")
+				})
 			}
-			require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/kube-scheduler.yaml"), []byte(scheduler), 0o600))
+			before := map[string]string{}
+			for _, pod := range controlPlanePods {
+				before[pod] = staticPod(pod, "v1.36.3")
+			}
+			before["kube-scheduler"] = tc.scheduler
+			for pod, b := range before {
+				require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/"+pod+".yaml"), []byte(b), 0o600))
+			}
 
 			_, err := PrestartControlPlane(context.Background(), f.Host)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), ManifestsDir+"/kube-scheduler.yaml names the image registry.k8s.io/kube-scheduler:v1.36.3")
-			got, err := os.ReadFile(f.Path(ManifestsDir + "/kube-scheduler.yaml"))
-			require.NoError(t, err)
-			assert.Equal(t, scheduler, string(got), "left as it is")
+			assert.Contains(t, err.Error(), tc.want)
+			for pod, b := range before {
+				got, err := os.ReadFile(f.Path(ManifestsDir + "/" + pod + ".yaml"))
+				require.NoError(t, err)
+				assert.Equal(t, b, string(got), "%s left as it is", pod)
+			}
+			if !tc.renewFail {
+				assert.NotContains(t, strings.Join(*cmds, "\n"), "kubeadm", "nothing renewed before every manifest was checked")
+			}
 		})
 	}
 }
