@@ -179,7 +179,7 @@ func measureIdle(ctx context.Context, t *testing.T, label, image string, windows
 // files included, and the guest's time then.
 func auditBytes(t *testing.T, ssh *sshClient) (int64, time.Time) {
 	t.Helper()
-	out, err := ssh.sudoTry("cd /var/log/kubernetes/audit && du -cb audit* | tail -1 | cut -f1 && date -u +%s")
+	out, err := ssh.sudoTry(auditLogSize + " && date -u +%s")
 	require.NoError(t, err, "the audit log's size: %s", out)
 	var size, at int64
 	_, err = fmt.Sscan(strings.TrimSpace(out), &size, &at)

@@ -534,12 +534,16 @@ func checkSecretEncrypted(t *testing.T, ssh *sshClient) e2eSecret {
 	return s
 }
 
+// auditLogSize prints the bytes of the control plane's audit log, its
+// rotated files included, from the log's directory.
+const auditLogSize = "cd /var/log/kubernetes/audit && du -cb audit* | tail -1 | cut -f1"
+
 // logAuditGrowth logs how much audit log the control plane has written
 // since its first event: an upper bound of an idle cluster's rate, since
 // it spans the formation and the test's own calls.
 func logAuditGrowth(t *testing.T, ssh *sshClient) {
 	t.Helper()
-	out, err := ssh.sudoTry("cd /var/log/kubernetes/audit && du -cb audit* | tail -1 | cut -f1 && head -1 audit.log && date -u +%Y-%m-%dT%H:%M:%SZ")
+	out, err := ssh.sudoTry(auditLogSize + " && head -1 audit.log && date -u +%Y-%m-%dT%H:%M:%SZ")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err != nil || len(lines) != 3 {
 		t.Logf("audit log's size: %v\n%s", err, out)

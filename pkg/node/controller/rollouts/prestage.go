@@ -39,7 +39,7 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	if c.s.prestageTried == try || c.Version == ro.Version {
 		return
 	}
-	if p := c.s.staged; p != nil && p.rollout == ro.ID() {
+	if _, ok := c.prestagedFor(ro); ok {
 		return
 	}
 	if n, ok := ro.Node(me); !ok || n.Phase == rollout.NodeDone {
@@ -58,18 +58,13 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	c.Changes.Hold("staging the rollout's upgrade before this node's turn")
 	defer c.Changes.Unlock()
 	c.Node.Say("rollout: writing %s into the other slot while the nodes before this one take their turns", ro.Version)
-	share, art, err := c.fetch(ctx, cfg, ro)
+	arm, res, err := c.fetchAndStage(ctx, cfg, ro, v, true)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.Node.Say("rollout: %s not staged before this node's turn, which tries again: fetch: %v", ro.Version, err)
 		}
 		return
 	}
-	policy := upgrade.Refuse
-	if v.Force != nil {
-		policy = upgrade.Force
-	}
-	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, true)
 	if res.Outcome != nodestate.OutcomeStaged {
 		c.Node.Say("rollout: %s not staged before this node's turn, which tries again: %s", ro.Version, res.Detail)
 		return
@@ -87,4 +82,20 @@ func (c *Controller) prestagedFor(ro *rollout.Rollout) (*prestaged, bool) {
 		return nil, false
 	}
 	return p, true
+}
+
+// fetchAndStage fetches the rollout's upgrade into the node's share (err
+// says why it could not) and stages it from there, forced only by a
+// verified force instruction; beforeTurn as Node.Stage takes it.
+func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout, v rollout.Verified, beforeTurn bool) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult, err error) {
+	share, art, err := c.fetch(ctx, cfg, ro)
+	if err != nil {
+		return nil, nodestate.UpgradeResult{}, err
+	}
+	policy := upgrade.Refuse
+	if v.Force != nil {
+		policy = upgrade.Force
+	}
+	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)
+	return arm, res, nil
 }

@@ -504,18 +504,13 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
 			return
 		}
-		share, art, err := c.fetch(ctx, cfg, ro)
-		if err != nil {
+		var err error
+		if arm, res, err = c.fetchAndStage(ctx, cfg, ro, v, false); err != nil {
 			if ctx.Err() == nil {
 				fail("fetch", err)
 			}
 			return
 		}
-		policy := upgrade.Refuse
-		if v.Force != nil {
-			policy = upgrade.Force
-		}
-		arm, res = c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, false)
 	}
 	switch res.Outcome {
 	case nodestate.OutcomeStaged:

@@ -2,9 +2,7 @@ package kubeadmflow
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"regexp"
 
@@ -55,18 +53,12 @@ var controlPlanePods = []string{"kube-controller-manager", "kube-scheduler", "ku
 // minor upgrade or a rollback. It writes nothing else; a rerun (a kubelet
 // restart, a power cut) finds the tags moved and does nothing.
 func PrestartControlPlane(ctx context.Context, h *host.Host) (string, error) {
-	apiserver, err := os.ReadFile(h.Path(ManifestsDir + "/kube-apiserver.yaml"))
-	if errors.Is(err, fs.ErrNotExist) {
+	// None on a worker or an unformed node; the kubernetes-upgrade phase
+	// says what is wrong with one it cannot read.
+	have := manifestKubernetes(h)
+	if have == "" {
 		return "", nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("read the API server's manifest: %w", err)
-	}
-	m := apiserverImage.FindSubmatch(apiserver)
-	if m == nil {
-		return "", nil // the kubernetes-upgrade phase says what is wrong with it
-	}
-	have := string(m[1])
 	want, err := bundleKubernetesVersion(h)
 	if err != nil {
 		return "", err
