@@ -79,6 +79,7 @@ unit: bin
 	cd components/metallb && GOWORK=off $(GO) test $(GOFLAGS_TEST) ./link ./crds
 
 qemu-test: image
+	@df -h /tmp $(TERRARIUM_CACHE) | sed 's/^/qemu-test: disk: /' # a full disk fails a build in its own words; say how full it was
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		TERRARIUM_ISO=$(abspath $(OUT))/terrarium.iso TERRARIUM_OVA=$(abspath $(OUT))/terrarium.ova \
 		$(GO) test -count=1 -timeout 80m -parallel $(QEMU_PARALLEL) -v ./qemu-tests/...

@@ -13,13 +13,17 @@ import (
 )
 
 func buildCmd() *cobra.Command {
-	var specPath, out, cacheDir, firstbootBin, initBin, prefer string
+	var specPath, out, cacheDir, cacheMax, firstbootBin, initBin, prefer string
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build an image (raw, qcow2, manifest.json) from a build spec",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := spec.Parse(specPath)
+			if err != nil {
+				return err
+			}
+			limit, err := cache.ParseMax(cacheMax)
 			if err != nil {
 				return err
 			}
@@ -32,7 +36,7 @@ func buildCmd() *cobra.Command {
 				level = slog.LevelInfo
 			}
 			res, err := build.Run(cmd.Context(), s, build.Inputs{Firstboot: firstbootBin, Init: initBin}, build.Options{
-				OutDir: out, Cache: c, Progress: os.Stderr, PreferSource: prefer,
+				OutDir: out, Cache: c, Progress: os.Stderr, PreferSource: prefer, CacheMax: limit,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 			})
 			if err != nil {
@@ -48,6 +52,7 @@ func buildCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&specPath, "spec", "f", "os/terrarium.yaml", "build spec file")
 	cmd.Flags().StringVarP(&out, "out", "o", "out", "output directory")
 	cmd.Flags().StringVar(&cacheDir, "cache", cache.DefaultDir(), "content-addressed cache ($"+cache.EnvDir+")")
+	cmd.Flags().StringVar(&cacheMax, "cache-max", os.Getenv(cache.EnvMax), "after the build, remove the least recently used cache entries down to this size (20GiB when empty; off keeps all) ($"+cache.EnvMax+")")
 	cmd.Flags().StringVar(&firstbootBin, "firstboot", besideSelf("firstboot"), "firstboot binary for the rootfs")
 	cmd.Flags().StringVar(&initBin, "init", besideSelf("terrarium-init"), "initramfs /init binary")
 	cmd.Flags().StringVar(&prefer, "prefer-source", "", "resolve bundle images from their alternative of this kind where they list one (registry: pull instead of build, on a connected host)")

@@ -41,6 +41,10 @@ type Options struct {
 	// PreferSource picks the bundle images' alternatives of this source
 	// kind (see bundle.WithPreferredSource); "" uses their sources.
 	PreferSource string
+	// CacheMax bounds the cache: after a build, the least recently used
+	// entries go until it holds at most this many bytes (cache.Prune).
+	// 0 keeps everything.
+	CacheMax int64
 }
 
 // Result is what a build wrote.
@@ -64,7 +68,7 @@ func step[T any](st *progress.Stages, name string, fn func() (T, string, error))
 }
 
 // stageCount is the number of step calls in Run, for the progress bar.
-const stageCount = 15
+const stageCount = 16
 
 // Run builds the image s describes into opt.OutDir. Its stages take their
 // inputs and return their outputs; Run is the only place that wires one
@@ -205,9 +209,15 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 		if !s.WantsOutput(spec.OutputOVA) {
 			return struct{}{}, "(not requested)", nil
 		}
-		return struct{}{}, "", writeOVA(ctx, ovaInputs{
+		if err := writeOVA(ctx, ovaInputs{
 			name: s.Name, version: s.Version, disk: vmdkImg, hardwareVersion: s.VSphere.HardwareVersion, epoch: epoch,
-		}, out(spec.OutputOVA))
+		}, out(spec.OutputOVA)); err != nil {
+			return struct{}{}, "", err
+		}
+		if !s.WantsOutput(spec.OutputVMDK) { // the OVA holds it now: free the disk for the ISO
+			return struct{}{}, "", os.Remove(vmdkImg.path)
+		}
+		return struct{}{}, "", nil
 	}); err != nil {
 		return nil, err
 	}
@@ -261,7 +271,30 @@ func Run(ctx context.Context, s *spec.Spec, in Inputs, opt Options) (*Result, er
 	}); err != nil {
 		return nil, err
 	}
+	if _, err := step(st, "cache", func() (struct{}, string, error) {
+		return struct{}{}, pruneCache(opt), nil
+	}); err != nil {
+		return nil, err
+	}
 	return &Result{Manifest: man, Map: diskimage.Draw(disk.placed, disk.size)}, nil
+}
+
+// pruneCache bounds the cache after a build and says what it did. The
+// image is built, so a failure to prune is only logged.
+func pruneCache(opt Options) string {
+	if opt.CacheMax <= 0 {
+		return "(no bound)"
+	}
+	res, err := opt.Cache.Prune(opt.CacheMax, cache.DefaultGrace)
+	if err != nil {
+		opt.Log.Warn("cache: pruning failed, the image is built", "cache", opt.Cache.Root(), "err", err)
+		return "pruning failed: " + err.Error()
+	}
+	note := fmt.Sprintf("%d entries, %.1f GiB", res.Kept, float64(res.KeptBytes)/(1<<30))
+	if len(res.Removed) > 0 {
+		note += fmt.Sprintf("; removed %d least recently used (%.1f GiB)", len(res.Removed), float64(res.RemovedBytes)/(1<<30))
+	}
+	return note
 }
 
 func cachedNote(cached bool) string {

@@ -187,6 +187,13 @@ func TestBundleLayoutImageNames(t *testing.T) {
 	assert.Equal(t, []string{"a:1", "b:2"}, b.imageNames())
 }
 
+func mustBaseKey(t *testing.T, s *spec.Spec) string {
+	t.Helper()
+	key, err := rootfs.BaseKey(s.OS, nil, s.Epoch())
+	require.NoError(t, err)
+	return key
+}
+
 // fakeBase fills c with a rootfs base for s's os section (what mmdebstrap
 // would make, in miniature): a root tree as a tarball, a fake kernel,
 // systemd-boot and busybox, and a module tree in which the spec's modules
@@ -251,12 +258,18 @@ func TestRunWithFakeBase(t *testing.T) {
 	require.NoError(t, os.WriteFile(in.Firstboot, []byte("#!/bin/sh\n# fake firstboot\n"), 0o755))
 	require.NoError(t, os.WriteFile(in.Init, []byte("#!/bin/sh\n# fake init\n"), 0o755))
 
+	// An entry no build has used for a month: the second build, bounded
+	// to one byte, removes it and keeps every entry it used itself.
+	stale := c.Path("slot", strings.Repeat("5", 64))
+	require.NoError(t, os.MkdirAll(stale, 0o755))
+	require.NoError(t, os.Chtimes(stale, time.Now().Add(-720*time.Hour), time.Now().Add(-720*time.Hour)))
+
 	var outs []string
 	var logs []string
 	for i := range 2 {
 		out := filepath.Join(t.TempDir(), "out")
 		var progress bytes.Buffer
-		res, err := Run(context.Background(), s, in, Options{OutDir: out, Cache: c, Progress: &progress})
+		res, err := Run(context.Background(), s, in, Options{OutDir: out, Cache: c, Progress: &progress, CacheMax: int64(i)})
 		require.NoError(t, err, "build %d:\n%s", i+1, progress.String())
 		_, set := os.LookupEnv("SOURCE_DATE_EPOCH")
 		assert.False(t, set, "Run set SOURCE_DATE_EPOCH in the process's environment")
@@ -277,7 +290,12 @@ func TestRunWithFakeBase(t *testing.T) {
 		logs = append(logs, progress.String())
 	}
 	assert.Contains(t, logs[0], "rootfs base (mmdebstrap)")
-	assert.Contains(t, logs[0], fmt.Sprintf("[%d/%d] manifest: done", stageCount, stageCount), "stageCount counts the steps")
+	assert.Contains(t, logs[0], fmt.Sprintf("[%d/%d] cache: done", stageCount, stageCount), "stageCount counts the steps")
+	assert.Regexp(t, `cache: done in \S+ \(no bound\)`, logs[0])
+	assert.Contains(t, logs[1], "removed 1 least recently used", "the bounded build prunes")
+	assert.NoDirExists(t, stale)
+	_, ok := c.Lookup(rootfs.BaseKind, mustBaseKey(t, s))
+	assert.True(t, ok, "an entry the build used stays, over the bound")
 	assert.Regexp(t, `slot images \(mksquashfs\).*\(cached\)`, logs[1], "the second build reuses the slot")
 	assert.NotRegexp(t, `slot images \(mksquashfs\).*\(cached\)`, logs[0], "the first build makes the slot")
 

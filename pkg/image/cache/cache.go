@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 )
 
 // EnvDir names the environment variable that moves the cache.
@@ -25,17 +27,44 @@ func DefaultDir() string {
 	return filepath.Join(os.TempDir(), "terrarium-cache")
 }
 
-// Cache is a content-addressed directory store.
+// Cache is a content-addressed directory store. An entry's modification
+// time is when a build last used it, which is what Prune goes by.
 type Cache struct {
 	root string
+	now  func() time.Time
+
+	mu    sync.Mutex
+	inUse map[string]bool // entries this Cache handed out: Prune spares them
 }
 
+// Option configures a Cache.
+type Option func(*Cache)
+
+// WithClock sets the clock that stamps an entry's use (time.Now by
+// default).
+func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = now } }
+
 // New opens (and creates) a cache rooted at dir.
-func New(dir string) (*Cache, error) {
+func New(dir string, opts ...Option) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache %s: %w", dir, err)
 	}
-	return &Cache{root: dir}, nil
+	c := &Cache{root: dir, now: time.Now, inUse: map[string]bool{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// use records that this build uses the entry at p: Prune spares it, and
+// its modification time says when it was last used. A cache on a
+// read-only disk still serves its entries, so a failed stamp is no error.
+func (c *Cache) use(p string) {
+	c.mu.Lock()
+	c.inUse[p] = true
+	c.mu.Unlock()
+	now := c.now()
+	_ = os.Chtimes(p, now, now) // only Prune's order depends on it
 }
 
 // Root is the cache directory.
@@ -46,10 +75,11 @@ func (c *Cache) Path(kind, key string) string {
 	return filepath.Join(c.root, kind, key)
 }
 
-// Lookup returns the entry's path if it is complete.
+// Lookup returns the entry's path if it is complete, and marks it used.
 func (c *Cache) Lookup(kind, key string) (string, bool) {
 	p := c.Path(kind, key)
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		c.use(p)
 		return p, true
 	}
 	return "", false
@@ -67,7 +97,7 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", false, fmt.Errorf("cache %s: %w", kind, err)
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+key[:min(12, len(key))]+"-")
+	tmp, err := os.MkdirTemp(parent, tmpPrefix+key[:min(12, len(key))]+"-")
 	if err != nil {
 		return "", false, fmt.Errorf("cache %s: %w", kind, err)
 	}
@@ -83,5 +113,6 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 		}
 		return "", false, fmt.Errorf("cache %s: commit %s: %w", kind, key, err)
 	}
+	c.use(final)
 	return final, false, nil
 }

@@ -1,0 +1,236 @@
+package cache
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnvMax names the environment variable that bounds the cache's size
+// ("20GiB"; "off" keeps everything).
+const EnvMax = "TERRARIUM_CACHE_MAX"
+
+// DefaultMax is the size a build prunes the cache back to when $EnvMax is
+// unset: every build writes a new slot entry of about 850 MiB when its
+// programs changed, so an unbounded cache fills a build host's disk.
+const DefaultMax = 20 << 30
+
+// DefaultGrace is how long an entry stays after its last use, whatever the
+// cache's size: another build running beside this one may be using it.
+const DefaultGrace = time.Hour
+
+const (
+	tmpPrefix   = ".tmp-"   // an entry being filled
+	evictPrefix = ".evict-" // an entry being removed
+)
+
+// Entry is one artifact in the cache.
+type Entry struct {
+	Kind, Key string
+	Size      int64     // bytes of its files
+	Used      time.Time // when a build last used it
+}
+
+// Entries lists the cache's artifacts: the kind/key directories whose key
+// is a content hash. Other directories under the root (the bundle blob
+// store, an OCI layout of its own) are not entries.
+func (c *Cache) Entries() ([]Entry, error) {
+	kinds, err := os.ReadDir(c.root)
+	if err != nil {
+		return nil, fmt.Errorf("list cache %s: %w", c.root, err)
+	}
+	var out []Entry
+	for _, k := range kinds {
+		if !k.IsDir() {
+			continue
+		}
+		keys, err := os.ReadDir(filepath.Join(c.root, k.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("list cache %s: %w", k.Name(), err)
+		}
+		for _, e := range keys {
+			if !e.IsDir() || !isHash(e.Name()) {
+				continue
+			}
+			fi, err := e.Info()
+			if err != nil {
+				continue // removed by a concurrent prune
+			}
+			size, err := dirSize(filepath.Join(c.root, k.Name(), e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Entry{Kind: k.Name(), Key: e.Name(), Size: size, Used: fi.ModTime()})
+		}
+	}
+	return out, nil
+}
+
+// PruneResult is what Prune removed and what it kept.
+type PruneResult struct {
+	Removed      []Entry
+	RemovedBytes int64
+	KeptBytes    int64
+	Kept         int
+}
+
+// Prune removes the least recently used entries until the cache holds at
+// most limit bytes. It never removes an entry this Cache handed out, nor one
+// used within grace (another build may be reading it), so the cache can
+// stay above limit; it also clears the leftovers of interrupted fills older
+// than grace. An entry is renamed away before it is removed, so a
+// concurrent build sees it either whole or not at all.
+func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
+	var res PruneResult
+	entries, err := c.Entries()
+	if err != nil {
+		return res, err
+	}
+	now := c.now()
+	if err := c.clearLeftovers(now.Add(-grace)); err != nil {
+		return res, err
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return a.Used.Compare(b.Used) })
+	var total int64
+	for _, e := range entries {
+		total += e.Size
+	}
+	for _, e := range entries {
+		if total <= limit {
+			break
+		}
+		p := c.Path(e.Kind, e.Key)
+		c.mu.Lock()
+		busy := c.inUse[p]
+		c.mu.Unlock()
+		if busy || now.Sub(e.Used) < grace {
+			continue
+		}
+		if err := evict(p); err != nil {
+			return res, err
+		}
+		total -= e.Size
+		res.Removed = append(res.Removed, e)
+		res.RemovedBytes += e.Size
+	}
+	res.KeptBytes, res.Kept = total, len(entries)-len(res.Removed)
+	return res, nil
+}
+
+// clearLeftovers removes the temporary directories of fills and prunes
+// that were interrupted before cutoff.
+func (c *Cache) clearLeftovers(cutoff time.Time) error {
+	kinds, err := os.ReadDir(c.root)
+	if err != nil {
+		return fmt.Errorf("list cache %s: %w", c.root, err)
+	}
+	for _, k := range kinds {
+		if !k.IsDir() {
+			continue
+		}
+		dir := filepath.Join(c.root, k.Name())
+		names, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("list cache %s: %w", k.Name(), err)
+		}
+		for _, n := range names {
+			if !strings.HasPrefix(n.Name(), tmpPrefix) && !strings.HasPrefix(n.Name(), evictPrefix) {
+				continue
+			}
+			if fi, err := n.Info(); err != nil || fi.ModTime().After(cutoff) {
+				continue // still being written, or already gone
+			}
+			if err := os.RemoveAll(filepath.Join(dir, n.Name())); err != nil {
+				return fmt.Errorf("clear cache leftover %s: %w", n.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+func evict(p string) error {
+	tmp, err := os.MkdirTemp(filepath.Dir(p), evictPrefix)
+	if err != nil {
+		return fmt.Errorf("evict %s: %w", p, err)
+	}
+	gone := filepath.Join(tmp, filepath.Base(p))
+	if err := os.Rename(p, gone); err != nil {
+		_ = os.Remove(tmp)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // a concurrent prune took it
+		}
+		return fmt.Errorf("evict %s: %w", p, err)
+	}
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("evict %s: %w", p, err)
+	}
+	return nil
+}
+
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return nil //nolint:nilerr // removed while we walked
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("size of cache entry %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+func isHash(name string) bool {
+	if len(name) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(name)
+	return err == nil
+}
+
+// ParseMax reads a cache bound as $EnvMax spells it: a number of bytes
+// with an optional unit (KiB, MiB, GiB, TiB, or K, M, G, T, all powers of
+// 1024), or "off" for no bound (0 is returned). "" is DefaultMax.
+func ParseMax(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "":
+		return DefaultMax, nil
+	case "off":
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"kib", 10}, {"mib", 20}, {"gib", 30}, {"tib", 40}, {"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}, {"b", 0}}
+	num, shift := strings.ToLower(s), uint(0)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, shift = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("%s=%q: want a size such as 20GiB, or off", EnvMax, s)
+	}
+	return n << shift, nil
+}
