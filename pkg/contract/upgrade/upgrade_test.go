@@ -393,3 +393,30 @@ func TestCopyPartChangedAfterVerify(t *testing.T) {
 	assert.ErrorContains(t, err, "test.upgrade: member vmlinuz: sha256 ")
 	require.NoError(t, v.CopyPart(context.Background(), io.Discard, sampleParts()[0].name))
 }
+
+// TestVerifySignatureChecksPartsOnCopy: VerifySignature reads no part,
+// so a corrupt part passes it, and CopyPart refuses that part (and only
+// that one) as it copies it; a key the node does not trust is refused
+// at once.
+func TestVerifySignatureChecksPartsOnCopy(t *testing.T) {
+	data := build(t, fixedKey(1))
+	kernel := sampleParts()[1]
+	data[bytes.Index(data, kernel.data)+100] ^= 1
+	f, err := open(data)
+	require.NoError(t, err)
+	trusted := []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))}
+
+	_, err = f.Verify(context.Background(), trusted)
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch, "Verify reads every part")
+
+	v, err := f.VerifySignature(trusted)
+	require.NoError(t, err, "the signature alone is good")
+	assert.Equal(t, signature.PublicKeyOf(fixedKey(1)), v.Signer())
+	err = v.CopyPart(context.Background(), io.Discard, kernel.name)
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
+	assert.ErrorContains(t, err, "test.upgrade: member vmlinuz: sha256 ")
+	require.NoError(t, v.CopyPart(context.Background(), io.Discard, sampleParts()[0].name), "an intact part copies")
+
+	_, err = f.VerifySignature([]signature.PublicKey{signature.PublicKeyOf(fixedKey(2))})
+	require.ErrorIs(t, err, upgrade.ErrUnknownKey)
+}

@@ -11,8 +11,10 @@ import (
 )
 
 // Verified is an upgrade file whose manifest is signed by a trusted key
-// and whose parts matched the manifest when Verify read them. It hands
-// out the parts for writing into a slot.
+// and whose parts matched the manifest when Verify read them (or, made
+// by VerifySignature, are checked only as they are copied). It hands out
+// the parts for writing into a slot, through CopyPart, which checks
+// each part again as it copies it.
 type Verified struct {
 	f      *File
 	signer signature.PublicKey
@@ -33,6 +35,24 @@ func (f *File) Verify(ctx context.Context, trusted []signature.PublicKey) (*Veri
 		if err := f.copySection(ctx, io.Discard, s); err != nil {
 			return nil, err
 		}
+	}
+	return &Verified{f: f, signer: signer}, nil
+}
+
+// VerifySignature checks that the manifest is signed by one of the
+// trusted keys, and reads no part: each part is checked only as CopyPart
+// copies it, which fails with ErrHashMismatch or ErrTruncated on the
+// first part that differs. It is for a file the node fetched or copied
+// itself from one a person brought, whose parts go nowhere but through
+// CopyPart into a slot that is not booted until every part was copied
+// whole: reading the file twice (once to check, once to write) costs a
+// whole pass over it. A file a person brings is checked with Verify,
+// before anything is written. Its errors are Verify's, but
+// ErrHashMismatch.
+func (f *File) VerifySignature(trusted []signature.PublicKey) (*Verified, error) {
+	signer, err := f.verifySignature(trusted)
+	if err != nil {
+		return nil, err
 	}
 	return &Verified{f: f, signer: signer}, nil
 }
@@ -86,8 +106,9 @@ func (v *Verified) Manifest() Manifest { return v.f.manifest.clone() }
 func (v *Verified) Signer() signature.PublicKey { return v.signer }
 
 // Part returns a reader of the part of that name, and its manifest
-// entry. Its bytes were verified, but the file may have changed since:
-// copy a part with CopyPart, which checks it again, or hash what is read.
+// entry. Its bytes were verified by Verify (not by VerifySignature), and
+// the file may have changed since: copy a part with CopyPart, which
+// checks it again, or hash what is read.
 func (v *Verified) Part(name string) (*io.SectionReader, PartInfo, error) {
 	s, err := v.section(name)
 	if err != nil {
@@ -100,6 +121,7 @@ func (v *Verified) Part(name string) (*io.SectionReader, PartInfo, error) {
 // way, and fails with ErrHashMismatch (or ErrTruncated) when what it read
 // differs from the manifest: the file changed after Verify. dst has then
 // received bytes that must not be used (the slot must not be booted).
+// It is the only check of a Verified that VerifySignature made.
 func (v *Verified) CopyPart(ctx context.Context, dst io.Writer, name string) error {
 	s, err := v.section(name)
 	if err != nil {

@@ -1,9 +1,11 @@
 package firstboot
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
@@ -32,14 +35,24 @@ type fakeInstaller struct {
 	other string
 	// armed are the versions armed after staging.
 	armed []string
+	// attempts counts the installs begun, written or not.
+	attempts int
 }
 
+// install copies every part through CopyPart, as the real installer
+// does, and fails on the first that differs from the manifest.
 func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
 	m := v.Manifest()
 	if m.Version == installed.Version || m.Version == f.other {
 		return slotinstall.Result{}, upgrade.ErrAlreadyInstalled
+	}
+	for _, p := range m.Parts {
+		if err := v.CopyPart(ctx, io.Discard, p.Name); err != nil {
+			return slotinstall.Result{}, err
+		}
 	}
 	f.versions = append(f.versions, m.Version)
 	return slotinstall.Result{Slot: running.Other(), Manifest: m, Tries: 3}, nil
@@ -368,4 +381,50 @@ func TestRollbackReasonIsThisUpgrades(t *testing.T) {
 	assert.Equal(t, nodestate.UpgradeRolledBack, j.Upgrade.State)
 	assert.Equal(t, "the new slot never reached its health check", j.Upgrade.Reason)
 	assert.NotContains(t, e.console.String(), "an older build's fault")
+}
+
+// A rollout's file is checked by its signature, then part by part as it
+// is written: a corrupt part fails the write, which says which part, and
+// nothing is staged. A stick's file is read whole before anything is
+// written: the same corruption is refused before the installer starts.
+func TestRolloutStageChecksPartsAsItWrites(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		rollout  bool
+		says     string
+		attempts int
+	}{
+		{"rollout", true, "checking its signature; every part is checked as it is written", 1},
+		{"stick", false, "checking its signature and every part before anything is written", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, o, inst, key := upgradeEnv(t)
+			o.Stage = inst.stage
+			e.upgradeStick(key, "/share", "1.3.0")
+			path := e.path("/share/terrarium-1.3.0.upgrade")
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			at := bytes.Index(data, []byte("vmlinuz of 1.3.0"))
+			require.Positive(t, at)
+			data[at] ^= 1
+			require.NoError(t, os.WriteFile(path, data, 0o644))
+			r, err := newRunner(o)
+			require.NoError(t, err)
+			cfg, err := machineconfig.Parse("machine.yaml", []byte(fullConfig))
+			require.NoError(t, err)
+
+			arm, res := r.stageUpgrade(context.Background(), cfg, upgradeSource{
+				what: "the test's file", rollout: tt.rollout,
+				open: func(fn func(string) error) error { return fn(path) },
+			}, upgrade.Refuse)
+
+			assert.Nil(t, arm, "nothing to arm")
+			assert.Equal(t, nodestate.OutcomeRefused, res.Outcome)
+			assert.Contains(t, res.Detail, "member vmlinuz: sha256 ")
+			assert.Contains(t, e.console.String(), tt.says)
+			assert.Equal(t, tt.attempts, inst.attempts)
+			assert.Empty(t, inst.calls(), "nothing staged")
+			assert.Nil(t, e.journal().Upgrade, "nothing recorded that boots")
+		})
+	}
 }
