@@ -16,6 +16,12 @@ type UpgradeInput struct {
 	ControlPlane bool
 	// IgnorePreflightErrors are the checks kubeadm reports as warnings.
 	IgnorePreflightErrors []string
+	// SkipApplyPreflight skips `upgrade apply`'s preflight phase: for a
+	// patch upgrade, whose version policy holds by construction and
+	// whose cluster health the rollout checked before the node's turn.
+	// Its CreateJob check (ignored, as the drained node cannot run its
+	// pod) would otherwise wait up to a minute for a Job on another node.
+	SkipApplyPreflight bool
 }
 
 // RenderUpgrade renders the UpgradeConfiguration (v1beta4) that `kubeadm
@@ -37,7 +43,7 @@ func RenderUpgrade(in UpgradeInput) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	err = t.Execute(&b, map[string]any{
-		"Version": in.KubernetesVersion, "ControlPlane": in.ControlPlane, "PatchesDir": PatchesDir,
+		"Version": in.KubernetesVersion, "ControlPlane": in.ControlPlane, "PatchesDir": PatchesDir, "SkipPreflight": in.SkipApplyPreflight,
 		"Ignore": in.IgnorePreflightErrors, "RC": strings.HasPrefix(pre, "rc"),
 		"Experimental": strings.HasPrefix(pre, "alpha") || strings.HasPrefix(pre, "beta"),
 	})
@@ -65,6 +71,9 @@ apply:
 {{- end}}
 {{- if .Experimental}}
   allowExperimentalUpgrades: true
+{{- end}}
+{{- if .SkipPreflight}}
+  skipPhases: ["preflight"]
 {{- end}}
 {{- template "common" .}}
 node:

@@ -16,6 +16,7 @@ func TestRenderUpgrade(t *testing.T) {
 			AllowRCUpgrades   bool     `yaml:"allowRCUpgrades"`
 			AllowExperimental bool     `yaml:"allowExperimentalUpgrades"`
 			Ignore            []string `yaml:"ignorePreflightErrors"`
+			SkipPhases        []string `yaml:"skipPhases"`
 			Patches           *struct {
 				Directory string `yaml:"directory"`
 			} `yaml:"patches"`
@@ -36,6 +37,7 @@ func TestRenderUpgrade(t *testing.T) {
 		{"worker", UpgradeInput{KubernetesVersion: "v1.37.0", IgnorePreflightErrors: []string{"SystemVerification"}}, false, false, false},
 		{"release candidate", UpgradeInput{KubernetesVersion: "v1.37.0-rc.1", ControlPlane: true}, true, false, true},
 		{"beta", UpgradeInput{KubernetesVersion: "v1.38.0-beta.0"}, false, true, false},
+		{"patch", UpgradeInput{KubernetesVersion: "v1.36.4", ControlPlane: true, SkipApplyPreflight: true}, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := RenderUpgrade(tc.in)
@@ -47,6 +49,11 @@ func TestRenderUpgrade(t *testing.T) {
 			assert.Equal(t, tc.rc, d.Apply.AllowRCUpgrades)
 			assert.Equal(t, tc.exp, d.Apply.AllowExperimental)
 			assert.Equal(t, len(tc.in.IgnorePreflightErrors), len(d.Apply.Ignore))
+			if tc.in.SkipApplyPreflight {
+				assert.Equal(t, []string{"preflight"}, d.Apply.SkipPhases)
+			} else {
+				assert.Empty(t, d.Apply.SkipPhases, "kubeadm's preflight runs")
+			}
 			if tc.cp {
 				require.NotNil(t, d.Apply.Patches, "the control plane's patches survive the upgrade")
 				assert.Equal(t, PatchesDir, d.Apply.Patches.Directory)

@@ -239,25 +239,34 @@ const UpgradeConfigFile = "/etc/terrarium/kubeadm-upgrade.yaml"
 // takes an etcd snapshot first), `upgrade node` on the others and on
 // workers.
 func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want, kept string) ([]string, error) {
-	cfg, err := kubeadmconfig.RenderUpgrade(kubeadmconfig.UpgradeInput{
+	in := kubeadmconfig.UpgradeInput{
 		KubernetesVersion: want, ControlPlane: c.Cluster.IsControlPlane(), IgnorePreflightErrors: upgradeIgnoredChecks(c.Cluster),
-	})
-	if err != nil {
-		return nil, err
 	}
-	if _, err := f.WriteIfChanged(UpgradeConfigFile, cfg, 0o600); err != nil {
-		return nil, err
+	writeConfig := func() error {
+		cfg, err := kubeadmconfig.RenderUpgrade(in)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteIfChanged(UpgradeConfigFile, cfg, 0o600)
+		return err
 	}
 	node := []string{"upgrade", "node", "--config=" + UpgradeConfigFile}
 	if !c.Cluster.IsControlPlane() {
-		return node, nil
+		return node, writeConfig()
 	}
 	cluster, err := clusterKubernetes(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	if cluster == want {
-		return node, nil
+		return node, writeConfig()
+	}
+	// Within a minor version kubeadm's version policy holds by
+	// construction, and the rollout checked the cluster's health before
+	// this node's turn: its preflight would only wait on a Job.
+	in.SkipApplyPreflight = upgrade.IsPatchUpgrade(cluster, want)
+	if err := writeConfig(); err != nil {
+		return nil, err
 	}
 	_, keep := c.Cluster.BackupSchedule()
 	snap, err := etcdbackup.Take(ctx, f.Host, keep)

@@ -116,15 +116,18 @@ func TestKubernetesUpgrade(t *testing.T) {
 		role                string
 		configured, cluster string
 		want                []string // the commands, in order (etcdctl by its verb)
+		skipsPreflight      bool     // upgrade apply skips kubeadm's preflight
 	}{
 		{"worker", machineconfig.RoleWorker, "v1.36.3", "v1.36.4",
-			[]string{"sync", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}, false},
 		{"first control plane: snapshot, then upgrade apply", machineconfig.RoleInit, "v1.36.3", "v1.36.3",
-			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}, true},
+		{"first control plane, a minor upgrade: kubeadm's preflight runs", machineconfig.RoleInit, "v1.35.2", "v1.35.2",
+			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}, false},
 		{"next control plane: upgrade node", machineconfig.RoleControlPlane, "v1.36.3", "v1.36.4",
-			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}, false},
 		{"control plane with no recorded version: read from its manifest", machineconfig.RoleControlPlane, "", "v1.36.4",
-			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}},
+			[]string{"sync", "kubectl", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,7 +135,11 @@ func TestKubernetesUpgrade(t *testing.T) {
 			c := clusterNode(tt.role)
 			err := verifyKubernetesUpgrade(context.Background(), f, c)
 			require.ErrorIs(t, err, errKubernetesBehind)
-			assert.Contains(t, err.Error(), "v1.36.3, the slot v1.36.4")
+			from := tt.configured
+			if from == "" {
+				from = "v1.36.3" // its manifest's
+			}
+			assert.Contains(t, err.Error(), from+", the slot v1.36.4")
 
 			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, c))
 			var got []string
@@ -152,9 +159,10 @@ func TestKubernetesUpgrade(t *testing.T) {
 			require.NoError(t, err)
 			assert.Contains(t, string(cfg), `kubernetesVersion: "v1.36.4"`)
 			assert.Contains(t, string(cfg), `"CreateJob"]`, "kubeadm's one-minute Job check is a warning")
+			assert.Equal(t, tt.skipsPreflight, strings.Contains(string(cfg), `skipPhases: ["preflight"]`), "%s", cfg)
 			require.NoError(t, verifyKubernetesUpgrade(context.Background(), f, c), "verified after the upgrade")
 
-			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
+			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, from))
 			assert.FileExists(t, filepath.Join(kept, KubeletConfigFile), "the kubelet's configuration kept for a rollback")
 			assert.FileExists(t, filepath.Join(kept, ManifestsDir, "kube-apiserver.yaml"), "the static pods kept for a rollback")
 			applied := filepath.Join(kept, appliedMarker)
