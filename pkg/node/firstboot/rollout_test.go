@@ -1210,3 +1210,25 @@ func TestOtherSlotHoldsItAlready(t *testing.T) {
 	assert.Equal(t, rollout.Stopped, r.Rollout.Phase)
 	assert.Contains(t, r.Rollout.Reason, "the other slot holds 1.3.0 already but this node runs 1.2.3")
 }
+
+// The stick left in through the control plane's trial boot is answered
+// from its signed manifest, as the rollout it started goes on: never read
+// whole again (one of its parts is damaged now, which a whole read would
+// refuse), nor copied into the share again, nor installed again.
+func TestStickLeftInThroughTheTrialIsNotReadAgain(t *testing.T) {
+	c, cp, _, _ := rolloutCluster(t)
+	damagePart(t, cp.e.path("/stick/terrarium-1.3.0.upgrade"), "rootfs.squashfs of 1.3.0")
+	cp.e.console.Reset()
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	cp.e.runWatching(t, cp.o, func() bool {
+		return c.phaseOf(t, "cp-1") == rollout.NodeDone && strings.Contains(cp.e.console.String(), "rolls out to the cluster already")
+	})
+
+	console := cp.e.console.String()
+	assert.Contains(t, console, "upgrade: 1.3.0 rolls out to the cluster already, started by cp-1 at ")
+	assert.NotContains(t, console, "every part")
+	assert.NotContains(t, console, "the manifest says", "no part was read whole")
+	assert.NotContains(t, console, "copying 1.3.0 into this node's upgrade share")
+	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls(), "installed once")
+	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
+}

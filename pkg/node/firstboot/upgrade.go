@@ -339,21 +339,18 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		if err != nil {
 			return err
 		}
-		var v *upgrade.Verified
+		// The signature first, which reads only the manifest. The
+		// rollout's file is then checked part by part as it is written:
+		// it was copied into a control plane's share from a stick that
+		// node read whole, and fetched from there by digest; a second
+		// whole pass over it (5 to 6 minutes under emulation) would
+		// check nothing that the copy into the slot does not
+		// (CopyPart) before the slot can boot.
 		if src.rollout {
-			// The rollout's file: copied into a control plane's share
-			// from a stick it verified whole, and fetched from there by
-			// digest. A second whole pass over it (5 to 6 minutes under
-			// emulation) would check nothing that the copy into the
-			// slot does not check part by part (CopyPart) before the
-			// slot can boot; the digest of its signed manifest is
-			// checked against the rollout's below.
 			r.say("upgrade: %s on %s: checking its signature; every part is checked as it is written", name, src.what)
-			v, err = uf.VerifySignature(r.upgradeKeys(cfg))
-		} else {
-			r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
-			v, err = uf.Verify(ctx, r.upgradeKeys(cfg))
 		}
+		keys := r.upgradeKeys(cfg)
+		v, err := uf.VerifySignature(keys)
 		if err != nil {
 			return err
 		}
@@ -370,6 +367,20 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			}
 			if force != "" {
 				policy = upgrade.Force
+			}
+			// What the signed manifest alone answers, without reading
+			// the parts: the rollout of this upgrade goes on already,
+			// or this node runs its version.
+			if msg, ok := r.rollouts.RollingOut(ctx, cfg, digest); ok {
+				published = msg
+				return nil
+			}
+			if err := upgrade.Check(*r.rel, v.Manifest(), policy); !r.rollouts.InRollout(cfg) && errors.Is(err, upgrade.ErrAlreadyInstalled) {
+				return err
+			}
+			r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
+			if v, err = uf.Verify(ctx, keys); err != nil {
+				return err
 			}
 		}
 		var bad *nodestate.BadUpgrade

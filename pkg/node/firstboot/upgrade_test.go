@@ -428,3 +428,31 @@ func TestRolloutStageChecksPartsAsItWrites(t *testing.T) {
 		})
 	}
 }
+
+// damagePart flips a byte of the named part's content in the upgrade
+// file at path: a whole read of the file refuses it.
+func damagePart(t *testing.T, path, content string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	at := bytes.Index(data, []byte(content))
+	require.Positive(t, at, "%s in %s", content, path)
+	data[at] ^= 1
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+}
+
+// A stick of the version a standalone node runs is answered from its
+// signed manifest: already installed, its parts never read (one of them
+// is damaged, which a whole read would refuse).
+func TestStickOfTheRunningVersionIsNotReadWhole(t *testing.T) {
+	e, o, inst, key := upgradeEnv(t)
+	e.upgradeStick(key, "/stick", "1.2.3")
+	damagePart(t, e.path("/stick/terrarium-1.2.3.upgrade"), "rootfs.squashfs of 1.2.3")
+	e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	e.runWatching(t, o, func() bool { return strings.Contains(e.console.String(), "is already installed") })
+
+	assert.Contains(t, e.console.String(), "upgrade: terrarium-1.2.3.upgrade is already installed; nothing to do (the stick may be removed)")
+	assert.NotContains(t, e.console.String(), "every part")
+	assert.NotContains(t, e.console.String(), "the manifest says", "no part was read whole")
+	assert.Zero(t, inst.attempts, "the installer never started")
+}

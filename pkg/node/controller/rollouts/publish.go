@@ -163,6 +163,33 @@ func (c *Controller) ClusterBad(ctx context.Context, cfg *machineconfig.Config, 
 	return nil
 }
 
+// RollingOut says whether the cluster's record rolls the upgrade of
+// digest out now, and what the console says then: the stick of it
+// inserted again, or left in through the control plane's trial boot,
+// adds nothing, and is answered without reading the file whole (which
+// would compete with the trial's control plane for the CPU for minutes).
+// A rollout that stopped is not rolling: the same stick starts it again.
+func (c *Controller) RollingOut(ctx context.Context, cfg *machineconfig.Config, digest string) (string, bool) {
+	if !c.InRollout(cfg) {
+		return "", false
+	}
+	api, err := c.client()
+	if err != nil {
+		return "", false
+	}
+	rec, err := rollout.Load(ctx, api)
+	if err != nil {
+		c.s.dropAPI() // opened again at the next use, as after a failed look
+		return "", false
+	}
+	ro := rec.Rollout
+	if ro == nil || ro.Phase != rollout.Rolling || ro.Digest != digest {
+		return "", false
+	}
+	return fmt.Sprintf("%s rolls out to the cluster already, started by %s at %s (firstboot upgrade status)",
+		ro.Version, ro.StartedBy, ro.StartedAt.UTC().Format(time.RFC3339)), true
+}
+
 // nodesEvery is how often a control plane lists the cluster's nodes, to
 // give a node that joined its status object and rights.
 const nodesEvery = time.Minute
