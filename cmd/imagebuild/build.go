@@ -31,6 +31,7 @@ func buildCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close() //nolint:errcheck // releases read-only locks
 			level := slog.LevelWarn
 			if verbose {
 				level = slog.LevelInfo

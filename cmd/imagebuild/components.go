@@ -62,6 +62,7 @@ func componentsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close() //nolint:errcheck // releases read-only locks
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			path, res, err := v.WriteBundle(ctx, dir, bundles, log,
 				bundle.WithCacheDir(filepath.Join(cacheDir, "bundle-blobs")), bundle.WithArtifactCache(c), bundle.WithLogger(log))

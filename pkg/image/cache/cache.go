@@ -6,10 +6,12 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -28,13 +30,17 @@ func DefaultDir() string {
 }
 
 // Cache is a content-addressed directory store. An entry's modification
-// time is when a build last used it, which is what Prune goes by.
+// time is when a build last used it, which is what Prune goes by. Every
+// entry a Cache hands out, and every entry it is filling, is held under a
+// shared lock (flock(2) on its directory) until Close or the process's
+// exit: Prune, in this process or another, removes only what it can lock
+// exclusively.
 type Cache struct {
 	root string
 	now  func() time.Time
 
-	mu    sync.Mutex
-	inUse map[string]bool // entries this Cache handed out: Prune spares them
+	mu   sync.Mutex
+	held map[string]*os.File // entry path → its directory, locked shared
 }
 
 // Option configures a Cache.
@@ -49,22 +55,88 @@ func New(dir string, opts ...Option) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache %s: %w", dir, err)
 	}
-	c := &Cache{root: dir, now: time.Now, inUse: map[string]bool{}}
+	c := &Cache{root: dir, now: time.Now, held: map[string]*os.File{}}
 	for _, o := range opts {
 		o(c)
 	}
 	return c, nil
 }
 
-// use records that this build uses the entry at p: Prune spares it, and
-// its modification time says when it was last used. A cache on a
-// read-only disk still serves its entries, so a failed stamp is no error.
-func (c *Cache) use(p string) {
+// Close releases the entries this Cache holds; a Prune may then remove
+// them. The process's exit does the same.
+func (c *Cache) Close() error {
 	c.mu.Lock()
-	c.inUse[p] = true
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	var errs []error
+	for p, f := range c.held {
+		errs = append(errs, f.Close())
+		delete(c.held, p)
+	}
+	return errors.Join(errs...)
+}
+
+// hold locks the entry directory at p shared for this Cache's life and
+// stamps its use. It reports false when p is no entry any more: a
+// concurrent Prune renamed it away between the caller's look and the
+// lock.
+func (c *Cache) hold(p string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.held[p]; ok {
+		c.stamp(p)
+		return true
+	}
+	f, err := lockDir(p, syscall.LOCK_SH)
+	if err != nil {
+		return false
+	}
+	if !stillAt(f, p) {
+		_ = f.Close() // read only
+		return false
+	}
+	c.held[p] = f
+	c.stamp(p)
+	return true
+}
+
+// stamp sets the entry's modification time to now: its last use. A cache
+// on a read-only disk still serves its entries, so a failed stamp is no
+// error; only Prune's order depends on it.
+func (c *Cache) stamp(p string) {
 	now := c.now()
-	_ = os.Chtimes(p, now, now) // only Prune's order depends on it
+	_ = os.Chtimes(p, now, now)
+}
+
+// holds reports whether this Cache holds the entry at p.
+func (c *Cache) holds(p string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[p]
+	return ok
+}
+
+// lockDir opens the directory dir and flocks it with how (LOCK_SH,
+// LOCK_EX, with LOCK_NB or not).
+func lockDir(dir string, how int) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		_ = f.Close() // read only
+		return nil, err
+	}
+	return f, nil
+}
+
+// stillAt reports whether the path p still names the directory open as f.
+func stillAt(f *os.File, p string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(p)
+	return err == nil && os.SameFile(a, b)
 }
 
 // Root is the cache directory.
@@ -75,11 +147,11 @@ func (c *Cache) Path(kind, key string) string {
 	return filepath.Join(c.root, kind, key)
 }
 
-// Lookup returns the entry's path if it is complete, and marks it used.
+// Lookup returns the entry's path if it is complete, and holds it for
+// this Cache's life, stamped with its use.
 func (c *Cache) Lookup(kind, key string) (string, bool) {
 	p := c.Path(kind, key)
-	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-		c.use(p)
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() && c.hold(p) {
 		return p, true
 	}
 	return "", false
@@ -101,18 +173,33 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 	if err != nil {
 		return "", false, fmt.Errorf("cache %s: %w", kind, err)
 	}
+	// Locked while it fills, so that no Prune takes it for the leftover
+	// of an interrupted fill; the lock holds the entry once renamed.
+	lock, err := lockDir(tmp, syscall.LOCK_SH)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", false, fmt.Errorf("cache %s: lock %s: %w", kind, tmp, err)
+	}
 	if err := fill(ctx, tmp); err != nil {
+		_ = lock.Close() // read only
 		_ = os.RemoveAll(tmp)
 		return "", false, err
 	}
 	final := c.Path(kind, key)
 	if err := os.Rename(tmp, final); err != nil {
+		_ = lock.Close() // read only
 		_ = os.RemoveAll(tmp)
 		if p, ok := c.Lookup(kind, key); ok { // a concurrent build won
 			return p, true, nil
 		}
 		return "", false, fmt.Errorf("cache %s: commit %s: %w", kind, key, err)
 	}
-	c.use(final)
+	c.mu.Lock()
+	if old, ok := c.held[final]; ok {
+		_ = old.Close() // read only
+	}
+	c.held[final] = lock
+	c.stamp(final)
+	c.mu.Unlock()
 	return final, false, nil
 }

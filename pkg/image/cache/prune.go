@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -82,11 +83,12 @@ type PruneResult struct {
 }
 
 // Prune removes the least recently used entries until the cache holds at
-// most limit bytes. It never removes an entry this Cache handed out, nor one
-// used within grace (another build may be reading it), so the cache can
-// stay above limit; it also clears the leftovers of interrupted fills older
-// than grace. An entry is renamed away before it is removed, so a
-// concurrent build sees it either whole or not at all.
+// most limit bytes. It removes only an entry it can lock exclusively, so
+// never one that a build (this one or another, in any process) holds; nor
+// one used within grace. The cache can so stay above limit. It also
+// clears what interrupted fills and prunes left behind. An entry is
+// renamed away under its lock before it is removed, so a concurrent build
+// sees it either whole or not at all.
 func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
 	var res PruneResult
 	entries, err := c.Entries()
@@ -107,14 +109,15 @@ func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
 			break
 		}
 		p := c.Path(e.Kind, e.Key)
-		c.mu.Lock()
-		busy := c.inUse[p]
-		c.mu.Unlock()
-		if busy || now.Sub(e.Used) < grace {
+		if c.holds(p) || now.Sub(e.Used) < grace {
 			continue
 		}
-		if err := evict(p); err != nil {
+		gone, err := evict(p, now.Add(-grace))
+		if err != nil {
 			return res, err
+		}
+		if !gone {
+			continue
 		}
 		total -= e.Size
 		res.Removed = append(res.Removed, e)
@@ -125,7 +128,8 @@ func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
 }
 
 // clearLeftovers removes the temporary directories of fills and prunes
-// that were interrupted before cutoff.
+// that were interrupted before cutoff. A fill that is still running holds
+// its directory locked, and stays.
 func (c *Cache) clearLeftovers(cutoff time.Time) error {
 	kinds, err := os.ReadDir(c.root)
 	if err != nil {
@@ -145,9 +149,16 @@ func (c *Cache) clearLeftovers(cutoff time.Time) error {
 				continue
 			}
 			if fi, err := n.Info(); err != nil || fi.ModTime().After(cutoff) {
-				continue // still being written, or already gone
+				continue // just made, or already gone
 			}
-			if err := os.RemoveAll(filepath.Join(dir, n.Name())); err != nil {
+			p := filepath.Join(dir, n.Name())
+			lock, err := lockDir(p, syscall.LOCK_EX|syscall.LOCK_NB)
+			if err != nil {
+				continue // being filled, or already gone
+			}
+			err = os.RemoveAll(p)
+			_ = lock.Close() // read only
+			if err != nil {
 				return fmt.Errorf("clear cache leftover %s: %w", n.Name(), err)
 			}
 		}
@@ -155,23 +166,30 @@ func (c *Cache) clearLeftovers(cutoff time.Time) error {
 	return nil
 }
 
-func evict(p string) error {
+// evict removes the entry at p if no build holds it and none used it
+// after usedBefore, and reports whether it did.
+func evict(p string, usedBefore time.Time) (bool, error) {
+	lock, err := lockDir(p, syscall.LOCK_EX|syscall.LOCK_NB)
+	if err != nil {
+		return false, nil // held by a build, or gone already
+	}
+	defer lock.Close() // read only
+	fi, err := lock.Stat()
+	if err != nil || !stillAt(lock, p) || fi.ModTime().After(usedBefore) {
+		return false, nil // moved, or used since it was listed
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(p), evictPrefix)
 	if err != nil {
-		return fmt.Errorf("evict %s: %w", p, err)
+		return false, fmt.Errorf("evict %s: %w", p, err)
 	}
-	gone := filepath.Join(tmp, filepath.Base(p))
-	if err := os.Rename(p, gone); err != nil {
+	if err := os.Rename(p, filepath.Join(tmp, filepath.Base(p))); err != nil {
 		_ = os.Remove(tmp)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // a concurrent prune took it
-		}
-		return fmt.Errorf("evict %s: %w", p, err)
+		return false, fmt.Errorf("evict %s: %w", p, err)
 	}
 	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("evict %s: %w", p, err)
+		return true, fmt.Errorf("evict %s: %w", p, err)
 	}
-	return nil
+	return true, nil
 }
 
 func dirSize(dir string) (int64, error) {

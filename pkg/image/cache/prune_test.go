@@ -28,15 +28,18 @@ func put(t *testing.T, root, kind, key string, size int, used time.Time) string 
 
 func TestPruneRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	root := t.TempDir()
-	c, err := New(root, WithClock(func() time.Time { return t0 }))
+	now := t0
+	c, err := New(root, WithClock(func() time.Time { return now }))
 	require.NoError(t, err)
-	oldest := put(t, root, "slot", hashKey('a'), 400, t0.Add(-72*time.Hour))
-	older := put(t, root, "slot", hashKey('b'), 400, t0.Add(-48*time.Hour))
-	old := put(t, root, "programs", hashKey('c'), 100, t0.Add(-24*time.Hour))
-	recent := put(t, root, "slot", hashKey('d'), 400, t0.Add(-10*time.Minute)) // another build may read it
+	t.Cleanup(func() { _ = c.Close() })
 	handedOut := put(t, root, "slot", hashKey('e'), 400, t0.Add(-96*time.Hour))
-	_, ok := c.Lookup("slot", hashKey('e')) // this build uses it
+	_, ok := c.Lookup("slot", hashKey('e')) // this build uses it, and long after
 	require.True(t, ok)
+	now = t0.Add(48 * time.Hour)
+	oldest := put(t, root, "slot", hashKey('a'), 400, now.Add(-72*time.Hour))
+	older := put(t, root, "slot", hashKey('b'), 400, now.Add(-50*time.Hour))
+	old := put(t, root, "programs", hashKey('c'), 100, now.Add(-24*time.Hour))
+	recent := put(t, root, "slot", hashKey('d'), 400, now.Add(-10*time.Minute)) // another build may read it
 	blobs := filepath.Join(root, "bundle-blobs", "blobs")
 	require.NoError(t, os.MkdirAll(blobs, 0o755))
 	require.NoError(t, os.Chtimes(blobs, t0.Add(-1000*time.Hour), t0.Add(-1000*time.Hour)))
@@ -48,7 +51,7 @@ func TestPruneRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	for _, e := range res.Removed {
 		removed = append(removed, filepath.Join(root, e.Kind, e.Key))
 	}
-	assert.Equal(t, []string{oldest, older}, removed, "the two least recently used go, oldest first, until the cache fits")
+	assert.Equal(t, []string{oldest, older}, removed, "the two least recently used that no build holds go, oldest first, until the cache fits")
 	assert.Equal(t, int64(800), res.RemovedBytes)
 	assert.Equal(t, int64(900), res.KeptBytes)
 	assert.Equal(t, 3, res.Kept)
@@ -61,6 +64,49 @@ func TestPruneRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	left, err := os.ReadDir(filepath.Join(root, "slot"))
 	require.NoError(t, err)
 	assert.Len(t, left, 2, "nothing of the removed entries is left behind")
+}
+
+// Another build's entries are held by its locks, whatever their age;
+// once it closes its cache, they may go.
+func TestPruneSparesWhatAnotherBuildHolds(t *testing.T) {
+	root := t.TempDir()
+	other, err := New(root, WithClock(func() time.Time { return t0 }))
+	require.NoError(t, err)
+	held := put(t, root, "slot", hashKey('a'), 400, t0)
+	_, ok := other.Lookup("slot", hashKey('a'))
+	require.True(t, ok)
+	filling, release, filled := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, _, err := other.Fill(context.Background(), "slot", hashKey('b'), func(_ context.Context, dir string) error {
+			err := os.Chtimes(dir, t0, t0)
+			close(filling)
+			<-release // until the prune below is done
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, "data"), make([]byte, 400), 0o644)
+		})
+		filled <- err
+	}()
+	<-filling
+
+	later, err := New(root, WithClock(func() time.Time { return t0.Add(1000 * time.Hour) }))
+	require.NoError(t, err)
+	res, err := later.Prune(0, time.Hour)
+	require.NoError(t, err)
+	assert.Empty(t, res.Removed, "held, however old")
+	assert.DirExists(t, held)
+	tmps, err := filepath.Glob(filepath.Join(root, "slot", tmpPrefix+"*"))
+	require.NoError(t, err)
+	assert.Len(t, tmps, 1, "a fill in progress is no leftover")
+	close(release)
+	require.NoError(t, <-filled)
+
+	require.NoError(t, other.Close())
+	res, err = later.Prune(0, time.Hour)
+	require.NoError(t, err)
+	assert.Len(t, res.Removed, 2, "released, both go")
+	assert.NoDirExists(t, held)
 }
 
 func TestPruneKeepsWhatIsInUseOverTheBound(t *testing.T) {
@@ -98,6 +144,7 @@ func TestFillAndLookupMarkUse(t *testing.T) {
 	now := t0
 	c, err := New(root, WithClock(func() time.Time { return now }))
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
 	p, cached, err := c.Fill(context.Background(), "slot", hashKey('a'), func(_ context.Context, dir string) error {
 		return os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
 	})
@@ -107,8 +154,11 @@ func TestFillAndLookupMarkUse(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, fi.ModTime().Equal(t0), "a new entry is stamped with its use")
 
+	other, err := New(root, WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
 	now = t0.Add(30 * 24 * time.Hour)
-	_, ok := c.Lookup("slot", hashKey('a'))
+	_, ok := other.Lookup("slot", hashKey('a'))
 	require.True(t, ok)
 	fi, err = os.Stat(p)
 	require.NoError(t, err)
