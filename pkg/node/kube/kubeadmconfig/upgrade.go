@@ -17,10 +17,10 @@ type UpgradeInput struct {
 	// IgnorePreflightErrors are the checks kubeadm reports as warnings.
 	IgnorePreflightErrors []string
 	// SkipApplyPreflight skips `upgrade apply`'s preflight phase: for a
-	// patch upgrade, whose version policy holds by construction and
-	// whose cluster health the rollout checked before the node's turn.
-	// Its CreateJob check (ignored, as the drained node cannot run its
-	// pod) would otherwise wait up to a minute for a Job on another node.
+	// patch upgrade, whose version policy holds by construction, once the
+	// caller checked the cluster as that phase would. Its CreateJob check
+	// (ignored, as the drained node cannot run its pod) would otherwise
+	// wait up to a minute for a Job on another node.
 	SkipApplyPreflight bool
 }
 

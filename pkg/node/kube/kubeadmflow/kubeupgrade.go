@@ -262,9 +262,16 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 		return node, writeConfig()
 	}
 	// Within a minor version kubeadm's version policy holds by
-	// construction, and the rollout checked the cluster's health before
-	// this node's turn: its preflight would only wait on a Job.
-	in.SkipApplyPreflight = upgrade.IsPatchUpgrade(cluster, want)
+	// construction; what else its preflight checks is checked here, and
+	// kubeadm's own preflight runs when a check fails. It would otherwise
+	// wait up to a minute on a Job that the drained node cannot run.
+	if upgrade.IsPatchUpgrade(cluster, want) {
+		err := applyPreflight(ctx, f)
+		in.SkipApplyPreflight = err == nil
+		if err != nil {
+			f.Report.Report("kubernetes upgrade", step.Checked, "kubeadm's preflight runs: "+err.Error())
+		}
+	}
 	if err := writeConfig(); err != nil {
 		return nil, err
 	}
@@ -286,6 +293,38 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 		return nil, err
 	}
 	return []string{"upgrade", "apply", "--config=" + UpgradeConfigFile, "--yes"}, nil
+}
+
+// staticPods are the control plane's static pods, as kubeadm names their
+// manifests.
+var staticPods = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// applyPreflight checks what `kubeadm upgrade apply`'s preflight phase
+// checks of a cluster, when a patch upgrade skips that phase: the
+// control plane's static pod manifests in place (kubeadm's
+// StaticPodManifest) and every control plane Ready (ControlPlaneNodesReady).
+// Its CreateJob check we ignore in any case, and the phase's version
+// policy holds within a minor.
+func applyPreflight(ctx context.Context, f *Flow) error {
+	for _, p := range staticPods {
+		if _, err := os.Stat(f.Path(filepath.Join(ManifestsDir, p+".yaml"))); err != nil {
+			return fmt.Errorf("the static pod manifest of %s: %w", p, err)
+		}
+	}
+	api, err := f.API(AdminKubeconfig)
+	if err != nil {
+		return err
+	}
+	nodes, err := api.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("list the nodes: %w", err)
+	}
+	for _, n := range nodes {
+		if n.ControlPlane && !n.Ready {
+			return fmt.Errorf("control plane %s is not Ready", n.Name)
+		}
+	}
+	return nil
 }
 
 // clusterKubernetesVersion finds the version in kubeadm's

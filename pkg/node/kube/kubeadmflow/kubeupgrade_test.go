@@ -18,6 +18,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
 	"github.com/terrarium-os/terrarium/pkg/node/host"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
+	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
 
 // memLeases is the API's Leases, in memory: the join lock's store.
@@ -25,6 +26,13 @@ type memLeases struct {
 	oneNode
 	mu     sync.Mutex
 	leases map[string]kubeclient.Lease
+	nodes  []kubeclient.Node
+}
+
+func (m *memLeases) Nodes(context.Context) ([]kubeclient.Node, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]kubeclient.Node(nil), m.nodes...), nil
 }
 
 func (m *memLeases) Lease(_ context.Context, ns, name string) (kubeclient.Lease, error) {
@@ -91,11 +99,13 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 	write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:`+slot+`"}}]}`)
 	write(ManifestsDir+"/kube-apiserver.yaml", "spec:\n  containers:\n  - command: [kube-apiserver]\n    image: registry.k8s.io/kube-apiserver:v1.36.3\n")
 	write(ManifestsDir+"/etcd.yaml", "etcd static pod\n")
+	write(ManifestsDir+"/kube-controller-manager.yaml", "kube-controller-manager static pod\n")
+	write(ManifestsDir+"/kube-scheduler.yaml", "kube-scheduler static pod\n")
 	write(KubeletConfigFile, "kind: KubeletConfiguration\n")
 	if configured != "" {
 		require.NoError(t, f.recordKubernetes(configured))
 	}
-	leases := &memLeases{}
+	leases := &memLeases{nodes: []kubeclient.Node{{Name: "node-1", Ready: true, ControlPlane: true}, {Name: "w-1", Worker: true}}}
 	f.Deps.API = func(string) (APIClient, error) { return leases, nil }
 	return f, &cmds
 }
@@ -174,6 +184,38 @@ func TestKubernetesUpgrade(t *testing.T) {
 			} else {
 				assert.NoFileExists(t, applied, "upgrade node changes no cluster-wide object")
 			}
+		})
+	}
+}
+
+// A patch upgrade's `upgrade apply` skips kubeadm's preflight only
+// where the checks it stands in for pass; otherwise kubeadm's runs, and
+// the journal says why.
+func TestKubernetesUpgradeKeepsPreflightWhenTheClusterIsNotWell(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		spoil func(t *testing.T, f *Flow, api *memLeases)
+		why   string
+	}{
+		{"a control plane not Ready", func(_ *testing.T, _ *Flow, api *memLeases) {
+			api.nodes = append(api.nodes, kubeclient.Node{Name: "cp-2", ControlPlane: true})
+		}, "kubeadm's preflight runs: control plane cp-2 is not Ready"},
+		{"a static pod manifest missing", func(t *testing.T, f *Flow, _ *memLeases) {
+			require.NoError(t, os.Remove(f.Path(ManifestsDir+"/kube-scheduler.yaml")))
+		}, "kubeadm's preflight runs: the static pod manifest of kube-scheduler"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, _ := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
+			var reports []string
+			f.Report = host.ReporterFunc(func(_ string, _ step.Result, detail string) { reports = append(reports, detail) })
+			api, err := f.API(AdminKubeconfig)
+			require.NoError(t, err)
+			tt.spoil(t, f, api.(*memLeases))
+			require.NoError(t, applyKubernetesUpgrade(context.Background(), f, clusterNode(machineconfig.RoleInit)))
+			cfg, err := os.ReadFile(f.Path(UpgradeConfigFile))
+			require.NoError(t, err)
+			assert.NotContains(t, string(cfg), "skipPhases")
+			assert.Contains(t, strings.Join(reports, "\n"), tt.why)
 		})
 	}
 }
