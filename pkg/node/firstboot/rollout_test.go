@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -1231,4 +1232,23 @@ func TestStickLeftInThroughTheTrialIsNotReadAgain(t *testing.T) {
 	assert.NotContains(t, console, "copying 1.3.0 into this node's upgrade share")
 	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls(), "installed once")
 	assert.Equal(t, nodestate.UpgradeCommitted, cp.e.journal().Upgrade.State)
+}
+
+// Early in the trial boot the API may not answer yet: the stick of the
+// version the node now runs is answered as installed, still without
+// reading it whole.
+func TestStickLeftInWhileTheAPIIsDownIsNotReadAgain(t *testing.T) {
+	_, cp, _, _ := rolloutCluster(t)
+	damagePart(t, cp.e.path("/stick/terrarium-1.3.0.upgrade"), "rootfs.squashfs of 1.3.0")
+	cp.e.console.Reset()
+	cp.trialBoot("1.3.0", "33333333-3333-3333-3333-333333333333")
+	o := cp.o
+	o.Rollout.API = func() (rollouts.API, error) { return nil, errors.New("dial tcp 10.77.0.10:6443: connection refused") }
+	cp.e.runWatching(t, o, func() bool { return strings.Contains(cp.e.console.String(), "is already installed") })
+
+	console := cp.e.console.String()
+	assert.Contains(t, console, "upgrade: terrarium-1.3.0.upgrade is already installed; nothing to do (the stick may be removed)")
+	assert.NotContains(t, console, "the manifest says", "no part was read whole")
+	assert.NotContains(t, console, "every part")
+	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls(), "installed once")
 }

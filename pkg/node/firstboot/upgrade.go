@@ -323,6 +323,7 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		res       slotinstall.Result
 		name      string
 		published string
+		rolling   string // the cluster rolls this upgrade out already
 	)
 	err := src.open(func(path string) error {
 		name = filepath.Base(path)
@@ -369,13 +370,19 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 				policy = upgrade.Force
 			}
 			// What the signed manifest alone answers, without reading
-			// the parts: the rollout of this upgrade goes on already,
-			// or this node runs its version.
-			if msg, ok := r.rollouts.RollingOut(ctx, cfg, digest); ok {
-				published = msg
+			// the parts: the rollout of this upgrade goes on already;
+			// or this node runs its version, and either takes part in
+			// no rollout or cannot read the cluster's record now (early
+			// in its trial boot, say) to tell whether a stopped
+			// rollout of it is to start again (the stick inserted again
+			// later does that).
+			msg, rollingNow, recordErr := r.rollouts.RollingOut(ctx, cfg, digest)
+			if rollingNow {
+				rolling = msg
 				return nil
 			}
-			if err := upgrade.Check(*r.rel, v.Manifest(), policy); !r.rollouts.InRollout(cfg) && errors.Is(err, upgrade.ErrAlreadyInstalled) {
+			if err := upgrade.Check(*r.rel, v.Manifest(), policy); errors.Is(err, upgrade.ErrAlreadyInstalled) &&
+				(!r.rollouts.InRollout(cfg) || recordErr != nil) {
 				return err
 			}
 			r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
@@ -425,6 +432,10 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		}
 		r.say("upgrade: %s", detail)
 		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeAlreadyInstalled, Detail: detail}
+	case err == nil && rolling != "":
+		// Nothing was published: no step to record.
+		r.say("upgrade: %s", rolling)
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: rolling}
 	case err == nil && published != "":
 		r.note("upgrade", step.Published, published)
 		r.say("upgrade: %s", published)
@@ -434,6 +445,12 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		// The turn tries again and reports what it finds then.
 		r.note("upgrade", step.Skipped, "before this node's turn: "+err.Error())
 		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
+	case err != nil && res.Changed:
+		r.note("upgrade", step.Failed, err.Error())
+		r.say("upgrade failed while slot %s was written: %v; slot %s has no boot entry, and this node boots slot %s as before", res.Slot, err, res.Slot, r.slot)
+		r.set(func(s *status.Status) { s.Message = "upgrade failed: " + err.Error() })
+		r.publish()
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeFailed, Detail: err.Error()}
 	case err != nil:
 		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)

@@ -49,9 +49,11 @@ func (f *fakeInstaller) install(ctx context.Context, v *upgrade.Verified, runnin
 	if m.Version == installed.Version || m.Version == f.other {
 		return slotinstall.Result{}, upgrade.ErrAlreadyInstalled
 	}
+	// The target slot's entries go before its parts are copied.
+	changed := slotinstall.Result{Slot: running.Other(), Manifest: m, Changed: true}
 	for _, p := range m.Parts {
 		if err := v.CopyPart(ctx, io.Discard, p.Name); err != nil {
-			return slotinstall.Result{}, err
+			return changed, err
 		}
 	}
 	f.versions = append(f.versions, m.Version)
@@ -384,18 +386,23 @@ func TestRollbackReasonIsThisUpgrades(t *testing.T) {
 }
 
 // A rollout's file is checked by its signature, then part by part as it
-// is written: a corrupt part fails the write, which says which part, and
-// nothing is staged. A stick's file is read whole before anything is
-// written: the same corruption is refused before the installer starts.
+// is written: a corrupt part fails the write, which says which part and
+// that the other slot was partly written, and nothing is staged. A
+// stick's file is read whole before anything is written: the same
+// corruption is refused before the installer starts.
 func TestRolloutStageChecksPartsAsItWrites(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		rollout  bool
 		says     string
 		attempts int
+		outcome  string
+		then     string
 	}{
-		{"rollout", true, "checking its signature; every part is checked as it is written", 1},
-		{"stick", false, "checking its signature and every part before anything is written", 0},
+		{"rollout", true, "checking its signature; every part is checked as it is written", 1,
+			nodestate.OutcomeFailed, "upgrade failed while slot b was written: "},
+		{"stick", false, "checking its signature and every part before anything is written", 0,
+			nodestate.OutcomeRefused, "upgrade refused, nothing was written: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e, o, inst, key := upgradeEnv(t)
@@ -419,9 +426,10 @@ func TestRolloutStageChecksPartsAsItWrites(t *testing.T) {
 			}, upgrade.Refuse)
 
 			assert.Nil(t, arm, "nothing to arm")
-			assert.Equal(t, nodestate.OutcomeRefused, res.Outcome)
+			assert.Equal(t, tt.outcome, res.Outcome)
 			assert.Contains(t, res.Detail, "member vmlinuz: sha256 ")
 			assert.Contains(t, e.console.String(), tt.says)
+			assert.Contains(t, e.console.String(), tt.then)
 			assert.Equal(t, tt.attempts, inst.attempts)
 			assert.Empty(t, inst.calls(), "nothing staged")
 			assert.Nil(t, e.journal().Upgrade, "nothing recorded that boots")

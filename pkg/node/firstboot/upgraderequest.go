@@ -70,6 +70,11 @@ type UpgradeOptions struct {
 // ErrUpgradeRefused means the node refused the upgrade and wrote nothing.
 var ErrUpgradeRefused = errors.New("upgrade refused, nothing was written")
 
+// ErrUpgradeFailed means the node began to write the upgrade into its
+// other slot and failed: that slot has no boot entry, and the node boots
+// its running slot as before.
+var ErrUpgradeFailed = errors.New("upgrade failed while the other slot was written (it has no boot entry; the node boots its running slot as before)")
+
 // RequestUpgrade asks the running node to install an upgrade file and
 // waits for its answer: `firstboot upgrade FILE|DEVICE`. The node checks
 // the file's signature and every part before it writes a byte, exactly as
@@ -112,6 +117,8 @@ func RequestUpgrade(ctx context.Context, o UpgradeOptions) (nodestate.UpgradeRes
 			switch res.Outcome {
 			case nodestate.OutcomeRefused:
 				return res, fmt.Errorf("%w: %s", ErrUpgradeRefused, res.Detail)
+			case nodestate.OutcomeFailed:
+				return res, fmt.Errorf("%w: %s", ErrUpgradeFailed, res.Detail)
 			case nodestate.OutcomeInstalled:
 				_, _ = fmt.Fprintf(o.Out, "%s installed into slot %s; %s\n", res.Version, res.Slot, res.Detail)
 			default:

@@ -111,6 +111,12 @@ type Result struct {
 	// Staged: the slot is written and its entry staged (Options.Stage),
 	// for Arm; the next boot is still the running slot's.
 	Staged bool
+	// Changed: Install began to change the target slot (its boot
+	// entries removed, then its partition and its ESP files written).
+	// When Install fails after that, the slot holds neither what it held
+	// nor the upgrade, and has no boot entry; the running slot boots as
+	// before.
+	Changed bool
 }
 
 // Install writes the upgrade into the slot that is not running and makes
@@ -206,6 +212,7 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	}
 	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
 
+	in.res.Changed = true
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.unbootable(dir, p.state) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: make slot %s unbootable while it is written: %w", in.m.Version, in.target, err)
 	}

@@ -197,13 +197,14 @@ func TestInstallRefuses(t *testing.T) {
 			o := n.options(v2.verified(t))
 			tt.setup(n, &o)
 			before := n.snapshot()
-			_, err := Install(context.Background(), o)
+			res, err := Install(context.Background(), o)
 			require.Error(t, err)
 			if tt.want != nil {
 				assert.ErrorIs(t, err, tt.want)
 			}
 			assert.Contains(t, err.Error(), tt.message)
 			assert.Equal(t, before, n.snapshot(), "nothing written")
+			assert.False(t, res.Changed, "a refusal says nothing changed")
 		})
 	}
 }
@@ -307,8 +308,9 @@ func TestInstallReadBackFails(t *testing.T) {
 	n := image(t, newBuild("0.1.0")).withSlotB(3)
 	o := n.options(v2.verified(t))
 	o.Devices = badDisks{o.Devices}
-	_, err := Install(context.Background(), o)
+	res, err := Install(context.Background(), o)
 	require.ErrorIs(t, err, ErrReadBack)
+	assert.True(t, res.Changed, "slot b was written")
 	assert.Contains(t, err.Error(), filepath.Join(n.devDir, layout.LabelSlotB))
 	assert.Equal(t, "terrarium-a.conf", n.requireBootable().name.file)
 	for _, e := range n.entries() {

@@ -68,6 +68,11 @@ const (
 	OutcomeStaged = "staged"
 	// OutcomeRefused: nothing was written; the detail says why.
 	OutcomeRefused = "refused"
+	// OutcomeFailed: writing the other slot began and failed (a part
+	// that differs from its signed manifest, a disk that returns other
+	// bytes); that slot has no boot entry, and the node boots its
+	// running slot as before. The detail says why.
+	OutcomeFailed = "failed"
 )
 
 // UpgradeResult answers an UpgradeRequest (UpgradeResultFile).

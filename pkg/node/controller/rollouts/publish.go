@@ -169,25 +169,27 @@ func (c *Controller) ClusterBad(ctx context.Context, cfg *machineconfig.Config, 
 // adds nothing, and is answered without reading the file whole (which
 // would compete with the trial's control plane for the CPU for minutes).
 // A rollout that stopped is not rolling: the same stick starts it again.
-func (c *Controller) RollingOut(ctx context.Context, cfg *machineconfig.Config, digest string) (string, bool) {
+// It fails when the node takes part in rollouts but cannot read the
+// record (the API out of reach, as early in a trial boot).
+func (c *Controller) RollingOut(ctx context.Context, cfg *machineconfig.Config, digest string) (string, bool, error) {
 	if !c.InRollout(cfg) {
-		return "", false
+		return "", false, nil
 	}
 	api, err := c.client()
 	if err != nil {
-		return "", false
+		return "", false, err
 	}
 	rec, err := rollout.Load(ctx, api)
 	if err != nil {
 		c.s.dropAPI() // opened again at the next use, as after a failed look
-		return "", false
+		return "", false, err
 	}
 	ro := rec.Rollout
 	if ro == nil || ro.Phase != rollout.Rolling || ro.Digest != digest {
-		return "", false
+		return "", false, nil
 	}
 	return fmt.Sprintf("%s rolls out to the cluster already, started by %s at %s (firstboot upgrade status)",
-		ro.Version, ro.StartedBy, ro.StartedAt.UTC().Format(time.RFC3339)), true
+		ro.Version, ro.StartedBy, ro.StartedAt.UTC().Format(time.RFC3339)), true, nil
 }
 
 // nodesEvery is how often a control plane lists the cluster's nodes, to
