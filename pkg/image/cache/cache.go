@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -78,25 +79,33 @@ func (c *Cache) Close() error {
 // hold locks the entry directory at p shared for this Cache's life and
 // stamps its use. It reports false when p is no entry any more: a
 // concurrent Prune renamed it away between the caller's look and the
-// lock.
-func (c *Cache) hold(p string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.held[p]; ok {
+// lock. The lock is taken outside c.mu: it waits while a Prune removes
+// that entry, and only then.
+func (c *Cache) hold(p string) (bool, error) {
+	if c.holds(p) {
 		c.stamp(p)
-		return true
+		return true, nil
 	}
 	f, err := lockDir(p, syscall.LOCK_SH)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("hold cache entry %s: %w", p, err)
 	}
 	if !stillAt(f, p) {
 		_ = f.Close() // read only
-		return false
+		return false, nil
 	}
-	c.held[p] = f
+	c.mu.Lock()
+	if _, ok := c.held[p]; ok { // another goroutine of this build took it
+		_ = f.Close() // read only
+	} else {
+		c.held[p] = f
+	}
+	c.mu.Unlock()
 	c.stamp(p)
-	return true
+	return true, nil
 }
 
 // stamp sets the entry's modification time to now: its last use. A cache
@@ -148,13 +157,24 @@ func (c *Cache) Path(kind, key string) string {
 }
 
 // Lookup returns the entry's path if it is complete, and holds it for
-// this Cache's life, stamped with its use.
+// this Cache's life, stamped with its use. An entry that cannot be held
+// (the process out of file descriptors, say) is a miss: Fill says why.
 func (c *Cache) Lookup(kind, key string) (string, bool) {
+	p, ok, _ := c.lookup(kind, key)
+	return p, ok
+}
+
+func (c *Cache) lookup(kind, key string) (string, bool, error) {
 	p := c.Path(kind, key)
-	if fi, err := os.Stat(p); err == nil && fi.IsDir() && c.hold(p) {
-		return p, true
+	fi, err := os.Stat(p)
+	if err != nil || !fi.IsDir() {
+		return "", false, nil
 	}
-	return "", false
+	ok, err := c.hold(p)
+	if !ok {
+		return "", false, err
+	}
+	return p, true, nil
 }
 
 // Fill returns the entry kind/key, creating it with fill when absent. fill
@@ -162,8 +182,8 @@ func (c *Cache) Lookup(kind, key string) (string, bool) {
 // fill succeeds, so an interrupted build never leaves a half entry. The
 // second return value reports whether the entry was already there.
 func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx context.Context, dir string) error) (string, bool, error) {
-	if p, ok := c.Lookup(kind, key); ok {
-		return p, true, nil
+	if p, ok, err := c.lookup(kind, key); ok || err != nil {
+		return p, ok, err
 	}
 	parent := filepath.Join(c.root, kind)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -189,8 +209,10 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 	if err := os.Rename(tmp, final); err != nil {
 		_ = lock.Close() // read only
 		_ = os.RemoveAll(tmp)
-		if p, ok := c.Lookup(kind, key); ok { // a concurrent build won
+		if p, ok, herr := c.lookup(kind, key); ok { // a concurrent build won
 			return p, true, nil
+		} else if herr != nil {
+			err = herr
 		}
 		return "", false, fmt.Errorf("cache %s: commit %s: %w", kind, key, err)
 	}

@@ -104,6 +104,7 @@ func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
 	for _, e := range entries {
 		total += e.Size
 	}
+	taken := 0
 	for _, e := range entries {
 		if total <= limit {
 			break
@@ -112,18 +113,22 @@ func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
 		if c.holds(p) || now.Sub(e.Used) < grace {
 			continue
 		}
-		gone, err := evict(p, now.Add(-grace))
+		r, err := evict(p, now.Add(-grace))
 		if err != nil {
 			return res, err
 		}
-		if !gone {
+		switch r {
+		case evicted:
+			res.Removed = append(res.Removed, e)
+			res.RemovedBytes += e.Size
+		case goneAlready: // another prune took it
+			taken++
+		default:
 			continue
 		}
 		total -= e.Size
-		res.Removed = append(res.Removed, e)
-		res.RemovedBytes += e.Size
 	}
-	res.KeptBytes, res.Kept = total, len(entries)-len(res.Removed)
+	res.KeptBytes, res.Kept = total, len(entries)-len(res.Removed)-taken
 	return res, nil
 }
 
@@ -166,30 +171,46 @@ func (c *Cache) clearLeftovers(cutoff time.Time) error {
 	return nil
 }
 
+// What evict did with an entry.
+type eviction int
+
+const (
+	stayed      eviction = iota // held by a build, or used since it was listed
+	evicted                     // removed
+	goneAlready                 // not there any more: another prune took it
+)
+
 // evict removes the entry at p if no build holds it and none used it
-// after usedBefore, and reports whether it did.
-func evict(p string, usedBefore time.Time) (bool, error) {
+// after usedBefore.
+func evict(p string, usedBefore time.Time) (eviction, error) {
 	lock, err := lockDir(p, syscall.LOCK_EX|syscall.LOCK_NB)
-	if err != nil {
-		return false, nil // held by a build, or gone already
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return goneAlready, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return stayed, nil
+	case err != nil:
+		return stayed, fmt.Errorf("evict %s: %w", p, err)
 	}
 	defer lock.Close() // read only
-	fi, err := lock.Stat()
-	if err != nil || !stillAt(lock, p) || fi.ModTime().After(usedBefore) {
-		return false, nil // moved, or used since it was listed
+	if !stillAt(lock, p) {
+		return goneAlready, nil
+	}
+	if fi, err := lock.Stat(); err != nil || fi.ModTime().After(usedBefore) {
+		return stayed, nil
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(p), evictPrefix)
 	if err != nil {
-		return false, fmt.Errorf("evict %s: %w", p, err)
+		return stayed, fmt.Errorf("evict %s: %w", p, err)
 	}
 	if err := os.Rename(p, filepath.Join(tmp, filepath.Base(p))); err != nil {
 		_ = os.Remove(tmp)
-		return false, fmt.Errorf("evict %s: %w", p, err)
+		return stayed, fmt.Errorf("evict %s: %w", p, err)
 	}
 	if err := os.RemoveAll(tmp); err != nil {
-		return true, fmt.Errorf("evict %s: %w", p, err)
+		return evicted, fmt.Errorf("evict %s: %w", p, err)
 	}
-	return true, nil
+	return evicted, nil
 }
 
 func dirSize(dir string) (int64, error) {

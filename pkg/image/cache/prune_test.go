@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +102,9 @@ func TestPruneSparesWhatAnotherBuildHolds(t *testing.T) {
 	assert.Len(t, tmps, 1, "a fill in progress is no leftover")
 	close(release)
 	require.NoError(t, <-filled)
+	res, err = later.Prune(0, time.Hour)
+	require.NoError(t, err)
+	assert.Empty(t, res.Removed, "a finished fill stays held under the name it was renamed to")
 
 	require.NoError(t, other.Close())
 	res, err = later.Prune(0, time.Hour)
@@ -212,4 +216,30 @@ func FuzzParseMax(f *testing.F) {
 			t.Fatalf("ParseMax(%q) = %d: negative", s, n)
 		}
 	})
+}
+
+// evict tells a removed entry from one another prune took (its size no
+// longer counts) and from one it must leave.
+func TestEvict(t *testing.T) {
+	root := t.TempDir()
+	old := put(t, root, "slot", hashKey('a'), 10, t0.Add(-48*time.Hour))
+	got, err := evict(filepath.Join(root, "slot", hashKey('z')), t0)
+	require.NoError(t, err)
+	assert.Equal(t, goneAlready, got, "no such entry")
+
+	held, err := lockDir(old, syscall.LOCK_SH)
+	require.NoError(t, err)
+	got, err = evict(old, t0)
+	require.NoError(t, err)
+	assert.Equal(t, stayed, got, "held by a build")
+	require.NoError(t, held.Close())
+
+	got, err = evict(old, t0.Add(-72*time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, stayed, got, "used after the cutoff")
+
+	got, err = evict(old, t0)
+	require.NoError(t, err)
+	assert.Equal(t, evicted, got)
+	assert.NoDirExists(t, old)
 }
