@@ -441,16 +441,20 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		r.say("upgrade: %s", published)
 		r.publish()
 		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomePublished, Detail: published}
+	case err != nil && res.Changed:
+		r.note("upgrade", step.Failed, err.Error())
+		again := ""
+		if src.beforeTurn {
+			again = "; its turn writes it again"
+		}
+		r.say("upgrade failed while slot %s was written: %v; slot %s has no boot entry, and this node boots slot %s as before%s", res.Slot, err, res.Slot, r.slot, again)
+		r.set(func(s *status.Status) { s.Message = "upgrade failed: " + err.Error() })
+		r.publish()
+		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeFailed, Detail: err.Error()}
 	case err != nil && src.beforeTurn:
 		// The turn tries again and reports what it finds then.
 		r.note("upgrade", step.Skipped, "before this node's turn: "+err.Error())
 		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
-	case err != nil && res.Changed:
-		r.note("upgrade", step.Failed, err.Error())
-		r.say("upgrade failed while slot %s was written: %v; slot %s has no boot entry, and this node boots slot %s as before", res.Slot, err, res.Slot, r.slot)
-		r.set(func(s *status.Status) { s.Message = "upgrade failed: " + err.Error() })
-		r.publish()
-		return res, digest, &nodestate.UpgradeResult{Outcome: nodestate.OutcomeFailed, Detail: err.Error()}
 	case err != nil:
 		r.note("upgrade", step.Refused, err.Error())
 		r.say("upgrade refused, nothing was written: %v", err)

@@ -212,7 +212,6 @@ func (in *installer) run(ctx context.Context) (Result, error) {
 	}
 	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
 
-	in.res.Changed = true
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.unbootable(dir, p.state) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: make slot %s unbootable while it is written: %w", in.m.Version, in.target, err)
 	}

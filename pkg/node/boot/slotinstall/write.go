@@ -20,6 +20,7 @@ import (
 // last installed: with no entry yet it cannot boot, and once its entry
 // is written GRUB tries it first, as systemd-boot does by its sort key.
 func (in *installer) unbootable(dir string, st espState) error {
+	in.res.Changed = true // from the first removal on
 	for _, e := range append(st.target, st.staged...) {
 		if err := in.w.remove(espPath(dir, e.path())); err != nil {
 			return fmt.Errorf("remove %s: %w", e.path(), err)

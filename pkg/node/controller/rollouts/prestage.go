@@ -97,5 +97,17 @@ func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Confi
 		policy = upgrade.Force
 	}
 	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)
+	if res.Outcome == nodestate.OutcomeFailed {
+		// The write found the copy's bytes other than its signed
+		// manifest says (or the disk returned other bytes): a copy kept
+		// would fail every later try alike, so the next one fetches it
+		// again (on the control plane that published it, the stick
+		// inserted again copies it again).
+		if err := share.Prune(); err != nil {
+			c.Log.Warn("drop the upgrade share's copy after a failed write", "err", err)
+		} else {
+			c.Node.Say("rollout: dropped this node's copy of %s: the next try fetches it again", ro.Version)
+		}
+	}
 	return arm, res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +125,8 @@ func (a *fakeAPI) isCordoned(node string) (cordoned, known bool) {
 type fakeNode struct {
 	controllertest.Reporter
 	installs, reboots int
+	// staged is what Stage answers (refused by default).
+	staged nodestate.UpgradeResult
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -132,6 +135,9 @@ func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { retu
 
 func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy, bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	n.installs++
+	if n.staged.Outcome != "" {
+		return nil, n.staged
+	}
 	return nil, nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
 }
 
@@ -298,6 +304,31 @@ func TestFailedFetchEndsTheTurnUntouched(t *testing.T) {
 	assert.Equal(t, []string{"the rollout's turn"}, e.lock.held, "the turn holds the change lock")
 	assert.Zero(t, e.lock.out, "and lets it go")
 	assert.Equal(t, []string{"rollout=failed: fetch: no peer answers"}, e.node.Steps())
+}
+
+// A write that failed on the copy in the node's share drops that copy,
+// so that the next try fetches the file again rather than fail alike.
+func TestFailedWriteDropsTheSharesCopy(t *testing.T) {
+	e := newEnv(t)
+	share, err := upgradeshare.Open(e.c.Host.Path(layout.UpgradesDir))
+	require.NoError(t, err)
+	art, err := share.Add(context.Background(), strings.NewReader("an upgrade file"), 15, "1.3.0")
+	require.NoError(t, err)
+	_, err = rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
+		u := rollout.Upgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: "1.3.0", Ref: "upgrades/terrarium@" + art.Manifest.String()}
+		return r.Start(u, []rollout.Member{{Name: "w-1"}}, "cp-1", e.now)
+	})
+	require.NoError(t, err)
+	e.node.staged = nodestate.UpgradeResult{Outcome: nodestate.OutcomeFailed, Detail: "terrarium-1.3.0.upgrade: member vmlinuz: sha256 …, the manifest says …"}
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	assert.Equal(t, 1, e.node.installs)
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeFailed, s.Phase)
+	assert.Contains(t, s.Detail, "member vmlinuz")
+	_, kept := share.Find(art.Manifest)
+	assert.False(t, kept, "the copy is dropped")
+	assert.Contains(t, e.node.Console(), "rollout: dropped this node's copy of 1.3.0: the next try fetches it again")
 }
 
 // TestFailedFetchOfAResumedTurnUncordons: a turn that got to its drain

@@ -300,11 +300,14 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 var staticPods = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
 // applyPreflight checks what `kubeadm upgrade apply`'s preflight phase
-// checks of a cluster, when a patch upgrade skips that phase: the
-// control plane's static pod manifests in place (kubeadm's
+// checks of a cluster's health, when a patch upgrade skips that phase:
+// the control plane's static pod manifests in place (kubeadm's
 // StaticPodManifest) and every control plane Ready (ControlPlaneNodesReady).
-// Its CreateJob check we ignore in any case, and the phase's version
-// policy holds within a minor.
+// Its CreateJob check we ignore in any case. The rest of the phase: its
+// version policy holds within a minor; its CoreDNS migration check
+// matters only when CoreDNS moves to another version, so the slot's
+// CoreDNS must be the one running; and its pre-pull finds the slot's
+// images, which the node's registry serves.
 func applyPreflight(ctx context.Context, f *Flow) error {
 	for _, p := range staticPods {
 		if _, err := os.Stat(f.Path(filepath.Join(ManifestsDir, p+".yaml"))); err != nil {
@@ -324,8 +327,23 @@ func applyPreflight(ctx context.Context, f *Flow) error {
 			return fmt.Errorf("control plane %s is not Ready", n.Name)
 		}
 	}
+	want := bundleImage(f, coreDNSImage, "")
+	if want == "" {
+		return fmt.Errorf("the slot's bundle (%s) carries no %s image", bundleIndex, coreDNSImage)
+	}
+	have, err := f.Output(ctx, "kubectl", "--kubeconfig="+f.Path(AdminKubeconfig), "get", "deployment", "coredns",
+		"--namespace=kube-system", "--output=jsonpath={.spec.template.spec.containers[0].image}")
+	if err != nil {
+		return fmt.Errorf("the cluster's CoreDNS: %w", err)
+	}
+	if have = strings.TrimSpace(have); have != want {
+		return fmt.Errorf("CoreDNS moves from %s to %s", have, want)
+	}
 	return nil
 }
+
+// coreDNSImage is CoreDNS's image, as kubeadm names it, without its tag.
+const coreDNSImage = "registry.k8s.io/coredns/coredns"
 
 // clusterKubernetesVersion finds the version in kubeadm's
 // ClusterConfiguration.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,9 @@ func (m *memLeases) UpdateLease(_ context.Context, l kubeclient.Lease) (kubeclie
 // journal records configured ("" for none), whose kubectl answers the
 // cluster's ClusterConfiguration with clusterVersion, and which records
 // every command.
+// coreDNS is the CoreDNS the fake cluster runs and its slot carries.
+const coreDNS = "registry.k8s.io/coredns/coredns:v1.14.2"
+
 func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, *[]string) {
 	t.Helper()
 	f := testFlow(t, nil)
@@ -80,6 +84,9 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 		cmds = append(cmds, line)
 		switch name {
 		case "kubectl":
+			if slices.Contains(args, "deployment") {
+				return []byte(coreDNS), nil
+			}
 			return []byte("apiServer: {}\nkind: ClusterConfiguration\nkubernetesVersion: " + clusterVersion + "\n"), nil
 		case "etcdctl":
 			return nil, os.WriteFile(args[len(args)-1], []byte("snapshot"), 0o600)
@@ -96,7 +103,8 @@ func upgradeFlow(t *testing.T, slot, configured, clusterVersion string) (*Flow, 
 		require.NoError(t, os.MkdirAll(filepath.Dir(f.Path(p)), 0o755))
 		require.NoError(t, os.WriteFile(f.Path(p), []byte(content), 0o600))
 	}
-	write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:`+slot+`"}}]}`)
+	write(bundleIndex, `{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:`+slot+`"}},`+
+		`{"annotations":{"io.containerd.image.name":"`+coreDNS+`"}}]}`)
 	write(ManifestsDir+"/kube-apiserver.yaml", "spec:\n  containers:\n  - command: [kube-apiserver]\n    image: registry.k8s.io/kube-apiserver:v1.36.3\n")
 	write(ManifestsDir+"/etcd.yaml", "etcd static pod\n")
 	write(ManifestsDir+"/kube-controller-manager.yaml", "kube-controller-manager static pod\n")
@@ -131,7 +139,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 		{"worker", machineconfig.RoleWorker, "v1.36.3", "v1.36.4",
 			[]string{"sync", "kubeadm upgrade node --config=" + UpgradeConfigFile, "sync", "systemctl restart kubelet.service"}, false},
 		{"first control plane: snapshot, then upgrade apply", machineconfig.RoleInit, "v1.36.3", "v1.36.3",
-			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}, true},
+			[]string{"sync", "kubectl", "kubectl coredns", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}, true},
 		{"first control plane, a minor upgrade: kubeadm's preflight runs", machineconfig.RoleInit, "v1.35.2", "v1.35.2",
 			[]string{"sync", "kubectl", "etcdctl snapshot save", "kubeadm upgrade apply --config=" + UpgradeConfigFile + " --yes", "sync", "systemctl restart kubelet.service"}, false},
 		{"next control plane: upgrade node", machineconfig.RoleControlPlane, "v1.36.3", "v1.36.4",
@@ -155,6 +163,8 @@ func TestKubernetesUpgrade(t *testing.T) {
 			var got []string
 			for _, cmd := range *cmds {
 				switch {
+				case strings.HasPrefix(cmd, "kubectl ") && strings.Contains(cmd, " deployment coredns "):
+					cmd = "kubectl coredns"
 				case strings.HasPrefix(cmd, "kubectl "):
 					assert.Contains(t, cmd, "get configmap kubeadm-config --namespace=kube-system")
 					cmd = "kubectl"
@@ -203,6 +213,11 @@ func TestKubernetesUpgradeKeepsPreflightWhenTheClusterIsNotWell(t *testing.T) {
 		{"a static pod manifest missing", func(t *testing.T, f *Flow, _ *memLeases) {
 			require.NoError(t, os.Remove(f.Path(ManifestsDir+"/kube-scheduler.yaml")))
 		}, "kubeadm's preflight runs: the static pod manifest of kube-scheduler"},
+		{"CoreDNS moving to another version", func(t *testing.T, f *Flow, _ *memLeases) {
+			require.NoError(t, os.WriteFile(f.Path(bundleIndex),
+				[]byte(`{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.4"}},`+
+					`{"annotations":{"io.containerd.image.name":"registry.k8s.io/coredns/coredns:v1.14.3"}}]}`), 0o600))
+		}, "kubeadm's preflight runs: CoreDNS moves from " + coreDNS + " to registry.k8s.io/coredns/coredns:v1.14.3"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f, _ := upgradeFlow(t, "v1.36.4", "v1.36.3", "v1.36.3")
