@@ -409,12 +409,7 @@ func TestRolloutStageChecksPartsAsItWrites(t *testing.T) {
 			o.Stage = inst.stage
 			e.upgradeStick(key, "/share", "1.3.0")
 			path := e.path("/share/terrarium-1.3.0.upgrade")
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			at := bytes.Index(data, []byte("vmlinuz of 1.3.0"))
-			require.Positive(t, at)
-			data[at] ^= 1
-			require.NoError(t, os.WriteFile(path, data, 0o644))
+			damagePart(t, path, "vmlinuz of 1.3.0")
 			r, err := newRunner(o)
 			require.NoError(t, err)
 			cfg, err := machineconfig.Parse("machine.yaml", []byte(fullConfig))
