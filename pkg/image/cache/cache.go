@@ -125,17 +125,25 @@ func (c *Cache) holds(p string) bool {
 }
 
 // lockDir opens the directory dir and flocks it with how (LOCK_SH,
-// LOCK_EX, with LOCK_NB or not).
+// LOCK_EX, with LOCK_NB or not). On a file system without locks (some
+// network ones) it returns dir open and unlocked: the cache then works
+// as before it had locks, its entries spared by their age alone.
 func lockDir(dir string, how int) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+	if err := syscall.Flock(int(f.Fd()), how); err != nil && !noLocks(err) {
 		_ = f.Close() // read only
 		return nil, err
 	}
 	return f, nil
+}
+
+// noLocks reports whether err is flock's answer on a file system that
+// has no locks.
+func noLocks(err error) bool {
+	return errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS)
 }
 
 // stillAt reports whether the path p still names the directory open as f.

@@ -243,3 +243,12 @@ func TestEvict(t *testing.T) {
 	assert.Equal(t, evicted, got)
 	assert.NoDirExists(t, old)
 }
+
+func TestNoLocks(t *testing.T) {
+	for _, err := range []error{syscall.ENOLCK, syscall.EOPNOTSUPP, syscall.ENOSYS, &os.PathError{Op: "flock", Err: syscall.ENOLCK}} {
+		assert.True(t, noLocks(err), "%v: a file system without locks", err)
+	}
+	for _, err := range []error{syscall.EWOULDBLOCK, syscall.EBADF, syscall.EINTR} {
+		assert.False(t, noLocks(err), "%v", err)
+	}
+}
