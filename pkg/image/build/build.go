@@ -16,6 +16,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/image/biosboot"
+	"github.com/terrarium-os/terrarium/pkg/image/bundle"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/diskimage"
 	"github.com/terrarium-os/terrarium/pkg/image/esp"
@@ -285,7 +286,7 @@ func pruneCache(opt Options) string {
 	if opt.CacheMax <= 0 {
 		return "(no bound)"
 	}
-	res, err := opt.Cache.Prune(opt.CacheMax, cache.DefaultGrace)
+	res, err := opt.Cache.Prune(opt.CacheMax, cache.DefaultGrace, bundle.CacheSources()...)
 	if err != nil {
 		opt.Log.Warn("cache: pruning failed, the image is built", "cache", opt.Cache.Root(), "err", err)
 		return "pruning failed: " + err.Error()

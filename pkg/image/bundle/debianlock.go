@@ -25,6 +25,11 @@ import (
 // file is never fetched again, even after the archive dropped it.
 const debCacheKind = "debs"
 
+// CacheSources are the cache kinds of this package's that hold inputs,
+// not artifacts: the archive may have dropped them since, so the cache's
+// bound never removes them (cache.Cache.Prune).
+func CacheSources() []string { return []string{debCacheKind} }
+
 // ErrDebGone is returned when the archive no longer has a locked .deb.
 var ErrDebGone = errors.New("no longer in the archive")
 

@@ -83,18 +83,21 @@ type PruneResult struct {
 }
 
 // Prune removes the least recently used entries until the cache holds at
-// most limit bytes. It removes only an entry it can lock exclusively, so
+// most limit bytes. Entries of the kinds in sources are inputs that cannot
+// be made again (a .deb the archive has dropped since): never removed, and
+// not counted. It removes only an entry it can lock exclusively, so
 // never one that a build (this one or another, in any process) holds; nor
 // one used within grace. The cache can so stay above limit. It also
 // clears what interrupted fills and prunes left behind. An entry is
 // renamed away under its lock before it is removed, so a concurrent build
 // sees it either whole or not at all.
-func (c *Cache) Prune(limit int64, grace time.Duration) (PruneResult, error) {
+func (c *Cache) Prune(limit int64, grace time.Duration, sources ...string) (PruneResult, error) {
 	var res PruneResult
-	entries, err := c.Entries()
+	all, err := c.Entries()
 	if err != nil {
 		return res, err
 	}
+	entries := slices.DeleteFunc(all, func(e Entry) bool { return slices.Contains(sources, e.Kind) })
 	now := c.now()
 	if err := c.clearLeftovers(now.Add(-grace)); err != nil {
 		return res, err

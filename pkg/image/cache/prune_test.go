@@ -113,6 +113,26 @@ func TestPruneSparesWhatAnotherBuildHolds(t *testing.T) {
 	assert.NoDirExists(t, held)
 }
 
+// Sources (a .deb the archive may have dropped since) are never removed
+// and do not count toward the bound.
+func TestPruneKeepsSources(t *testing.T) {
+	root := t.TempDir()
+	c, err := New(root, WithClock(func() time.Time { return t0 }))
+	require.NoError(t, err)
+	deb := put(t, root, "debs", hashKey('a'), 500, t0.Add(-1000*time.Hour))
+	slot := put(t, root, "slot", hashKey('b'), 300, t0.Add(-10*time.Hour))
+	res, err := c.Prune(400, time.Hour, "debs")
+	require.NoError(t, err)
+	assert.Empty(t, res.Removed, "the slot alone fits the bound")
+	assert.DirExists(t, deb)
+	assert.DirExists(t, slot)
+	res, err = c.Prune(0, time.Hour, "debs")
+	require.NoError(t, err)
+	require.Len(t, res.Removed, 1)
+	assert.Equal(t, "slot", res.Removed[0].Kind)
+	assert.DirExists(t, deb, "however old")
+}
+
 func TestPruneKeepsWhatIsInUseOverTheBound(t *testing.T) {
 	root := t.TempDir()
 	c, err := New(root, WithClock(func() time.Time { return t0 }))
