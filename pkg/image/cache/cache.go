@@ -225,11 +225,8 @@ func (c *Cache) Fill(ctx context.Context, kind, key string, fill func(ctx contex
 		return "", false, fmt.Errorf("cache %s: commit %s: %w", kind, key, err)
 	}
 	c.mu.Lock()
-	if old, ok := c.held[final]; ok {
-		_ = old.Close() // read only
-	}
-	c.held[final] = lock
-	c.stamp(final)
+	c.held[final] = lock // the rename succeeded: no one held final
 	c.mu.Unlock()
+	c.stamp(final)
 	return final, false, nil
 }

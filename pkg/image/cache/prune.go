@@ -39,39 +39,51 @@ type Entry struct {
 	Used      time.Time // when a build last used it
 }
 
-// Entries lists the cache's artifacts: the kind/key directories whose key
-// is a content hash. Other directories under the root (the bundle blob
-// store, an OCI layout of its own) are not entries.
-func (c *Cache) Entries() ([]Entry, error) {
+// leftover is a temporary directory of an interrupted fill or prune, or
+// of one still running.
+type leftover struct {
+	path     string
+	modified time.Time
+}
+
+// scan lists, in one pass over the cache, its artifacts (the kind/key
+// directories whose key is a content hash) but those of the kinds in
+// skip, and its leftovers. Other directories under the root (the bundle
+// blob store, an OCI layout of its own) are neither.
+func (c *Cache) scan(skip []string) ([]Entry, []leftover, error) {
 	kinds, err := os.ReadDir(c.root)
 	if err != nil {
-		return nil, fmt.Errorf("list cache %s: %w", c.root, err)
+		return nil, nil, fmt.Errorf("list cache %s: %w", c.root, err)
 	}
-	var out []Entry
+	var entries []Entry
+	var left []leftover
 	for _, k := range kinds {
 		if !k.IsDir() {
 			continue
 		}
-		keys, err := os.ReadDir(filepath.Join(c.root, k.Name()))
+		dir := filepath.Join(c.root, k.Name())
+		names, err := os.ReadDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("list cache %s: %w", k.Name(), err)
+			return nil, nil, fmt.Errorf("list cache %s: %w", k.Name(), err)
 		}
-		for _, e := range keys {
-			if !e.IsDir() || !isHash(e.Name()) {
-				continue
-			}
+		for _, e := range names {
 			fi, err := e.Info()
-			if err != nil {
-				continue // removed by a concurrent prune
+			if err != nil || !e.IsDir() {
+				continue // removed by a concurrent prune, or no entry
 			}
-			size, err := dirSize(filepath.Join(c.root, k.Name(), e.Name()))
-			if err != nil {
-				return nil, err
+			switch {
+			case strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), evictPrefix):
+				left = append(left, leftover{path: filepath.Join(dir, e.Name()), modified: fi.ModTime()})
+			case isHash(e.Name()) && !slices.Contains(skip, k.Name()):
+				size, err := dirSize(filepath.Join(dir, e.Name()))
+				if err != nil {
+					return nil, nil, err
+				}
+				entries = append(entries, Entry{Kind: k.Name(), Key: e.Name(), Size: size, Used: fi.ModTime()})
 			}
-			out = append(out, Entry{Kind: k.Name(), Key: e.Name(), Size: size, Used: fi.ModTime()})
 		}
 	}
-	return out, nil
+	return entries, left, nil
 }
 
 // PruneResult is what Prune removed and what it kept.
@@ -93,13 +105,12 @@ type PruneResult struct {
 // sees it either whole or not at all.
 func (c *Cache) Prune(limit int64, grace time.Duration, sources ...string) (PruneResult, error) {
 	var res PruneResult
-	all, err := c.Entries()
+	entries, left, err := c.scan(sources)
 	if err != nil {
 		return res, err
 	}
-	entries := slices.DeleteFunc(all, func(e Entry) bool { return slices.Contains(sources, e.Kind) })
 	now := c.now()
-	if err := c.clearLeftovers(now.Add(-grace)); err != nil {
+	if err := clearLeftovers(left, now.Add(-grace)); err != nil {
 		return res, err
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return a.Used.Compare(b.Used) })
@@ -138,37 +149,19 @@ func (c *Cache) Prune(limit int64, grace time.Duration, sources ...string) (Prun
 // clearLeftovers removes the temporary directories of fills and prunes
 // that were interrupted before cutoff. A fill that is still running holds
 // its directory locked, and stays.
-func (c *Cache) clearLeftovers(cutoff time.Time) error {
-	kinds, err := os.ReadDir(c.root)
-	if err != nil {
-		return fmt.Errorf("list cache %s: %w", c.root, err)
-	}
-	for _, k := range kinds {
-		if !k.IsDir() {
-			continue
+func clearLeftovers(left []leftover, cutoff time.Time) error {
+	for _, l := range left {
+		if l.modified.After(cutoff) {
+			continue // just made
 		}
-		dir := filepath.Join(c.root, k.Name())
-		names, err := os.ReadDir(dir)
+		lock, err := lockDir(l.path, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != nil {
-			return fmt.Errorf("list cache %s: %w", k.Name(), err)
+			continue // being filled, or already gone
 		}
-		for _, n := range names {
-			if !strings.HasPrefix(n.Name(), tmpPrefix) && !strings.HasPrefix(n.Name(), evictPrefix) {
-				continue
-			}
-			if fi, err := n.Info(); err != nil || fi.ModTime().After(cutoff) {
-				continue // just made, or already gone
-			}
-			p := filepath.Join(dir, n.Name())
-			lock, err := lockDir(p, syscall.LOCK_EX|syscall.LOCK_NB)
-			if err != nil {
-				continue // being filled, or already gone
-			}
-			err = os.RemoveAll(p)
-			_ = lock.Close() // read only
-			if err != nil {
-				return fmt.Errorf("clear cache leftover %s: %w", n.Name(), err)
-			}
+		err = os.RemoveAll(l.path)
+		_ = lock.Close() // read only
+		if err != nil {
+			return fmt.Errorf("clear cache leftover %s: %w", filepath.Base(l.path), err)
 		}
 	}
 	return nil

@@ -330,13 +330,17 @@ func verifyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) err
 	return staticPodsPresent(h, cl)
 }
 
+// staticPods are the control plane's static pods, as kubeadm names their
+// manifests.
+var staticPods = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
 // staticPodsPresent: a control plane has its four static pods' manifests.
 func staticPodsPresent(h *Flow, cl *machineconfig.Cluster) error {
 	if !cl.IsControlPlane() {
 		return nil
 	}
-	for _, m := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if _, err := os.Stat(h.Path("/etc/kubernetes/manifests/" + m + ".yaml")); err != nil {
+	for _, m := range staticPods {
+		if _, err := os.Stat(h.Path(ManifestsDir + "/" + m + ".yaml")); err != nil {
 			return fmt.Errorf("static pod %s is missing: %w", m, err)
 		}
 	}

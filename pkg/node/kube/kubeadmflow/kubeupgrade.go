@@ -266,7 +266,7 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 	// kubeadm's own preflight runs when a check fails. It would otherwise
 	// wait up to a minute on a Job that the drained node cannot run.
 	if upgrade.IsPatchUpgrade(cluster, want) {
-		err := applyPreflight(ctx, f)
+		err := applyPreflight(ctx, f, c.Cluster)
 		in.SkipApplyPreflight = err == nil
 		if err != nil {
 			f.Report.Report("kubernetes upgrade", step.Checked, "kubeadm's preflight runs: "+err.Error())
@@ -295,10 +295,6 @@ func upgradeCommand(ctx context.Context, f *Flow, c *machineconfig.Config, want,
 	return []string{"upgrade", "apply", "--config=" + UpgradeConfigFile, "--yes"}, nil
 }
 
-// staticPods are the control plane's static pods, as kubeadm names their
-// manifests.
-var staticPods = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-
 // applyPreflight checks what `kubeadm upgrade apply`'s preflight phase
 // checks of a cluster's health, when a patch upgrade skips that phase:
 // the control plane's static pod manifests in place (kubeadm's
@@ -308,11 +304,9 @@ var staticPods = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 // matters only when CoreDNS moves to another version, so the slot's
 // CoreDNS must be the one running; and its pre-pull finds the slot's
 // images, which the node's registry serves.
-func applyPreflight(ctx context.Context, f *Flow) error {
-	for _, p := range staticPods {
-		if _, err := os.Stat(f.Path(filepath.Join(ManifestsDir, p+".yaml"))); err != nil {
-			return fmt.Errorf("the static pod manifest of %s: %w", p, err)
-		}
+func applyPreflight(ctx context.Context, f *Flow, cl *machineconfig.Cluster) error {
+	if err := staticPodsPresent(f, cl); err != nil {
+		return err
 	}
 	api, err := f.API(AdminKubeconfig)
 	if err != nil {

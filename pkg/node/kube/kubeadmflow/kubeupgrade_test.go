@@ -212,7 +212,7 @@ func TestKubernetesUpgradeKeepsPreflightWhenTheClusterIsNotWell(t *testing.T) {
 		}, "kubeadm's preflight runs: control plane cp-2 is not Ready"},
 		{"a static pod manifest missing", func(t *testing.T, f *Flow, _ *memLeases) {
 			require.NoError(t, os.Remove(f.Path(ManifestsDir+"/kube-scheduler.yaml")))
-		}, "kubeadm's preflight runs: the static pod manifest of kube-scheduler"},
+		}, "kubeadm's preflight runs: static pod kube-scheduler is missing"},
 		{"CoreDNS moving to another version", func(t *testing.T, f *Flow, _ *memLeases) {
 			require.NoError(t, os.WriteFile(f.Path(bundleIndex),
 				[]byte(`{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.4"}},`+
