@@ -306,6 +306,10 @@ const (
 	// UpgradeKeysFile lists the public keys (ed25519:..., one a line)
 	// the slot trusts for upgrade files, from its build spec.
 	UpgradeKeysFile = "/usr/lib/terrarium/upgrade-keys"
+	// SlotIndexFile lists every path of the slot with its content's hash
+	// (package slotindex), itself left out: what a node compares with an
+	// upgrade's to see what the upgrade changes.
+	SlotIndexFile = "/usr/lib/terrarium/slot-index"
 	// StatusFile is where firstboot publishes the node's status (in
 	// /run, not on a disk): what the banner and `firstboot status` show.
 	StatusFile = "/run/terrarium/status.json"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/slotindex"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 	"github.com/terrarium-os/terrarium/pkg/image/layers"
 	"github.com/terrarium-os/terrarium/pkg/image/squashfs"
@@ -75,7 +76,8 @@ func BuildSlot(ctx context.Context, c *cache.Cache, in SlotInputs, epoch time.Ti
 	// v4: 128 KiB squashfs blocks; /etc and /var marked updated.
 	// v5: lz4 (squashfs.LZ4), not zstd.
 	// v6: the overlay's ModesFile and system users (sysusers.d) applied.
-	k := cache.NewKey("slot/v6").String("base", in.Base.Key).
+	// v7: the slot's index of its files (layout.SlotIndexFile).
+	k := cache.NewKey("slot/v7").String("base", in.Base.Key).
 		File("firstboot", in.Firstboot).String("release", string(rel)).
 		Strings("enable", in.Enable).String("epoch", epoch.Format(time.RFC3339)).
 		String("bundle", in.BundleKey).Strings("upgrade keys", in.UpgradeKeys)
@@ -205,7 +207,16 @@ func customize(ctx context.Context, rootDir string, in SlotInputs, rel []byte, e
 			return fmt.Errorf("systemctl enable %s: %w: %s", strings.Join(in.Enable, " "), err, b)
 		}
 	}
-	return nil
+	// Last: the index lists the tree as the squashfs will hold it.
+	ix, err := slotindex.Build(ctx, rootDir, layout.SlotIndexFile)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if _, err := ix.WriteTo(&buf); err != nil {
+		return err
+	}
+	return writeFile(root, strings.TrimPrefix(layout.SlotIndexFile, "/"), buf.Bytes(), 0o644)
 }
 
 // unpackLayers unpacks the bundle's layers into the slot, for the node's

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/release"
+	"github.com/terrarium-os/terrarium/pkg/contract/slotindex"
 	"github.com/terrarium-os/terrarium/pkg/image/cache"
 )
 
@@ -490,6 +491,20 @@ func TestCustomizeOptionalInputs(t *testing.T) {
 		_, err := os.Lstat(inRoot(root, p))
 		assert.ErrorIs(t, err, fs.ErrNotExist, "%s written without its input", p)
 	}
+	// The index, written last, lists the tree as it is but itself.
+	ix, err := slotindex.Load(inRoot(root, layout.SlotIndexFile))
+	require.NoError(t, err)
+	again, err := slotindex.Build(context.Background(), root, layout.SlotIndexFile)
+	require.NoError(t, err)
+	assert.Empty(t, slotindex.Diff(ix, again))
+	listed := map[string]bool{}
+	for _, e := range ix.Entries {
+		listed[e.Path] = true
+	}
+	assert.True(t, listed["/usr/bin/firstboot"])
+	assert.True(t, listed[layout.ReleaseFile])
+	assert.True(t, listed["/etc/.updated"])
+	assert.False(t, listed[layout.SlotIndexFile])
 	fi, err = os.Stat(inRoot(root, layout.StateMount))
 	require.NoError(t, err)
 	assert.True(t, fi.IsDir())
