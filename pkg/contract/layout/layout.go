@@ -375,6 +375,8 @@ const (
 	// (os/terrarium.yaml's components): read ahead while a worker waits
 	// for the API, so that they start from the page cache.
 	KubeletProgram = "/usr/bin/kubelet"
+	KubeadmProgram = "/usr/bin/kubeadm"
+	KubectlProgram = "/usr/bin/kubectl"
 	ShimProgram    = "/usr/bin/containerd-shim-runc-v2"
 	RuncProgram    = "/usr/sbin/runc"
 	CNIPluginDir   = "/usr/lib/cni"
