@@ -349,16 +349,25 @@ const (
 	// each added, the tags it replaced with their old digests, or why it
 	// was refused. Beside the cache, in the unit's StateDirectory=.
 	RegistrySideloadLog = RegistryCacheDir + "/sideloads.jsonl"
-	// RegistryPreviousSlotDir is where the registry mounts the slot an
-	// upgrade's trial boot falls back to, read-only, to serve that slot's
-	// bundle too until the boot is blessed (its unit's other
-	// RuntimeDirectory=).
+	// RegistryPreviousSlotDir is where the registry mounts the slot the
+	// node did not boot, read-only, to serve that slot's bundle too: the
+	// slot an upgrade's trial boot falls back to until the boot is
+	// blessed, or the slot whose Kubernetes the node runs in place
+	// (RunInPlaceSlot). Its unit's other RuntimeDirectory=.
 	RegistryPreviousSlotDir = "/run/terrarium/previous-slot"
 	// RunTrialBoot is present while this boot is an upgrade's trial (its
 	// slot on trial, the other slot blessed) and holds the other slot's
 	// name. The initramfs writes it; firstboot removes it once it blesses
 	// the boot.
 	RunTrialBoot = "/run/terrarium/trial-boot"
+	// RunInPlaceSlot is present while this boot runs the Kubernetes of an
+	// upgrade staged in the other slot, in place (package inplace), and
+	// holds that slot's name; InPlaceSlotDir is where firstboot mounts
+	// that slot, read-only, to bind its Kubernetes programs over the
+	// running slot's. Both last until the next boot, which boots the
+	// slot.
+	RunInPlaceSlot = "/run/terrarium/in-place-slot"
+	InPlaceSlotDir = "/run/terrarium/in-place"
 	// RunStateEncryption says which encryption TERRA-STATE has on this
 	// boot: StateEncryptionTPM, or StateEncryptionNone followed by why
 	// ("none this machine has no TPM 2.0"). The initramfs writes it.

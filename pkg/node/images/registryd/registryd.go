@@ -75,9 +75,10 @@ type Options struct {
 	Log         *slog.Logger
 	// Notify tells systemd the registry is ready (sd_notify READY=1).
 	Notify func() error
-	// PreviousSlot serves, on an upgrade's trial boot, the bundle of the
-	// slot it falls back to; nil disables it.
-	PreviousSlot *PreviousSlot
+	// OtherSlot serves the bundle of the slot the node did not boot
+	// while a marker names it (an upgrade's trial boot, a Kubernetes run
+	// in place); nil disables it.
+	OtherSlot *OtherSlot
 	// SideLoad watches for bundle disks; nil disables it.
 	SideLoad *SideLoader
 }
@@ -112,14 +113,10 @@ func Run(ctx context.Context, o Options) error {
 		// consults the bundle before the cache as well.
 		cacheOpts = append(cacheOpts, registry.WithBundle(l))
 	}
-	if o.PreviousSlot != nil {
+	if o.OtherSlot != nil {
 		// Behind the slot's own: its tags are never shadowed.
-		stores = append(stores, o.PreviousSlot)
-		go func() {
-			if err := o.PreviousSlot.Serve(ctx); err != nil {
-				o.Log.Warn("registry: the previous slot's bundle is not served", "err", err)
-			}
-		}()
+		stores = append(stores, o.OtherSlot)
+		go o.OtherSlot.Serve(ctx)
 	}
 	if o.UpgradesDir != "" {
 		stores = append(stores, registry.OpenLiveLayout(o.UpgradesDir, registry.WithLogger(o.Log)))
@@ -357,8 +354,8 @@ func Defaults(log *slog.Logger, console io.Writer) Options {
 		Loopback:    mirrors.Loopback,
 		Log:         log,
 		Notify:      Notify(),
-		PreviousSlot: &PreviousSlot{
-			Marker: layout.RunTrialBoot, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.RegistryPreviousSlotDir,
+		OtherSlot: &OtherSlot{
+			Markers: []string{layout.RunTrialBoot, layout.RunInPlaceSlot}, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.RegistryPreviousSlotDir,
 			Interval: 5 * time.Second, Log: log, Mount: slotmount.Mount,
 		},
 		SideLoad: &SideLoader{

@@ -19,21 +19,25 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 )
 
-// previousSlotEnv is a registry whose slot carries the new Kubernetes and
+// otherSlotEnv is a registry whose slot carries the new Kubernetes and
 // whose other slot (a directory standing in for its squashfs: mounting a
 // partition needs a real one) the old.
-type previousSlotEnv struct {
-	addr             string
-	marker, mountDir string
-	old, newPause    v1.Image
-	mounted          atomic.Value // the slot asked for
-	unmounted        atomic.Bool
+type otherSlotEnv struct {
+	addr                      string
+	marker, inPlace, mountDir string
+	old, newPause             v1.Image
+	mounted                   atomic.Value // the slot asked for
+	mounts                    atomic.Int32
+	unmounted                 atomic.Bool
 }
 
-func startWithPreviousSlot(t *testing.T, marker string) *previousSlotEnv {
+func startWithOtherSlot(t *testing.T, marker string) *otherSlotEnv {
 	t.Helper()
 	dir := t.TempDir()
-	e := &previousSlotEnv{addr: freeAddr(t), marker: filepath.Join(dir, "run", "trial-boot"), mountDir: filepath.Join(dir, "previous-slot")}
+	e := &otherSlotEnv{
+		addr: freeAddr(t), marker: filepath.Join(dir, "run", "trial-boot"), inPlace: filepath.Join(dir, "run", "in-place-slot"),
+		mountDir: filepath.Join(dir, "previous-slot"),
+	}
 	e.old, e.newPause = randomImage(t), randomImage(t)
 	writeLayout(t, filepath.Join(dir, "bundle"), map[string]v1.Image{
 		"registry.k8s.io/kube-apiserver:v1.36.3": randomImage(t),
@@ -43,21 +47,23 @@ func startWithPreviousSlot(t *testing.T, marker string) *previousSlotEnv {
 		"registry.k8s.io/kube-apiserver:v1.36.2": e.old,
 		"registry.k8s.io/pause:3.10":             randomImage(t), // never served: the slot's own wins
 	})
+	require.NoError(t, os.MkdirAll(filepath.Dir(e.marker), 0o755))
 	if marker != "" {
-		require.NoError(t, os.MkdirAll(filepath.Dir(e.marker), 0o755))
 		require.NoError(t, os.WriteFile(e.marker, []byte(marker), 0o644))
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runUntilCleanup(t, Options{
 		BundleDir: filepath.Join(dir, "bundle"), CacheDir: filepath.Join(dir, "cache"), ConfigFile: filepath.Join(dir, "missing.json"),
 		Loopback: e.addr, Log: log,
-		PreviousSlot: &PreviousSlot{
-			Marker: e.marker, ByPartLabel: "/dev/disk/by-partlabel", MountDir: e.mountDir, Interval: 20 * time.Millisecond, Log: log,
+		OtherSlot: &OtherSlot{
+			Markers: []string{e.marker, e.inPlace}, ByPartLabel: "/dev/disk/by-partlabel", MountDir: e.mountDir, Interval: 20 * time.Millisecond, Log: log,
 			Mount: func(_ context.Context, byPartLabel string, slot layout.Slot, mnt string) (func(), error) {
 				if mnt != e.mountDir || byPartLabel != "/dev/disk/by-partlabel" {
 					return nil, fmt.Errorf("mounted %s at %s", byPartLabel, mnt)
 				}
 				e.mounted.Store(slot)
+				e.mounts.Add(1)
+				e.unmounted.Store(false)
 				return func() { e.unmounted.Store(true) }, nil
 			},
 		},
@@ -67,7 +73,7 @@ func startWithPreviousSlot(t *testing.T, marker string) *previousSlotEnv {
 
 // manifest asks the registry for repo:tag as containerd does through its
 // mirror, and returns the status and digest.
-func (e *previousSlotEnv) manifest(t *testing.T, repo, tag string) (int, string) {
+func (e *otherSlotEnv) manifest(t *testing.T, repo, tag string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("http://%s/v2/%s/manifests/%s?ns=registry.k8s.io", e.addr, repo, tag))
 	require.NoError(t, err)
@@ -82,8 +88,8 @@ func digestOf(t *testing.T, img v1.Image) string {
 	return d.String()
 }
 
-func TestPreviousSlotServedDuringAnUpgradeTrial(t *testing.T) {
-	e := startWithPreviousSlot(t, "a\n")
+func TestOtherSlotServedDuringAnUpgradeTrial(t *testing.T) {
+	e := startWithOtherSlot(t, "a\n")
 	require.Eventually(t, func() bool {
 		code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
 		return code == http.StatusOK
@@ -107,13 +113,34 @@ func TestPreviousSlotServedDuringAnUpgradeTrial(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 }
 
-func TestPreviousSlotNotServedOtherwise(t *testing.T) {
+// TestOtherSlotServedInPlace: the marker of a Kubernetes run in place
+// comes while the registry runs, and lasts until the next boot.
+func TestOtherSlotServedInPlace(t *testing.T) {
+	e := startWithOtherSlot(t, "")
+	time.Sleep(100 * time.Millisecond) // time for Serve to look
+	code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
+	assert.Equal(t, http.StatusNotFound, code)
+	require.NoError(t, os.WriteFile(e.inPlace, []byte("b\n"), 0o644))
+	require.Eventually(t, func() bool {
+		code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "the staged slot's images, once firstboot names it")
+	assert.Equal(t, layout.SlotB, e.mounted.Load())
+	// Still served, mounted once, while the marker stays.
+	time.Sleep(100 * time.Millisecond)
+	code, _ = e.manifest(t, "kube-apiserver", "v1.36.2")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, int32(1), e.mounts.Load())
+	assert.False(t, e.unmounted.Load())
+}
+
+func TestOtherSlotNotServedOtherwise(t *testing.T) {
 	for _, tc := range []struct{ name, marker string }{
 		{"no upgrade's trial", ""},
 		{"a marker naming no slot", "c\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := startWithPreviousSlot(t, tc.marker)
+			e := startWithOtherSlot(t, tc.marker)
 			time.Sleep(100 * time.Millisecond) // time for Serve to decide
 			code, _ := e.manifest(t, "kube-apiserver", "v1.36.2")
 			assert.Equal(t, http.StatusNotFound, code)
