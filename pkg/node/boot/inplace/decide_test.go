@@ -86,8 +86,10 @@ func TestDecide(t *testing.T) {
 		},
 		inPlace: true, reason: "nothing but the release's version changes",
 	}, {
-		name:   "firstboot changes too",
-		next:   func() Slot { return slot("0.2.0", map[string]byte{layout.KubeletProgram: '2', "/usr/bin/firstboot": '2'}) },
+		name: "firstboot changes too",
+		next: func() Slot {
+			return slot("0.2.0", map[string]byte{layout.KubeletProgram: '2', "/usr/bin/firstboot": '2'})
+		},
 		reason: "/usr/bin/firstboot changes",
 	}, {
 		name: "many paths change",
