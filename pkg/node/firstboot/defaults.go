@@ -9,7 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarium-os/terrarium/pkg/node/boot/inplace"
 	"github.com/terrarium-os/terrarium/pkg/node/boot/slotinstall"
+	"github.com/terrarium-os/terrarium/pkg/node/boot/slotmount"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/configdrive"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/nocloud"
 	"github.com/terrarium-os/terrarium/pkg/node/config/media"
@@ -28,6 +30,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/cmdline"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/embedded"
 	"github.com/terrarium-os/terrarium/pkg/node/config/configsource/labeldisk"
+	"github.com/terrarium-os/terrarium/pkg/node/images/mirrors"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registryd"
 	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/etcdbackup"
@@ -47,8 +50,13 @@ func Defaults(log *slog.Logger) Options {
 	var boot bootloader.BootLoader = esp
 	devices := slotinstall.ByPartLabel("/dev/disk/by-partlabel")
 	install, stage, arm := DiskInstaller(h, devices, esp), DiskStager(h, devices, esp), DiskArmer(esp)
+	var inPlace InPlacer = &inplace.Disk{
+		Path: h.Path, ESP: esp, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.InPlaceSlotDir, Marker: layout.RunInPlaceSlot,
+		Mount: slotmount.MountExecutable, Bind: inplace.BindMount, Registry: mirrors.Loopback,
+	}
 	var toDisk ISOInstaller
 	if liveBoot("/proc/cmdline") {
+		inPlace = nil
 		boot, install, stage, toDisk = bootloader.Live{}, refuseLive, refuseLive, liveDiskInstaller(h)
 		arm = func(context.Context, slotinstall.Result, host.Reporter) (slotinstall.Result, error) {
 			return slotinstall.Result{}, errLiveUpgrade
@@ -75,6 +83,7 @@ func Defaults(log *slog.Logger) Options {
 		Media:            md,
 		TrialRebootDelay: 10 * time.Second,
 		Rollout:          defaultRollout(h),
+		InPlace:          inPlace,
 	}
 }
 

@@ -91,6 +91,9 @@ type Options struct {
 	TrialRebootDelay time.Duration
 	// Rollout is the node's part in its cluster's upgrades.
 	Rollout rollouts.Options
+	// InPlace runs an upgrade that changes nothing but Kubernetes without
+	// a reboot; nil: every upgrade reboots.
+	InPlace InPlacer
 	// Space tells the free space of a file system, checked before an
 	// upgrade file, a snapshot or a backup is written (nil: statfs).
 	Space diskspace.FS
@@ -152,6 +155,8 @@ type runner struct {
 	// after it does not wait for them again. apply and health run one
 	// after the other, in the boot or under the change lock.
 	ranOut map[string]error
+	// inPlace is what the node decided of the upgrade it staged last.
+	inPlace stagedInPlace
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -180,6 +185,11 @@ func newRunner(o Options) (*runner, error) {
 	r.flow, err = kubeadmflow.New(h, o.Cluster, state, host.ReporterFunc(r.report), r.updateCluster)
 	if err != nil {
 		return nil, err
+	}
+	if o.InPlace != nil && o.InPlace.Active() != "" {
+		// firstboot restarted in a boot that runs the other slot's
+		// Kubernetes in place: its bundle names the Kubernetes to run.
+		r.flow.SetKubernetesRoot(layout.InPlaceSlotDir)
 	}
 	state.Read(func(j *nodestate.Journal) { r.boot = j.Current(r.bootID, string(slot)).Boot })
 	created, err := files.ReadMarker()
@@ -539,15 +549,22 @@ func (r *runner) reportConfigProblem(problem string) {
 // check decides.
 func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode string) error {
 	r.watchHost(cfg)
+	return r.applyPhases(ctx, cfg, r.phases(cfg), mode)
+}
+
+// applyPhases runs phases in mode: "provision" applies each, "verify"
+// and "in place" apply each whose check fails ("change" a changed
+// config's).
+func (r *runner) applyPhases(ctx context.Context, cfg *machineconfig.Config, phases []phase.Phase, mode string) error {
 	r.ranOut = map[string]error{}
-	for _, p := range r.phases(cfg) {
+	for _, p := range phases {
 		if p.Waits {
 			if err := r.wait(ctx, cfg, p, mode); err != nil {
 				return err
 			}
 			continue
 		}
-		if mode == "verify" {
+		if mode == "verify" || mode == "in place" {
 			err := p.Verify(ctx, cfg)
 			if err == nil {
 				if err := r.step(p.Name, step.Verified, ""); err != nil {
@@ -555,7 +572,11 @@ func (r *runner) apply(ctx context.Context, cfg *machineconfig.Config, mode stri
 				}
 				continue
 			}
-			r.say("%s drifted (%v); healing", p.Name, err)
+			if mode == "verify" {
+				r.say("%s drifted (%v); healing", p.Name, err)
+			} else {
+				r.say("%s: %v; applying it in place", p.Name, err)
+			}
 		}
 		if err := p.Apply(ctx, cfg); err != nil {
 			r.note(p.Name, step.Failed, err.Error())

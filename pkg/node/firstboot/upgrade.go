@@ -110,6 +110,10 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 	case string(r.slot) == u.ToSlot:
 		r.say("upgrade from %s to %s: this is its trial boot; it is kept once this boot is healthy", u.From, u.To)
 		return
+	case !u.InPlaceAt.IsZero() && r.o.InPlace != nil && string(r.o.InPlace.Active()) == u.ToSlot:
+		// firstboot restarted in the boot that runs it in place.
+		r.say("upgrade from %s to %s: this boot runs its Kubernetes in place; slot %s boots at the next reboot", u.From, u.To, u.ToSlot)
+		return
 	case string(r.slot) != u.FromSlot:
 		return
 	}
@@ -294,7 +298,12 @@ func (r *runner) stageUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 	}
 	detail := fmt.Sprintf("%s staged in slot %s", staged.Manifest.Version, staged.Slot)
 	r.note("upgrade", step.Staged, detail)
-	r.say("upgrade: %s, written and checked; it boots once this node is drained", detail)
+	inPlace := r.decideInPlace(ctx, staged).InPlace
+	if inPlace {
+		r.say("upgrade: %s, written and checked; it runs in place on this node's turn", detail)
+	} else {
+		r.say("upgrade: %s, written and checked; it boots once this node is drained", detail)
+	}
 	arm = func(ctx context.Context) nodestate.UpgradeResult {
 		if src.beforeTurn {
 			if err := r.checkKubernetes(ctx, cfg, staged.Manifest, policy, true); err != nil {
@@ -308,6 +317,9 @@ func (r *runner) stageUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			r.note("upgrade", step.Failed, err.Error())
 			r.say("upgrade: the staged %s was not made the next boot: %v", staged.Manifest.Version, err)
 			return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: err.Error()}
+		}
+		if inPlace {
+			return r.recordInPlace(src, digest, armed)
 		}
 		return r.recordInstalled(src, digest, armed, true)
 	}
@@ -417,6 +429,13 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			r.say("upgrade: %v; forced: installing on this node alone", err)
 			published = ""
 		}
+		if r.o.InPlace != nil {
+			if a := r.o.InPlace.Active(); a != "" {
+				// Its programs run from that slot, mounted: the slot
+				// cannot be written under them.
+				return fmt.Errorf("this boot runs slot %s's Kubernetes in place, and the next upgrade goes into that slot: reboot this node first (it then boots slot %s), and bring the upgrade again", a, a)
+			}
+		}
 		install := r.o.Install
 		if src.stage {
 			install = r.o.Stage
@@ -468,6 +487,24 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 // recordInstalled records an upgrade written into the other slot and
 // made its next boot, and says so; the caller reboots into it, at once
 // when rebooting.
+// recordInPlace records an upgrade armed to run in place: its slot boots
+// on trial at the node's next reboot, as after recordInstalled, and until
+// then this boot runs its Kubernetes (ApplyInPlace).
+func (r *runner) recordInPlace(src upgradeSource, digest string, res slotinstall.Result) nodestate.UpgradeResult {
+	now := r.o.Host.Now().UTC()
+	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
+		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: now, InPlaceAt: now}
+	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
+		r.say("recording the upgrade: %v", err)
+		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "recording the upgrade: " + err.Error()}
+	}
+	r.note("upgrade", step.Installed, fmt.Sprintf("%s into slot %s, to run in place", res.Manifest.Version, res.Slot))
+	next := fmt.Sprintf("its Kubernetes runs in place now, and slot %s boots at this node's next reboot (on trial, then back to %s)", res.Slot, r.rel.Version)
+	r.say("upgrade: %s installed into slot %s; %s", res.Manifest.Version, res.Slot, next)
+	r.publish()
+	return nodestate.UpgradeResult{Outcome: nodestate.OutcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
+}
+
 func (r *runner) recordInstalled(src upgradeSource, digest string, res slotinstall.Result, rebooting bool) nodestate.UpgradeResult {
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}

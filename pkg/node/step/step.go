@@ -107,6 +107,9 @@ const (
 	// of the cluster's rollout, written before the node is drained).
 	Staged    Result = "staged"
 	Installed Result = "installed"
+	// InPlace: an installed upgrade's Kubernetes runs in place, from its
+	// slot, without a reboot (package inplace).
+	InPlace Result = "in place"
 	// Published: an upgrade was published for the cluster's rollout.
 	Published Result = "published"
 	// Committed: the upgraded slot passed its trial boot and is kept.

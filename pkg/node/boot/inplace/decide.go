@@ -60,17 +60,20 @@ type Decision struct {
 	Bundle bool
 }
 
+// noIndex is the reason for a slot built before slots carried an index.
+const noIndex = "a slot has no index of its files (" + layout.SlotIndexFile + "; built before it was written)"
+
 // maxNamed bounds the paths a reason names.
 const maxNamed = 3
 
 // Decide says whether the upgrade from the running slot to next may be
 // applied in place.
 func Decide(running, next Slot) Decision {
-	if running.Index == nil || next.Index == nil {
-		return Decision{Reason: "a slot has no index of its files (" + layout.SlotIndexFile + "; built before it was written)"}
-	}
 	if len(running.Boot) == 0 || !maps.Equal(running.Boot, next.Boot) {
 		return Decision{Reason: "what boots the slot (the kernel, the initramfs or the UKI) changes"}
+	}
+	if running.Index == nil || next.Index == nil {
+		return Decision{Reason: noIndex}
 	}
 	var d Decision
 	var others []string

@@ -27,6 +27,16 @@ const linkWait = time.Minute
 // /dev/disk/by-partlabel) read-only at mnt, waiting for udev to make the
 // link. unmount detaches it; files still open keep reading until closed.
 func Mount(ctx context.Context, byPartLabel string, slot layout.Slot, mnt string) (unmount func(), err error) {
+	return mount(ctx, byPartLabel, slot, mnt, unix.MS_NOEXEC)
+}
+
+// MountExecutable is Mount with the slot's programs runnable: for a node
+// that runs a staged slot's Kubernetes in place (package inplace).
+func MountExecutable(ctx context.Context, byPartLabel string, slot layout.Slot, mnt string) (unmount func(), err error) {
+	return mount(ctx, byPartLabel, slot, mnt, 0)
+}
+
+func mount(ctx context.Context, byPartLabel string, slot layout.Slot, mnt string, flags uintptr) (unmount func(), err error) {
 	if !slot.Valid() {
 		return nil, fmt.Errorf("mount slot %q: no such slot", slot)
 	}
@@ -48,7 +58,7 @@ func Mount(ctx context.Context, byPartLabel string, slot layout.Slot, mnt string
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return nil, err
 	}
-	if err := unix.Mount(dev, mnt, "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount(dev, mnt, "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|flags, ""); err != nil {
 		return nil, &os.PathError{Op: "mount slot " + string(slot), Path: dev, Err: err}
 	}
 	return func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }, nil

@@ -63,6 +63,11 @@ type Upgrade struct {
 	Reported    bool      `json:"reported,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	DoneAt      time.Time `json:"doneAt,omitzero"`
+	// InPlaceAt is when the node, still on FromSlot, began to run the
+	// upgrade's Kubernetes from ToSlot in place (package inplace): the
+	// upgrade changes nothing else, and ToSlot boots on trial at the
+	// node's next reboot, as after an upgrade's own reboot.
+	InPlaceAt time.Time `json:"inPlaceAt,omitzero"`
 }
 
 // BadUpgrade is an upgrade that rolled back.

@@ -71,6 +71,10 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 	}
 	c.s.staged = &prestaged{rollout: ro.ID(), arm: arm, res: res}
 	c.Node.Note(StepName, step.Staged, res.Detail+", before this node's turn")
+	if ok, _ := c.Node.InPlace(res); ok {
+		c.Node.Say("rollout: %s is written into slot %s; this node runs its Kubernetes in place at its turn", ro.Version, res.Slot)
+		return
+	}
 	c.Node.Say("rollout: %s is written into slot %s; this node drains and reboots into it at its turn", ro.Version, res.Slot)
 }
 

@@ -100,6 +100,17 @@ type Node interface {
 	// rebooting: arm checks that skew instead, and a refusal is only
 	// said, not shown as the node's message.
 	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy, beforeTurn bool) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
+	// InPlace says whether the upgrade Stage staged (staged, its result)
+	// changes nothing but Kubernetes (package inplace), and why or why
+	// not, in a clause for the console ("" when it was not looked at).
+	InPlace(staged nodestate.UpgradeResult) (ok bool, why string)
+	// ApplyInPlace runs the Kubernetes of the upgrade an arm recorded
+	// from its slot, without a reboot: the slot's programs bound over the
+	// running ones, its images served, `kubeadm upgrade`, the kubelet
+	// restarted, then the node's health checked. It is idempotent (a
+	// firstboot restarted in the middle takes it up again), and the slot
+	// boots on trial at the node's next reboot.
+	ApplyInPlace(ctx context.Context, cfg *machineconfig.Config) error
 	// Reboot reboots into the slot an upgrade was installed in.
 	Reboot(ctx context.Context)
 	// RebootAsked is when this boot last asked for that reboot (zero:
@@ -318,6 +329,13 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	switch {
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeCommitted && c.Version == ro.Version:
 		c.endTurn(ctx, api, me, ro, rollout.NodeDone, fmt.Sprintf("runs %s, blessed", ro.Version))
+	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && !u.InPlaceAt.IsZero() &&
+		string(c.Slot) == u.FromSlot && c.Node.RebootAsked().IsZero():
+		// Armed to run in place in this boot, and on its way when
+		// firstboot restarted: taken up again (nothing done twice).
+		c.Changes.Hold("the rollout's turn")
+		defer c.Changes.Unlock()
+		c.applyInPlace(ctx, cfg, api, ro, u.ToSlot)
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(c.Slot) == u.FromSlot:
 		// Installed in this boot; the reboot into it is on its way, or
 		// did not happen (a failed systemctl): asked again after a grace.
@@ -527,6 +545,12 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		fail("install", err)
 		return
 	}
+	if ok, why := c.Node.InPlace(res); ok {
+		c.takeTurnInPlace(ctx, cfg, api, ro, arm, res, why)
+		return
+	} else if why != "" {
+		c.Node.Say("rollout: %s takes a reboot: %s", ro.Version, why)
+	}
 	c.Node.Say("rollout: %s is written into slot %s; draining this node", ro.Version, res.Slot)
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, res.Version+" staged in slot "+res.Slot); err != nil {
 		return
@@ -550,6 +574,72 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 	// The trial boot goes on whether or not the record heard.
 	_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+res.Slot)
 	c.Node.Reboot(ctx)
+}
+
+// takeTurnInPlace ends a turn whose staged upgrade changes nothing but
+// Kubernetes: the slot armed (a power cut from here on boots it, on
+// trial, and its boot finishes the upgrade), then its Kubernetes run in
+// place. The node is neither drained nor rebooted: its pods keep running
+// through the kubelet's restart, as through `talosctl upgrade-k8s`.
+func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, arm func(context.Context) nodestate.UpgradeResult, staged nodestate.UpgradeResult, why string) {
+	me := cfg.Hostname
+	c.Node.Say("rollout: %s is written into slot %s; %s, so this node runs it in place, without a drain or a reboot", ro.Version, staged.Slot, why)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInPlace, why); err != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Result(rollout.NodeInPlace), ro.Version+": "+why)
+	res := arm(ctx)
+	c.s.staged = nil // armed, or its arm failed: the next turn stages again
+	if res.Outcome != nodestate.OutcomeInstalled {
+		c.failTurn(ctx, api, me, ro, "arm", errors.New(res.Detail))
+		return
+	}
+	c.applyInPlace(ctx, cfg, api, ro, res.Slot)
+}
+
+// applyInPlace runs the armed upgrade's Kubernetes in place and ends the
+// turn. When that fails, the node takes the upgrade's other way, the one
+// every upgrade took before: drained, and rebooted into the armed slot on
+// trial, whose boot runs the Kubernetes upgrade again and falls back to
+// the running slot if it fails too.
+func (c *Controller) applyInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, slot string) {
+	me := cfg.Hostname
+	err := c.Node.ApplyInPlace(ctx, cfg)
+	if err == nil {
+		c.endTurn(ctx, api, me, ro, rollout.NodeDone, fmt.Sprintf("runs %s's Kubernetes in place; slot %s boots it at the next reboot", ro.Version, slot))
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	c.Node.Note(StepName, step.Failed, "in place: "+err.Error())
+	c.Node.Say("rollout: running %s in place failed (%v); draining this node and rebooting into slot %s instead", ro.Version, err, slot)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, "in place failed; rebooting into slot "+slot); err != nil {
+		return
+	}
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	if err := rollout.Drain(ctx, api, me, d); err != nil {
+		if ctx.Err() == nil {
+			detail := "drain: " + err.Error()
+			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+				detail += " (and uncordoning failed: " + uerr.Error() + ")"
+			}
+			c.failTurn(ctx, api, me, ro, "in place", errors.New(detail))
+		}
+		return
+	}
+	_ = c.setPhase(ctx, api, me, ro, rollout.NodeTrial, "rebooting into slot "+slot)
+	c.Node.Reboot(ctx)
+}
+
+// failTurn records a turn that failed before its drain: the node's
+// scheduling untouched, its phase failed, which stops the rollout.
+func (c *Controller) failTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, what string, err error) {
+	detail := what + ": " + err.Error()
+	c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
+	c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
+	_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 }
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the

@@ -121,12 +121,18 @@ func (a *fakeAPI) isCordoned(node string) (cordoned, known bool) {
 	return cordoned, known
 }
 
-// fakeNode is the node's side: it records installs and reboots.
+// fakeNode is the node's side: it records installs, arms, runs in place
+// and reboots.
 type fakeNode struct {
 	controllertest.Reporter
-	installs, reboots int
-	// staged is what Stage answers (refused by default).
-	staged nodestate.UpgradeResult
+	installs, arms, applies, reboots int
+	// staged is what Stage answers (refused by default); an arm of a
+	// staged upgrade answers armed.
+	staged, armed nodestate.UpgradeResult
+	// inPlace and why are what InPlace answers, applyErr ApplyInPlace.
+	inPlace  bool
+	why      string
+	applyErr error
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -135,10 +141,20 @@ func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { retu
 
 func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy, bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	n.installs++
+	if n.staged.Outcome == nodestate.OutcomeStaged {
+		return func(context.Context) nodestate.UpgradeResult { n.arms++; return n.armed }, n.staged
+	}
 	if n.staged.Outcome != "" {
 		return nil, n.staged
 	}
 	return nil, nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "the fake installs nothing"}
+}
+
+func (n *fakeNode) InPlace(nodestate.UpgradeResult) (bool, string) { return n.inPlace, n.why }
+
+func (n *fakeNode) ApplyInPlace(context.Context, *machineconfig.Config) error {
+	n.applies++
+	return n.applyErr
 }
 
 func (n *fakeNode) Reboot(context.Context) { n.reboots++ }
@@ -412,4 +428,91 @@ func TestClusterBadKeepsItsClientUntilTheAPIFails(t *testing.T) {
 	e.api.mu.Unlock()
 	assert.NotNil(t, e.c.ClusterBad(ctx, e.cfg, digest))
 	assert.Equal(t, 2, opens, "the client is opened again after the API failed")
+}
+
+// rollStaged rolls 1.3.0 out to w-1 alone from a file in its share, which
+// Stage stages into slot b.
+func (e *env) rollStaged(t *testing.T) {
+	t.Helper()
+	share, err := upgradeshare.Open(e.c.Host.Path(layout.UpgradesDir))
+	require.NoError(t, err)
+	art, err := share.Add(context.Background(), strings.NewReader("an upgrade file"), 15, "1.3.0")
+	require.NoError(t, err)
+	_, err = rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
+		u := rollout.Upgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: "1.3.0", Ref: "upgrades/terrarium@" + art.Manifest.String()}
+		return r.Start(u, []rollout.Member{{Name: "w-1"}}, "cp-1", e.now)
+	})
+	require.NoError(t, err)
+	e.node.staged = nodestate.UpgradeResult{Outcome: nodestate.OutcomeStaged, Version: "1.3.0", Slot: "b"}
+	e.node.armed = nodestate.UpgradeResult{Outcome: nodestate.OutcomeInstalled, Version: "1.3.0", Slot: "b"}
+}
+
+func TestTurnInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inPlace  bool
+		applyErr error
+		phase    string
+		cordons  []string
+		reboots  int
+		console  string
+	}{{
+		name: "only Kubernetes changes", inPlace: true, phase: rollout.NodeDone, cordons: []string{"uncordon w-1"}, // never cordoned
+		console: "only Kubernetes changes: kubelet, so this node runs it in place, without a drain or a reboot",
+	}, {
+		name: "in place fails", inPlace: true, applyErr: errors.New("kubeadm upgrade node: exit status 1"),
+		phase: rollout.NodeTrial, cordons: []string{"cordon w-1"}, reboots: 1,
+		console: "running 1.3.0 in place failed (kubeadm upgrade node: exit status 1); draining this node and rebooting into slot b instead",
+	}, {
+		name: "more changes", phase: rollout.NodeTrial, cordons: []string{"cordon w-1"}, reboots: 1,
+		console: "rollout: 1.3.0 takes a reboot: /usr/bin/firstboot changes",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.rollStaged(t)
+			e.node.inPlace, e.node.applyErr = tc.inPlace, tc.applyErr
+			e.node.why = "/usr/bin/firstboot changes"
+			if tc.inPlace {
+				e.node.why = "only Kubernetes changes: kubelet"
+			}
+			require.NoError(t, e.c.Reconcile(context.Background()))
+
+			s := e.status(t)
+			assert.Equal(t, tc.phase, s.Phase, s.Detail)
+			assert.Equal(t, tc.cordons, e.api.cordonLog())
+			assert.Equal(t, 1, e.node.arms)
+			assert.Equal(t, tc.reboots, e.node.reboots)
+			assert.Contains(t, e.node.Console(), tc.console)
+			if tc.inPlace {
+				assert.Equal(t, 1, e.node.applies)
+			} else {
+				assert.Zero(t, e.node.applies)
+			}
+			if tc.phase == rollout.NodeDone {
+				assert.Equal(t, "runs 1.3.0's Kubernetes in place; slot b boots it at the next reboot", s.Detail)
+			}
+		})
+	}
+}
+
+// TestResumedTurnInPlace: a firstboot that restarted after its arm
+// recorded the upgrade to run in place takes it up again, with nothing
+// staged or armed twice and the node never drained.
+func TestResumedTurnInPlace(t *testing.T) {
+	e := newEnv(t)
+	e.rollStaged(t)
+	require.NoError(t, e.c.Journal.Update(func(j *nodestate.Journal) {
+		j.Upgrade = &nodestate.Upgrade{
+			Digest: "sha256:" + fmt.Sprintf("%064x", 1), From: "1.2.3", To: "1.3.0", FromSlot: "a", ToSlot: "b",
+			State: nodestate.UpgradeInstalled, InstalledAt: e.now, InPlaceAt: e.now,
+		}
+	}))
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	assert.Equal(t, rollout.NodeDone, e.status(t).Phase)
+	assert.Equal(t, 1, e.node.applies)
+	assert.Zero(t, e.node.installs)
+	assert.Zero(t, e.node.arms)
+	assert.Zero(t, e.node.reboots)
+	assert.Equal(t, []string{"uncordon w-1"}, e.api.cordonLog(), "never cordoned")
 }

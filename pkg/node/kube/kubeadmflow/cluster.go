@@ -278,8 +278,8 @@ func verifyKubernetesPKI(ctx context.Context, h *Flow, c *machineconfig.Config) 
 
 // bundleImages are the names of the images in the slot's bundle, in its
 // order.
-func bundleImages(h *host.Host) ([]string, error) {
-	b, err := os.ReadFile(h.Path(bundleIndex))
+func bundleImages(h *host.Host, root string) ([]string, error) {
+	b, err := os.ReadFile(h.Path(filepath.Join(root, bundleIndex)))
 	if err != nil {
 		return nil, fmt.Errorf("read the slot's bundle: %w", err)
 	}
@@ -304,16 +304,22 @@ func bundleImages(h *host.Host) ([]string, error) {
 }
 
 // KubernetesVersion is the Kubernetes version of the slot's bundle.
-func (f *Flow) KubernetesVersion() (string, error) { return bundleKubernetesVersion(f.Host) }
+func (f *Flow) KubernetesVersion() (string, error) {
+	return bundleKubernetesVersion(f.Host, f.KubernetesRoot())
+}
+
+// APIServerImage is kube-apiserver's image, whose tag in a slot's bundle
+// is the slot's Kubernetes version.
+const APIServerImage = "registry.k8s.io/kube-apiserver"
 
 // bundleKubernetesVersion is the Kubernetes version of the slot's bundle:
 // the tag of its kube-apiserver image.
-func bundleKubernetesVersion(h *host.Host) (string, error) {
-	names, err := bundleImages(h)
+func bundleKubernetesVersion(h *host.Host, root string) (string, error) {
+	names, err := bundleImages(h, root)
 	if err != nil {
 		return "", err
 	}
-	const prefix = "registry.k8s.io/kube-apiserver:"
+	const prefix = APIServerImage + ":"
 	for _, n := range names {
 		if v, ok := strings.CutPrefix(n, prefix); ok {
 			return v, nil
@@ -323,7 +329,7 @@ func bundleKubernetesVersion(h *host.Host) (string, error) {
 }
 
 func kubeadmConfig(h *Flow, c *machineconfig.Config) ([]byte, error) {
-	v, err := bundleKubernetesVersion(h.Host)
+	v, err := bundleKubernetesVersion(h.Host, h.KubernetesRoot())
 	if err != nil {
 		return nil, err
 	}

@@ -43,9 +43,25 @@ type Flow struct {
 	Report host.Reporter
 	// Cluster receives what a phase learns about the cluster.
 	Cluster func(update func(*ClusterStatus))
+	// kubernetesRoot: KubernetesRoot.
+	kubernetesRoot atomic.Pointer[string]
 	// admitting is set while AdmitNodes runs.
 	admitting atomic.Bool
 }
+
+// KubernetesRoot is where the slot whose Kubernetes the node runs is
+// mounted: "" the booted slot's root, or layout.InPlaceSlotDir once the
+// node runs a staged slot's Kubernetes in place (package inplace). That
+// slot's bundle names the Kubernetes the node is to run.
+func (f *Flow) KubernetesRoot() string {
+	if p := f.kubernetesRoot.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// SetKubernetesRoot sets KubernetesRoot.
+func (f *Flow) SetKubernetesRoot(root string) { f.kubernetesRoot.Store(&root) }
 
 // Deps are what the flow asks beyond the host: the container runtime, the
 // API, and how long it waits. Real gives the production ones.
@@ -372,7 +388,7 @@ func (f *Flow) Admissible(c *machineconfig.Config) error {
 	if cl == nil {
 		return nil
 	}
-	if _, err := bundleKubernetesVersion(f.Host); err != nil {
+	if _, err := bundleKubernetesVersion(f.Host, f.KubernetesRoot()); err != nil {
 		return fmt.Errorf("cluster: %w; boot an image built with the Kubernetes bundle (bundles/kubernetes-*.yaml in the build spec), or remove cluster: from the config", err)
 	}
 	if tokenUsed(f, cl.Role) {

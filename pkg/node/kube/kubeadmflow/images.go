@@ -44,7 +44,7 @@ func controlPlaneRepositories() []string {
 // runs, in controlPlaneRepositories' order; an application's images are
 // never among them.
 func controlPlaneImages(h *Flow) ([]string, error) {
-	names, err := bundleImages(h.Host)
+	names, err := bundleImages(h.Host, h.KubernetesRoot())
 	if err != nil {
 		return nil, err
 	}

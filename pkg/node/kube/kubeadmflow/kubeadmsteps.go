@@ -265,7 +265,7 @@ func applyKubernetes(ctx context.Context, h *Flow, c *machineconfig.Config) erro
 		return nil
 	}
 	h.Cluster(func(s *ClusterStatus) { s.Role = cl.Role })
-	want, err := bundleKubernetesVersion(h.Host)
+	want, err := bundleKubernetesVersion(h.Host, h.KubernetesRoot())
 	if err != nil {
 		return err
 	}

@@ -54,10 +54,13 @@ const (
 // its slot carries.
 var errKubernetesBehind = errors.New("kubeadm configured this node for an older Kubernetes than its slot carries")
 
+// PhaseKubernetesUpgrade is the name of the kubernetes-upgrade phase.
+const PhaseKubernetesUpgrade = "kubernetes-upgrade"
+
 // upgradePhase is the kubernetes-upgrade phase, after "kubernetes".
 func (f *Flow) upgradePhase() phase.Phase {
 	return phase.Phase{
-		Name: "kubernetes-upgrade",
+		Name: PhaseKubernetesUpgrade,
 		Apply: func(ctx context.Context, c *machineconfig.Config) error {
 			return applyKubernetesUpgrade(ctx, f, c)
 		},
@@ -115,7 +118,7 @@ func (f *Flow) recordKubernetes(v string) error {
 // kubernetesVersions are the Kubernetes the node is configured for (have)
 // and the one its slot carries (want).
 func kubernetesVersions(f *Flow, c *machineconfig.Config) (have, want string, err error) {
-	if want, err = bundleKubernetesVersion(f.Host); err != nil {
+	if want, err = bundleKubernetesVersion(f.Host, f.KubernetesRoot()); err != nil {
 		return "", "", err
 	}
 	have, err = f.ConfiguredKubernetes(c)
@@ -423,7 +426,7 @@ func keepBeforeUpgrade(ctx context.Context, h *host.Host, version string) error 
 // it restored (nothing when no copy was kept for this slot's version).
 // The kept copy is removed once restored.
 func (f *Flow) RestoreBeforeUpgrade(ctx context.Context) ([]string, error) {
-	v, err := bundleKubernetesVersion(f.Host)
+	v, err := bundleKubernetesVersion(f.Host, f.KubernetesRoot())
 	if err != nil {
 		return nil, nil // a slot without Kubernetes
 	}

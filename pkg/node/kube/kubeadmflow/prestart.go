@@ -59,7 +59,7 @@ func PrestartControlPlane(ctx context.Context, h *host.Host) (string, error) {
 	if have == "" {
 		return "", nil
 	}
-	want, err := bundleKubernetesVersion(h)
+	want, err := bundleKubernetesVersion(h, "")
 	if err != nil {
 		return "", err
 	}

@@ -67,7 +67,11 @@ const (
 	NodeInstalling = "installing"
 	// NodeTrial: the node boots the upgrade on trial.
 	NodeTrial = "trial"
-	NodeDone  = "done"
+	// NodeInPlace: the node runs the upgrade's Kubernetes from the
+	// staged slot without a reboot or a drain, the upgrade changing
+	// nothing else (package inplace); the slot boots at its next reboot.
+	NodeInPlace = "in-place"
+	NodeDone    = "done"
 	// NodeFailed: the node could not drain or install; it still runs the
 	// old version.
 	NodeFailed = "failed"

@@ -55,7 +55,7 @@ type Status struct {
 // isNodePhase reports whether p is a node's phase in a rollout.
 func isNodePhase(p string) bool {
 	switch p {
-	case NodeWaiting, NodeDraining, NodeInstalling, NodeTrial, NodeDone, NodeFailed, NodeRolledBack:
+	case NodeWaiting, NodeDraining, NodeInstalling, NodeTrial, NodeInPlace, NodeDone, NodeFailed, NodeRolledBack:
 		return true
 	}
 	return false
