@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/controller/rollouts"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmconfig"
+	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 	"github.com/terrarium-os/terrarium/pkg/testvm/qemu"
 )
 
@@ -43,14 +45,18 @@ type upgradeResult struct {
 	Preparation float64 `json:"preparationSeconds,omitempty"`
 }
 
-// nodeUpgrade is one node's upgrade as the API showed it (upgradeWatch):
-// when it was first seen cordoned, and then first Ready on the new
-// version, uncordoned; and its steps, drawn as a timeline.
+// nodeUpgrade is one node's upgrade: when its turn began to change it —
+// its cordon, as the API showed it (upgradeWatch), or, for a Kubernetes
+// run in place without a drain, the turn's first step in its journal —
+// and when it was first Ready on the new version, uncordoned; and its
+// steps, drawn as a timeline.
 type nodeUpgrade struct {
-	Name     string      `json:"name"`
-	Cordoned float64     `json:"cordonedSeconds"`
-	Ready    float64     `json:"readySeconds"`
-	Steps    []phaseMark `json:"steps"`
+	Name string `json:"name"`
+	// Began is its cordon or, InPlace, its turn's start.
+	Began   float64     `json:"beganSeconds"`
+	InPlace bool        `json:"inPlace,omitempty"`
+	Ready   float64     `json:"readySeconds"`
+	Steps   []phaseMark `json:"steps"`
 }
 
 // upgradeBench is what both halves share: the builds, made once per
@@ -105,10 +111,11 @@ func (b *upgradeBench) write(t *testing.T, r upgradeResult) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(b.out, r.Method+".json"), append(raw, '\n'), 0o644))
 	// The figures, one a line, for the script's medians: each node's
-	// cordon → Ready, then the start → last node healthy.
+	// cordon (or in-place start) → Ready, then the start → last node
+	// healthy.
 	var fig strings.Builder
 	for _, n := range r.Nodes {
-		fmt.Fprintf(&fig, "%s %.1f\n", n.Name, n.Ready-n.Cordoned)
+		fmt.Fprintf(&fig, "%s %.1f\n", n.Name, n.Ready-n.Began)
 	}
 	fmt.Fprintf(&fig, "last-healthy %.1f\n", r.LastHealthy)
 	if r.Preparation > 0 {
@@ -119,15 +126,19 @@ func (b *upgradeBench) write(t *testing.T, r upgradeResult) {
 	tl := upgradeTimeline(r)
 	require.NoError(t, os.WriteFile(filepath.Join(b.out, r.Method+"-timeline.txt"), []byte(tl), 0o644))
 	for _, n := range r.Nodes {
-		t.Logf("figure: %s %s cordoned → Ready on %s: %.0f s", r.Method, n.Name, r.To, n.Ready-n.Cordoned)
+		began := "cordoned"
+		if n.InPlace {
+			began = "in place, from its turn"
+		}
+		t.Logf("figure: %s %s %s → Ready on %s: %.0f s", r.Method, n.Name, began, r.To, n.Ready-n.Began)
 	}
 	t.Logf("figure: %s start → last node healthy: %.0f s", r.Method, r.LastHealthy)
 	t.Logf("timelines:\n%s", tl)
 }
 
 // upgradeTimeline draws each node's steps on one time axis from the
-// upgrade's start to the last node healthy, with the node's cordon and
-// Ready marked.
+// upgrade's start to the last node healthy, with the node's cordon (or
+// in-place start) and Ready marked.
 func upgradeTimeline(r upgradeResult) string {
 	a := timeAxis{width: 60, end: max(r.LastHealthy, 1)}
 	var b strings.Builder
@@ -137,7 +148,7 @@ func upgradeTimeline(r upgradeResult) string {
 		for _, m := range []struct {
 			name string
 			at   float64
-		}{{"cordoned", n.Cordoned}, {"Ready on " + r.To + ", uncordoned", n.Ready}} {
+		}{{map[bool]string{false: "cordoned", true: "turn began, in place (no cordon)"}[n.InPlace], n.Began}, {"Ready on " + r.To + ", uncordoned", n.Ready}} {
 			fmt.Fprintf(&b, "%-34s %*s\n", m.name, min(a.col(m.at), a.width-1)+1, "▲")
 		}
 		b.WriteString("\n")
@@ -148,8 +159,9 @@ func upgradeTimeline(r upgradeResult) string {
 // upgradeWatch follows the cluster's Nodes through the API, as a person
 // with kubectl would, the same way for both halves: every few seconds,
 // through the control plane (logging in again while it reboots), when each
-// node is first seen cordoned and then first seen Ready on the new
-// version and schedulable again.
+// node is first seen cordoned, and when first seen Ready on the new
+// version and schedulable (a kubelet reports its version once restarted,
+// which an upgrade does after its cordon, or in place without one).
 type upgradeWatch struct {
 	mu       sync.Mutex
 	cordoned map[string]time.Time
@@ -198,7 +210,7 @@ func watchUpgrade(ctx context.Context, t *testing.T, c *upgradeCluster, newK str
 					if _, seen := w.cordoned[name]; cordoned && !seen {
 						w.cordoned[name] = now
 					}
-					if _, seen := w.cordoned[name]; seen && !cordoned && ready && version == newK {
+					if !cordoned && ready && version == newK {
 						if _, done := w.ready[name]; !done {
 							w.ready[name] = now
 						}
@@ -223,8 +235,8 @@ func readWithin(s *sshClient, cmd string, d time.Duration) (string, error) {
 	return s.read(cmd)
 }
 
-// wait waits until node is Ready on the new version after its cordon,
-// and returns both times.
+// wait waits until node is Ready on the new version, and returns when
+// it was seen cordoned (zero: never) and then Ready.
 func (w *upgradeWatch) wait(ctx context.Context, node string) (cordoned, ready time.Time, err error) {
 	for {
 		w.mu.Lock()
@@ -235,7 +247,7 @@ func (w *upgradeWatch) wait(ctx context.Context, node string) (cordoned, ready t
 		}
 		select {
 		case <-ctx.Done():
-			return cordoned, ready, fmt.Errorf("%s: not seen Ready on the new version after its cordon (cordoned: %v): %w", node, !cordoned.IsZero(), ctx.Err())
+			return cordoned, ready, fmt.Errorf("%s: not seen Ready on the new version (cordoned: %v): %w", node, !cordoned.IsZero(), ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
@@ -243,7 +255,9 @@ func (w *upgradeWatch) wait(ctx context.Context, node string) (cordoned, ready t
 
 // TestUpgradeBenchTerrarium: a cluster formed on 0.1.0 (the previous
 // Kubernetes) takes 0.2.0 from one stick in its control plane; nothing
-// else is done by hand.
+// else is done by hand. 0.2.0 changes nothing but Kubernetes, so each node
+// runs it in place (package inplace), without a drain or a reboot; a
+// node that reboots instead is measured from its cordon.
 func TestUpgradeBenchTerrarium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)
 	defer cancel()
@@ -257,11 +271,10 @@ func TestUpgradeBenchTerrarium(t *testing.T) {
 	watch, stopWatch := watchUpgrade(ctx, t, c, b.newK)
 	defer stopWatch()
 	require.NoError(t, c.cp.vm.HotplugDisk(ctx, qemu.Disk{ID: "good", Path: stick, Format: "raw", Bus: qemu.BusUSB, ReadOnly: true}))
-	blessed := map[string]time.Time{}
+	done := map[string]time.Time{}
 	for _, n := range []*clusterNode{c.cp, c.w} {
-		expectWithin(ctx, t, n.vm, step, `Terrarium 0\.2\.0, slot b`)
 		expectWithin(ctx, t, n.vm, step, `rollout: this node is done`)
-		blessed[n.name] = time.Now()
+		done[n.name] = time.Now()
 		if n == c.cp {
 			require.NoError(t, c.cp.vm.UnplugDisk(ctx, "good"))
 		}
@@ -282,11 +295,26 @@ func TestUpgradeBenchTerrarium(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(b.out, "journal-"+n.name+".json"), append(raw, '\n'), 0o644))
 		steps := upgradeSteps(j, start.Add(g.offset))
-		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
-			Ready: ready.Sub(start).Seconds(), Steps: steps})
-		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds(), blessed[n.name].Sub(start).Seconds())
+		nu := nodeUpgrade{Name: n.name, Began: cordoned.Sub(start).Seconds(), Ready: ready.Sub(start).Seconds(), Steps: steps}
+		if cordoned.IsZero() {
+			nu.InPlace = true
+			nu.Began = stepEnd(steps, rollouts.StepName+": "+rollout.NodeInPlace)
+			require.Positive(t, nu.Began, "%s: never cordoned, and its journal has no in-place turn", n.name)
+		}
+		r.Nodes = append(r.Nodes, nu)
+		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds(), done[n.name].Sub(start).Seconds())
 	}
 	b.write(t, r)
+}
+
+// stepEnd is when the first step named name ended (0: none).
+func stepEnd(steps []phaseMark, name string) float64 {
+	for _, s := range steps {
+		if s.Name == name {
+			return s.End
+		}
+	}
+	return 0
 }
 
 // TestUpgradeBenchKubeadm is the baseline: the same cluster on the same
@@ -374,7 +402,7 @@ func TestUpgradeBenchKubeadm(t *testing.T) {
 		cancel()
 		require.NoError(t, err)
 		steps = append(steps, phaseMark{Name: "Ready on " + b.newK, End: ready.Sub(start).Seconds()})
-		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Cordoned: cordoned.Sub(start).Seconds(),
+		r.Nodes = append(r.Nodes, nodeUpgrade{Name: n.name, Began: cordoned.Sub(start).Seconds(),
 			Ready: ready.Sub(start).Seconds(), Steps: steps})
 		r.LastHealthy = max(r.LastHealthy, ready.Sub(start).Seconds())
 	}

@@ -281,21 +281,27 @@ func TestClusterUpgrade(t *testing.T) {
 	ssh.run("kubectl -n kube-system delete configmap " + kubeadmflow.AddonsRecordName)
 	t.Logf("availability so far: %s", &avail)
 
-	// 2. The good upgrade: control plane first, then the worker.
+	// 2. The good upgrade: control plane first, then the worker. It
+	// changes nothing but Kubernetes, so each node runs it in place, from
+	// the slot it wrote, without a drain or a reboot (package inplace).
 	began = time.Now()
 	plug("good")
+	inPlace := `only Kubernetes changes: kubelet, kubeadm, kubectl, the bundle's images, so this node runs it in place, without a drain or a reboot`
 	expectWithin(ctx, t, cp.vm, step, `upgrade: 0\.2\.0 is rolling out to the cluster's 2 nodes`)
-	expectWithin(ctx, t, cp.vm, step, `rollout: node cp-1 drained`)
-	expectWithin(ctx, t, cp.vm, step, `Terrarium 0\.2\.0, slot b`)
-	expectWithin(ctx, t, cp.vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
-	expectWithin(ctx, t, cp.vm, step, `rollout: this node is done`)
-	t.Logf("cp-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
+	expectWithin(ctx, t, cp.vm, step, inPlace)
+	expectWithin(ctx, t, cp.vm, step, `kubernetes upgrade: done: from `+regexp.QuoteMeta(oldK)+` to `+regexp.QuoteMeta(newK))
+	expectWithin(ctx, t, cp.vm, step, `rollout: this node is done \(runs 0\.2\.0's Kubernetes in place; slot b boots it at the next reboot\)`)
+	t.Logf("cp-1: on %s %s after the stick", newK, time.Since(began).Round(time.Second))
 	require.NoError(t, cp.vm.UnplugDisk(ctx, "good"))
-	expectWithin(ctx, t, w.vm, step, `rollout: node w-1 drained`)
 	expectWithin(ctx, t, w.vm, step, `rollout: fetching 0\.2\.0 from the cluster's registries`)
-	expectWithin(ctx, t, w.vm, step, `Terrarium 0\.2\.0, slot b`)
-	expectWithin(ctx, t, w.vm, step, `rollout: this node is done`)
-	t.Logf("w-1: on 0.2.0 %s after the stick", time.Since(began).Round(time.Second))
+	expectWithin(ctx, t, w.vm, step, inPlace)
+	expectWithin(ctx, t, w.vm, step, `rollout: this node is done \(runs 0\.2\.0's Kubernetes in place`)
+	t.Logf("w-1: on %s %s after the stick", newK, time.Since(began).Round(time.Second))
+	for _, n := range []*clusterNode{cp, w} {
+		con := n.vm.Console()
+		assert.NotContains(t, con[strings.LastIndex(con, "0.2.0 is rolling out"):], "drained", "%s: never drained", n.name)
+		assert.NotContains(t, con, "Terrarium 0.2.0, slot b", "%s: not rebooted", n.name)
+	}
 
 	ssh = dialSSH(ctx, t, cp.sshPort, key)
 	// The worker reports done in its own status object; cp-1 records it
@@ -352,9 +358,9 @@ func TestClusterUpgrade(t *testing.T) {
 		j    nodestate.Journal
 		done time.Time
 	}{{"cp-1", cpJournal, cpDone}, {"w-1", wJournal, wDone}} {
-		cordon := stepAt(n.j, "rollout", "draining")
-		if assert.False(t, cordon.IsZero() || n.done.IsZero(), "%s recorded its drain and its turn done", n.name) {
-			t.Logf("figure: %s cordoned → healthy on %s: %s", n.name, newK, n.done.Sub(cordon).Round(time.Second))
+		turn := stepAt(n.j, "rollout", "in-place")
+		if assert.False(t, turn.IsZero() || n.done.IsZero(), "%s recorded its in-place turn and its turn done", n.name) {
+			t.Logf("figure: %s in place → healthy on %s: %s", n.name, newK, n.done.Sub(turn).Round(time.Second))
 		}
 	}
 	t.Logf("figure: stick in cp-1 → last node done: %s", wDone.Add(-g.offset).Sub(began).Round(time.Second))
@@ -371,6 +377,19 @@ func TestClusterUpgrade(t *testing.T) {
 	assert.Zero(t, avail.outages, "at least one replica answered throughout")
 	assert.Greater(t, avail.rounds, 100)
 	avail.mu.Unlock()
+	// 3. The next reboot of each node (after the availability's figure:
+	// a reboot without a drain is not an upgrade's) boots slot b on
+	// trial: nothing left to move, its boot blessed and the upgrade kept.
+	for _, n := range []*clusterNode{cp, w} {
+		_, _ = dialSSH(ctx, t, n.sshPort, key).sudoTry("systemctl reboot") // the session ends with the guest
+		expectWithin(ctx, t, n.vm, step, `Terrarium 0\.2\.0, slot b`)
+		expectWithin(ctx, t, n.vm, step, `upgraded from 0\.1\.0 to 0\.2\.0: slot b is healthy and blessed`)
+		t.Logf("%s: rebooted into slot b and blessed", n.name)
+	}
+	ssh = dialSSH(ctx, t, cp.sshPort, key)
+	nodes = ssh.output("kubectl get nodes", both)
+	assert.Equal(t, 2, strings.Count(nodes, newK), "both nodes Ready on %s after the reboots:\n%s", newK, nodes)
+
 	for _, n := range []*clusterNode{cp, w} {
 		require.NoError(t, n.vm.Quit(ctx))
 	}

@@ -163,7 +163,7 @@ func TestContractDocumented(t *testing.T) {
 		StateVarDir, StateEtcUpper, StateJournal, StateNodeConfig, StateMarkerFile,
 		StateResetRequest, StateUpgradeRequest, StateUpgradeResult, StateUnpackWindow, ContainerdRoot, StatusFile, KubeletClientCert, BundleIndexSignature, BundleRepositoryAnnotation, RegistryCacheDir, RegistryMountDir,
 		RegistryPreviousSlotDir, RunTrialBoot, BundleReplacesAnnotation, RegistrySideloadLog,
-		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT, SlotIndexFile,
+		LabelSupport, LabelSupportFAT, UpgradeKeysFile, LabelUpgrade, LabelUpgradeFAT, SlotIndexFile, RunInPlaceSlot, InPlaceSlotDir,
 	} {
 		assert.Contains(t, string(doc), name, "docs/on-disk-contract.md does not mention %q", name)
 	}
