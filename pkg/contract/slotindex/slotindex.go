@@ -284,22 +284,22 @@ type Change struct {
 	Old, New *Entry
 }
 
-// Diff lists the paths whose entries differ from old to new, in path
+// Diff lists the paths whose entries differ from old to next, in path
 // order.
-func Diff(old, new *Index) []Change {
+func Diff(old, next *Index) []Change {
 	var out []Change
 	i, j := 0, 0
-	for i < len(old.Entries) || j < len(new.Entries) {
+	for i < len(old.Entries) || j < len(next.Entries) {
 		switch {
-		case j == len(new.Entries) || (i < len(old.Entries) && old.Entries[i].Path < new.Entries[j].Path):
+		case j == len(next.Entries) || (i < len(old.Entries) && old.Entries[i].Path < next.Entries[j].Path):
 			out = append(out, Change{Path: old.Entries[i].Path, Old: &old.Entries[i]})
 			i++
-		case i == len(old.Entries) || new.Entries[j].Path < old.Entries[i].Path:
-			out = append(out, Change{Path: new.Entries[j].Path, New: &new.Entries[j]})
+		case i == len(old.Entries) || next.Entries[j].Path < old.Entries[i].Path:
+			out = append(out, Change{Path: next.Entries[j].Path, New: &next.Entries[j]})
 			j++
 		default:
-			if old.Entries[i] != new.Entries[j] {
-				out = append(out, Change{Path: old.Entries[i].Path, Old: &old.Entries[i], New: &new.Entries[j]})
+			if old.Entries[i] != next.Entries[j] {
+				out = append(out, Change{Path: old.Entries[i].Path, Old: &old.Entries[i], New: &next.Entries[j]})
 			}
 			i++
 			j++

@@ -39,6 +39,16 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/kube/volumebackup"
 )
 
+// NewInPlaceDisk is the production inplace.Disk: what
+// terrarium-in-place@.service (`firstboot in-place SLOT`) switches with, and
+// what firstboot decides with (esp: the ESP it reads; nil for a switch).
+func NewInPlaceDisk(h *host.Host, esp slotinstall.ESP) *inplace.Disk {
+	return &inplace.Disk{
+		Path: h.Path, ESP: esp, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.InPlaceSlotDir, Marker: layout.RunInPlaceSlot,
+		Mount: slotmount.MountExecutable, Bind: inplace.BindMount, Registry: mirrors.Loopback,
+	}
+}
+
 // Defaults returns the production wiring.
 func Defaults(log *slog.Logger) Options {
 	h := host.Real()
@@ -50,10 +60,8 @@ func Defaults(log *slog.Logger) Options {
 	var boot bootloader.BootLoader = esp
 	devices := slotinstall.ByPartLabel("/dev/disk/by-partlabel")
 	install, stage, arm := DiskInstaller(h, devices, esp), DiskStager(h, devices, esp), DiskArmer(esp)
-	var inPlace InPlacer = &inplace.Disk{
-		Path: h.Path, ESP: esp, ByPartLabel: "/dev/disk/by-partlabel", MountDir: layout.InPlaceSlotDir, Marker: layout.RunInPlaceSlot,
-		Mount: slotmount.MountExecutable, Bind: inplace.BindMount, Registry: mirrors.Loopback,
-	}
+	var inPlace InPlacer = &inplace.Service{Disk: NewInPlaceDisk(h, esp),
+		Start: func(ctx context.Context, unit string) error { return h.Run(ctx, "systemctl", "start", unit) }}
 	var toDisk ISOInstaller
 	if liveBoot("/proc/cmdline") {
 		inPlace = nil

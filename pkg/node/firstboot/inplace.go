@@ -90,10 +90,10 @@ func (n rolloutSide) InPlace(staged nodestate.UpgradeResult) (bool, string) {
 
 // ApplyInPlace implements rollouts.Node: the Kubernetes of the upgrade
 // the arm recorded to run in place, from its slot, then the node's
-// health. The phases from the Kubernetes upgrade on run as a boot would
-// run them on the new slot: `kubeadm upgrade` and the kubelet's restart,
-// then the add-ons; each looks before it acts, so a second call after a
-// firstboot restart does only what is left.
+// health. The node's phases run as the slot's own boot would run them,
+// each only where its check fails: the kubeadm configuration for the new
+// version, `kubeadm upgrade` and the kubelet's restart, the add-ons; so a
+// second call after a firstboot restart does only what is left.
 func (n rolloutSide) ApplyInPlace(ctx context.Context, cfg *machineconfig.Config) error {
 	r := n.r
 	u := r.state.LastUpgrade()
@@ -112,11 +112,17 @@ func (n rolloutSide) ApplyInPlace(ctx context.Context, cfg *machineconfig.Config
 		return err
 	}
 	r.say("upgrade: this node runs slot %s's Kubernetes (%s) in place; the slot boots at its next reboot", u.ToSlot, want)
-	if err := r.applyFrom(ctx, cfg, kubeadmflow.PhaseKubernetesUpgrade); err != nil {
+	if err := r.applyPhases(ctx, cfg, r.phases(cfg), "in place"); err != nil {
 		return err
 	}
 	if err := r.checkHealth(ctx, cfg); err != nil {
 		return err
+	}
+	// Kubernetes is upgraded and healthy: kept, whatever the slot's boot
+	// does later (a fallback of it, weeks on, puts back the OS, not a
+	// Kubernetes the cluster has moved on from).
+	if err := r.flow.ForgetBeforeUpgrade(); err != nil {
+		r.say("removing the Kubernetes files kept before the upgrade: %v", err)
 	}
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
 		r.note("images durable", step.Failed, err.Error())
@@ -129,14 +135,10 @@ func (n rolloutSide) ApplyInPlace(ctx context.Context, cfg *machineconfig.Config
 	return nil
 }
 
-// applyFrom runs the phases from the one named first on, each only when
-// its check fails.
-func (r *runner) applyFrom(ctx context.Context, cfg *machineconfig.Config, first string) error {
-	phases := r.phases(cfg)
-	for i, p := range phases {
-		if p.Name == first {
-			return r.applyPhases(ctx, cfg, phases[i:], "in place")
-		}
+// RunsInPlace implements rollouts.Node.
+func (n rolloutSide) RunsInPlace() string {
+	if n.r.o.InPlace == nil {
+		return ""
 	}
-	return fmt.Errorf("no phase %s on this node", first)
+	return string(n.r.o.InPlace.Active())
 }

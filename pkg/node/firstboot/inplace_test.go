@@ -120,6 +120,16 @@ func TestWorkerRunsAKubernetesPatchInPlace(t *testing.T) {
 	assert.Contains(t, con, "upgrade: this node runs slot b's Kubernetes (v1.36.4) in place; the slot boots at its next reboot")
 	assert.NotContains(t, con, "draining node w-1")
 
+	// firstboot restarted in the same boot: the upgrade runs on, it is
+	// no fallback from it.
+	w.e.console.Reset()
+	w.e.runWatching(t, w.o, func() bool {
+		return strings.Contains(w.e.console.String(), "health: passed") || strings.Contains(w.e.console.String(), "healthy")
+	})
+	assert.Contains(t, w.e.console.String(), "upgrade from 1.2.3 to 1.3.0: this boot runs its Kubernetes in place; slot b boots at the next reboot")
+	assert.Equal(t, nodestate.UpgradeInstalled, w.e.journal().Upgrade.State, "not rolled back")
+	assert.Zero(t, w.e.rebootCount())
+
 	// The next reboot boots slot b on trial: nothing left to move, kept.
 	ip.mu.Lock()
 	ip.active = "" // a new boot: /run is empty

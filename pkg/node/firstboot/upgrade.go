@@ -110,8 +110,9 @@ func (r *runner) settleUpgrade(ctx context.Context) {
 	case string(r.slot) == u.ToSlot:
 		r.say("upgrade from %s to %s: this is its trial boot; it is kept once this boot is healthy", u.From, u.To)
 		return
-	case !u.InPlaceAt.IsZero() && r.o.InPlace != nil && string(r.o.InPlace.Active()) == u.ToSlot:
-		// firstboot restarted in the boot that runs it in place.
+	case !u.InPlaceAt.IsZero() && u.InPlaceBoot == r.bootID:
+		// firstboot restarted in the boot that runs it in place (or is
+		// about to): not a fallback.
 		r.say("upgrade from %s to %s: this boot runs its Kubernetes in place; slot %s boots at the next reboot", u.From, u.To, u.ToSlot)
 		return
 	case string(r.slot) != u.FromSlot:
@@ -493,10 +494,11 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 func (r *runner) recordInPlace(src upgradeSource, digest string, res slotinstall.Result) nodestate.UpgradeResult {
 	now := r.o.Host.Now().UTC()
 	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
-		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: now, InPlaceAt: now}
+		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: now, InPlaceAt: now, InPlaceBoot: r.bootID}
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
+		// Armed all the same: ApplyInPlace finds no record and the
+		// turn reboots into the slot instead.
 		r.say("recording the upgrade: %v", err)
-		return nodestate.UpgradeResult{Outcome: nodestate.OutcomeRefused, Detail: "recording the upgrade: " + err.Error()}
 	}
 	r.note("upgrade", step.Installed, fmt.Sprintf("%s into slot %s, to run in place", res.Manifest.Version, res.Slot))
 	next := fmt.Sprintf("its Kubernetes runs in place now, and slot %s boots at this node's next reboot (on trial, then back to %s)", res.Slot, r.rel.Version)

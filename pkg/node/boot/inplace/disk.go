@@ -44,6 +44,16 @@ type Disk struct {
 	Bind func(src, dst string) error
 	// Registry is the node's registry on loopback (mirrors.Loopback).
 	Registry string
+	// Mounted says whether a directory is a mount point; nil: whether
+	// its device differs from its parent's.
+	Mounted func(dir string) (bool, error)
+}
+
+func (d *Disk) mounted(dir string) (bool, error) {
+	if d.Mounted != nil {
+		return d.Mounted(dir)
+	}
+	return isMountPoint(dir)
 }
 
 // servedWait bounds Served's wait, and servedEvery paces its looks.
@@ -65,8 +75,8 @@ func BindMount(src, dst string) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 		return &os.PathError{Op: "bind " + src + " over", Path: dst, Err: err}
 	}
-	// A bind keeps the source's flags but read-only only on a remount.
-	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	// A bind takes its flags only on a remount.
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		_ = unix.Unmount(dst, unix.MNT_DETACH)
 		return &os.PathError{Op: "remount read-only", Path: dst, Err: err}
 	}
@@ -86,12 +96,15 @@ func (d *Disk) Decide(ctx context.Context, running layout.Slot, rel release.Rele
 	if cur.Boot, err = d.runningBoot(running); err != nil {
 		return Decision{}, err
 	}
+	if _, uki := cur.Boot[upgrade.RoleUKIA]; uki || cur.Boot[upgrade.RoleUKIB] != "" {
+		return Decision{Reason: "this node boots a signed UKI, which carries its release's version, so every upgrade boots a new one"}, nil
+	}
 	next := Slot{Boot: manifestBoot(m)}
 	if !maps.Equal(cur.Boot, next.Boot) {
 		return Decide(cur, next), nil
 	}
-	if d.Active() != "" {
-		return Decision{}, fmt.Errorf("this boot runs slot %s's Kubernetes in place already", d.Active())
+	if a := d.named(); a != "" {
+		return Decision{}, fmt.Errorf("this boot runs slot %s's Kubernetes in place already", a)
 	}
 	mnt := d.Path(d.MountDir)
 	unmount, err := d.Mount(ctx, d.ByPartLabel, staged, mnt)
@@ -140,12 +153,13 @@ func (d *Disk) runningBoot(slot layout.Slot) (map[upgrade.Role]string, error) {
 	return boot, nil
 }
 
-// manifestBoot is what boots an upgrade's slot, by role.
+// manifestBoot is the kernel and the initramfs an upgrade's slot boots
+// on a node that boots no UKI.
 func manifestBoot(m upgrade.Manifest) map[upgrade.Role]string {
 	boot := map[upgrade.Role]string{}
 	for _, p := range m.Parts {
 		switch p.Role {
-		case upgrade.RoleKernel, upgrade.RoleInitramfs, upgrade.RoleUKIA, upgrade.RoleUKIB:
+		case upgrade.RoleKernel, upgrade.RoleInitramfs:
 			boot[p.Role] = p.SHA256
 		}
 	}
@@ -165,9 +179,21 @@ func fileSHA256(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Active names the slot whose Kubernetes this boot runs in place, ""
-// none (or a marker that names no slot).
+// Active names the slot whose Kubernetes this boot runs in place: the
+// one Marker names, mounted at MountDir; "" none.
 func (d *Disk) Active() layout.Slot {
+	s := d.named()
+	if s == "" {
+		return ""
+	}
+	if mounted, err := d.mounted(d.Path(d.MountDir)); err != nil || !mounted {
+		return ""
+	}
+	return s
+}
+
+// named is the slot Marker names ("" none, or no slot).
+func (d *Disk) named() layout.Slot {
 	b, err := os.ReadFile(d.Path(d.Marker))
 	if err != nil {
 		return ""
@@ -186,11 +212,11 @@ func (d *Disk) Active() layout.Slot {
 // is restarted (the Kubernetes upgrade does). Switch is idempotent, and
 // what it did lasts until the next boot.
 func (d *Disk) Switch(ctx context.Context, staged layout.Slot) error {
-	if a := d.Active(); a != "" && a != staged {
+	if a := d.named(); a != "" && a != staged {
 		return fmt.Errorf("this boot runs slot %s's Kubernetes in place already", a)
 	}
 	mnt := d.Path(d.MountDir)
-	mounted, err := isMountPoint(mnt)
+	mounted, err := d.mounted(mnt)
 	if err != nil {
 		return err
 	}
@@ -276,4 +302,38 @@ func WaitServed(ctx context.Context, addr, ref string, every time.Duration) erro
 		case <-time.After(every):
 		}
 	}
+}
+
+// Service runs Disk.Switch in the host's mount namespace, through a
+// systemd unit (terrarium-in-place@SLOT.service runs `firstboot in-place
+// SLOT`): firstboot's own mounts are private to its service, and the
+// kubelet, which systemd starts, must run the bound programs.
+type Service struct {
+	*Disk
+	// Start starts a unit and waits for it (systemctl start).
+	Start func(ctx context.Context, unit string) error
+}
+
+// Unit is the unit that switches to slot.
+func Unit(slot layout.Slot) string { return "terrarium-in-place@" + string(slot) + ".service" }
+
+// Switch has the unit switch the node to the staged slot's Kubernetes,
+// and checks that its mounts show here.
+func (s *Service) Switch(ctx context.Context, staged layout.Slot) error {
+	if err := s.Start(ctx, Unit(staged)); err != nil {
+		return fmt.Errorf("start %s: %w", Unit(staged), err)
+	}
+	if a := s.Active(); a != staged {
+		return fmt.Errorf("%s ran, but slot %s is not mounted at %s with %s naming it", Unit(staged), staged, s.MountDir, s.Marker)
+	}
+	for _, p := range Programs {
+		same, err := sameFile(filepath.Join(s.Path(s.MountDir), p), s.Path(p))
+		if err != nil {
+			return fmt.Errorf("%s ran, but %s: %w", Unit(staged), p, err)
+		}
+		if !same {
+			return fmt.Errorf("%s ran, but %s is not slot %s's", Unit(staged), p, staged)
+		}
+	}
+	return nil
 }

@@ -97,6 +97,7 @@ func newDiskEnv(t *testing.T, stagedKubelet string) *diskEnv {
 			require.NoError(t, os.CopyFS(mnt, os.DirFS(e.staged)))
 			return func() { require.NoError(t, os.RemoveAll(mnt)) }, nil
 		},
+		Mounted: func(dir string) (bool, error) { _, err := os.Stat(dir); return err == nil, nil },
 		Bind: func(src, dst string) error {
 			e.binds++
 			if err := os.Remove(dst); err != nil {
@@ -207,4 +208,33 @@ func TestWaitServed(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "does not serve registry.k8s.io/kube-apiserver:v9.9.9 yet")
 	require.ErrorContains(t, WaitServed(ctx, addr, "kube-apiserver", time.Millisecond), "not a host/repository:tag reference")
+}
+
+func TestServiceSwitch(t *testing.T) {
+	ctx := context.Background()
+	e := newDiskEnv(t, "kubelet 1.36.3")
+	var started []string
+	s := &Service{Disk: e.disk, Start: func(ctx context.Context, unit string) error {
+		started = append(started, unit)
+		return e.disk.Switch(ctx, layout.SlotB) // what the unit's firstboot in-place b does
+	}}
+	require.NoError(t, s.Switch(ctx, layout.SlotB))
+	assert.Equal(t, []string{"terrarium-in-place@b.service"}, started)
+
+	idle := &Service{Disk: newDiskEnv(t, "kubelet 1.36.3").disk, Start: func(context.Context, string) error { return nil }}
+	require.ErrorContains(t, idle.Switch(ctx, layout.SlotB), "terrarium-in-place@b.service ran, but slot b is not mounted")
+	failing := &Service{Disk: e.disk, Start: func(context.Context, string) error { return errors.New("exit status 1") }}
+	require.ErrorContains(t, failing.Switch(ctx, layout.SlotB), "start terrarium-in-place@b.service: exit status 1")
+}
+
+func TestDiskDecideOnAUKINode(t *testing.T) {
+	e := newDiskEnv(t, "kubelet 1.36.3")
+	require.NoError(t, os.RemoveAll(e.esp))
+	writeTree(t, e.esp, map[string]string{layout.SlotA.UKIPath(): "uki"})
+	rel := release.Release{Name: "terrarium", Version: "0.1.0", Suite: "trixie", KernelVersion: "6.12"}
+	d, err := e.disk.Decide(context.Background(), layout.SlotA, rel, layout.SlotB, manifest("vmlinuz"))
+	require.NoError(t, err)
+	assert.False(t, d.InPlace)
+	assert.Contains(t, d.Reason, "boots a signed UKI")
+	assert.Zero(t, e.mounts)
 }

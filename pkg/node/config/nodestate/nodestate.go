@@ -68,6 +68,9 @@ type Upgrade struct {
 	// upgrade changes nothing else, and ToSlot boots on trial at the
 	// node's next reboot, as after an upgrade's own reboot.
 	InPlaceAt time.Time `json:"inPlaceAt,omitzero"`
+	// InPlaceBoot is the boot ID of that boot: until it ends, the node
+	// on FromSlot runs the upgrade, not a fallback from it.
+	InPlaceBoot string `json:"inPlaceBoot,omitempty"`
 }
 
 // BadUpgrade is an upgrade that rolled back.

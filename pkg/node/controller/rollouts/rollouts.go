@@ -111,6 +111,10 @@ type Node interface {
 	// firstboot restarted in the middle takes it up again), and the slot
 	// boots on trial at the node's next reboot.
 	ApplyInPlace(ctx context.Context, cfg *machineconfig.Config) error
+	// RunsInPlace names the slot whose Kubernetes this boot runs in
+	// place, "" none: that slot boots at the next reboot, and no upgrade
+	// is written into it before.
+	RunsInPlace() string
 	// Reboot reboots into the slot an upgrade was installed in.
 	Reboot(ctx context.Context)
 	// RebootAsked is when this boot last asked for that reboot (zero:
@@ -510,6 +514,10 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
 		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
 	}
+	if slot := c.Node.RunsInPlace(); slot != "" {
+		c.rebootFirst(ctx, api, me, ro, slot)
+		return
+	}
 	var (
 		arm func(context.Context) nodestate.UpgradeResult
 		res nodestate.UpgradeResult
@@ -546,7 +554,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		return
 	}
 	if ok, why := c.Node.InPlace(res); ok {
-		c.takeTurnInPlace(ctx, cfg, api, ro, arm, res, why)
+		c.takeTurnInPlace(ctx, cfg, api, ro, arm, res, why, drained)
 		return
 	} else if why != "" {
 		c.Node.Say("rollout: %s takes a reboot: %s", ro.Version, why)
@@ -581,7 +589,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 // trial, and its boot finishes the upgrade), then its Kubernetes run in
 // place. The node is neither drained nor rebooted: its pods keep running
 // through the kubelet's restart, as through `talosctl upgrade-k8s`.
-func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, arm func(context.Context) nodestate.UpgradeResult, staged nodestate.UpgradeResult, why string) {
+func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, arm func(context.Context) nodestate.UpgradeResult, staged nodestate.UpgradeResult, why string, drained bool) {
 	me := cfg.Hostname
 	c.Node.Say("rollout: %s is written into slot %s; %s, so this node runs it in place, without a drain or a reboot", ro.Version, staged.Slot, why)
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInPlace, why); err != nil {
@@ -591,10 +599,43 @@ func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Con
 	res := arm(ctx)
 	c.s.staged = nil // armed, or its arm failed: the next turn stages again
 	if res.Outcome != nodestate.OutcomeInstalled {
-		c.failTurn(ctx, api, me, ro, "arm", errors.New(res.Detail))
+		err := errors.New(res.Detail)
+		if drained { // by an earlier try of this turn
+			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+				err = fmt.Errorf("%w (and uncordoning failed: %w)", err, uerr)
+			}
+		}
+		c.failTurn(ctx, api, me, ro, "arm", err)
 		return
 	}
 	c.applyInPlace(ctx, cfg, api, ro, res.Slot)
+}
+
+// rebootFirst starts the turn of a node that runs the other slot's
+// Kubernetes in place: the upgrade goes into that slot, so the node boots
+// it first (drained, as for any reboot). Its trial boot, once blessed,
+// takes the turn again, drained already.
+func (c *Controller) rebootFirst(ctx context.Context, api API, me string, ro *rollout.Rollout, slot string) {
+	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
+		return // on its way
+	}
+	c.Node.Say("rollout: this node runs slot %s's Kubernetes in place, and %s goes into that slot: draining it and rebooting into slot %s first", slot, ro.Version, slot)
+	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, "rebooting into slot "+slot+" before the upgrade"); err != nil {
+		return
+	}
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	if err := rollout.Drain(ctx, api, me, d); err != nil {
+		if ctx.Err() == nil {
+			detail := "drain before the reboot into slot " + slot + ": " + err.Error()
+			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+				detail += " (and uncordoning failed: " + uerr.Error() + ")"
+			}
+			c.failTurn(ctx, api, me, ro, "in place", errors.New(detail))
+		}
+		return
+	}
+	c.Node.Reboot(ctx)
 }
 
 // applyInPlace runs the armed upgrade's Kubernetes in place and ends the
@@ -621,7 +662,7 @@ func (c *Controller) applyInPlace(ctx context.Context, cfg *machineconfig.Config
 	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
 	if err := rollout.Drain(ctx, api, me, d); err != nil {
 		if ctx.Err() == nil {
-			detail := "drain: " + err.Error()
+			detail := "drain: " + err.Error() + "; slot " + slot + " is armed, and the node's next reboot boots it on trial"
 			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
 				detail += " (and uncordoning failed: " + uerr.Error() + ")"
 			}
@@ -633,8 +674,8 @@ func (c *Controller) applyInPlace(ctx context.Context, cfg *machineconfig.Config
 	c.Node.Reboot(ctx)
 }
 
-// failTurn records a turn that failed before its drain: the node's
-// scheduling untouched, its phase failed, which stops the rollout.
+// failTurn records a turn that failed, its phase failed, which stops the
+// rollout; the caller has put the node back in service if it drained it.
 func (c *Controller) failTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, what string, err error) {
 	detail := what + ": " + err.Error()
 	c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)

@@ -130,9 +130,11 @@ type fakeNode struct {
 	// staged upgrade answers armed.
 	staged, armed nodestate.UpgradeResult
 	// inPlace and why are what InPlace answers, applyErr ApplyInPlace.
-	inPlace  bool
-	why      string
-	applyErr error
+	inPlace     bool
+	why         string
+	applyErr    error
+	runsInPlace string
+	rebootAt    time.Time // what RebootAsked answers
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -152,6 +154,8 @@ func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string,
 
 func (n *fakeNode) InPlace(nodestate.UpgradeResult) (bool, string) { return n.inPlace, n.why }
 
+func (n *fakeNode) RunsInPlace() string { return n.runsInPlace }
+
 func (n *fakeNode) ApplyInPlace(context.Context, *machineconfig.Config) error {
 	n.applies++
 	return n.applyErr
@@ -159,7 +163,7 @@ func (n *fakeNode) ApplyInPlace(context.Context, *machineconfig.Config) error {
 
 func (n *fakeNode) Reboot(context.Context) { n.reboots++ }
 
-func (*fakeNode) RebootAsked() time.Time { return time.Time{} }
+func (n *fakeNode) RebootAsked() time.Time { return n.rebootAt }
 
 // lock is a change lock that tells whether it was held and let go.
 type lock struct {
@@ -515,4 +519,28 @@ func TestResumedTurnInPlace(t *testing.T) {
 	assert.Zero(t, e.node.arms)
 	assert.Zero(t, e.node.reboots)
 	assert.Equal(t, []string{"uncordon w-1"}, e.api.cordonLog(), "never cordoned")
+}
+
+// TestTurnOfANodeRunningInPlaceRebootsFirst: a node that runs the other
+// slot's Kubernetes in place writes the next upgrade into no slot before
+// it boots that one: drained, rebooted, nothing staged.
+func TestTurnOfANodeRunningInPlaceRebootsFirst(t *testing.T) {
+	e := newEnv(t)
+	e.rollStaged(t)
+	e.node.runsInPlace = "b"
+	require.NoError(t, e.c.Reconcile(context.Background()))
+
+	assert.Equal(t, 1, e.node.reboots)
+	assert.Zero(t, e.node.installs, "nothing written into the slot it runs")
+	assert.Equal(t, []string{"cordon w-1"}, e.api.cordonLog())
+	s := e.status(t)
+	assert.Equal(t, rollout.NodeDraining, s.Phase, "its turn resumes drained after the reboot")
+	assert.Equal(t, "rebooting into slot b before the upgrade", s.Detail)
+	assert.Contains(t, e.node.Console(), "rollout: this node runs slot b's Kubernetes in place, and 1.3.0 goes into that slot: draining it and rebooting into slot b first")
+
+	// The reboot on its way is not asked for again.
+	e.node.rebootAt = e.now
+	e.now = e.now.Add(e.c.Options.Poll)
+	require.NoError(t, e.c.Reconcile(context.Background()))
+	assert.Equal(t, 1, e.node.reboots)
 }

@@ -16,6 +16,11 @@ type layoutStore struct {
 	cat *catalog
 }
 
+// Close lets go of the layout's directory: a store of a mounted slot
+// holds it, and the slot cannot be unmounted whole (nor its partition
+// written) while it does.
+func (l *layoutStore) Close() error { return l.dir.Close() }
+
 var (
 	_ Store          = (*layoutStore)(nil)
 	_ Lister         = (*layoutStore)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -96,7 +97,14 @@ func (p *OtherSlot) serve(ctx context.Context, t *time.Ticker, slot layout.Slot,
 		return fmt.Errorf("open slot %s's bundle %s: %w", slot, bundle, err)
 	}
 	p.set(st)
-	defer p.set(nil)
+	defer func() {
+		// Served no more, then closed: an open directory of the slot
+		// would keep its partition busy after the unmount.
+		p.set(nil)
+		if c, ok := st.(io.Closer); ok {
+			_ = c.Close() // read only
+		}
+	}()
 	p.Log.Info("registry: serving the bundle of slot "+string(slot)+" too, while "+marker+" names it", "slot", slot)
 	for {
 		select {

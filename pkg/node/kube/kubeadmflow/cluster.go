@@ -432,7 +432,7 @@ func networkPolicyImage(h *Flow) string {
 // bundleImage is the bundle's image of repository repo, or def when the
 // bundle has none.
 func bundleImage(h *Flow, repo, def string) string {
-	b, _ := os.ReadFile(h.Path(bundleIndex))
+	b, _ := os.ReadFile(h.Path(filepath.Join(h.KubernetesRoot(), bundleIndex)))
 	prefix := `"` + repo + `:`
 	if i := strings.Index(string(b), prefix); i >= 0 {
 		rest := string(b)[i+1:]
