@@ -31,7 +31,7 @@ func repairKubeletCmd() *cobra.Command {
 			}
 			// A speed-up, never a reason for the kubelet not to start:
 			// kubeadm's upgrade moves what this leaves.
-			did, err := kubeadmflow.PrestartControlPlane(cmd.Context(), h)
+			did, err := kubeadmflow.PrestartControlPlane(cmd.Context(), h, "")
 			switch {
 			case err != nil:
 				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "terrarium: the control plane starts on its configured Kubernetes, for kubeadm to upgrade: %v\n", err)

@@ -333,10 +333,18 @@ func (r *runner) run(ctx context.Context) error {
 		// back, instead of systemd restarting the same failure here for
 		// ever. Any other boot keeps retrying (systemd restarts firstboot),
 		// which is how a node formation resumes after a power cut.
-		if u := r.state.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.ToSlot {
+		u := r.state.LastUpgrade()
+		switch {
+		case u != nil && u.State == nodestate.UpgradeInstalled && string(r.slot) == u.ToSlot:
 			return r.notBlessed(ctx, err)
+		case u != nil && u.State == nodestate.UpgradeInstalled && !u.InPlaceAt.IsZero() && u.InPlaceBoot == r.bootID:
+			// firstboot restarted while this boot ran an upgrade's
+			// Kubernetes in place: the rollout's turn takes the run up
+			// again, or reboots into the slot, from the watch.
+			r.say("the upgrade run in place: %v; its turn tries again, or reboots into slot %s", err, u.ToSlot)
+		default:
+			return err
 		}
-		return err
 	}
 	r.waitForAddresses(ctx, cfg)
 	err = r.healthAndBless(ctx, cfg)

@@ -30,9 +30,13 @@ type InPlacer interface {
 	// Served waits until the node's registry serves ref, an image of
 	// the slot Switch named to it.
 	Served(ctx context.Context, ref string) error
-	// Active names the slot whose Kubernetes this boot runs in place
-	// ("" none).
+	// Active names the slot whose Kubernetes this boot runs in place, its
+	// switch done ("" none).
 	Active() layout.Slot
+	// Named names the slot whose Kubernetes this boot runs in place or
+	// began to switch to ("" none): it boots at the next reboot, and no
+	// upgrade is written into it before.
+	Named() layout.Slot
 }
 
 // stagedInPlace is what the node decided of the upgrade its last stage
@@ -112,17 +116,23 @@ func (n rolloutSide) ApplyInPlace(ctx context.Context, cfg *machineconfig.Config
 		return err
 	}
 	r.say("upgrade: this node runs slot %s's Kubernetes (%s) in place; the slot boots at its next reboot", u.ToSlot, want)
+	if cfg.Cluster != nil && cfg.Cluster.IsControlPlane() {
+		// A patch: the API server, the controller manager and the
+		// scheduler restart at once on the new release, as at a boot,
+		// not one after the other, each waited for by kubeadm.
+		did, err := kubeadmflow.PrestartControlPlane(ctx, r.o.Host, layout.InPlaceSlotDir)
+		if err != nil {
+			return fmt.Errorf("start the control plane on %s: %w", want, err)
+		}
+		if did != "" {
+			r.say("upgrade: %s", did)
+		}
+	}
 	if err := r.applyPhases(ctx, cfg, r.phases(cfg), "in place"); err != nil {
 		return err
 	}
 	if err := r.checkHealth(ctx, cfg); err != nil {
 		return err
-	}
-	// Kubernetes is upgraded and healthy: kept, whatever the slot's boot
-	// does later (a fallback of it, weeks on, puts back the OS, not a
-	// Kubernetes the cluster has moved on from).
-	if err := r.flow.ForgetBeforeUpgrade(); err != nil {
-		r.say("removing the Kubernetes files kept before the upgrade: %v", err)
 	}
 	if closed, err := unpackwindow.Close(r.o.Host); err != nil {
 		r.note("images durable", step.Failed, err.Error())
@@ -140,5 +150,5 @@ func (n rolloutSide) RunsInPlace() string {
 	if n.r.o.InPlace == nil {
 		return ""
 	}
-	return string(n.r.o.InPlace.Active())
+	return string(n.r.o.InPlace.Named())
 }

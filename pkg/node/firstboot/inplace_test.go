@@ -57,6 +57,8 @@ func (f *fakeInPlacer) Active() layout.Slot {
 	return f.active
 }
 
+func (f *fakeInPlacer) Named() layout.Slot { return f.Active() }
+
 func (f *fakeInPlacer) calls() (switches int, served []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -431,7 +431,7 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			published = ""
 		}
 		if r.o.InPlace != nil {
-			if a := r.o.InPlace.Active(); a != "" {
+			if a := r.o.InPlace.Named(); a != "" {
 				// Its programs run from that slot, mounted: the slot
 				// cannot be written under them.
 				return fmt.Errorf("this boot runs slot %s's Kubernetes in place, and the next upgrade goes into that slot: reboot this node first (it then boots slot %s), and bring the upgrade again", a, a)

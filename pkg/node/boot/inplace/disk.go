@@ -103,7 +103,7 @@ func (d *Disk) Decide(ctx context.Context, running layout.Slot, rel release.Rele
 	if !maps.Equal(cur.Boot, next.Boot) {
 		return Decide(cur, next), nil
 	}
-	if a := d.named(); a != "" {
+	if a := d.Named(); a != "" {
 		return Decision{}, fmt.Errorf("this boot runs slot %s's Kubernetes in place already", a)
 	}
 	mnt := d.Path(d.MountDir)
@@ -182,7 +182,7 @@ func fileSHA256(p string) (string, error) {
 // Active names the slot whose Kubernetes this boot runs in place: the
 // one Marker names, mounted at MountDir; "" none.
 func (d *Disk) Active() layout.Slot {
-	s := d.named()
+	s := d.Named()
 	if s == "" {
 		return ""
 	}
@@ -192,8 +192,11 @@ func (d *Disk) Active() layout.Slot {
 	return s
 }
 
-// named is the slot Marker names ("" none, or no slot).
-func (d *Disk) named() layout.Slot {
+// Named is the slot Marker names ("" none, or no slot): the slot whose
+// Kubernetes this boot runs in place, or began to switch to (Switch
+// writes the marker first). Either way that slot boots at the next
+// reboot, and nothing writes it before.
+func (d *Disk) Named() layout.Slot {
 	b, err := os.ReadFile(d.Path(d.Marker))
 	if err != nil {
 		return ""
@@ -205,15 +208,20 @@ func (d *Disk) named() layout.Slot {
 }
 
 // Switch makes the node run the Kubernetes of the staged slot, which
-// Decide said changes nothing else: the slot mounted at MountDir, its
-// Programs bound over the running slot's (an unchanged one too: the same
-// bytes), and Marker written, which has the registry serve the slot's
-// bundle too. Nothing restarts: the kubelet runs the new program once it
+// Decide said changes nothing else: Marker written, which has the
+// registry serve the slot's bundle too, the slot mounted at MountDir, and
+// its Programs bound over the running slot's (an unchanged one too: the
+// same bytes). Nothing restarts: the kubelet runs the new program once it
 // is restarted (the Kubernetes upgrade does). Switch is idempotent, and
 // what it did lasts until the next boot.
 func (d *Disk) Switch(ctx context.Context, staged layout.Slot) error {
-	if a := d.named(); a != "" && a != staged {
+	if a := d.Named(); a != "" && a != staged {
 		return fmt.Errorf("this boot runs slot %s's Kubernetes in place already", a)
+	}
+	// The marker first: a switch cut short is still seen (Named), and the
+	// slot it mounted is never written before the next boot.
+	if err := atomicfile.WriteFile(d.Path(d.Marker), []byte(string(staged)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("name slot %s: %w", staged, err)
 	}
 	mnt := d.Path(d.MountDir)
 	mounted, err := d.mounted(mnt)
@@ -236,9 +244,6 @@ func (d *Disk) Switch(ctx context.Context, staged layout.Slot) error {
 		if err := d.Bind(src, dst); err != nil {
 			return err
 		}
-	}
-	if err := atomicfile.WriteFile(d.Path(d.Marker), []byte(string(staged)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("name slot %s to the registry: %w", staged, err)
 	}
 	return nil
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -39,9 +41,15 @@ type SlotDevice interface {
 // in dir, normally /dev/disk/by-partlabel: dir/TERRA-A and dir/TERRA-B.
 // It opens a partition with O_EXCL, which Linux refuses for a mounted
 // block device, and refuses when both labels name one device.
-func ByPartLabel(dir string) SlotDevices { return byPartLabel{dir: dir} }
+func ByPartLabel(dir string) SlotDevices { return byPartLabel{dir: dir, poll: time.Second} }
 
-type byPartLabel struct{ dir string }
+type byPartLabel struct {
+	dir string
+	// open opens a partition (nil: os.OpenFile); poll paces the tries
+	// of one in use.
+	open func(p string, flag int) (*os.File, error)
+	poll time.Duration
+}
 
 var _ SlotDevices = byPartLabel{}
 
@@ -58,12 +66,32 @@ func (b byPartLabel) OpenSlot(ctx context.Context, slot layout.Slot) (SlotDevice
 	if other, err := filepath.EvalSymlinks(filepath.Join(b.dir, slot.Other().Label())); err == nil && other == dev {
 		return nil, fmt.Errorf("%s and %s are both %s: %w", slot.Label(), slot.Other().Label(), dev, ErrSameDevice)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open slot %s's partition (in use, or mounted?): %w", slot, err)
+	// A slot the registry served (a trial boot's fallback, a Kubernetes
+	// run in place) is let go a few seconds after its marker goes: an
+	// open that finds it busy is tried again for a while.
+	open := b.open
+	if open == nil {
+		open = func(p string, flag int) (*os.File, error) { return os.OpenFile(p, flag, 0) }
 	}
-	return partition{f}, nil
+	deadline := time.Now().Add(busyWait)
+	for {
+		f, err := open(p, os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC)
+		if err == nil {
+			return partition{f}, nil
+		}
+		if !errors.Is(err, unix.EBUSY) || !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("open slot %s's partition (in use, or mounted?): %w", slot, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(b.poll):
+		}
+	}
 }
+
+// busyWait bounds OpenSlot's wait for a slot in use to be let go.
+const busyWait = 30 * time.Second
 
 // partition is a slot's partition, a block device or a file.
 type partition struct{ *os.File }

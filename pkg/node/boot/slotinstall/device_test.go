@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,4 +63,33 @@ func TestByPartLabelRefuses(t *testing.T) {
 	require.NoError(t, os.Symlink("vda2", filepath.Join(dir, layout.LabelSlotB)))
 	_, err = ByPartLabel(dir).OpenSlot(context.Background(), layout.SlotB)
 	assert.ErrorIs(t, err, ErrSameDevice)
+}
+
+// TestByPartLabelWaitsForABusySlot: a slot the registry served is let go
+// a few seconds after its marker goes; an open that finds it busy tries
+// again, and any other error is at once the answer.
+func TestByPartLabelWaitsForABusySlot(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "vda3"), make([]byte, 4096), 0o644))
+	require.NoError(t, os.Symlink("vda3", filepath.Join(dir, layout.LabelSlotB)))
+	tries := 0
+	busy := byPartLabel{dir: dir, poll: time.Millisecond, open: func(p string, flag int) (*os.File, error) {
+		if tries++; tries < 3 {
+			return nil, &os.PathError{Op: "open", Path: p, Err: unix.EBUSY}
+		}
+		return os.OpenFile(p, flag, 0)
+	}}
+	dev, err := busy.OpenSlot(context.Background(), layout.SlotB)
+	require.NoError(t, err)
+	require.NoError(t, dev.Close())
+	assert.Equal(t, 3, tries)
+
+	tries = 0
+	denied := byPartLabel{dir: dir, poll: time.Millisecond, open: func(p string, _ int) (*os.File, error) {
+		tries++
+		return nil, &os.PathError{Op: "open", Path: p, Err: unix.EACCES}
+	}}
+	_, err = denied.OpenSlot(context.Background(), layout.SlotB)
+	require.ErrorIs(t, err, unix.EACCES)
+	assert.Equal(t, 1, tries)
 }

@@ -351,6 +351,12 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		}
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled:
 		// The trial boot, under way.
+	case c.Node.RunsInPlace() != "":
+		// Another slot's Kubernetes runs here: whatever this boot's
+		// release, the turn reboots into that slot first.
+		c.Changes.Hold("the rollout's turn")
+		defer c.Changes.Unlock()
+		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	case c.Version == ro.Version:
 		c.endTurn(ctx, api, me, ro, rollout.NodeDone, "runs "+ro.Version+" already")
 	default:

@@ -41,7 +41,10 @@ import (
 var controlPlanePods = []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver"}
 
 // PrestartControlPlane moves a control plane's static pods, before the
-// kubelet starts, to the Kubernetes of its slot when the slot carries a later
+// kubelet starts, to the Kubernetes of its slot (the one mounted at root:
+// "" the booted slot, layout.InPlaceSlotDir for a Kubernetes run in place,
+// where the running kubelet then restarts the three at once) when the
+// slot carries a later
 // patch release of the one kubeadm configured the node for (as the
 // journal records it, and as its API server's manifest names it). First
 // it keeps the manifests and the kubelet's configuration for a rollback
@@ -52,14 +55,14 @@ var controlPlanePods = []string{"kube-controller-manager", "kube-scheduler", "ku
 // on a worker, an unformed node, a slot of the node's own Kubernetes, a
 // minor upgrade or a rollback. It writes nothing else; a rerun (a kubelet
 // restart, a power cut) finds the tags moved and does nothing.
-func PrestartControlPlane(ctx context.Context, h *host.Host) (string, error) {
+func PrestartControlPlane(ctx context.Context, h *host.Host, root string) (string, error) {
 	// None on a worker or an unformed node; the kubernetes-upgrade phase
 	// says what is wrong with one it cannot read.
 	have := manifestKubernetes(h)
 	if have == "" {
 		return "", nil
 	}
-	want, err := bundleKubernetesVersion(h, "")
+	want, err := bundleKubernetesVersion(h, root)
 	if err != nil {
 		return "", err
 	}

@@ -57,7 +57,7 @@ func TestPrestartControlPlane(t *testing.T) {
 				require.NoError(t, os.WriteFile(f.Path(p), []byte(b), 0o600))
 			}
 
-			did, err := PrestartControlPlane(context.Background(), f.Host)
+			did, err := PrestartControlPlane(context.Background(), f.Host, "")
 			require.NoError(t, err)
 			kept := f.Path(filepath.Join(layout.KubernetesBeforeUpgradeDir, "v1.36.3"))
 			open, err := unpackwindow.IsOpen(f.Host)
@@ -100,7 +100,7 @@ func TestPrestartControlPlane(t *testing.T) {
 
 			// A kubelet restart finds the tags moved.
 			*cmds = nil
-			again, err := PrestartControlPlane(context.Background(), f.Host)
+			again, err := PrestartControlPlane(context.Background(), f.Host, "")
 			require.NoError(t, err)
 			assert.Empty(t, again)
 			assert.Empty(t, *cmds)
@@ -157,7 +157,7 @@ func TestPrestartControlPlaneRefuses(t *testing.T) {
 				require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/"+pod+".yaml"), []byte(b), 0o600))
 			}
 
-			_, err := PrestartControlPlane(context.Background(), f.Host)
+			_, err := PrestartControlPlane(context.Background(), f.Host, "")
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			for pod, b := range before {
@@ -169,5 +169,31 @@ func TestPrestartControlPlaneRefuses(t *testing.T) {
 				assert.NotContains(t, strings.Join(*cmds, "\n"), "kubeadm", "nothing renewed before every manifest was checked")
 			}
 		})
+	}
+}
+
+// TestPrestartControlPlaneInPlace: a node that runs a staged slot's
+// Kubernetes in place moves its control plane to that slot's release,
+// which the booted slot's bundle does not name.
+func TestPrestartControlPlaneInPlace(t *testing.T) {
+	f, cmds := upgradeFlow(t, "v1.36.3", "v1.36.3", "v1.36.3")
+	for _, pod := range controlPlanePods {
+		require.NoError(t, os.WriteFile(f.Path(ManifestsDir+"/"+pod+".yaml"), []byte(staticPod(pod, "v1.36.3")), 0o600))
+	}
+	staged := f.Path(filepath.Join(layout.InPlaceSlotDir, bundleIndex))
+	require.NoError(t, os.MkdirAll(filepath.Dir(staged), 0o755))
+	require.NoError(t, os.WriteFile(staged, []byte(`{"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/kube-apiserver:v1.36.4"}}]}`), 0o644))
+
+	did, err := PrestartControlPlane(context.Background(), f.Host, "")
+	require.NoError(t, err)
+	assert.Empty(t, did, "the booted slot carries the node's own Kubernetes")
+	did, err = PrestartControlPlane(context.Background(), f.Host, layout.InPlaceSlotDir)
+	require.NoError(t, err)
+	assert.Contains(t, did, "start on Kubernetes v1.36.4")
+	assert.Contains(t, *cmds, "kubeadm certs renew all --config="+CertsRenewConfigFile)
+	for _, pod := range controlPlanePods {
+		got, err := os.ReadFile(f.Path(ManifestsDir + "/" + pod + ".yaml"))
+		require.NoError(t, err)
+		assert.Equal(t, staticPod(pod, "v1.36.4"), string(got))
 	}
 }
