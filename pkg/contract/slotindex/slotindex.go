@@ -121,7 +121,7 @@ func entryOf(p, abs string) (Entry, error) {
 	switch {
 	case fi.Mode().IsRegular():
 		e.Kind, e.Size = File, fi.Size()
-		e.SHA256, err = fileSHA256(p)
+		e.SHA256, err = FileSHA256(p)
 	case fi.IsDir():
 		e.Kind = Dir
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -133,7 +133,9 @@ func entryOf(p, abs string) (Entry, error) {
 	return e, err
 }
 
-func fileSHA256(p string) (string, error) {
+// FileSHA256 is the lowercase hex SHA-256 of the file at p, as an
+// index records it.
+func FileSHA256(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err

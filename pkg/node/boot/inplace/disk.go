@@ -2,11 +2,8 @@ package inplace
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -137,7 +134,7 @@ func (d *Disk) runningBoot(slot layout.Slot) (map[upgrade.Role]string, error) {
 		for role, p := range map[upgrade.Role]string{
 			upgrade.RoleKernel: slot.KernelPath(), upgrade.RoleInitramfs: slot.InitrdPath(), uki: slot.UKIPath(),
 		} {
-			sum, err := fileSHA256(filepath.Join(dir, filepath.FromSlash(p)))
+			sum, err := slotindex.FileSHA256(filepath.Join(dir, filepath.FromSlash(p)))
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			} else if err != nil {
@@ -164,19 +161,6 @@ func manifestBoot(m upgrade.Manifest) map[upgrade.Role]string {
 		}
 	}
 	return boot
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close() // read only
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Active names the slot whose Kubernetes this boot runs in place: the

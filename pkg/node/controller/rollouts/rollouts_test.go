@@ -330,15 +330,7 @@ func TestFailedFetchEndsTheTurnUntouched(t *testing.T) {
 // so that the next try fetches the file again rather than fail alike.
 func TestFailedWriteDropsTheSharesCopy(t *testing.T) {
 	e := newEnv(t)
-	share, err := upgradeshare.Open(e.c.Host.Path(layout.UpgradesDir))
-	require.NoError(t, err)
-	art, err := share.Add(context.Background(), strings.NewReader("an upgrade file"), 15, "1.3.0")
-	require.NoError(t, err)
-	_, err = rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
-		u := rollout.Upgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: "1.3.0", Ref: "upgrades/terrarium@" + art.Manifest.String()}
-		return r.Start(u, []rollout.Member{{Name: "w-1"}}, "cp-1", e.now)
-	})
-	require.NoError(t, err)
+	share, art := e.rollStaged(t)
 	e.node.staged = nodestate.UpgradeResult{Outcome: nodestate.OutcomeFailed, Detail: "terrarium-1.3.0.upgrade: member vmlinuz: sha256 …, the manifest says …"}
 	require.NoError(t, e.c.Reconcile(context.Background()))
 
@@ -435,8 +427,8 @@ func TestClusterBadKeepsItsClientUntilTheAPIFails(t *testing.T) {
 }
 
 // rollStaged rolls 1.3.0 out to w-1 alone from a file in its share, which
-// Stage stages into slot b.
-func (e *env) rollStaged(t *testing.T) {
+// Stage stages into slot b; it returns the share and the file in it.
+func (e *env) rollStaged(t *testing.T) (*upgradeshare.Share, upgradeshare.Artifact) {
 	t.Helper()
 	share, err := upgradeshare.Open(e.c.Host.Path(layout.UpgradesDir))
 	require.NoError(t, err)
@@ -449,6 +441,7 @@ func (e *env) rollStaged(t *testing.T) {
 	require.NoError(t, err)
 	e.node.staged = nodestate.UpgradeResult{Outcome: nodestate.OutcomeStaged, Version: "1.3.0", Slot: "b"}
 	e.node.armed = nodestate.UpgradeResult{Outcome: nodestate.OutcomeInstalled, Version: "1.3.0", Slot: "b"}
+	return share, art
 }
 
 func TestTurnInPlace(t *testing.T) {
