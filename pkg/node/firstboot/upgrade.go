@@ -492,9 +492,8 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 // on trial at the node's next reboot, as after recordInstalled, and until
 // then this boot runs its Kubernetes (ApplyInPlace).
 func (r *runner) recordInPlace(src upgradeSource, digest string, res slotinstall.Result) nodestate.UpgradeResult {
-	now := r.o.Host.Now().UTC()
-	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
-		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: now, InPlaceAt: now, InPlaceBoot: r.bootID}
+	u := r.installedRecord(src, digest, res)
+	u.InPlaceAt, u.InPlaceBoot = u.InstalledAt, r.bootID
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
 		// Armed all the same: ApplyInPlace finds no record and the
 		// turn reboots into the slot instead.
@@ -507,9 +506,15 @@ func (r *runner) recordInPlace(src upgradeSource, digest string, res slotinstall
 	return nodestate.UpgradeResult{Outcome: nodestate.OutcomeInstalled, Detail: next, Version: res.Manifest.Version, Slot: string(res.Slot)}
 }
 
-func (r *runner) recordInstalled(src upgradeSource, digest string, res slotinstall.Result, rebooting bool) nodestate.UpgradeResult {
-	u := &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
+// installedRecord is the journal's record of the upgrade res installed
+// from src.
+func (r *runner) installedRecord(src upgradeSource, digest string, res slotinstall.Result) *nodestate.Upgrade {
+	return &nodestate.Upgrade{Digest: digest, From: r.rel.Version, To: res.Manifest.Version, FromSlot: string(r.slot), ToSlot: string(res.Slot),
 		Source: src.record, State: nodestate.UpgradeInstalled, InstalledAt: r.o.Host.Now().UTC()}
+}
+
+func (r *runner) recordInstalled(src upgradeSource, digest string, res slotinstall.Result, rebooting bool) nodestate.UpgradeResult {
+	u := r.installedRecord(src, digest, res)
 	if err := r.state.Update(func(j *nodestate.Journal) { j.Upgrade = u }); err != nil {
 		r.say("recording the upgrade: %v", err)
 	}

@@ -93,7 +93,7 @@ func (d *Disk) Decide(ctx context.Context, running layout.Slot, rel release.Rele
 	if cur.Boot, err = d.runningBoot(running); err != nil {
 		return Decision{}, err
 	}
-	if _, uki := cur.Boot[upgrade.RoleUKIA]; uki || cur.Boot[upgrade.RoleUKIB] != "" {
+	if cur.Boot[upgrade.RoleUKIA] != "" || cur.Boot[upgrade.RoleUKIB] != "" {
 		return Decision{Reason: "this node boots a signed UKI, which carries its release's version, so every upgrade boots a new one"}, nil
 	}
 	next := Slot{Boot: manifestBoot(m)}

@@ -509,17 +509,7 @@ func (c *Controller) reportRollback(ctx context.Context, api API, me string, rec
 // phase does nothing: it tries again at its next look.
 func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, v rollout.Verified, drained bool) {
 	me := cfg.Hostname
-	fail := func(what string, err error) {
-		detail := what + ": " + err.Error()
-		if drained {
-			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-				detail += " (and uncordoning failed: " + uerr.Error() + ")"
-			}
-		}
-		c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
-		c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
-		_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
-	}
+	fail := func(what string, err error) { c.failTurn(ctx, api, me, ro, what, err, drained) }
 	if slot := c.Node.RunsInPlace(); slot != "" {
 		c.rebootFirst(ctx, api, me, ro, slot)
 		return
@@ -570,10 +560,8 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		return
 	}
 	c.Node.Note(StepName, step.Result(rollout.NodeDraining), ro.Version)
-	d := c.Options.Drain
-	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
 	drained = true // cordoned from here on, also when the drain fails
-	if err := rollout.Drain(ctx, api, me, d); err != nil {
+	if err := c.drain(ctx, api, me); err != nil {
 		if ctx.Err() == nil {
 			fail("drain", err)
 		}
@@ -605,13 +593,7 @@ func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Con
 	res := arm(ctx)
 	c.s.staged = nil // armed, or its arm failed: the next turn stages again
 	if res.Outcome != nodestate.OutcomeInstalled {
-		err := errors.New(res.Detail)
-		if drained { // by an earlier try of this turn
-			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-				err = fmt.Errorf("%w (and uncordoning failed: %w)", err, uerr)
-			}
-		}
-		c.failTurn(ctx, api, me, ro, "arm", err)
+		c.failTurn(ctx, api, me, ro, "arm", errors.New(res.Detail), drained) // drained by an earlier try of this turn
 		return
 	}
 	c.applyInPlace(ctx, cfg, api, ro, res.Slot)
@@ -629,15 +611,9 @@ func (c *Controller) rebootFirst(ctx context.Context, api API, me string, ro *ro
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, "rebooting into slot "+slot+" before the upgrade"); err != nil {
 		return
 	}
-	d := c.Options.Drain
-	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
-	if err := rollout.Drain(ctx, api, me, d); err != nil {
+	if err := c.drain(ctx, api, me); err != nil {
 		if ctx.Err() == nil {
-			detail := "drain before the reboot into slot " + slot + ": " + err.Error()
-			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-				detail += " (and uncordoning failed: " + uerr.Error() + ")"
-			}
-			c.failTurn(ctx, api, me, ro, "in place", errors.New(detail))
+			c.failTurn(ctx, api, me, ro, "in place", fmt.Errorf("drain before the reboot into slot %s: %w", slot, err), true)
 		}
 		return
 	}
@@ -664,15 +640,9 @@ func (c *Controller) applyInPlace(ctx context.Context, cfg *machineconfig.Config
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, "in place failed; rebooting into slot "+slot); err != nil {
 		return
 	}
-	d := c.Options.Drain
-	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
-	if err := rollout.Drain(ctx, api, me, d); err != nil {
+	if err := c.drain(ctx, api, me); err != nil {
 		if ctx.Err() == nil {
-			detail := "drain: " + err.Error() + "; slot " + slot + " is armed, and the node's next reboot boots it on trial"
-			if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
-				detail += " (and uncordoning failed: " + uerr.Error() + ")"
-			}
-			c.failTurn(ctx, api, me, ro, "in place", errors.New(detail))
+			c.failTurn(ctx, api, me, ro, "in place", fmt.Errorf("drain: %w; slot %s is armed, and the node's next reboot boots it on trial", err, slot), true)
 		}
 		return
 	}
@@ -681,12 +651,25 @@ func (c *Controller) applyInPlace(ctx context.Context, cfg *machineconfig.Config
 }
 
 // failTurn records a turn that failed, its phase failed, which stops the
-// rollout; the caller has put the node back in service if it drained it.
-func (c *Controller) failTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, what string, err error) {
+// rollout; a node drained (cordoned) in the turn is put back in service
+// first.
+func (c *Controller) failTurn(ctx context.Context, api API, me string, ro *rollout.Rollout, what string, err error, drained bool) {
 	detail := what + ": " + err.Error()
+	if drained {
+		if uerr := rollout.Uncordon(ctx, api, me); uerr != nil {
+			detail += " (and uncordoning failed: " + uerr.Error() + ")"
+		}
+	}
 	c.Node.Note(StepName, step.Result(rollout.NodeFailed), detail)
 	c.Node.Say("rollout of %s stopped on this node: %s", ro.Version, detail)
 	_ = c.setPhase(ctx, api, me, ro, rollout.NodeFailed, detail)
+}
+
+// drain drains this node, saying how it goes.
+func (c *Controller) drain(ctx context.Context, api API, me string) error {
+	d := c.Options.Drain
+	d.Report = func(line string) { c.Node.Say("rollout: %s", line) }
+	return rollout.Drain(ctx, api, me, d)
 }
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the
