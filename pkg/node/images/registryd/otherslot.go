@@ -65,16 +65,13 @@ func (p *OtherSlot) Serve(ctx context.Context) {
 	warned := ""
 	for {
 		slot, marker, err := p.named()
+		if slot != "" {
+			// A slot that cannot be served now is tried again.
+			err = p.serve(ctx, t, slot, marker)
+		}
 		if err != nil && err.Error() != warned {
 			warned = err.Error()
 			p.Log.Warn("registry: the other slot's bundle is not served", "err", err)
-		}
-		if slot != "" {
-			// A slot that cannot be served now is tried again.
-			if err := p.serve(ctx, t, slot, marker); err != nil && err.Error() != warned {
-				warned = err.Error()
-				p.Log.Warn("registry: the other slot's bundle is not served", "err", err)
-			}
 		}
 		select {
 		case <-ctx.Done():
