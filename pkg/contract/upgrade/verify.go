@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
 	"github.com/terrarium-os/terrarium/pkg/contract/signature"
 )
 
@@ -81,9 +82,12 @@ func (f *File) verifySignature(trusted []signature.PublicKey) (signature.PublicK
 // copySection copies a part to dst, hashing it, and fails with
 // ErrHashMismatch when it does not match the manifest.
 func (f *File) copySection(ctx context.Context, dst io.Writer, s section) error {
+	// The part is read and hashed ahead of dst's writes, on a goroutine
+	// of its own: a slot written from the upgrade share (through
+	// dm-crypt) does not wait for the hash, nor the hash for the write.
 	h := sha256.New()
-	r := io.NewSectionReader(f.r, s.offset, s.info.Size)
-	n, err := copyContext(ctx, io.MultiWriter(dst, h), r, s.info.Size)
+	r := io.TeeReader(io.NewSectionReader(f.r, s.offset, s.info.Size), h)
+	n, err := readahead.Copy(ctx, dst, r)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("%s: part %s: %w", f.name, s.info.Name, err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
 )
 
 // SlotDevices opens the slots' partitions.
@@ -144,8 +145,8 @@ func (w *deviceWriter) Write(p []byte) (int, error) {
 // readBackSHA256 returns the hex SHA-256 of the device's first size bytes.
 func readBackSHA256(ctx context.Context, dev SlotDevice, size int64) (string, error) {
 	h := sha256.New()
-	r := readerContext{ctx: ctx, r: io.NewSectionReader(dev, 0, size)}
-	n, err := io.CopyBuffer(h, r, make([]byte, 1<<20))
+	// The device is read ahead of the hash, which then seldom waits for it.
+	n, err := readahead.Copy(ctx, h, io.NewSectionReader(dev, 0, size))
 	if err != nil {
 		return "", fmt.Errorf("read back %s: %w", dev.Name(), err)
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
 
@@ -255,7 +256,9 @@ func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit i
 	tmp := f.Name()
 	defer func() { _ = os.Remove(tmp) }() // gone once renamed
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: io.LimitReader(r, limit+1)})
+	// Read (and whatever r checks on the way, a stick's parts) ahead of
+	// the write and its hash.
+	n, err := readahead.Copy(ctx, io.MultiWriter(f, h), io.LimitReader(r, limit+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -299,19 +302,6 @@ func (s *sizedReader) Read(p []byte) (int, error) {
 		return n, fmt.Errorf("the file ended %d bytes before its size: %w", s.left, io.ErrUnexpectedEOF)
 	}
 	return n, err
-}
-
-// ctxReader stops a long copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // indexMax bounds the share's own index.json.
