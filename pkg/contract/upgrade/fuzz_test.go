@@ -33,7 +33,19 @@ func FuzzOpen(f *testing.F) {
 		if err := m.Validate(); err != nil {
 			t.Fatalf("Open accepted an invalid manifest: %v", err)
 		}
-		v, err := file.Verify(context.Background(), []signature.PublicKey{signature.PublicKeyOf(key)})
+		trusted := []signature.PublicKey{signature.PublicKeyOf(key)}
+		v, err := file.Verify(context.Background(), trusted)
+		// WholeFile, from the signature alone, agrees with Verify.
+		if sv, serr := file.VerifySignature(trusted); serr == nil {
+			var whole bytes.Buffer
+			_, werr := io.Copy(&whole, sv.WholeFile(context.Background()))
+			if (werr == nil) != (err == nil) {
+				t.Fatalf("WholeFile: %v; Verify: %v", werr, err)
+			}
+			if werr == nil && !bytes.Equal(whole.Bytes(), data) {
+				t.Fatalf("WholeFile read other bytes than the file's")
+			}
+		}
 		if err != nil {
 			requireNamed(t, err, upgrade.ErrMalformed, upgrade.ErrUnknownKey, upgrade.ErrBadSignature, upgrade.ErrHashMismatch)
 			return

@@ -1105,6 +1105,40 @@ func TestWorkerStickPointsToAControlPlane(t *testing.T) {
 	assert.Empty(t, c.cms)
 }
 
+// A stick in a control plane is read once: its parts are checked as it
+// is copied into the upgrade share. One whose signature is good but whose
+// kernel differs is refused there, naming the part: the share keeps
+// nothing of it, the cluster's record names no rollout, and nothing is
+// written into a slot.
+func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c := newFakeCluster()
+	cp := newRolloutNode(t, c, "cp-1", pub)
+	require.NoError(t, c.apply(addons.Upgrades))
+	cp.e.upgradeStick(key, "/stick", "1.3.0")
+	damagePart(t, cp.e.path("/stick/terrarium-1.3.0.upgrade"), "vmlinuz of 1.3.0")
+	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	cp.e.runWatching(t, cp.o, stepsSay(cp.e, "upgrade=refused"))
+
+	console := cp.e.console.String()
+	assert.Contains(t, console, "checking every part on the way")
+	assert.Contains(t, console, "upgrade refused, nothing was written: add upgrade 1.3.0 to the share: ")
+	assert.Contains(t, console, "terrarium-1.3.0.upgrade: member vmlinuz: sha256 ")
+	assert.Empty(t, cp.inst.calls(), "no slot written")
+	assert.Empty(t, c.record(t).Rollout, "no rollout started")
+	index, err := os.ReadFile(cp.e.path(layout.UpgradesDir + "/index.json"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(index), "1.3.0", "the share names nothing")
+	blobs, err := os.ReadDir(cp.e.path(layout.UpgradesDir + "/blobs/sha256"))
+	require.NoError(t, err)
+	for _, b := range blobs {
+		fi, err := b.Info()
+		require.NoError(t, err)
+		assert.Less(t, fi.Size(), int64(1024), "no copy of the file is kept: %s", b.Name())
+	}
+}
+
 // On a node alone, a force instruction beside the upgrade file on the
 // stick forces it (here: an upgrade that rolled back on the node before);
 // one by an untrusted key, or about another file, refuses the stick.

@@ -337,6 +337,10 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		name      string
 		published string
 		rolling   string // the cluster rolls this upgrade out already
+		// partsChecked: every part of a file a person brought was read
+		// and matched the manifest (upgrade.File.Verify); a rollout's
+		// file is checked as it is written (see below).
+		partsChecked bool
 	)
 	err := src.open(func(path string) error {
 		name = filepath.Base(path)
@@ -398,9 +402,12 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 				(!r.rollouts.InRollout(cfg) || recordErr != nil) {
 				return err
 			}
-			r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
-			if v, err = uf.Verify(ctx, keys); err != nil {
-				return err
+			if !r.rollouts.InRollout(cfg) {
+				r.say("upgrade: %s on %s: checking its signature and every part before anything is written", name, src.what)
+				if v, err = uf.Verify(ctx, keys); err != nil {
+					return err
+				}
+				partsChecked = true
 			}
 		}
 		var bad *nodestate.BadUpgrade
@@ -420,15 +427,24 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			return err
 		}
 		if r.rollouts.InRollout(cfg) && !src.rollout {
+			// The stick is read once: its parts are checked as it is
+			// copied into the share, which keeps the copy only if every
+			// part matched, before the cluster's record names it.
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
-			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{Path: path, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
+			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v.WholeFile(ctx), Size: fi.Size(), Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
 			if !errors.Is(err, rollouts.ErrClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}
 			// Forced, with the cluster out of reach: this node alone.
 			r.say("upgrade: %v; forced: installing on this node alone", err)
 			published = ""
+		}
+		if !src.rollout && !partsChecked {
+			r.say("upgrade: %s on %s: checking every part before anything is written", name, src.what)
+			if v, err = uf.Verify(ctx, keys); err != nil {
+				return err
+			}
 		}
 		if r.o.InPlace != nil {
 			if a := r.o.InPlace.Named(); a != "" {

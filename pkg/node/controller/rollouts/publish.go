@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 	"time"
 
@@ -38,9 +38,13 @@ var errForceNeedsInstruction = errors.New("a forced upgrade of a cluster needs a
 // Upgrade is a verified upgrade file a person brought, to hand to the
 // cluster.
 type Upgrade struct {
-	// Path is the file on the host, Manifest its verified manifest and
-	// Digest the manifest's digest.
-	Path     string
+	// File reads the upgrade file whole and checks every part against
+	// its signed manifest on the way (upgrade.Verified.WholeFile), and
+	// Size is the file's size: the share keeps the one copy Publish makes
+	// only if every part matched. Manifest is its manifest, whose
+	// signature is verified, and Digest the manifest's digest.
+	File     io.Reader
+	Size     int64
 	Manifest upgrade.Manifest
 	Digest   string
 	// Signed is the signed manifest and any verified force instruction,
@@ -97,17 +101,8 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open(u.Path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	c.Node.Say("upgrade: copying %s into this node's upgrade share, from which every node of the cluster fetches it", u.Manifest.Version)
-	art, err := share.Add(ctx, f, fi.Size(), u.Manifest.Version)
+	c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
+	art, err := share.Add(ctx, u.File, u.Size, u.Manifest.Version)
 	if err != nil {
 		return "", err
 	}
