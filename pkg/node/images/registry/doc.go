@@ -5,8 +5,12 @@
 // Content comes from Stores: a read-only OCI image layout (OpenLayout), and a
 // writable on-disk Cache (OpenCache) that holds side-loaded bundles and
 // content pulled through from peer nodes. Every manifest and blob is hashed
-// and compared with its digest before this process serves it for the first
-// time; content that does not match is never served. A side-loaded layout
+// and compared with its digest before this process serves it whole for the
+// first time; content that does not match is never served whole. A blob of
+// some MiB asked for whole is hashed as it is sent, its last byte held
+// back until the hash is known (a mismatch cuts the connection before
+// it), so that an upgrade file of hundreds of MiB is read once, not twice,
+// and its peer gets the headers at once. A side-loaded layout
 // (Cache.Sideload) is untrusted: it is read through an os.Root with size
 // caps, it can never shadow a tag of the slot's bundle (WithBundle), it
 // moves a tag the cache has only when signed to say so (SignedBy), and it

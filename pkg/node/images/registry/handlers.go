@@ -113,6 +113,13 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name, ns, dig
 		writeError(w, http.StatusBadRequest, codeDigestInvalid, "invalid digest", err.Error())
 		return
 	}
+	if r.Method == http.MethodGet && r.Header.Get("Range") == "" {
+		if u := s.openUnhashed(ctx, d); u != nil {
+			defer u.c.Close()
+			s.streamVerified(w, u, d)
+			return
+		}
+	}
 	c, oerr := s.openVerified(ctx, d)
 	if oerr != nil && s.peers != nil && !fromPeer(r) {
 		if err := s.pullBlob(ctx, name, ns, d); err == nil {
@@ -204,16 +211,27 @@ func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) 
 				"store", src.key, "digest", d, "path", c.Path, "err", err)
 		}
 		if src.cache {
-			s.verify.forget(key)
-			if err := s.cache.remove(d); err != nil {
-				s.log.Warn("registry: remove corrupt cache blob", "digest", d, "err", err)
-			}
+			s.forgetCorrupt(src, key, d)
 		}
 	}
 	if mismatch {
 		return nil, fmt.Errorf("%s: %w", d, ErrDigestMismatch)
 	}
 	return nil, fmt.Errorf("%s: %w", d, ErrNotFound)
+}
+
+// forgetCorrupt records that src's content of digest d (its verifier key
+// key) does not match it: a cache copy is deleted, to be fetched again,
+// and what another store holds is remembered as corrupt.
+func (s *Server) forgetCorrupt(src source, key string, d v1.Hash) {
+	if !src.cache {
+		s.verify.markBad(key)
+		return
+	}
+	s.verify.forget(key)
+	if err := s.cache.remove(d); err != nil {
+		s.log.Warn("registry: remove corrupt cache blob", "digest", d, "err", err)
+	}
 }
 
 // sniff reads the media type of a manifest whose descriptor lacks one.

@@ -223,6 +223,23 @@ func (v *verifier) markGood(key string) {
 	v.store(key, true)
 }
 
+// lookup returns what is known about key: whether its content matched,
+// and whether that is known at all.
+func (v *verifier) lookup(key string) (ok, known bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ok, known = v.results[key]
+	return ok, known
+}
+
+// markBad records content known not to match (hashed while it was
+// served).
+func (v *verifier) markBad(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.store(key, false)
+}
+
 // forget drops what is known about key.
 func (v *verifier) forget(key string) {
 	v.mu.Lock()
