@@ -522,7 +522,9 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		arm, res = p.arm, p.res
 		c.Node.Say("rollout: upgrading this node to %s, staged in slot %s before its turn", ro.Version, res.Slot)
 	} else {
-		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot before draining", ro.Version)
+		// Whether the node then drains is known once the slot is
+		// written (Node.InPlace compares it with the running one).
+		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot while this node serves", ro.Version)
 		if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
 			return
 		}
