@@ -362,8 +362,9 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		// it was copied into a control plane's share from a stick that
 		// node read whole, and fetched from there by digest; a second
 		// whole pass over it (5 to 6 minutes under emulation) would
-		// check nothing that the copy into the slot does not
-		// (CopyPart) before the slot can boot.
+		// check nothing that the install does not before the slot can
+		// boot (its kernel and initramfs hashed as they are copied, its
+		// root filesystem read back and hashed).
 		if src.rollout {
 			r.say("upgrade: %s on %s: checking its signature; every part is checked as it is written", name, src.what)
 		}

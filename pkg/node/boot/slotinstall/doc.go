@@ -26,10 +26,11 @@
 //     target is the slot installed last (bootloader.PreferGrub): GRUB
 //     tries it first once it has an entry, as systemd-boot does by its
 //     sort key, and boots the running slot until then.
-//  3. Rootfs: the squashfs is copied into the target's partition (hashed
-//     again on the way, upgrade.Verified.CopyPart), synced, and read back
-//     from the disk and hashed, to catch a disk that loses writes. Cut
-//     during: a partial slot that nothing boots.
+//  3. Rootfs: the squashfs is copied into the target's partition, synced,
+//     and read back from the disk and hashed against the signed manifest,
+//     which catches both a file that changed after it was verified and a
+//     disk that loses writes (the file's part is then hashed again to say
+//     which). Cut during: a partial slot that nothing boots.
 //  4. Kernel and initramfs, each in terrarium/<slot>/ on the ESP: the old
 //     NAME (and a NAME.new left over) is removed; NAME.new is written,
 //     synced and read back; then it is renamed to NAME and the directory

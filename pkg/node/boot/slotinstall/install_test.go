@@ -336,7 +336,9 @@ func TestInstallFileChangedAfterVerify(t *testing.T) {
 	file.data[i+5000] ^= 1
 
 	_, err := Install(context.Background(), n.options(v))
-	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch, "told from a disk that lost a write")
+	assert.NotErrorIs(t, err, ErrReadBack)
+	assert.ErrorContains(t, err, "holds other bytes than the manifest's ")
 	assert.Equal(t, "terrarium-a.conf", n.requireBootable().name.file)
 
 	file.data[i+5000] ^= 1
