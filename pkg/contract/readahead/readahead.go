@@ -40,22 +40,30 @@ type chunk struct {
 // before it returns. It returns the bytes written and the first error.
 func Copy(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	free := make(chan []byte, Depth)
 	for range Depth {
 		free <- make([]byte, BufferSize)
 	}
 	full := make(chan chunk, Depth)
 	done := make(chan struct{})
+	var panicked any // the reader's panic, raised again in the caller
 	go func() {
 		defer close(done)
 		defer close(full)
+		defer func() { panicked = recover() }()
 		read(ctx, src, free, full)
 	}()
-	n, err := write(ctx, dst, free, full)
-	cancel() // the reader, if still reading ahead, stops at its next buffer
-	<-done
-	return n, err
+	// However the writer ends (a panic in dst too), the reader is
+	// stopped, at its next buffer, and waited for: src is never read
+	// after Copy returns.
+	defer func() {
+		cancel()
+		<-done
+		if panicked != nil {
+			panic(panicked)
+		}
+	}()
+	return write(ctx, dst, free, full)
 }
 
 // read fills free buffers from src and hands them over on full, ending

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,11 +53,19 @@ func TestCopySourceError(t *testing.T) {
 	assert.Equal(t, int64(2*BufferSize+7), n)
 }
 
-// countingReader counts its reads of an endless stream.
-type countingReader struct{ reads int }
+// countingReader counts its reads of an endless stream, and fails the
+// test if it is read once returned is set.
+type countingReader struct {
+	t        *testing.T
+	reads    atomic.Int64
+	returned atomic.Bool
+}
 
 func (c *countingReader) Read(p []byte) (int, error) {
-	c.reads++
+	if c.returned.Load() {
+		c.t.Error("read after Copy returned")
+	}
+	c.reads.Add(1)
 	return len(p), nil
 }
 
@@ -66,27 +76,47 @@ func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
 
 func TestCopyDestinationErrorStopsTheReader(t *testing.T) {
 	full := errors.New("no space left on device")
-	src := &countingReader{}
+	src := &countingReader{t: t}
 	_, err := Copy(t.Context(), failingWriter{full}, src)
+	src.returned.Store(true)
 	require.ErrorIs(t, err, full)
-	// Copy waited for its reader: no read happens after it returned, and
-	// none went beyond the buffers in flight.
-	reads := src.reads
-	assert.LessOrEqual(t, reads, Depth+1)
-	assert.Equal(t, reads, src.reads)
+	// None went beyond the buffers in flight, and (countingReader) none
+	// after Copy returned.
+	assert.LessOrEqual(t, src.reads.Load(), int64(Depth+1))
+	time.Sleep(10 * time.Millisecond) // a reader left running would read now
 }
+
+// A panic in the source is raised in Copy's caller, after the writer
+// stopped; one in the destination stops the reader before it goes on.
+func TestCopyPanics(t *testing.T) {
+	assert.PanicsWithValue(t, "bad stick", func() {
+		_, _ = Copy(t.Context(), io.Discard, readerFunc(func([]byte) (int, error) { panic("bad stick") }))
+	})
+	src := &countingReader{t: t}
+	assert.PanicsWithValue(t, "bad disk", func() {
+		_, _ = Copy(t.Context(), writerFunc(func([]byte) (int, error) { panic("bad disk") }), src)
+	})
+	src.returned.Store(true)
+	time.Sleep(10 * time.Millisecond)
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 func TestCopyContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := Copy(ctx, io.Discard, &countingReader{})
+	src := &countingReader{t: t}
+	_, err := Copy(ctx, io.Discard, src)
 	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, src.reads.Load(), "nothing read once cancelled")
 
 	// Cancelled mid-way, by the writer.
 	ctx, cancel = context.WithCancel(t.Context())
 	defer cancel()
 	w := writerFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
-	_, err = Copy(ctx, w, &countingReader{})
+	_, err = Copy(ctx, w, &countingReader{t: t})
 	require.ErrorIs(t, err, context.Canceled)
 }
 

@@ -44,12 +44,13 @@ func (f *File) Verify(ctx context.Context, trusted []signature.PublicKey) (*Veri
 // trusted keys, and reads no part: each part is checked only as CopyPart
 // copies it, which fails with ErrHashMismatch or ErrTruncated on the
 // first part that differs. It is for a file the node fetched or copied
-// itself from one a person brought, whose parts go nowhere but through
-// CopyPart into a slot that is not booted until every part was copied
-// whole: reading the file twice (once to check, once to write) costs a
-// whole pass over it. A file a person brings is checked with Verify,
-// before anything is written. Its errors are Verify's, but
-// ErrHashMismatch.
+// itself from one a person brought, whose parts go nowhere but into a
+// slot that is not booted until every part was checked (CopyPart, or a
+// read-back hashed against the manifest): reading the file twice (once
+// to check, once to write) costs a whole pass over it. A file a person
+// brings is checked with Verify before anything is written, or copied
+// through WholeFile, which checks it as it goes, into a place that keeps
+// it only whole. Its errors are Verify's, but ErrHashMismatch.
 func (f *File) VerifySignature(trusted []signature.PublicKey) (*Verified, error) {
 	signer, err := f.verifySignature(trusted)
 	if err != nil {

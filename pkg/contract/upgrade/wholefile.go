@@ -61,7 +61,7 @@ func (w *wholeFile) Read(p []byte) (int, error) {
 		w.err = w.truncated()
 		return n, w.err
 	case err != nil:
-		w.err = &Error{File: w.f.name, Detail: fmt.Sprintf("read at byte %d", w.off), Err: err}
+		w.err = &Error{File: w.f.name, Member: w.member(), Detail: fmt.Sprintf("read at byte %d", w.off), Err: err}
 		return n, w.err
 	}
 	return n, nil
@@ -108,9 +108,17 @@ func (w *wholeFile) checkedAll() error {
 // truncated is the error of a file that ended before its size, naming the
 // part it ended in.
 func (w *wholeFile) truncated() error {
-	member := ""
+	return &Error{File: w.f.name, Member: w.member(), Detail: fmt.Sprintf("ended after %d of its %d bytes", w.off, w.f.size), Err: ErrTruncated}
+}
+
+// member names the part whose data holds byte w.off, "" between parts
+// (the manifest, its signature, a member's header, padding).
+func (w *wholeFile) member() string {
 	if w.part < len(w.f.parts) {
-		member = w.f.parts[w.part].info.Name
+		s := w.f.parts[w.part]
+		if w.off >= s.offset && w.off < s.offset+s.info.Size {
+			return s.info.Name
+		}
 	}
-	return &Error{File: w.f.name, Member: member, Detail: fmt.Sprintf("ended after %d of its %d bytes", w.off, w.f.size), Err: ErrTruncated}
+	return ""
 }

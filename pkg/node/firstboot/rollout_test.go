@@ -555,6 +555,8 @@ func onlyOwnStatus(t *testing.T, c *fakeCluster) {
 func TestOneStickUpgradesTheCluster(t *testing.T) {
 	c, cp, w, _ := rolloutCluster(t)
 	assert.Contains(t, cp.e.console.String(), "upgrade: 1.3.0 is rolling out to the cluster's 2 nodes, one at a time, control planes first")
+	assert.Contains(t, cp.e.console.String(), "checking every part on the way")
+	assert.NotContains(t, cp.e.console.String(), "every part before anything is written", "the stick is read once")
 	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls())
 	assert.Equal(t, rollout.NodeTrial, c.statusOf(t, "cp-1").Phase, "cp-1 reports in its own object")
 	assert.Equal(t, rollout.NodeWaiting, c.phaseOf(t, "w-1"))
@@ -1136,6 +1138,45 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 		fi, err := b.Info()
 		require.NoError(t, err)
 		assert.Less(t, fi.Size(), int64(1024), "no copy of the file is kept: %s", b.Name())
+	}
+}
+
+// A forced stick in a control plane whose API is out of reach installs on
+// that node alone: not copied into the share, so its every part is
+// checked before the slot is written, and a damaged one is refused with
+// nothing written.
+func TestForcedStickWithTheAPIOutOfReachIsCheckedWhole(t *testing.T) {
+	for _, damaged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("damaged=%v", damaged), func(t *testing.T) {
+			key, pub, err := signature.GenerateKey()
+			require.NoError(t, err)
+			c := newFakeCluster()
+			cp := newRolloutNode(t, c, "cp-1", pub)
+			cp.o.Rollout.Admin = func() (rollouts.AdminAPI, error) {
+				return nil, errors.New("dial tcp 10.77.0.10:6443: connection refused")
+			}
+			cp.e.upgradeStick(key, "/stick", "1.3.0")
+			cp.e.write("/stick/terrarium-1.3.0.upgrade.force", forceOf(t, cp.e, key, "/stick/terrarium-1.3.0.upgrade", inTime))
+			if damaged {
+				damagePart(t, cp.e.path("/stick/terrarium-1.3.0.upgrade"), "vmlinuz of 1.3.0")
+			}
+			cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+			if damaged {
+				cp.e.runWatching(t, cp.o, stepsSay(cp.e, "upgrade=refused"))
+			} else {
+				cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+			}
+			console := cp.e.console.String()
+			assert.Contains(t, console, "forced: installing on this node alone")
+			assert.Contains(t, console, "checking every part before anything is written")
+			if damaged {
+				assert.Contains(t, console, "upgrade refused, nothing was written: ")
+				assert.Contains(t, console, "member vmlinuz: sha256 ")
+				assert.Empty(t, cp.inst.calls())
+				return
+			}
+			assert.Equal(t, []string{"1.3.0"}, cp.inst.calls())
+		})
 	}
 }
 

@@ -113,7 +113,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name, ns, dig
 		writeError(w, http.StatusBadRequest, codeDigestInvalid, "invalid digest", err.Error())
 		return
 	}
-	if r.Method == http.MethodGet && r.Header.Get("Range") == "" {
+	if wholeGet(r) {
 		if u := s.openUnhashed(ctx, d); u != nil {
 			defer u.c.Close()
 			s.streamVerified(w, u, d)
@@ -211,7 +211,7 @@ func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) 
 				"store", src.key, "digest", d, "path", c.Path, "err", err)
 		}
 		if src.cache {
-			s.forgetCorrupt(src, key, d)
+			s.removeCorrupt(key, d)
 		}
 	}
 	if mismatch {
@@ -220,14 +220,9 @@ func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) 
 	return nil, fmt.Errorf("%s: %w", d, ErrNotFound)
 }
 
-// forgetCorrupt records that src's content of digest d (its verifier key
-// key) does not match it: a cache copy is deleted, to be fetched again,
-// and what another store holds is remembered as corrupt.
-func (s *Server) forgetCorrupt(src source, key string, d v1.Hash) {
-	if !src.cache {
-		s.verify.markBad(key)
-		return
-	}
+// removeCorrupt deletes the cache's copy of digest d (its verifier key
+// key), which does not match it, to be fetched again.
+func (s *Server) removeCorrupt(key string, d v1.Hash) {
 	s.verify.forget(key)
 	if err := s.cache.remove(d); err != nil {
 		s.log.Warn("registry: remove corrupt cache blob", "digest", d, "err", err)

@@ -78,7 +78,10 @@ func New(opts ...Option) (*Server, error) {
 // Stats reports counters since the server was created.
 func (s *Server) Stats() Stats { return s.stats.snapshot() }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. It may panic with
+// http.ErrAbortHandler to cut a blob's response short (streamVerified):
+// a handler wrapping it must let that panic through to net/http, which
+// closes the connection, and never write the rest of such a response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 	rt, ok := parseRoute(r.URL.Path)

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -101,13 +103,74 @@ func TestCorruptBigBlobIsCutShort(t *testing.T) {
 	assert.Contains(t, logs.String(), path)
 }
 
-// A HEAD and a range GET of a big blob not hashed yet hash it first, as
+// A range GET and a HEAD of a big blob not hashed yet hash it first, as
 // for any blob: only a whole GET can be cut short.
-func TestBigBlobRangeIsHashedFirst(t *testing.T) {
+func TestBigBlobRangeAndHeadAreHashedFirst(t *testing.T) {
 	s, _, path, url, _ := bigBlobServer(t)
 	corrupt(t, path)
 	resp, body, err := getWhole(t, url, http.Header{"Range": {"bytes=0-9"}})
 	require.NoError(t, err)
 	wantError(t, resp, body, http.StatusNotFound, codeBlobUnknown)
 	assert.Equal(t, int64(1), s.Stats().Mismatches)
+
+	s, _, _, url, size := bigBlobServer(t)
+	resp, body = do(t, http.MethodHead, url, nil)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, size, resp.ContentLength)
+	assert.Empty(t, body)
+	assert.Equal(t, int64(1), s.Stats().Verifications, "hashed before the HEAD was answered")
+	_, body, err = getWhole(t, url, nil)
+	require.NoError(t, err)
+	assert.Equal(t, size, int64(len(body)))
+	assert.Equal(t, int64(1), s.Stats().Verifications, "and not again for the GET")
+}
+
+// Whole GETs of a big blob at the same time share one hash: the first
+// streams it, the others wait for its outcome and are then served it.
+func TestConcurrentFirstGetsOfABigBlobShareOneHash(t *testing.T) {
+	s, _, path, url, _ := bigBlobServer(t)
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	bodies := make([][]byte, 4)
+	errs := make([]error, 4)
+	for i := range bodies {
+		wg.Go(func() { _, bodies[i], errs[i] = getWhole(t, url, nil) })
+	}
+	wg.Wait()
+	for i := range bodies {
+		require.NoError(t, errs[i])
+		assert.Equal(t, want, bodies[i], "request %d", i)
+	}
+	assert.Equal(t, int64(1), s.Stats().Verifications)
+}
+
+// A corrupt big blob in the first of two stores cuts the first GET short;
+// the client's retry is served the second store's intact copy.
+func TestCorruptBigBlobRetryIsServedFromTheNextStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "layout")
+	img := ociImage(t, "amd64", 1, streamMin+1)
+	p, err := layout.Write(dir, empty.Index)
+	require.NoError(t, err)
+	require.NoError(t, p.AppendImage(img, layout.WithAnnotations(refAnnotations(toolsRef))))
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	out, err := exec.Command("cp", "-a", dir, copyDir).CombinedOutput()
+	require.NoError(t, err, "cp: %s", out)
+	first, err := OpenLayout(dir)
+	require.NoError(t, err)
+	second, err := OpenLayout(copyDir)
+	require.NoError(t, err)
+	hs, _, _ := startServer(t, WithStores(first, second))
+	path, d := layerPath(t, dir, img)
+	corrupt(t, path)
+	want, err := os.ReadFile(filepath.Join(copyDir, "blobs", "sha256", d.Hex))
+	require.NoError(t, err)
+	url := hs.URL + "/v2/x/blobs/" + d.String()
+
+	_, _, err = getWhole(t, url, nil)
+	require.Error(t, err, "the corrupt copy is cut short")
+	resp, body, err := getWhole(t, url, nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, want, body)
 }

@@ -51,7 +51,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // Stats counts what a Server has done since it was created.
 type Stats struct {
-	// Verifications counts content hashed before first being served.
+	// Verifications counts content hashed the first time it is served:
+	// before it is sent, or (a big blob asked for whole) as it is sent.
 	Verifications int64
 	// VerifiedBytes is the total size of that content.
 	VerifiedBytes int64
@@ -181,7 +182,36 @@ func (v *verifier) abandon(f *flight) bool {
 // hashDetached hashes c for f and records the outcome; it closes c if the
 // request that started it gave up meanwhile.
 func (v *verifier) hashDetached(key string, f *flight, c *Content, want v1.Hash, rememberBad bool) {
-	err := v.hash(c, want)
+	if v.settle(key, f, v.hash(c, want), rememberBad) {
+		_ = c.Close() // read only
+	}
+}
+
+// claim starts a flight for key when nothing is known of its content and
+// no hash of it is under way, for a caller that hashes it itself (a blob
+// hashed as it is served) and then settles the flight: requests for the
+// same content meanwhile wait for its outcome (verify). Otherwise it
+// returns nil, and what is known: ok, and known.
+func (v *verifier) claim(key string) (f *flight, ok, known bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if ok, known := v.results[key]; known {
+		return nil, ok, true
+	}
+	if _, busy := v.inflight[key]; busy {
+		return nil, false, false
+	}
+	f = &flight{done: make(chan struct{})}
+	v.inflight[key] = f
+	return f, false, false
+}
+
+// settle records err, the outcome of f's hash of key's content, and wakes
+// the requests waiting for it; a mismatch is remembered under
+// rememberBad, any other error not at all (a waiter then hashes the
+// content itself). It reports whether the request that started the hash
+// gave up meanwhile.
+func (v *verifier) settle(key string, f *flight, err error, rememberBad bool) (abandoned bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.inflight, key)
@@ -193,9 +223,7 @@ func (v *verifier) hashDetached(key string, f *flight, c *Content, want v1.Hash,
 	}
 	f.err = err
 	close(f.done)
-	if f.abandoned {
-		_ = c.Close() // read only
-	}
+	return f.abandoned
 }
 
 // hash reads c to its end whatever becomes of the request that wanted it
@@ -221,23 +249,6 @@ func (v *verifier) markGood(key string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.store(key, true)
-}
-
-// lookup returns what is known about key: whether its content matched,
-// and whether that is known at all.
-func (v *verifier) lookup(key string) (ok, known bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	ok, known = v.results[key]
-	return ok, known
-}
-
-// markBad records content known not to match (hashed while it was
-// served).
-func (v *verifier) markBad(key string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.store(key, false)
 }
 
 // forget drops what is known about key.
