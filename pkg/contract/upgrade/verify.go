@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
@@ -97,6 +98,12 @@ func (f *File) copySection(ctx context.Context, dst io.Writer, s section) error 
 	case n != s.info.Size:
 		return &Error{File: f.name, Member: s.info.Name, Detail: fmt.Sprintf("read %d of its %d bytes", n, s.info.Size), Err: ErrTruncated}
 	}
+	return f.checkSum(s, h)
+}
+
+// checkSum fails with ErrHashMismatch, naming the part, when h, the hash
+// of part s as read, differs from the manifest's.
+func (f *File) checkSum(s section, h hash.Hash) error {
 	if got := hexSum(h); got != s.info.SHA256 {
 		return &Error{File: f.name, Member: s.info.Name,
 			Detail: fmt.Sprintf("sha256 %s, the manifest says %s", got, s.info.SHA256), Err: ErrHashMismatch}

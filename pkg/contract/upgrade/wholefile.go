@@ -87,9 +87,8 @@ func (w *wholeFile) check(b []byte) error {
 		if pEnd > end {
 			return nil // the part goes on past b
 		}
-		if got := hexSum(w.h); got != s.info.SHA256 {
-			return &Error{File: w.f.name, Member: s.info.Name,
-				Detail: fmt.Sprintf("sha256 %s, the manifest says %s", got, s.info.SHA256), Err: ErrHashMismatch}
+		if err := w.f.checkSum(s, w.h); err != nil {
+			return err
 		}
 		w.part, w.h = w.part+1, nil
 	}

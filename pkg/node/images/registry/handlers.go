@@ -149,11 +149,16 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name, ns, dig
 // Range and conditional requests, and an *os.File body goes out through
 // sendfile.
 func serveContent(w http.ResponseWriter, r *http.Request, c *Content, mediaType string, d v1.Hash) {
-	h := w.Header()
+	contentHeaders(w.Header(), mediaType, d)
+	http.ServeContent(w, r, "", time.Time{}, c.Body)
+}
+
+// contentHeaders are the headers of content of digest d, served whole or
+// streamed (streamVerified).
+func contentHeaders(h http.Header, mediaType string, d v1.Hash) {
 	h.Set("Content-Type", mediaType)
 	h.Set("Docker-Content-Digest", d.String())
 	h.Set("ETag", `"`+d.String()+`"`)
-	http.ServeContent(w, r, "", time.Time{}, c.Body)
 }
 
 // resolve asks each local store in turn. The error matches
