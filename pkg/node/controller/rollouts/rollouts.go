@@ -463,6 +463,9 @@ func (c *Controller) endTurn(ctx context.Context, api API, me string, ro *rollou
 	}
 	c.Node.Note(StepName, step.Result(phase), detail)
 	c.Node.Say("rollout: this node is %s (%s)", phase, detail)
+	// The next look comes at once, not a poll later: a control plane
+	// then passes the turn on in the record without waiting.
+	c.next = time.Time{}
 	return true
 }
 

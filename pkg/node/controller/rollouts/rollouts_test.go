@@ -269,6 +269,18 @@ func TestLooksAtMostEveryPoll(t *testing.T) {
 	assert.Equal(t, "1.2.3", e.status(t).Version, "the node reports what it runs")
 }
 
+// A node whose turn ended done looks again at once, not a poll later: a
+// control plane passes the turn on in the record at its next look.
+func TestLooksAgainAtOnceAfterItsTurn(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.2.3", nil)
+	require.NoError(t, e.c.Reconcile(context.Background()))
+	require.Equal(t, rollout.NodeDone, e.status(t).Phase)
+	reads := e.api.readCount()
+	require.NoError(t, e.c.Reconcile(context.Background()))
+	assert.Greater(t, e.api.readCount(), reads, "read again with no time passed")
+}
+
 func TestUnverifiedTurnIsRefusedWithNothingDone(t *testing.T) {
 	e := newEnv(t)
 	e.roll(t, "1.3.0", &rollout.Instructions{Manifest: "not a manifest", ManifestSignature: "x"})
