@@ -184,7 +184,8 @@ func (s *Server) resolve(ctx context.Context, repo, ref string) (v1.Descriptor, 
 }
 
 // openVerified opens content by digest from the first local store that has
-// it intact. Content is hashed the first time it is served; corrupt content
+// it intact. Content is hashed the first time it is served (but for a
+// store whose readers check it, WithReaderCheckedStores); corrupt content
 // is logged and skipped (and deleted, if in the cache). The error matches
 // ErrDigestMismatch if only corrupt copies were found, else ErrNotFound.
 func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) {
@@ -196,6 +197,9 @@ func (s *Server) openVerified(ctx context.Context, d v1.Hash) (*Content, error) 
 				s.log.Warn("registry: open", "store", src.key, "digest", d, "err", err)
 			}
 			continue
+		}
+		if src.readerChecked {
+			return c, nil
 		}
 		key := src.key + "@" + d.String()
 		hashed, err := s.verify.verify(ctx, key, c, d, !src.cache)

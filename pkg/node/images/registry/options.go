@@ -18,6 +18,7 @@ type Option func(*options) error
 type options struct {
 	log           *slog.Logger
 	stores        []Store
+	readerChecked map[Store]bool // WithReaderCheckedStores
 	cache         *Cache
 	peers         []*url.URL
 	peerTLS       *tls.Config
@@ -81,6 +82,29 @@ func WithStores(stores ...Store) Option {
 			}
 		}
 		o.stores = append(o.stores, stores...)
+		return nil
+	}
+}
+
+// WithReaderCheckedStores adds stores as WithStores does, whose content
+// the server sends as it is on disk, without hashing it first: content
+// every reader checks against its digest itself, for which a hash here
+// would only cost the serving node a pass over it (the upgrade share,
+// whose blobs a fetching peer checks against their digests, and the parts
+// among them its installer again against the signed manifest). A corrupt
+// blob there reaches its reader, which refuses it.
+func WithReaderCheckedStores(stores ...Store) Option {
+	add := WithStores(stores...)
+	return func(o *options) error {
+		if err := add(o); err != nil {
+			return fmt.Errorf("WithReaderCheckedStores: %w", err)
+		}
+		if o.readerChecked == nil {
+			o.readerChecked = map[Store]bool{}
+		}
+		for _, s := range stores {
+			o.readerChecked[s] = true
+		}
 		return nil
 	}
 }

@@ -37,6 +37,8 @@ type source struct {
 	key   string
 	store Store
 	cache bool // the writable cache: corrupt content is deleted
+	// readerChecked content is served unhashed (WithReaderCheckedStores).
+	readerChecked bool
 }
 
 // New creates a Server. Stores (WithStores) are consulted in order, then the
@@ -61,7 +63,7 @@ func New(opts ...Option) (*Server, error) {
 		if c, ok := st.(*Cache); ok && c == o.cache {
 			continue // added last, below
 		}
-		s.sources = append(s.sources, source{key: fmt.Sprintf("store%d", i), store: st})
+		s.sources = append(s.sources, source{key: fmt.Sprintf("store%d", i), store: st, readerChecked: o.readerChecked[st]})
 	}
 	if o.cache != nil {
 		s.sources = append(s.sources, source{key: "cache", store: o.cache, cache: true})

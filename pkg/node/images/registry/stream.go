@@ -52,16 +52,17 @@ type unhashed struct {
 // least streamMin bytes and nothing is known of it, nor is it being
 // hashed (the verifier's flight is then this request's). It returns nil
 // when that store's content is known intact, or is being hashed, or is
-// smaller, or no store holds d: openVerified then serves it as before (a
-// request meanwhile waits for the stream's hash). A store known to hold d
-// corrupt is passed over.
+// smaller, or is its readers' to check (WithReaderCheckedStores), or no
+// store holds d: openVerified then serves it as before (a request
+// meanwhile waits for the stream's hash). A store known to hold d corrupt
+// is passed over.
 func (s *Server) openUnhashed(ctx context.Context, d v1.Hash) *unhashed {
 	for _, src := range s.sources {
 		c, err := src.store.Open(ctx, d)
 		if err != nil {
 			continue // openVerified logs what it finds
 		}
-		if c.Size < streamMin {
+		if c.Size < streamMin || src.readerChecked {
 			_ = c.Close() // read only
 			return nil
 		}

@@ -23,6 +23,13 @@ import (
 // more than streamMin bytes, and returns the layer's path and URL.
 func bigBlobServer(t *testing.T) (s *Server, logs *lockedBuffer, path, url string, size int64) {
 	t.Helper()
+	return bigBlobServerWith(t, WithStores)
+}
+
+// bigBlobServerWith is bigBlobServer with the layout added by stores
+// (WithStores or WithReaderCheckedStores).
+func bigBlobServerWith(t *testing.T, stores func(...Store) Option) (s *Server, logs *lockedBuffer, path, url string, size int64) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "layout")
 	img := ociImage(t, "amd64", 1, streamMin+12345)
 	p, err := layout.Write(dir, empty.Index)
@@ -34,7 +41,7 @@ func bigBlobServer(t *testing.T) (s *Server, logs *lockedBuffer, path, url strin
 	require.GreaterOrEqual(t, fi.Size(), int64(streamMin))
 	st, err := OpenLayout(dir)
 	require.NoError(t, err)
-	hs, s, logs := startServer(t, WithStores(st))
+	hs, s, logs := startServer(t, stores(st))
 	return s, logs, path, hs.URL + "/v2/ghcr.io/acme/tools/blobs/" + d.String(), fi.Size()
 }
 
@@ -173,4 +180,44 @@ func TestCorruptBigBlobRetryIsServedFromTheNextStore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, want, body)
+}
+
+// A store whose readers check its content (the upgrade share) is served
+// as it is on disk: nothing is hashed, whole GET, range or HEAD, and a
+// corrupt blob goes out whole for its reader to refuse.
+func TestReaderCheckedStoreIsServedUnhashed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		corrupt bool
+	}{{"intact", false}, {"corrupt", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, path, url, size := bigBlobServerWith(t, WithReaderCheckedStores)
+			if tc.corrupt {
+				corrupt(t, path)
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err)
+
+			resp, body, err := getWhole(t, url, nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Equal(t, size, resp.ContentLength)
+			assert.Equal(t, want, body, "the blob as it is on disk")
+			resp, body, err = getWhole(t, url, http.Header{"Range": {"bytes=10-19"}})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusPartialContent, resp.StatusCode)
+			assert.Equal(t, want[10:20], body)
+			st := s.Stats()
+			assert.Zero(t, st.Verifications, "nothing hashed")
+			assert.Zero(t, st.VerifiedBytes)
+			assert.Zero(t, st.Mismatches)
+		})
+	}
+}
+
+// WithReaderCheckedStores refuses a nil store, as WithStores does.
+func TestReaderCheckedStoresRefuseNil(t *testing.T) {
+	_, err := New(WithReaderCheckedStores(nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "WithReaderCheckedStores")
 }

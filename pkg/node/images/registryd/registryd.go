@@ -118,14 +118,19 @@ func Run(ctx context.Context, o Options) error {
 		stores = append(stores, o.OtherSlot)
 		go o.OtherSlot.Serve(ctx)
 	}
+	// The upgrade share is served as it is: a fetching peer checks every
+	// blob against its digest and its installer every part against the
+	// signed manifest, so that hashing it here too would only cost this
+	// node, which serves every peer, a pass over each upgrade.
+	var share []registry.Store
 	if o.UpgradesDir != "" {
-		stores = append(stores, registry.OpenLiveLayout(o.UpgradesDir, registry.WithLogger(o.Log)))
+		share = append(share, registry.OpenLiveLayout(o.UpgradesDir, registry.WithLogger(o.Log)))
 	}
 	cache, err := registry.OpenCache(o.CacheDir, cacheOpts...)
 	if err != nil {
 		return fmt.Errorf("open registry cache: %w", err)
 	}
-	opts := []registry.Option{registry.WithStores(stores...), registry.WithCache(cache), registry.WithLogger(o.Log)}
+	opts := []registry.Option{registry.WithStores(stores...), registry.WithReaderCheckedStores(share...), registry.WithCache(cache), registry.WithLogger(o.Log)}
 	// The cluster CA checks the peers we ask and the peers that ask us.
 	var pool *x509.CertPool
 	if len(cfg.Peers) > 0 || cfg.Serve {
