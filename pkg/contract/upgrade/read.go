@@ -14,7 +14,6 @@ import (
 // trusted yet: Verify checks the signature and the parts.
 type File struct {
 	r        io.ReaderAt
-	size     int64
 	name     string
 	manifest Manifest
 	raw      []byte // manifest.json's bytes
@@ -106,7 +105,7 @@ func (p *parser) parse() (*File, error) {
 	if p.size < 0 {
 		return nil, p.fail("", ErrMalformed, "negative size %d", p.size)
 	}
-	f := &File{r: p.r, size: p.size, name: p.name}
+	f := &File{r: p.r, name: p.name}
 	if err := p.readManifest(f); err != nil {
 		return nil, err
 	}

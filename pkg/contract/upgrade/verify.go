@@ -49,9 +49,10 @@ func (f *File) Verify(ctx context.Context, trusted []signature.PublicKey) (*Veri
 // slot that is not booted until every part was checked (CopyPart, or a
 // read-back hashed against the manifest): reading the file twice (once
 // to check, once to write) costs a whole pass over it. A file a person
-// brings is checked with Verify before anything is written, or copied
-// through WholeFile, which checks it as it goes, into a place that keeps
-// it only whole. Its errors are Verify's, but ErrHashMismatch.
+// brings is checked with Verify before anything is written, or its parts
+// are copied each checked against the manifest's digest of it into a
+// place that keeps what matched (the upgrade share). Its errors are
+// Verify's, but ErrHashMismatch.
 func (f *File) VerifySignature(trusted []signature.PublicKey) (*Verified, error) {
 	signer, err := f.verifySignature(trusted)
 	if err != nil {
@@ -113,6 +114,11 @@ func (f *File) checkSum(s section, h hash.Hash) error {
 
 // Manifest returns the verified manifest.
 func (v *Verified) Manifest() Manifest { return v.f.manifest.clone() }
+
+// SignedManifest returns manifest.json's and manifest.json.sig's bytes,
+// as File.SignedManifest does: with the parts, all Assemble needs to make
+// the file again.
+func (v *Verified) SignedManifest() (manifest, sig []byte) { return v.f.SignedManifest() }
 
 // Signer returns the trusted key that signed the manifest.
 func (v *Verified) Signer() signature.PublicKey { return v.signer }

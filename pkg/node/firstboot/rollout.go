@@ -38,10 +38,10 @@ func (n rolloutSide) UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKe
 
 // Stage writes the rollout's upgrade into the other slot, staged; the
 // controller arms it once the node is drained, and reboots into it.
-func (n rolloutSide) Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy, beforeTurn bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
+func (n rolloutSide) Stage(ctx context.Context, cfg *machineconfig.Config, file rollouts.File, digest, record string, policy upgrade.Policy, beforeTurn bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	return n.r.stageUpgrade(ctx, cfg, upgradeSource{
 		what: "the cluster's rollout", record: record,
-		open:    func(fn func(path string) error) error { return fn(path) },
+		file:    file,
 		rollout: true, digest: digest, beforeTurn: beforeTurn,
 	}, policy)
 }

@@ -1107,8 +1107,8 @@ func TestWorkerStickPointsToAControlPlane(t *testing.T) {
 	assert.Empty(t, c.cms)
 }
 
-// A stick in a control plane is read once: its parts are checked as it
-// is copied into the upgrade share. One whose signature is good but whose
+// A stick in a control plane is read once: each part is checked as it is
+// copied into the upgrade share. One whose signature is good but whose
 // kernel differs is refused there, naming the part: the share keeps
 // nothing of it, the cluster's record names no rollout, and nothing is
 // written into a slot.
@@ -1126,7 +1126,7 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 	console := cp.e.console.String()
 	assert.Contains(t, console, "checking every part on the way")
 	assert.Contains(t, console, "upgrade refused, nothing was written: add upgrade 1.3.0 to the share: ")
-	assert.Contains(t, console, "terrarium-1.3.0.upgrade: member vmlinuz: sha256 ")
+	assert.Contains(t, console, "part vmlinuz differs from its signed manifest: content does not match its digest")
 	assert.Empty(t, cp.inst.calls(), "no slot written")
 	assert.Empty(t, c.record(t).Rollout, "no rollout started")
 	index, err := os.ReadFile(cp.e.path(layout.UpgradesDir + "/index.json"))
@@ -1137,7 +1137,7 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 	for _, b := range blobs {
 		fi, err := b.Info()
 		require.NoError(t, err)
-		assert.Less(t, fi.Size(), int64(1024), "no copy of the file is kept: %s", b.Name())
+		assert.Less(t, fi.Size(), int64(1024), "no part is kept: %s", b.Name())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -256,8 +257,11 @@ type upgradeSource struct {
 	what, record string
 	// removable: a stick, which the console says may be removed.
 	removable bool
-	// open calls fn with the upgrade file's path on the host.
+	// open calls fn with the upgrade file's path on the host; or, for
+	// a rollout's file, which the node's upgrade share reads, file is
+	// the file itself.
 	open func(fn func(path string) error) error
+	file rollouts.File
 	// rollout: the cluster's rollout installs it on this node; any other
 	// source on a node of a cluster hands it to the cluster's rollout.
 	rollout bool
@@ -270,6 +274,36 @@ type upgradeSource struct {
 	// API servers may be rebooting: the Kubernetes skew against them is
 	// checked at the arm, and a refusal is only said.
 	beforeTurn bool
+}
+
+// upgradeInput is an upgrade file as writeUpgrade reads it.
+type upgradeInput struct {
+	r    io.ReaderAt
+	size int64
+	// name names it on the console and in errors: the file's name.
+	name string
+	// path is the file's path on the host, beside which a force
+	// instruction may lie; "" for a rollout's file.
+	path string
+}
+
+// read calls fn with the upgrade file src holds.
+func (src upgradeSource) read(fn func(upgradeInput) error) error {
+	if src.file != nil {
+		return fn(upgradeInput{r: src.file, size: src.file.Size(), name: src.file.Name()})
+	}
+	return src.open(func(path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		return fn(upgradeInput{r: f, size: fi.Size(), name: filepath.Base(path), path: path})
+	})
 }
 
 // installUpgrade checks the signature and every part of the upgrade file
@@ -342,18 +376,9 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		// file is checked as it is written (see below).
 		partsChecked bool
 	)
-	err := src.open(func(path string) error {
-		name = filepath.Base(path)
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		uf, err := upgrade.Open(f, fi.Size(), upgrade.WithName(name))
+	err := src.read(func(in upgradeInput) error {
+		name = in.name
+		uf, err := upgrade.Open(in.r, in.size, upgrade.WithName(name))
 		if err != nil {
 			return err
 		}
@@ -381,7 +406,7 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		// the rollout) forces it.
 		var force string
 		if !src.rollout {
-			if force, err = r.forceBeside(cfg, path, digest, v.Manifest().Version); err != nil {
+			if force, err = r.forceBeside(cfg, in.path, digest, v.Manifest().Version); err != nil {
 				return err
 			}
 			if force != "" {
@@ -428,12 +453,13 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			return err
 		}
 		if r.rollouts.InRollout(cfg) && !src.rollout {
-			// The stick is read once: its parts are checked as it is
-			// copied into the share, which keeps the copy only if every
-			// part matched, before the cluster's record names it.
+			// The stick is read once: each part is checked as it is
+			// copied into the share, which keeps the parts only if
+			// every one matched, before the cluster's record names
+			// them.
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
-			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v.WholeFile(ctx), Size: fi.Size(), Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
+			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
 			if !errors.Is(err, rollouts.ErrClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}

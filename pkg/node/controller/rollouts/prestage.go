@@ -100,7 +100,14 @@ func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Confi
 	if v.Force != nil {
 		policy = upgrade.Force
 	}
-	arm, res := c.Node.Stage(ctx, cfg, share.FilePath(art), ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)
+	file, err := share.Open(art)
+	if err != nil {
+		return nil, nodestate.UpgradeResult{}, err
+	}
+	arm, res := c.Node.Stage(ctx, cfg, file, ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)
+	if err := file.Close(); err != nil {
+		c.Log.Warn("close the upgrade share's file", "err", err)
+	}
 	if res.Outcome == nodestate.OutcomeFailed {
 		// The write found the copy's bytes other than its signed
 		// manifest says (or the disk returned other bytes): a copy kept

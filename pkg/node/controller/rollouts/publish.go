@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -38,13 +37,11 @@ var errForceNeedsInstruction = errors.New("a forced upgrade of a cluster needs a
 // Upgrade is a verified upgrade file a person brought, to hand to the
 // cluster.
 type Upgrade struct {
-	// File reads the upgrade file whole and checks every part against
-	// its signed manifest on the way (upgrade.Verified.WholeFile), and
-	// Size is the file's size: the share keeps the one copy Publish makes
-	// only if every part matched. Manifest is its manifest, whose
-	// signature is verified, and Digest the manifest's digest.
-	File     io.Reader
-	Size     int64
+	// File is the upgrade file, its signature verified: Publish copies
+	// its parts into the share, each checked against the signed
+	// manifest on the way, and the share keeps them only if every part
+	// matched. Manifest is its manifest and Digest the manifest's digest.
+	File     *upgrade.Verified
 	Manifest upgrade.Manifest
 	Digest   string
 	// Signed is the signed manifest and any verified force instruction,
@@ -102,7 +99,7 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		return "", err
 	}
 	c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
-	art, err := share.Add(ctx, u.File, u.Size, u.Manifest.Version)
+	art, err := share.Add(ctx, u.File)
 	if err != nil {
 		return "", err
 	}

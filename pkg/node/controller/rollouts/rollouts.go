@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -83,14 +84,23 @@ type Options struct {
 	StaleTurn time.Duration
 }
 
+// File is a rollout's upgrade file as the node's upgrade share reads it
+// (upgradeshare.File): for upgrade.Open.
+type File interface {
+	io.ReaderAt
+	Size() int64
+	// Name names it on the console and in errors.
+	Name() string
+}
+
 // Node is what the controller asks of the node (firstboot): its upgrade
 // path, its reboot, and its console and journal.
 type Node interface {
 	controller.Reporter
 	// UpgradeKeys are the keys the node trusts for upgrades under cfg.
 	UpgradeKeys(cfg *machineconfig.Config) []signature.PublicKey
-	// Stage checks the upgrade file at path on the host, which must be
-	// the upgrade digest, and writes it into the other slot under policy,
+	// Stage checks the upgrade file, which must be the upgrade digest,
+	// and writes it into the other slot under policy,
 	// staged: the running slot still boots next. With the outcome
 	// nodestate.OutcomeStaged it returns arm, which makes the staged slot
 	// the next boot and records the upgrade in the node's journal, record
@@ -99,7 +109,7 @@ type Node interface {
 	// API servers it would check its Kubernetes skew with may be
 	// rebooting: arm checks that skew instead, and a refusal is only
 	// said, not shown as the node's message.
-	Stage(ctx context.Context, cfg *machineconfig.Config, path, digest, record string, policy upgrade.Policy, beforeTurn bool) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
+	Stage(ctx context.Context, cfg *machineconfig.Config, file File, digest, record string, policy upgrade.Policy, beforeTurn bool) (arm func(context.Context) nodestate.UpgradeResult, _ nodestate.UpgradeResult)
 	// InPlace says whether the upgrade Stage staged (staged, its result)
 	// changes nothing but Kubernetes (package inplace), and why or why
 	// not, in a clause for the console ("" when it was not looked at).

@@ -1,12 +1,15 @@
 package rollouts
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -141,7 +144,7 @@ var _ Node = (*fakeNode)(nil)
 
 func (*fakeNode) UpgradeKeys(*machineconfig.Config) []signature.PublicKey { return nil }
 
-func (n *fakeNode) Stage(context.Context, *machineconfig.Config, string, string, string, upgrade.Policy, bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
+func (n *fakeNode) Stage(context.Context, *machineconfig.Config, File, string, string, upgrade.Policy, bool) (func(context.Context) nodestate.UpgradeResult, nodestate.UpgradeResult) {
 	n.installs++
 	if n.staged.Outcome == nodestate.OutcomeStaged {
 		return func(context.Context) nodestate.UpgradeResult { n.arms++; return n.armed }, n.staged
@@ -444,7 +447,7 @@ func (e *env) rollStaged(t *testing.T) (*upgradeshare.Share, upgradeshare.Artifa
 	t.Helper()
 	share, err := upgradeshare.Open(e.c.Host.Path(layout.UpgradesDir))
 	require.NoError(t, err)
-	art, err := share.Add(context.Background(), strings.NewReader("an upgrade file"), 15, "1.3.0")
+	art, err := share.Add(context.Background(), smallUpgrade(t, "1.3.0"))
 	require.NoError(t, err)
 	_, err = rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
 		u := rollout.Upgrade{Digest: "sha256:" + fmt.Sprintf("%064x", 1), Version: "1.3.0", Ref: "upgrades/terrarium@" + art.Manifest.String()}
@@ -548,4 +551,30 @@ func TestTurnOfANodeRunningInPlaceRebootsFirst(t *testing.T) {
 	e.now = e.now.Add(e.c.Options.Poll)
 	require.NoError(t, e.c.Reconcile(context.Background()))
 	assert.Equal(t, 1, e.node.reboots)
+}
+
+// smallUpgrade is a signed upgrade file of version with small parts, its
+// signature verified.
+func smallUpgrade(t *testing.T, version string) *upgrade.Verified {
+	t.Helper()
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{3}, ed25519.SeedSize))
+	dir := t.TempDir()
+	var parts []upgrade.Part
+	for _, p := range []struct {
+		name string
+		role upgrade.Role
+	}{{"rootfs.squashfs", upgrade.RoleRootfs}, {"vmlinuz", upgrade.RoleKernel}, {"initrd.img", upgrade.RoleInitramfs}} {
+		path := filepath.Join(dir, p.name)
+		require.NoError(t, os.WriteFile(path, []byte("the bytes of "+p.name), 0o644))
+		parts = append(parts, upgrade.FilePart(p.name, p.role, path))
+	}
+	var buf bytes.Buffer
+	_, err := upgrade.Write(t.Context(), &buf, upgrade.Manifest{Version: version, Compatible: "terrarium", MinFromVersion: "1.2.0",
+		KubernetesVersion: "v1.36.3", EtcdVersion: "3.6.4", BuiltAt: "2026-01-01T00:00:00Z"}, parts, key)
+	require.NoError(t, err)
+	f, err := upgrade.Open(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	require.NoError(t, err)
+	v, err := f.VerifySignature([]signature.PublicKey{signature.PublicKeyOf(key)})
+	require.NoError(t, err)
+	return v
 }

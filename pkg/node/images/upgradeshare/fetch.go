@@ -20,12 +20,14 @@ type Peers interface {
 // Fetch makes sure the share holds the artifact whose manifest has digest
 // manifest, fetching it from a peer that serves it when it does not: the
 // manifest (checked against its digest and refused unless it is an
-// upgrade artifact of at most MaxFileSize), then the upgrade file,
-// checked against the manifest's digest of it before it is named in the
-// index. What a peer sends that does not match is not kept. A file that
-// would leave less than the reserve free (WithSpace) is refused before it
-// is fetched. The upgrade file's own signature is for the installer to
-// check.
+// upgrade artifact of at most MaxFileSize), then each of its blobs the
+// share does not hold yet, each checked against its digest before it is
+// kept, and the artifact is named in the index only once it holds them
+// all. What a peer sends that does not match is not kept; blobs that did
+// match stay for the next try, which fetches only what is missing. Blobs
+// that would leave less than the reserve free (WithSpace) are refused
+// before they are fetched. The upgrade file's own signature, and its parts
+// against it, are for the installer to check.
 func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artifact, error) {
 	if a, ok := s.Find(manifest); ok {
 		return a, nil
@@ -34,35 +36,52 @@ func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artif
 	if err != nil {
 		return Artifact{}, fmt.Errorf("fetch upgrade %s: %w", manifest, err)
 	}
-	file, version, err := parseManifest(raw)
+	a, err := parseManifest(raw)
 	if err != nil {
 		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", manifest, peer, err)
 	}
-	if err := s.checkSpace(version, file.Size); err != nil {
-		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", version, peer, err)
+	var missing []v1.Descriptor
+	var need int64
+	for _, l := range a.layers {
+		if !s.holds(l) {
+			missing = append(missing, l)
+			need += l.Size
+		}
 	}
-	body, _, err := peers.Blob(ctx, peer, layout.UpgradeRepository, file.Digest)
+	if err := s.checkSpace(a.Version, need); err != nil {
+		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", a.Version, peer, err)
+	}
+	for _, l := range missing {
+		if err := s.fetchBlob(ctx, peers, peer, l); err != nil {
+			return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %s: %w", a.Version, peer, l.Annotations[titleAnnotation], err)
+		}
+	}
+	return s.recordManifest(raw, manifest, a)
+}
+
+// fetchBlob fetches the blob of l from peer, kept only if it matches.
+func (s *Share) fetchBlob(ctx context.Context, peers Peers, peer string, l v1.Descriptor) error {
+	body, _, err := peers.Blob(ctx, peer, layout.UpgradeRepository, l.Digest)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("fetch upgrade %s: %w", version, err)
+		return err
 	}
 	defer body.Close()
-	if _, _, err := s.putBlob(ctx, body, &file.Digest, file.Size); err != nil {
-		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: its file: %w", version, peer, err)
-	}
-	return s.recordManifest(raw, manifest, file, version)
+	_, _, err = s.putBlob(ctx, body, &l.Digest, l.Size)
+	return err
 }
 
 // recordManifest keeps a fetched manifest as the peer served it (so its
 // digest stays the rollout's) and names it in the index.
-func (s *Share) recordManifest(raw []byte, manifest v1.Hash, file v1.Descriptor, version string) (Artifact, error) {
+func (s *Share) recordManifest(raw []byte, manifest v1.Hash, a Artifact) (Artifact, error) {
 	if _, _, err := s.putBlob(context.Background(), bytes.NewReader(raw), &manifest, int64(len(raw))); err != nil {
 		return Artifact{}, err
 	}
 	if _, _, err := s.putBlob(context.Background(), bytes.NewReader([]byte(emptyJSON)), nil, 2); err != nil {
 		return Artifact{}, err
 	}
-	if err := s.index(manifest, int64(len(raw)), version); err != nil {
+	if err := s.index(manifest, int64(len(raw)), a.Version); err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Manifest: manifest, File: file.Digest, Size: file.Size, Version: version}, nil
+	a.Manifest = manifest
+	return a, nil
 }

@@ -6,11 +6,16 @@
 //
 // Each upgrade file is one artifact: an OCI image manifest of
 // artifactType ArtifactType whose config is the empty descriptor and whose
-// one layer is the upgrade file itself, byte for byte. Its index.json
-// entry names it layout.UpgradeRepository:<version>. The layout is
-// written by one writer, firstboot: blobs first, each renamed into place
-// whole, then index.json replaced atomically, so that a reader (the
-// registry) and a power cut see the old layout or the new one.
+// layers are the file's manifest.json, its manifest.json.sig and its
+// parts, each part under the digest its signed manifest gives it. So a
+// part is hashed once on its way in, against the signed manifest, and a
+// peer fetches and checks each the same way; Open reads the upgrade file
+// byte for byte from them (upgrade.Assemble), and the share never holds it
+// twice. Its index.json entry names it layout.UpgradeRepository:<version>.
+// The layout is written by one writer, firstboot: blobs first, each
+// renamed into place whole, then index.json replaced atomically, so that
+// a reader (the registry) and a power cut see the old layout or the new
+// one.
 package upgradeshare
 
 import (
@@ -25,6 +30,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -34,36 +40,9 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
-
-// Media types of the artifact.
-const (
-	// ArtifactType is the manifest's artifactType.
-	ArtifactType = "application/vnd.terrarium.upgrade.v1"
-	// FileMediaType is the layer's: the upgrade file.
-	FileMediaType types.MediaType = "application/vnd.terrarium.upgrade.v1.file"
-	// emptyMediaType and emptyJSON are OCI's empty descriptor.
-	emptyMediaType types.MediaType = "application/vnd.oci.empty.v1+json"
-	emptyJSON      string          = "{}"
-)
-
-// MaxFileSize bounds an upgrade file fetched from a peer.
-const MaxFileSize = 4 << 30
-
-// Artifact is one upgrade file in the share.
-type Artifact struct {
-	// Manifest is the digest of the artifact's manifest: what a rollout
-	// names and peers fetch.
-	Manifest v1.Hash
-	// File is the upgrade file's digest, Size its size.
-	File    v1.Hash
-	Size    int64
-	Version string
-}
-
-// Ref is the artifact's reference in the cluster's registry.
-func (a Artifact) Ref() string { return layout.UpgradeRepository + "@" + a.Manifest.String() }
 
 // Share is the layout in one directory.
 type Share struct {
@@ -113,28 +92,58 @@ func (s *Share) blobPath(h v1.Hash) string {
 	return filepath.Join(s.dir, "blobs", h.Algorithm, h.Hex)
 }
 
-// FilePath is where an artifact's upgrade file is.
-func (s *Share) FilePath(a Artifact) string { return s.blobPath(a.File) }
-
-// Add copies the upgrade file r of size bytes for version into the share
-// and records it. Adding a file the share holds already records it again.
-// A file that would leave less than the reserve free (WithSpace) is
+// Add copies the parts of the upgrade v into the share, each checked as
+// it is copied against the digest v's signed manifest gives it, with the
+// signed manifest itself, and records the artifact. A part that differs
+// is refused (ErrDigest, naming the part), and the share keeps nothing of
+// v. Adding an upgrade the share holds already copies it again. An
+// upgrade that would leave less than the reserve free (WithSpace) is
 // refused before anything is written (diskspace.ErrNoSpace).
-func (s *Share) Add(ctx context.Context, r io.Reader, size int64, version string) (Artifact, error) {
+func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
+	m := v.Manifest()
+	version := m.Version
 	if !validTag(version) {
 		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
 	}
-	if size <= 0 || size > MaxFileSize {
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, outside 1..%d", version, size, int64(MaxFileSize))
-	}
-	if err := s.checkSpace(version, size); err != nil {
+	manifest, sig := v.SignedManifest()
+	layers := layersOf(m, manifest, sig)
+	if size := fileSize(layers); size > MaxFileSize {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, more than %d", version, size, int64(MaxFileSize))
+	} else if err := s.checkSpace(version, size); err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	file, _, err := s.putBlob(ctx, &sizedReader{r: r, left: size}, nil, size)
-	if err != nil {
+	if err := s.addLayers(ctx, v, layers, manifest, sig); err != nil {
+		if serr := s.sweep(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("drop what was copied: %w", serr))
+		}
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	return s.record(file, size, version)
+	return s.record(layers, version)
+}
+
+// addLayers writes the layers' blobs: the signed manifest and signature,
+// filling in their digests, then each part of v, checked against its.
+func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.Descriptor, manifest, sig []byte) error {
+	for i, b := range [][]byte{manifest, sig} {
+		d, _, err := s.putBlob(ctx, bytes.NewReader(b), nil, int64(len(b)))
+		if err != nil {
+			return err
+		}
+		layers[i].Digest = d
+	}
+	for _, l := range layers[2:] {
+		name := l.Annotations[titleAnnotation]
+		part, _, err := v.Part(name)
+		if err != nil {
+			return err
+		}
+		if _, _, err := s.putBlob(ctx, part, &l.Digest, l.Size); errors.Is(err, ErrDigest) {
+			return fmt.Errorf("part %s differs from its signed manifest: %w", name, err)
+		} else if err != nil {
+			return fmt.Errorf("part %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // checkSpace refuses an upgrade file of size bytes that would leave less
@@ -146,14 +155,14 @@ func (s *Share) checkSpace(version string, size int64) error {
 	})
 }
 
-// record writes the artifact's config and manifest for an upgrade file
-// the share holds and names it in index.json.
-func (s *Share) record(file v1.Hash, size int64, version string) (Artifact, error) {
+// record writes the artifact's config and manifest for layers the share
+// holds and names it in index.json.
+func (s *Share) record(layers []v1.Descriptor, version string) (Artifact, error) {
 	empty, _, err := s.putBlob(context.Background(), strings.NewReader(emptyJSON), nil, 2)
 	if err != nil {
 		return Artifact{}, err
 	}
-	raw, err := manifestFor(empty, file, size, version)
+	raw, err := manifestFor(empty, layers, version)
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -164,7 +173,7 @@ func (s *Share) record(file v1.Hash, size int64, version string) (Artifact, erro
 	if err := s.index(mdig, msize, version); err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Manifest: mdig, File: file, Size: size, Version: version}, nil
+	return Artifact{Manifest: mdig, Version: version, Size: fileSize(layers), layers: layers}, nil
 }
 
 // index names the manifest with digest d (size bytes) in index.json as
@@ -208,41 +217,6 @@ const (
 	refNameAnnotation   = "org.opencontainers.image.ref.name"
 	imageNameAnnotation = "io.containerd.image.name"
 )
-
-// manifestJSON is the artifact's manifest.
-type manifestJSON struct {
-	SchemaVersion int               `json:"schemaVersion"`
-	MediaType     types.MediaType   `json:"mediaType"`
-	ArtifactType  string            `json:"artifactType"`
-	Config        v1.Descriptor     `json:"config"`
-	Layers        []v1.Descriptor   `json:"layers"`
-	Annotations   map[string]string `json:"annotations,omitempty"`
-}
-
-func manifestFor(empty, file v1.Hash, size int64, version string) ([]byte, error) {
-	m := manifestJSON{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: ArtifactType,
-		Config: v1.Descriptor{MediaType: emptyMediaType, Digest: empty, Size: int64(len(emptyJSON)), Data: []byte(emptyJSON)},
-		Layers: []v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: size,
-			Annotations: map[string]string{"org.opencontainers.image.title": "terrarium-" + version + ".upgrade"}}},
-		Annotations: map[string]string{"org.opencontainers.image.version": version}}
-	return json.Marshal(m)
-}
-
-// parseManifest reads an artifact's manifest: one of ours, or refused.
-func parseManifest(raw []byte) (file v1.Descriptor, version string, err error) {
-	var m manifestJSON
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return v1.Descriptor{}, "", fmt.Errorf("not an upgrade artifact manifest: %w", err)
-	}
-	if m.ArtifactType != ArtifactType || len(m.Layers) != 1 || m.Layers[0].MediaType != FileMediaType {
-		return v1.Descriptor{}, "", fmt.Errorf("not an upgrade artifact manifest: artifactType %q with %d layers", m.ArtifactType, len(m.Layers))
-	}
-	l := m.Layers[0]
-	if l.Size <= 0 || l.Size > MaxFileSize {
-		return v1.Descriptor{}, "", fmt.Errorf("upgrade artifact: its file is %d bytes, outside 1..%d", l.Size, int64(MaxFileSize))
-	}
-	return l, m.Annotations["org.opencontainers.image.version"], nil
-}
 
 // putBlob copies r into the blobs, renamed into place once whole, and
 // returns its digest and size. With want, the content must have that
@@ -288,22 +262,6 @@ func digestOf(h hash.Hash) v1.Hash {
 	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 }
 
-// sizedReader reads a file of a known size: one that ends early is an
-// error (one that goes on, putBlob's limit refuses).
-type sizedReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (s *sizedReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	s.left -= int64(n)
-	if errors.Is(err, io.EOF) && s.left > 0 {
-		return n, fmt.Errorf("the file ended %d bytes before its size: %w", s.left, io.ErrUnexpectedEOF)
-	}
-	return n, err
-}
-
 // indexMax bounds the share's own index.json.
 const indexMax = 1 << 20
 
@@ -347,17 +305,46 @@ func (s *Share) List() ([]Artifact, error) {
 	}
 	var out []Artifact
 	for _, e := range entries {
-		raw, err := os.ReadFile(s.blobPath(e.Digest))
-		if err != nil {
-			continue // pruned under it; not listed
+		if a, ok := s.artifact(e.Digest); ok {
+			out = append(out, a)
 		}
-		file, version, err := parseManifest(raw)
-		if err != nil {
-			continue
-		}
-		out = append(out, Artifact{Manifest: e.Digest, File: file.Digest, Size: file.Size, Version: version})
 	}
 	return out, nil
+}
+
+// artifact reads the manifest of digest d, ok false when the share does
+// not hold it or it is not an upgrade artifact's.
+func (s *Share) artifact(d v1.Hash) (Artifact, bool) {
+	raw, err := readSmall(s.blobPath(d), manifestMax)
+	if err != nil {
+		return Artifact{}, false // pruned under it; not listed
+	}
+	a, err := parseManifest(raw)
+	if err != nil {
+		return Artifact{}, false
+	}
+	a.Manifest = d
+	return a, true
+}
+
+// manifestMax bounds an artifact's manifest.
+const manifestMax = 1 << 20
+
+// readSmall reads the file at path, of at most limit bytes.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s has more than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // Find is the artifact whose manifest has digest, ok false when the share
@@ -368,42 +355,63 @@ func (s *Share) Find(manifest v1.Hash) (Artifact, bool) {
 		return Artifact{}, false
 	}
 	for _, a := range all {
-		if a.Manifest == manifest {
-			if fi, err := os.Stat(s.FilePath(a)); err == nil && fi.Size() == a.Size {
-				return a, true
-			}
+		if a.Manifest == manifest && s.holdsAll(a.layers) {
+			return a, true
 		}
 	}
 	return Artifact{}, false
 }
 
+// holdsAll reports whether the share holds every blob of layers, of the
+// size each says.
+func (s *Share) holdsAll(layers []v1.Descriptor) bool {
+	for _, l := range layers {
+		if !s.holds(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether the share holds the blob of l, of its size: a
+// blob is renamed into place only once it matched its digest.
+func (s *Share) holds(l v1.Descriptor) bool {
+	fi, err := os.Stat(s.blobPath(l.Digest))
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == l.Size
+}
+
 // Prune removes every artifact but those whose manifests are in keep,
-// with their files: the share holds what a rollout needs, and no more.
+// with their blobs: the share holds what a rollout needs, and no more.
 func (s *Share) Prune(keep ...v1.Hash) error {
 	entries, err := s.readIndex()
 	if err != nil {
 		return err
 	}
-	wanted := map[v1.Hash]bool{}
-	for _, k := range keep {
-		wanted[k] = true
-	}
 	var kept []v1.Descriptor
 	for _, e := range entries {
-		if wanted[e.Digest] {
+		if slices.Contains(keep, e.Digest) {
 			kept = append(kept, e)
 		}
 	}
 	if err := s.writeIndex(kept); err != nil {
 		return err
 	}
-	// Every blob no kept manifest references goes.
-	used := map[string]bool{}
-	for _, e := range kept {
+	return s.sweep()
+}
+
+// sweep removes every blob that no artifact index.json names uses: what
+// Prune dropped, and what an Add or a Fetch that failed wrote.
+func (s *Share) sweep() error {
+	entries, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{emptyHex: true}
+	for _, e := range entries {
 		used[e.Digest.Hex] = true
-		if raw, err := os.ReadFile(s.blobPath(e.Digest)); err == nil {
-			if file, _, err := parseManifest(raw); err == nil {
-				used[file.Digest.Hex] = true
+		if a, ok := s.artifact(e.Digest); ok {
+			for _, l := range a.layers {
+				used[l.Digest.Hex] = true
 			}
 		}
 	}
@@ -413,7 +421,7 @@ func (s *Share) Prune(keep ...v1.Hash) error {
 		return err
 	}
 	for _, n := range names {
-		if !used[n.Name()] && n.Name() != emptyHex {
+		if !used[n.Name()] {
 			if err := os.Remove(filepath.Join(dir, n.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("prune the upgrade share: %w", err)
 			}

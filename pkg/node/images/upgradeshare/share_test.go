@@ -3,11 +3,15 @@ package upgradeshare
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,15 +22,55 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
+	"github.com/terrarium-os/terrarium/pkg/contract/signature"
+	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 )
 
-// upgradeFile is a stand-in for an upgrade file: the share never reads
-// inside it (the installer checks its signature).
-func upgradeFile(t *testing.T, n int) []byte {
+// testUpgrade writes a signed upgrade file of version with parts of
+// random bytes, the first of n bytes, and returns it verified, with its
+// bytes.
+func testUpgrade(t *testing.T, version string, n int) (*upgrade.Verified, []byte) {
 	t.Helper()
-	b := make([]byte, n)
-	_, err := rand.Read(b)
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	dir := t.TempDir()
+	var parts []upgrade.Part
+	for _, p := range []struct {
+		name string
+		role upgrade.Role
+		n    int
+	}{{"rootfs.squashfs", upgrade.RoleRootfs, n}, {"vmlinuz", upgrade.RoleKernel, 1000}, {"initrd.img", upgrade.RoleInitramfs, 513}} {
+		b := make([]byte, p.n)
+		_, err := rand.Read(b)
+		require.NoError(t, err)
+		path := filepath.Join(dir, p.name)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		parts = append(parts, upgrade.FilePart(p.name, p.role, path))
+	}
+	var buf bytes.Buffer
+	_, err := upgrade.Write(t.Context(), &buf, upgrade.Manifest{Version: version, Compatible: "terrarium", MinFromVersion: "0.1.0",
+		KubernetesVersion: "v1.36.3", EtcdVersion: "3.6.4", BuiltAt: "2026-01-01T00:00:00Z"}, parts, key)
+	require.NoError(t, err)
+	return verified(t, buf.Bytes(), key), buf.Bytes()
+}
+
+// verified opens data and checks its signature by key.
+func verified(t *testing.T, data []byte, key ed25519.PrivateKey) *upgrade.Verified {
+	t.Helper()
+	f, err := upgrade.Open(bytes.NewReader(data), int64(len(data)), upgrade.WithName("test.upgrade"))
+	require.NoError(t, err)
+	v, err := f.VerifySignature([]signature.PublicKey{signature.PublicKeyOf(key)})
+	require.NoError(t, err)
+	return v
+}
+
+// readFile reads the upgrade file of a from s, whole.
+func readFile(t *testing.T, s *Share, a Artifact) []byte {
+	t.Helper()
+	f, err := s.Open(a)
+	require.NoError(t, err)
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, f.Size()))
 	require.NoError(t, err)
 	return b
 }
@@ -60,17 +104,21 @@ func TestAddServeFetch(t *testing.T) {
 
 	src, err := Open(a)
 	require.NoError(t, err)
-	data := upgradeFile(t, 3<<20)
-	art, err := src.Add(ctx, bytes.NewReader(data), int64(len(data)), "0.2.0")
+	v, data := testUpgrade(t, "0.2.0", 3<<20)
+	art, err := src.Add(ctx, v)
 	require.NoError(t, err)
 	assert.Equal(t, "0.2.0", art.Version)
 	assert.EqualValues(t, len(data), art.Size)
 	assert.Equal(t, layout.UpgradeRepository+"@"+art.Manifest.String(), art.Ref())
-	got, err := os.ReadFile(src.FilePath(art))
+	assert.True(t, bytes.Equal(data, readFile(t, src, art)), "the share reads the file byte for byte")
+	f, err := src.Open(art)
 	require.NoError(t, err)
-	assert.True(t, bytes.Equal(data, got), "the share keeps the file byte for byte")
+	assert.Equal(t, "terrarium-0.2.0.upgrade", f.Name())
+	require.NoError(t, f.Close())
 
-	// A real registry client reads the artifact the registry serves.
+	// A real registry client reads the artifact the registry serves: the
+	// signed manifest, its signature and the parts, each under the
+	// digest the signed manifest gives it.
 	ref, err := name.NewDigest(strings.TrimPrefix(hs.URL, "http://")+"/"+art.Ref(), name.Insecure)
 	require.NoError(t, err)
 	desc, err := remote.Get(ref, remote.WithContext(ctx))
@@ -81,13 +129,27 @@ func TestAddServeFetch(t *testing.T) {
 	require.NoError(t, err)
 	layers, err := img.Layers()
 	require.NoError(t, err)
-	require.Len(t, layers, 1)
-	rc, err := layers[0].Compressed()
-	require.NoError(t, err)
-	pulled, err := io.ReadAll(rc)
-	require.NoError(t, err)
-	require.NoError(t, rc.Close())
-	assert.True(t, bytes.Equal(data, pulled))
+	require.Len(t, layers, 5)
+	manifest, sig := v.SignedManifest()
+	want := [][]byte{manifest, sig}
+	for _, p := range v.Manifest().Parts {
+		sr, _, err := v.Part(p.Name)
+		require.NoError(t, err)
+		b, err := io.ReadAll(sr)
+		require.NoError(t, err)
+		want = append(want, b)
+		d, err := layers[len(want)-1].Digest()
+		require.NoError(t, err)
+		assert.Equal(t, "sha256:"+p.SHA256, d.String(), "part %s by its signed digest", p.Name)
+	}
+	for i, l := range layers {
+		rc, err := l.Compressed()
+		require.NoError(t, err)
+		pulled, err := io.ReadAll(rc)
+		require.NoError(t, err)
+		require.NoError(t, rc.Close())
+		assert.True(t, bytes.Equal(want[i], pulled), "layer %d", i)
+	}
 
 	// Another node fetches it from its peer into its own share, by the
 	// manifest's digest alone, and then serves it in turn.
@@ -98,9 +160,7 @@ func TestAddServeFetch(t *testing.T) {
 	fetched, err := dst.Fetch(ctx, peers, art.Manifest)
 	require.NoError(t, err)
 	assert.Equal(t, art, fetched)
-	got, err = os.ReadFile(dst.FilePath(fetched))
-	require.NoError(t, err)
-	assert.True(t, bytes.Equal(data, got))
+	assert.True(t, bytes.Equal(data, readFile(t, dst, fetched)))
 	again, err := dst.Fetch(ctx, nil, art.Manifest) // held: no peer asked
 	require.NoError(t, err)
 	assert.Equal(t, art, again)
@@ -109,51 +169,129 @@ func TestAddServeFetch(t *testing.T) {
 	assert.Equal(t, []Artifact{art}, list)
 }
 
-// fakePeers serve a manifest and a blob as given.
+// fakePeers serve a manifest, and blobs by digest as given.
 type fakePeers struct {
 	manifest []byte
-	blob     []byte
+	blobs    map[v1.Hash][]byte
 }
 
 func (f fakePeers) Manifest(_ context.Context, _ string, d v1.Hash) ([]byte, string, error) {
 	return f.manifest, "https://10.0.0.11:5443", nil
 }
 
-func (f fakePeers) Blob(context.Context, string, string, v1.Hash) (io.ReadCloser, int64, error) {
-	return io.NopCloser(bytes.NewReader(f.blob)), int64(len(f.blob)), nil
+func (f fakePeers) Blob(_ context.Context, _, _ string, d v1.Hash) (io.ReadCloser, int64, error) {
+	b, ok := f.blobs[d]
+	if !ok {
+		return nil, 0, fmt.Errorf("%s: not found", d)
+	}
+	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+}
+
+// served is what a peer serves of v's artifact: its manifest, its digest
+// and its blobs.
+func served(t *testing.T, v *upgrade.Verified) (raw []byte, d v1.Hash, blobs map[v1.Hash][]byte) {
+	t.Helper()
+	src, err := Open(t.TempDir())
+	require.NoError(t, err)
+	art, err := src.Add(t.Context(), v)
+	require.NoError(t, err)
+	blobs = map[v1.Hash][]byte{}
+	for _, l := range art.layers {
+		b, err := os.ReadFile(src.blobPath(l.Digest))
+		require.NoError(t, err)
+		blobs[l.Digest] = b
+	}
+	raw, err = os.ReadFile(src.blobPath(art.Manifest))
+	require.NoError(t, err)
+	return raw, art.Manifest, blobs
 }
 
 func TestFetchRefusesWhatDoesNotMatch(t *testing.T) {
 	ctx := context.Background()
-	data := upgradeFile(t, 4096)
-	file, _, err := v1.SHA256(bytes.NewReader(data))
-	require.NoError(t, err)
-	empty, _, _ := v1.SHA256(strings.NewReader(emptyJSON))
-	good, err := manifestFor(empty, file, int64(len(data)), "0.2.0")
-	require.NoError(t, err)
-	gd, _, _ := v1.SHA256(bytes.NewReader(good))
+	v, _ := testUpgrade(t, "0.2.0", 4096)
+	good, gd, blobs := served(t, v)
+	rootfs := v1.Hash{Algorithm: "sha256", Hex: v.Manifest().Parts[0].SHA256}
+	with := func(d v1.Hash, b []byte) map[v1.Hash][]byte {
+		out := maps.Clone(blobs)
+		out[d] = b
+		return out
+	}
+	flipped := append([]byte(nil), blobs[rootfs]...)
+	flipped[100] ^= 1
 
-	tampered := append([]byte(nil), data...)
-	tampered[100] ^= 1
 	notOurs := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}`)
-	huge, _ := manifestFor(empty, file, MaxFileSize+1, "0.2.0")
+	a, err := parseManifest(good)
+	require.NoError(t, err)
+	huge := slices.Clone(a.layers)
+	huge[2].Size = MaxFileSize
+	empty, _, _ := v1.SHA256(strings.NewReader(emptyJSON))
+	hugeRaw, err := manifestFor(empty, huge, "0.2.0")
+	require.NoError(t, err)
 	for _, tt := range []struct {
 		name  string
 		peers fakePeers
 		want  string
 	}{
-		{"a flipped byte in the file", fakePeers{manifest: good, blob: tampered}, "content does not match its digest"},
-		{"a file cut short", fakePeers{manifest: good, blob: data[:100]}, "content does not match its digest"},
-		{"an image, not an upgrade", fakePeers{manifest: notOurs, blob: data}, "not an upgrade artifact manifest"},
-		{"a file over the cap", fakePeers{manifest: huge, blob: data}, "outside 1.."},
+		{"a flipped byte in a part", fakePeers{manifest: good, blobs: with(rootfs, flipped)}, "rootfs.squashfs: content does not match its digest"},
+		{"a part cut short", fakePeers{manifest: good, blobs: with(rootfs, flipped[:100])}, "rootfs.squashfs: content does not match its digest"},
+		{"an image, not an upgrade", fakePeers{manifest: notOurs, blobs: blobs}, "not an upgrade artifact manifest"},
+		{"a file over the cap", fakePeers{manifest: hugeRaw, blobs: blobs}, "outside 1.."},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s, err := Open(dir)
 			require.NoError(t, err)
-			before := blobNames(t, dir)
 			_, err = s.Fetch(ctx, tt.peers, gd)
 			assert.ErrorContains(t, err, tt.want)
+			assert.NotContains(t, blobNames(t, dir), rootfs.Hex, "what does not match is not kept")
+			list, err := s.List()
+			require.NoError(t, err)
+			assert.Empty(t, list)
+		})
+	}
+}
+
+// A fetch cut off after some blobs keeps those that matched, and the
+// next one fetches only what is missing.
+func TestFetchAgainFetchesOnlyWhatIsMissing(t *testing.T) {
+	ctx := context.Background()
+	v, data := testUpgrade(t, "0.2.0", 4096)
+	raw, d, blobs := served(t, v)
+	last := v1.Hash{Algorithm: "sha256", Hex: v.Manifest().Parts[2].SHA256}
+	s, err := Open(t.TempDir())
+	require.NoError(t, err)
+	partial := maps.Clone(blobs)
+	delete(partial, last)
+	_, err = s.Fetch(ctx, fakePeers{manifest: raw, blobs: partial}, d)
+	require.ErrorContains(t, err, "initrd.img")
+	_, ok := s.Find(d)
+	assert.False(t, ok, "not held whole")
+
+	only := map[v1.Hash][]byte{last: blobs[last]}
+	a, err := s.Fetch(ctx, fakePeers{manifest: raw, blobs: only}, d)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, readFile(t, s, a)))
+}
+
+// A stick's part that differs from its signed manifest is refused by name
+// as it is copied, and the share keeps nothing of it.
+func TestAddRefusesAPartThatDiffers(t *testing.T) {
+	_, data := testUpgrade(t, "0.2.0", 4096)
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	v := verified(t, data, key)
+	for _, p := range v.Manifest().Parts {
+		t.Run(p.Name, func(t *testing.T) {
+			sr, _, err := v.Part(p.Name)
+			require.NoError(t, err)
+			bad := slices.Clone(data)
+			bad[sr.Size()/2+partOffset(t, sr)] ^= 1
+			dir := t.TempDir()
+			s, err := Open(dir)
+			require.NoError(t, err)
+			before := blobNames(t, dir)
+			_, err = s.Add(t.Context(), verified(t, bad, key))
+			require.ErrorIs(t, err, ErrDigest)
+			assert.ErrorContains(t, err, "add upgrade 0.2.0 to the share: part "+p.Name+" differs from its signed manifest")
 			assert.Equal(t, before, blobNames(t, dir), "nothing kept")
 			list, err := s.List()
 			require.NoError(t, err)
@@ -162,17 +300,27 @@ func TestFetchRefusesWhatDoesNotMatch(t *testing.T) {
 	}
 }
 
+// partOffset is where the section sr starts in its file.
+func partOffset(t *testing.T, sr *io.SectionReader) int64 {
+	t.Helper()
+	_, off, _ := sr.Outer()
+	return off
+}
+
 func TestPruneKeepsOnlyWhatARolloutNeeds(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, err := Open(dir)
 	require.NoError(t, err)
-	old, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.0")
+	v1a, _ := testUpgrade(t, "0.2.0", 1000)
+	old, err := s.Add(ctx, v1a)
 	require.NoError(t, err)
-	cur, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.1")
+	v2a, _ := testUpgrade(t, "0.2.1", 1000)
+	cur, err := s.Add(ctx, v2a)
 	require.NoError(t, err)
 	// The same version again replaces its entry.
-	cur2, err := s.Add(ctx, bytes.NewReader(upgradeFile(t, 1000)), 1000, "0.2.1")
+	v2b, _ := testUpgrade(t, "0.2.1", 1000)
+	cur2, err := s.Add(ctx, v2b)
 	require.NoError(t, err)
 	list, err := s.List()
 	require.NoError(t, err)
@@ -182,12 +330,62 @@ func TestPruneKeepsOnlyWhatARolloutNeeds(t *testing.T) {
 	list, err = s.List()
 	require.NoError(t, err)
 	assert.Equal(t, []Artifact{cur2}, list)
-	assert.ElementsMatch(t, []string{cur2.Manifest.Hex, cur2.File.Hex, emptyHex}, blobNames(t, dir))
+	want := []string{cur2.Manifest.Hex, emptyHex}
+	for _, l := range cur2.layers {
+		want = append(want, l.Digest.Hex)
+	}
+	assert.ElementsMatch(t, want, blobNames(t, dir))
 	_, ok := s.Find(cur.Manifest)
 	assert.False(t, ok)
 
-	before := blobNames(t, dir)
-	_, err = s.Add(ctx, bytes.NewReader([]byte("x")), 1, "../0.3")
-	assert.ErrorContains(t, err, "cannot be a tag")
-	assert.Equal(t, before, blobNames(t, dir), "nothing kept")
+}
+
+// A version is an OCI tag, or the share names nothing by it.
+func TestValidTag(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{{"0.2.0", true}, {"0.2.0-rc.1", true}, {"../0.3", false}, {"", false}, {".0", false}, {strings.Repeat("1", 129), false}} {
+		assert.Equal(t, tc.ok, validTag(tc.version), tc.version)
+	}
+}
+
+// An artifact an earlier version made, the upgrade file whole in one
+// layer, is read, listed and pruned as before.
+func TestWholeFileArtifactOfAnEarlierVersion(t *testing.T) {
+	_, data := testUpgrade(t, "0.2.0", 4096)
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	d, n, err := s.putBlob(t.Context(), bytes.NewReader(data), nil, int64(len(data)))
+	require.NoError(t, err)
+	art, err := s.record([]v1.Descriptor{{MediaType: FileMediaType, Digest: d, Size: n}}, "0.2.0")
+	require.NoError(t, err)
+	found, ok := s.Find(art.Manifest)
+	require.True(t, ok)
+	assert.EqualValues(t, len(data), found.Size)
+	assert.True(t, bytes.Equal(data, readFile(t, s, found)))
+	require.NoError(t, s.Prune(art.Manifest))
+	assert.ElementsMatch(t, []string{art.Manifest.Hex, d.Hex, emptyHex}, blobNames(t, dir))
+}
+
+// An artifact whose part layers say otherwise than its signed manifest
+// (another part's digest, the parts reordered) is not opened.
+func TestOpenRefusesPartsOtherThanTheSignedManifests(t *testing.T) {
+	v, _ := testUpgrade(t, "0.2.0", 4096)
+	s, err := Open(t.TempDir())
+	require.NoError(t, err)
+	art, err := s.Add(t.Context(), v)
+	require.NoError(t, err)
+	swapped := slices.Clone(art.layers)
+	swapped[2], swapped[3] = swapped[3], swapped[2]
+	bad, err := s.record(swapped, "0.2.0")
+	require.NoError(t, err)
+	_, err = s.Open(bad)
+	assert.ErrorContains(t, err, "open upgrade 0.2.0 in the share: assemble upgrade file: part rootfs.squashfs: the artifact's part 1 is vmlinuz")
+	short := slices.Clone(art.layers[:4])
+	bad, err = s.record(short, "0.2.0")
+	require.NoError(t, err)
+	_, err = s.Open(bad)
+	assert.ErrorContains(t, err, "the artifact has 2 parts and its signed manifest more")
 }
