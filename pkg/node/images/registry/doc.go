@@ -9,8 +9,10 @@
 // first time; content that does not match is never served whole. A blob of
 // some MiB asked for whole is hashed as it is sent, its last byte held
 // back until the hash is known (a mismatch cuts the connection before
-// it), so that an upgrade file of hundreds of MiB is read once, not twice,
-// and its peer gets the headers at once. A side-loaded layout
+// it), so that a blob of hundreds of MiB is read once, not twice, and its
+// client gets the headers at once. A store whose every reader checks what
+// it reads (the upgrade share: WithReaderCheckedStores) is served as it is
+// on disk, unhashed. A side-loaded layout
 // (Cache.Sideload) is untrusted: it is read through an os.Root with size
 // caps, it can never shadow a tag of the slot's bundle (WithBundle), it
 // moves a tag the cache has only when signed to say so (SignedBy), and it
