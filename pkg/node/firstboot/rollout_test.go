@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -522,6 +523,7 @@ func rolloutClusterKube(t *testing.T, kube string) (c *fakeCluster, cp, w *rollo
 	cp.peers(w)
 	w.peers(cp)
 	require.NoError(t, c.apply(addons.Upgrades))
+	runsVersion(t, c, "w-1", "1.2.3")
 	cp.e.upgradeStickKube(key, "/stick", "1.3.0", kube)
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
 	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
@@ -1118,6 +1120,7 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 	c := newFakeCluster()
 	cp := newRolloutNode(t, c, "cp-1", pub)
 	require.NoError(t, c.apply(addons.Upgrades))
+	runsVersion(t, c, "w-1", "1.2.3")
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	damagePart(t, cp.e.path("/stick/terrarium-1.3.0.upgrade"), "vmlinuz of 1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
@@ -1132,13 +1135,80 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 	index, err := os.ReadFile(cp.e.path(layout.UpgradesDir + "/index.json"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(index), "1.3.0", "the share names nothing")
+	data, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))
+	require.NoError(t, err)
+	f, err := upgrade.Open(bytes.NewReader(data), int64(len(data)))
+	require.NoError(t, err)
 	blobs, err := os.ReadDir(cp.e.path(layout.UpgradesDir + "/blobs/sha256"))
 	require.NoError(t, err)
+	var names []string
 	for _, b := range blobs {
-		fi, err := b.Info()
-		require.NoError(t, err)
-		assert.Less(t, fi.Size(), int64(1024), "no part is kept: %s", b.Name())
+		names = append(names, b.Name())
 	}
+	require.NotEmpty(t, f.Manifest().Parts)
+	for _, p := range f.Manifest().Parts {
+		assert.NotContains(t, names, p.SHA256, "part %s is not kept", p.Name)
+	}
+	manifest, _ := f.SignedManifest()
+	assert.NotContains(t, names, fmt.Sprintf("%x", sha256.Sum256(manifest)), "nor its manifest")
+}
+
+// A node whose status says it runs an older release reads an upgrade
+// share only of files whole: the control plane checks every part of the
+// stick, then copies it whole into its share, and the worker fetches and
+// stages it from there.
+func TestStickForAClusterWithAnOlderNodeIsSharedWhole(t *testing.T) {
+	key, pub, err := signature.GenerateKey()
+	require.NoError(t, err)
+	c := newFakeCluster()
+	cp := newRolloutNode(t, c, "cp-1", pub)
+	w := newRolloutNode(t, c, "w-1", pub)
+	cp.peers(w)
+	w.peers(cp)
+	require.NoError(t, c.apply(addons.Upgrades))
+	runsVersion(t, c, "w-1", "1.2.0")
+	cp.e.upgradeStick(key, "/stick", "1.3.0")
+	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+	cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+	assert.Contains(t, cp.e.console.String(), "upgrade: w-1 run a release older than this node's 1.2.3, which reads an upgrade share of files whole")
+
+	share, err := upgradeshare.Open(cp.e.path(layout.UpgradesDir))
+	require.NoError(t, err)
+	list, err := share.List()
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	want, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))
+	require.NoError(t, err)
+	blobs, err := os.ReadDir(cp.e.path(layout.UpgradesDir + "/blobs/sha256"))
+	require.NoError(t, err)
+	var names []string
+	for _, b := range blobs {
+		names = append(names, b.Name())
+	}
+	assert.Contains(t, names, fmt.Sprintf("%x", sha256.Sum256(want)), "the file whole is a blob")
+
+	stopWorker := w.runInBackground(t)
+	defer stopWorker()
+	require.Eventually(t, func() bool {
+		return strings.Contains(w.e.console.String(), "this node drains and reboots into it at its turn")
+	}, 15*time.Second, time.Millisecond, w.e.console.String())
+}
+
+// runsVersion writes into node's status object that it runs version, as
+// its own controller does in a formed cluster (a control plane creates
+// the object first).
+func runsVersion(t *testing.T, c *fakeCluster, node, version string) {
+	t.Helper()
+	api := &adminAPI{c: c}
+	if _, err := rollout.LoadStatus(context.Background(), api, node); errors.Is(err, rollout.ErrNoStatusObject) {
+		_, err := api.CreateConfigMap(context.Background(), kubeclient.ConfigMap{Namespace: rollout.Namespace, Name: rollout.StatusName(node), Data: map[string]string{}})
+		require.NoError(t, err)
+	}
+	_, err := rollout.UpdateStatus(context.Background(), api, node, func(s *rollout.Status) (bool, error) {
+		s.Node, s.Version = node, version
+		return true, nil
+	})
+	require.NoError(t, err)
 }
 
 // A forced stick in a control plane whose API is out of reach installs on

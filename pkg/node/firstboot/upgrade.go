@@ -384,8 +384,9 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		}
 		// The signature first, which reads only the manifest. The
 		// rollout's file is then checked part by part as it is written:
-		// it was copied into a control plane's share from a stick that
-		// node read whole, and fetched from there by digest; a second
+		// each part was checked against the signed manifest as a control
+		// plane copied it from a stick into its share, and again by its
+		// digest as this node fetched it from there; a second
 		// whole pass over it (5 to 6 minutes under emulation) would
 		// check nothing that the install does not before the slot can
 		// boot (its kernel and initramfs hashed as they are copied, its

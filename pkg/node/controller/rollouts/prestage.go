@@ -6,6 +6,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
 	"github.com/terrarium-os/terrarium/pkg/node/config/nodestate"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/rollout"
 	"github.com/terrarium-os/terrarium/pkg/node/step"
 )
@@ -102,6 +103,9 @@ func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Confi
 	}
 	file, err := share.Open(art)
 	if err != nil {
+		// A copy that cannot be read whole would fail every later try
+		// alike: the next one fetches it again.
+		c.dropCopy(share, ro.Version)
 		return nil, nodestate.UpgradeResult{}, err
 	}
 	arm, res := c.Node.Stage(ctx, cfg, file, ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)
@@ -114,11 +118,17 @@ func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Confi
 		// would fail every later try alike, so the next one fetches it
 		// again (on the control plane that published it, the stick
 		// inserted again copies it again).
-		if err := share.Prune(); err != nil {
-			c.Log.Warn("drop the upgrade share's copy after a failed write", "err", err)
-		} else {
-			c.Node.Say("rollout: dropped this node's copy of %s: the next try fetches it again", ro.Version)
-		}
+		c.dropCopy(share, ro.Version)
 	}
 	return arm, res, nil
+}
+
+// dropCopy empties the node's share of a copy of the rollout's upgrade
+// that failed, so that the next try fetches it again.
+func (c *Controller) dropCopy(share *upgradeshare.Share, version string) {
+	if err := share.Prune(); err != nil {
+		c.Log.Warn("drop the upgrade share's copy after a failed write", "err", err)
+		return
+	}
+	c.Node.Say("rollout: dropped this node's copy of %s: the next try fetches it again", version)
 }

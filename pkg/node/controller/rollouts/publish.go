@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeadmflow"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/kubeclient"
@@ -98,8 +100,16 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	if err != nil {
 		return "", err
 	}
-	c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
-	art, err := share.Add(ctx, u.File)
+	var art upgradeshare.Artifact
+	if older := c.olderMembers(ctx, admin, members, cfg.Hostname); len(older) > 0 {
+		c.Node.Say("upgrade: %s run a release older than this node's %s, which reads an upgrade share of files whole: "+
+			"checking every part of %s, then copying it whole into this node's upgrade share; every node of the cluster fetches it from there",
+			strings.Join(older, ", "), c.Version, u.Manifest.Version)
+		art, err = share.AddWhole(ctx, u.File)
+	} else {
+		c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
+		art, err = share.Add(ctx, u.File)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -121,6 +131,35 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	}
 	return fmt.Sprintf("%s is rolling out to the cluster's %d nodes, one at a time, control planes first%s (firstboot upgrade status)",
 		u.Manifest.Version, len(members), forced), nil
+}
+
+// olderMembers names the members but me whose status object says they
+// run a release older than this node's, or does not say (or cannot be
+// read): such a node may read only an upgrade share of files whole
+// (upgradeshare.AddWhole).
+func (c *Controller) olderMembers(ctx context.Context, api rollout.API, members []rollout.Member, me string) []string {
+	names := make([]string, 0, len(members))
+	for _, m := range members {
+		if m.Name != me {
+			names = append(names, m.Name)
+		}
+	}
+	statuses, missing, err := rollout.Statuses(ctx, api, names)
+	if err != nil {
+		c.Log.Warn("read the nodes' upgrade status objects", "err", err)
+	}
+	older := missing
+	for _, n := range names {
+		st, ok := statuses[n]
+		if !ok {
+			continue
+		}
+		if cmp, err := upgrade.CompareVersions(st.Version, c.Version); err != nil || cmp < 0 {
+			older = append(older, n)
+		}
+	}
+	sort.Strings(older)
+	return older
 }
 
 // ClusterBad is the cluster's bad mark on digest, nil when it has none or

@@ -688,11 +688,10 @@ func (c *Controller) drain(ctx context.Context, api API, me string) error {
 }
 
 // fetchAttempts bounds the tries to fetch a rollout's upgrade from the
-// peers (a registry restarting, a peer rebooting, a peer hashing the
-// upgrade file before it first serves it: over a minute on a busy control
-// plane under TCG, docs/operations/qemu-ci.md) before the node gives up its
-// turn. A try that gets no headers ends after 30 s, so twelve span six
-// minutes or more.
+// peers (a registry restarting, a peer rebooting) before the node gives
+// up its turn. A try that gets no headers ends after 30 s, so twelve span
+// six minutes or more; each fetches only the blobs the ones before did
+// not keep.
 const fetchAttempts = 12
 
 // fetch makes sure the node's share holds the rollout's upgrade,

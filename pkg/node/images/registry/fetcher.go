@@ -86,5 +86,14 @@ func (f *Fetcher) Blob(ctx context.Context, peer, repo string, d v1.Hash) (io.Re
 	return nil, 0, fmt.Errorf("fetch blob %s of %s: %w", d, repo, errors.Join(errs...))
 }
 
+// Peers names the peers, by the base URLs Manifest names them with.
+func (f *Fetcher) Peers() []string {
+	out := make([]string, 0, len(f.peers.bases))
+	for _, b := range f.peers.bases {
+		out = append(out, b.String())
+	}
+	return out
+}
+
 // CloseIdleConnections closes the kept-alive connections to the peers.
 func (f *Fetcher) CloseIdleConnections() { f.peers.client.CloseIdleConnections() }

@@ -183,7 +183,7 @@ func TestCorruptBigBlobRetryIsServedFromTheNextStore(t *testing.T) {
 }
 
 // A store whose readers check its content (the upgrade share) is served
-// as it is on disk: nothing is hashed, whole GET, range or HEAD, and a
+// as it is on disk: nothing is hashed, for a whole GET or a range, and a
 // corrupt blob goes out whole for its reader to refuse.
 func TestReaderCheckedStoreIsServedUnhashed(t *testing.T) {
 	for _, tc := range []struct {

@@ -38,6 +38,13 @@ const titleAnnotation = "org.opencontainers.image.title"
 // MaxFileSize bounds an upgrade file fetched from a peer.
 const MaxFileSize = 4 << 30
 
+// manifestMax bounds an artifact's manifest, and maxParts its parts (an
+// upgrade file has three or four).
+const (
+	manifestMax = 1 << 20
+	maxParts    = 16
+)
+
 // Artifact is one upgrade in the share.
 type Artifact struct {
 	// Manifest is the digest of the artifact's manifest: what a rollout
@@ -108,6 +115,9 @@ func manifestFor(empty v1.Hash, layers []v1.Descriptor, version string) ([]byte,
 // parseManifest reads an artifact's manifest: one of ours, or refused. It
 // returns the artifact but for its manifest's digest.
 func parseManifest(raw []byte) (Artifact, error) {
+	if len(raw) > manifestMax {
+		return Artifact{}, fmt.Errorf("not an upgrade artifact manifest: %d bytes, more than %d", len(raw), manifestMax)
+	}
 	var m manifestJSON
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return Artifact{}, fmt.Errorf("not an upgrade artifact manifest: %w", err)
@@ -135,8 +145,8 @@ func checkLayers(layers []v1.Descriptor) error {
 		}
 		return nil
 	}
-	if len(layers) < 3 {
-		return fmt.Errorf("%d layers, not a manifest, its signature and parts", len(layers))
+	if len(layers) < 3 || len(layers) > 2+maxParts {
+		return fmt.Errorf("%d layers, not a manifest, its signature and 1 to %d parts", len(layers), maxParts)
 	}
 	for i, l := range layers {
 		want, most := PartMediaType, int64(MaxFileSize)

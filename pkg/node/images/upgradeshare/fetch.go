@@ -3,8 +3,10 @@ package upgradeshare
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -15,6 +17,8 @@ import (
 type Peers interface {
 	Manifest(ctx context.Context, repo string, d v1.Hash) (raw []byte, peer string, err error)
 	Blob(ctx context.Context, peer, repo string, d v1.Hash) (io.ReadCloser, int64, error)
+	// Peers names every peer, as Manifest names one.
+	Peers() []string
 }
 
 // Fetch makes sure the share holds the artifact whose manifest has digest
@@ -40,10 +44,15 @@ func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artif
 	if err != nil {
 		return Artifact{}, fmt.Errorf("fetch upgrade %s from %s: %w", manifest, peer, err)
 	}
+	// What an earlier fetch of another artifact left is no longer
+	// wanted; what one of this artifact left is not fetched again.
+	if err := s.sweep(a.layers...); err != nil {
+		return Artifact{}, fmt.Errorf("fetch upgrade %s: %w", a.Version, err)
+	}
 	var missing []v1.Descriptor
 	var need int64
 	for _, l := range a.layers {
-		if !s.holds(l) {
+		if !s.holds(l) && !slices.ContainsFunc(missing, func(m v1.Descriptor) bool { return m.Digest == l.Digest }) {
 			missing = append(missing, l)
 			need += l.Size
 		}
@@ -59,8 +68,28 @@ func (s *Share) Fetch(ctx context.Context, peers Peers, manifest v1.Hash) (Artif
 	return s.recordManifest(raw, manifest, a)
 }
 
-// fetchBlob fetches the blob of l from peer, kept only if it matches.
+// fetchBlob fetches the blob of l from peer, kept only if it matches; a
+// peer that sends one that does not (its registry serves the share as it
+// is on disk) is passed over for the next.
 func (s *Share) fetchBlob(ctx context.Context, peers Peers, peer string, l v1.Descriptor) error {
+	order := []string{peer}
+	for _, p := range peers.Peers() {
+		if p != peer {
+			order = append(order, p)
+		}
+	}
+	var errs []error
+	for _, p := range order {
+		err := s.fetchBlobFrom(ctx, peers, p, l)
+		if err == nil || !errors.Is(err, ErrDigest) {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("from %s: %w", p, err))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Share) fetchBlobFrom(ctx context.Context, peers Peers, peer string, l v1.Descriptor) error {
 	body, _, err := peers.Blob(ctx, peer, layout.UpgradeRepository, l.Digest)
 	if err != nil {
 		return err

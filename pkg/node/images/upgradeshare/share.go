@@ -112,13 +112,62 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) 
 	} else if err := s.checkSpace(version, size); err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	if err := s.addLayers(ctx, v, layers, manifest, sig); err != nil {
+	var a Artifact
+	err := s.addLayers(ctx, v, layers, manifest, sig)
+	if err == nil {
+		a, err = s.record(layers, version)
+	}
+	if err != nil {
+		// Nothing names what was copied: it goes.
 		if serr := s.sweep(); serr != nil {
 			err = errors.Join(err, fmt.Errorf("drop what was copied: %w", serr))
 		}
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	return s.record(layers, version)
+	return a, nil
+}
+
+// AddWhole copies the upgrade v into the share as earlier versions did,
+// and as their nodes read it: the file whole, in one layer. It is for a
+// cluster some of whose nodes run such a version. Every part is checked
+// against the signed manifest first, in a pass of its own (the whole
+// file's digest, which names its blob, is a second), and the file is
+// copied as Assemble makes it of the signed manifest and those parts.
+// Otherwise as Add.
+func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
+	version := v.Manifest().Version
+	if !validTag(version) {
+		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
+	}
+	manifest, sig := v.SignedManifest()
+	r, size, err := upgrade.Assemble(manifest, sig, func(p upgrade.PartInfo) (io.ReaderAt, error) {
+		sr, _, err := v.Part(p.Name)
+		return sr, err
+	})
+	if err != nil {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	if size > MaxFileSize {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, more than %d", version, size, int64(MaxFileSize))
+	} else if err := s.checkSpace(version, size); err != nil {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	if err := v.CheckParts(ctx); err != nil {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	var a Artifact
+	file, n, err := s.putBlob(ctx, io.NewSectionReader(r, 0, size), nil, size)
+	if err == nil {
+		a, err = s.record([]v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: n,
+			Annotations: map[string]string{titleAnnotation: "terrarium-" + version + ".upgrade"}}}, version)
+	}
+	if err != nil {
+		if serr := s.sweep(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("drop what was copied: %w", serr))
+		}
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	return a, nil
 }
 
 // addLayers writes the layers' blobs: the signed manifest and signature,
@@ -220,7 +269,8 @@ const (
 
 // putBlob copies r into the blobs, renamed into place once whole, and
 // returns its digest and size. With want, the content must have that
-// digest (ErrDigest otherwise). More than limit bytes are refused.
+// digest and limit bytes (ErrDigest otherwise). More than limit bytes are
+// refused.
 func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit int64) (v1.Hash, int64, error) {
 	dir := filepath.Join(s.dir, "blobs", "sha256")
 	f, err := os.CreateTemp(dir, ".in-*")
@@ -241,6 +291,9 @@ func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit i
 	}
 	if n > limit {
 		return v1.Hash{}, 0, fmt.Errorf("more than %d bytes", limit)
+	}
+	if want != nil && n != limit {
+		return v1.Hash{}, 0, fmt.Errorf("%w: it ended after %d of its %d bytes", ErrDigest, n, limit)
 	}
 	d := digestOf(h)
 	if want != nil && d != *want {
@@ -327,9 +380,6 @@ func (s *Share) artifact(d v1.Hash) (Artifact, bool) {
 	return a, true
 }
 
-// manifestMax bounds an artifact's manifest.
-const manifestMax = 1 << 20
-
 // readSmall reads the file at path, of at most limit bytes.
 func readSmall(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
@@ -399,14 +449,18 @@ func (s *Share) Prune(keep ...v1.Hash) error {
 	return s.sweep()
 }
 
-// sweep removes every blob that no artifact index.json names uses: what
-// Prune dropped, and what an Add or a Fetch that failed wrote.
-func (s *Share) sweep() error {
+// sweep removes every blob that no artifact index.json names uses, but
+// those of keep: what Prune dropped, what an Add that failed wrote, and
+// what a Fetch of another artifact left.
+func (s *Share) sweep(keep ...v1.Descriptor) error {
 	entries, err := s.readIndex()
 	if err != nil {
 		return err
 	}
 	used := map[string]bool{emptyHex: true}
+	for _, l := range keep {
+		used[l.Digest.Hex] = true
+	}
 	for _, e := range entries {
 		used[e.Digest.Hex] = true
 		if a, ok := s.artifact(e.Digest); ok {

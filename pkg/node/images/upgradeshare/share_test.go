@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"maps"
@@ -79,7 +80,7 @@ func readFile(t *testing.T, s *Share, a Artifact) []byte {
 // layout, read again when index.json is replaced.
 func serve(t *testing.T, dir string) *httptest.Server {
 	t.Helper()
-	srv, err := registry.New(registry.WithStores(registry.OpenLiveLayout(dir)))
+	srv, err := registry.New(registry.WithReaderCheckedStores(registry.OpenLiveLayout(dir)))
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -169,22 +170,40 @@ func TestAddServeFetch(t *testing.T) {
 	assert.Equal(t, []Artifact{art}, list)
 }
 
-// fakePeers serve a manifest, and blobs by digest as given.
+// fakePeers serve a manifest from the first peer, and blobs by digest as
+// given: the first peer's, and a second peer's when there is one.
 type fakePeers struct {
 	manifest []byte
 	blobs    map[v1.Hash][]byte
+	second   map[v1.Hash][]byte
 }
+
+const (
+	firstPeer  = "https://10.0.0.11:5443"
+	secondPeer = "https://10.0.0.12:5443"
+)
 
 func (f fakePeers) Manifest(_ context.Context, _ string, d v1.Hash) ([]byte, string, error) {
-	return f.manifest, "https://10.0.0.11:5443", nil
+	return f.manifest, firstPeer, nil
 }
 
-func (f fakePeers) Blob(_ context.Context, _, _ string, d v1.Hash) (io.ReadCloser, int64, error) {
-	b, ok := f.blobs[d]
+func (f fakePeers) Blob(_ context.Context, peer, _ string, d v1.Hash) (io.ReadCloser, int64, error) {
+	blobs := f.blobs
+	if peer == secondPeer {
+		blobs = f.second
+	}
+	b, ok := blobs[d]
 	if !ok {
 		return nil, 0, fmt.Errorf("%s: not found", d)
 	}
 	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+}
+
+func (f fakePeers) Peers() []string {
+	if f.second == nil {
+		return []string{firstPeer}
+	}
+	return []string{firstPeer, secondPeer}
 }
 
 // served is what a peer serves of v's artifact: its manifest, its digest
@@ -232,8 +251,8 @@ func TestFetchRefusesWhatDoesNotMatch(t *testing.T) {
 		peers fakePeers
 		want  string
 	}{
-		{"a flipped byte in a part", fakePeers{manifest: good, blobs: with(rootfs, flipped)}, "rootfs.squashfs: content does not match its digest"},
-		{"a part cut short", fakePeers{manifest: good, blobs: with(rootfs, flipped[:100])}, "rootfs.squashfs: content does not match its digest"},
+		{"a flipped byte in a part", fakePeers{manifest: good, blobs: with(rootfs, flipped)}, "rootfs.squashfs: from " + firstPeer + ": content does not match its digest"},
+		{"a part cut short", fakePeers{manifest: good, blobs: with(rootfs, blobs[rootfs][:100])}, "content does not match its digest: it ended after 100 of its 4096 bytes"},
 		{"an image, not an upgrade", fakePeers{manifest: notOurs, blobs: blobs}, "not an upgrade artifact manifest"},
 		{"a file over the cap", fakePeers{manifest: hugeRaw, blobs: blobs}, "outside 1.."},
 	} {
@@ -249,6 +268,29 @@ func TestFetchRefusesWhatDoesNotMatch(t *testing.T) {
 			assert.Empty(t, list)
 		})
 	}
+}
+
+// A part one peer holds corrupt (its registry serves the share as it is
+// on disk) is fetched from the next peer; with no other peer, the fetch
+// fails naming the peer.
+func TestFetchPassesOverAPeerWithACorruptPart(t *testing.T) {
+	ctx := context.Background()
+	v, data := testUpgrade(t, "0.2.0", 4096)
+	raw, d, blobs := served(t, v)
+	rootfs := v1.Hash{Algorithm: "sha256", Hex: v.Manifest().Parts[0].SHA256}
+	corrupt := maps.Clone(blobs)
+	corrupt[rootfs] = slices.Clone(blobs[rootfs])
+	corrupt[rootfs][7] ^= 1
+
+	s, err := Open(t.TempDir())
+	require.NoError(t, err)
+	_, err = s.Fetch(ctx, fakePeers{manifest: raw, blobs: corrupt}, d)
+	require.ErrorIs(t, err, ErrDigest)
+	assert.ErrorContains(t, err, "rootfs.squashfs: from "+firstPeer+": content does not match its digest")
+
+	a, err := s.Fetch(ctx, fakePeers{manifest: raw, blobs: corrupt, second: blobs}, d)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, readFile(t, s, a)))
 }
 
 // A fetch cut off after some blobs keeps those that matched, and the
@@ -388,4 +430,42 @@ func TestOpenRefusesPartsOtherThanTheSignedManifests(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Open(bad)
 	assert.ErrorContains(t, err, "the artifact has 2 parts and its signed manifest more")
+	long := append(slices.Clone(art.layers), art.layers[4])
+	bad, err = s.record(long, "0.2.0")
+	require.NoError(t, err)
+	_, err = s.Open(bad)
+	assert.ErrorContains(t, err, "the artifact has 4 parts and its signed manifest 3")
+}
+
+// AddWhole keeps the file whole in one layer, as earlier versions did and
+// as their nodes read it, after checking every part: a part that differs
+// is refused by name with nothing kept.
+func TestAddWholeForAnEarlierVersion(t *testing.T) {
+	v, data := testUpgrade(t, "0.2.0", 4096)
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	art, err := s.AddWhole(t.Context(), v)
+	require.NoError(t, err)
+	require.True(t, art.whole())
+	assert.Equal(t, FileMediaType, art.layers[0].MediaType)
+	assert.EqualValues(t, len(data), art.Size)
+	got, err := os.ReadFile(s.blobPath(art.layers[0].Digest))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got), "the blob is the file byte for byte")
+	assert.Equal(t, fmt.Sprintf("%x", sha256.Sum256(data)), art.layers[0].Digest.Hex)
+
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	bad := slices.Clone(data)
+	sr, _, err := v.Part("initrd.img")
+	require.NoError(t, err)
+	bad[partOffset(t, sr)+10] ^= 1
+	dir = t.TempDir()
+	s, err = Open(dir)
+	require.NoError(t, err)
+	before := blobNames(t, dir)
+	_, err = s.AddWhole(t.Context(), verified(t, bad, key))
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
+	assert.ErrorContains(t, err, "initrd.img")
+	assert.Equal(t, before, blobNames(t, dir), "nothing kept")
 }

@@ -25,6 +25,8 @@ func (p manifestPeer) Manifest(context.Context, string, v1.Hash) ([]byte, string
 	return p.raw, "10.0.0.11:5443", nil
 }
 
+func (p manifestPeer) Peers() []string { return []string{"10.0.0.11:5443"} }
+
 func (p manifestPeer) Blob(context.Context, string, string, v1.Hash) (io.ReadCloser, int64, error) {
 	p.t.Error("the upgrade file was fetched although it does not fit")
 	return io.NopCloser(strings.NewReader("")), 0, nil
@@ -72,12 +74,15 @@ func TestShareSpace(t *testing.T) {
 			}
 			empty, _, err := v1.SHA256(strings.NewReader(emptyJSON))
 			require.NoError(t, err)
-			file, _, err := v1.SHA256(strings.NewReader("upgrade"))
-			require.NoError(t, err)
+			digest := func(s string) v1.Hash {
+				d, _, err := v1.SHA256(strings.NewReader(s))
+				require.NoError(t, err)
+				return d
+			}
 			raw, err := manifestFor(empty, []v1.Descriptor{
-				{MediaType: ManifestMediaType, Digest: file, Size: 7, Annotations: map[string]string{titleAnnotation: "manifest.json"}},
-				{MediaType: SignatureMediaType, Digest: file, Size: 7, Annotations: map[string]string{titleAnnotation: "manifest.json.sig"}},
-				{MediaType: PartMediaType, Digest: file, Size: size, Annotations: map[string]string{titleAnnotation: "rootfs.squashfs"}},
+				{MediaType: ManifestMediaType, Digest: digest("manifest"), Size: 7, Annotations: map[string]string{titleAnnotation: "manifest.json"}},
+				{MediaType: SignatureMediaType, Digest: digest("signature"), Size: 7, Annotations: map[string]string{titleAnnotation: "manifest.json.sig"}},
+				{MediaType: PartMediaType, Digest: digest("rootfs"), Size: size, Annotations: map[string]string{titleAnnotation: "rootfs.squashfs"}},
 			}, "0.2.0")
 			require.NoError(t, err)
 			d, _, err := v1.SHA256(bytes.NewReader(raw))
