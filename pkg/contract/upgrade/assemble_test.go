@@ -98,14 +98,3 @@ func TestAssembleRefusesWhatIsNotAFile(t *testing.T) {
 	_, _, err = upgrade.Assemble([]byte("{"), sig, partsOf(sampleParts()))
 	require.ErrorContains(t, err, "assemble upgrade file")
 }
-
-// WithKeptParts marks a copy; the Verified it was made from is unchanged.
-func TestWithKeptParts(t *testing.T) {
-	v, err := verify(build(t, fixedKey(1)), fixedKey(1))
-	require.NoError(t, err)
-	assert.False(t, v.PartsKept())
-	w := v.WithKeptParts()
-	assert.True(t, w.PartsKept())
-	assert.False(t, v.PartsKept())
-	assert.Equal(t, v.Manifest(), w.Manifest())
-}

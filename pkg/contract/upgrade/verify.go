@@ -20,9 +20,6 @@ import (
 type Verified struct {
 	f      *File
 	signer signature.PublicKey
-	// kept: the parts are read from a store that checked each against
-	// the signed manifest's digest as it took it in (WithKeptParts).
-	kept bool
 }
 
 // Verify checks that the manifest is signed by one of the trusted keys
@@ -129,24 +126,6 @@ func (f *File) checkSum(s section, h hash.Hash) error {
 
 // Manifest returns the verified manifest.
 func (v *Verified) Manifest() Manifest { return v.f.manifest.clone() }
-
-// WithKeptParts returns v, its parts marked as read from a store that
-// checked each against the digest the signed manifest gives it as the
-// store took it in, and keeps it under that digest: the upgrade share,
-// whose Open refuses a part its signed manifest does not name so, as a
-// content store does. An installer then checks what it wrote of a part
-// by comparing it with the part byte for byte (PartsKept) rather than by
-// hashing it once more. A file a person brings, which may change under
-// the node, is never so marked.
-func (v *Verified) WithKeptParts() *Verified {
-	w := *v
-	w.kept = true
-	return &w
-}
-
-// PartsKept reports whether v's parts are read from a store that checked
-// them (WithKeptParts).
-func (v *Verified) PartsKept() bool { return v.kept }
 
 // SignedManifest returns manifest.json's and manifest.json.sig's bytes,
 // as File.SignedManifest does: with the parts, all Assemble needs to make

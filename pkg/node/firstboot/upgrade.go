@@ -285,15 +285,12 @@ type upgradeInput struct {
 	// path is the file's path on the host, beside which a force
 	// instruction may lie; "" for a rollout's file.
 	path string
-	// kept: the file is read from the node's upgrade share, which
-	// checked each part as it took it in (upgrade.Verified.WithKeptParts).
-	kept bool
 }
 
 // read calls fn with the upgrade file src holds.
 func (src upgradeSource) read(fn func(upgradeInput) error) error {
 	if src.file != nil {
-		return fn(upgradeInput{r: src.file, size: src.file.Size(), name: src.file.Name(), kept: src.file.PartsKept()})
+		return fn(upgradeInput{r: src.file, size: src.file.Size(), name: src.file.Name()})
 	}
 	return src.open(func(path string) error {
 		f, err := os.Open(path)
@@ -401,9 +398,6 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		v, err := uf.VerifySignature(keys)
 		if err != nil {
 			return err
-		}
-		if in.kept {
-			v = v.WithKeptParts()
 		}
 		digest = upgradeDigest(v.Manifest())
 		if src.digest != "" && digest != src.digest {

@@ -1,7 +1,6 @@
 package slotinstall
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -155,47 +154,4 @@ func readBackSHA256(ctx context.Context, dev SlotDevice, size int64) (string, er
 		return "", fmt.Errorf("read back %s: %d of %d bytes: %w", dev.Name(), n, size, ErrReadBack)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// readBackSame reads the first size bytes of dev back and compares them
-// with part's, failing with ErrReadBack at the first block that differs.
-func readBackSame(ctx context.Context, dev SlotDevice, part io.ReaderAt, size int64) error {
-	c := &comparer{want: io.NewSectionReader(part, 0, size)}
-	// The device is read ahead of the comparison.
-	n, err := readahead.Copy(ctx, c, io.NewSectionReader(dev, 0, size))
-	switch {
-	case c.differs:
-		return fmt.Errorf("read back %s: its bytes from %d on differ from what was written: %w", dev.Name(), c.off, ErrReadBack)
-	case err != nil:
-		return fmt.Errorf("read back %s: %w", dev.Name(), err)
-	case n != size:
-		return fmt.Errorf("read back %s: %d of %d bytes: %w", dev.Name(), n, size, ErrReadBack)
-	}
-	return nil
-}
-
-// comparer is a writer that compares what is written with want's bytes.
-type comparer struct {
-	want    io.Reader
-	buf     []byte
-	off     int64
-	differs bool
-}
-
-var errDiffers = errors.New("the bytes differ")
-
-func (c *comparer) Write(p []byte) (int, error) {
-	if cap(c.buf) < len(p) {
-		c.buf = make([]byte, len(p))
-	}
-	b := c.buf[:len(p)]
-	if _, err := io.ReadFull(c.want, b); err != nil {
-		return 0, fmt.Errorf("read what was written: %w", err)
-	}
-	if !bytes.Equal(p, b) {
-		c.differs = true
-		return 0, errDiffers
-	}
-	c.off += int64(len(p))
-	return len(p), nil
 }

@@ -30,11 +30,7 @@
 //     and read back from the disk and hashed against the signed manifest,
 //     which catches both a file that changed after it was verified and a
 //     disk that loses writes (the file's part is then hashed again to say
-//     which). A part read from a store that checked it against the signed
-//     manifest as it took it in (upgrade.Verified.PartsKept: the node's
-//     upgrade share) is compared with what was read back instead, byte
-//     for byte, which catches a disk that loses writes at the cost of a
-//     read, not a hash. Cut during: a partial slot that nothing boots.
+//     which). Cut during: a partial slot that nothing boots.
 //  4. Kernel and initramfs, each in terrarium/<slot>/ on the ESP: the old
 //     NAME (and a NAME.new left over) is removed; NAME.new is written,
 //     synced and read back; then it is renamed to NAME and the directory

@@ -77,12 +77,6 @@ func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
 		return fmt.Errorf("sync %s: %w", dev.Name(), err)
 	}
 	in.o.Reporter.Report(reportStep, step.Writing, "rootfs written; reading it back")
-	if in.o.Upgrade.PartsKept() {
-		// The part was checked against the signed manifest as the store
-		// that keeps it took it in: what the slot holds is compared
-		// with it, which costs a read, not a hash.
-		return readBackSame(ctx, dev, part, in.rootfs.Size)
-	}
 	sum, err := readBackSHA256(ctx, dev, in.rootfs.Size)
 	if err != nil {
 		return err

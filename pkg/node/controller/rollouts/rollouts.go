@@ -91,9 +91,6 @@ type File interface {
 	Size() int64
 	// Name names it on the console and in errors.
 	Name() string
-	// PartsKept: its parts were each checked against the digest its
-	// signed manifest gives it as the share took them in.
-	PartsKept() bool
 }
 
 // Node is what the controller asks of the node (firstboot): its upgrade

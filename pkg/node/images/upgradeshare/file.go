@@ -16,15 +16,8 @@ type File struct {
 	io.ReaderAt
 	size  int64
 	name  string
-	kept  bool
 	files []*os.File
 }
-
-// PartsKept reports whether the file's parts are blobs of their own, each
-// checked against the digest its signed manifest gives it as the share
-// took it in (upgrade.Verified.WithKeptParts); not so for an artifact of
-// the file whole, whose digest alone was checked.
-func (f *File) PartsKept() bool { return f.kept }
 
 // Size is the file's size.
 func (f *File) Size() int64 { return f.size }
@@ -101,6 +94,6 @@ func (s *Share) open(a Artifact, f *File) error {
 	if used != len(parts) {
 		return fmt.Errorf("the artifact has %d parts and its signed manifest %d", len(parts), used)
 	}
-	f.ReaderAt, f.size, f.kept = r, size, true
+	f.ReaderAt, f.size = r, size
 	return nil
 }
