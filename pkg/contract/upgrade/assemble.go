@@ -17,7 +17,8 @@ import (
 // of it. Nothing is checked here but that manifest parses: Open and Verify
 // check what the reader gives as they check any file. A part that ends
 // before the manifest's size of it makes a read of it fail with
-// io.ErrUnexpectedEOF.
+// io.ErrUnexpectedEOF; an error of a part's reader is the read's, even
+// when it read all it was asked for.
 func Assemble(manifest, sig []byte, part func(PartInfo) (io.ReaderAt, error)) (io.ReaderAt, int64, error) {
 	m, err := ParseManifest(manifest)
 	if err != nil {
@@ -91,7 +92,9 @@ func (a *assembled) ReadAt(p []byte, off int64) (int, error) {
 		buf := p[n : n+int(want)]
 		if s.r == nil {
 			clear(buf)
-		} else if k, err := s.r.ReadAt(buf, at); k < len(buf) {
+		} else if k, err := s.r.ReadAt(buf, at); k < len(buf) || err != nil && !errors.Is(err, io.EOF) {
+			// A part that ends early, or whose reader fails (a part
+			// checked as it is read, say), even with the bytes read.
 			if err == nil || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}

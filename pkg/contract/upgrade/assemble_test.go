@@ -92,9 +92,23 @@ func TestAssembleRefusesWhatIsNotAFile(t *testing.T) {
 	_, err = f.Verify(t.Context(), []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))})
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 
+	failing := func(upgrade.PartInfo) (io.ReaderAt, error) { return failingReader{}, nil }
+	r, size, err = upgrade.Assemble(manifest, sig, failing)
+	require.NoError(t, err)
+	_, err = io.ReadAll(io.NewSectionReader(r, 0, size))
+	require.ErrorContains(t, err, "the part does not match", "a part reader's error, with all it was asked for read")
+
 	_, _, err = upgrade.Assemble(manifest, sig, func(upgrade.PartInfo) (io.ReaderAt, error) { return nil, errors.New("gone") })
 	require.ErrorContains(t, err, "part rootfs.squashfs: gone")
 
 	_, _, err = upgrade.Assemble([]byte("{"), sig, partsOf(sampleParts()))
 	require.ErrorContains(t, err, "assemble upgrade file")
+}
+
+// failingReader reads zeros, all it is asked for, and fails every read.
+type failingReader struct{}
+
+func (failingReader) ReadAt(p []byte, _ int64) (int, error) {
+	clear(p)
+	return len(p), errors.New("the part does not match")
 }

@@ -33,24 +33,12 @@ func (f *File) Verify(ctx context.Context, trusted []signature.PublicKey) (*Veri
 	if err != nil {
 		return nil, err
 	}
-	v := &Verified{f: f, signer: signer}
-	if err := v.CheckParts(ctx); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-// CheckParts reads every part through SHA-256 and compares it with the
-// manifest, as Verify does after the signature: for a file VerifySignature
-// verified that is to be copied whole somewhere its parts are not checked
-// on the way. Its errors are Verify's about the parts.
-func (v *Verified) CheckParts(ctx context.Context) error {
-	for _, s := range v.f.parts {
-		if err := v.f.copySection(ctx, io.Discard, s); err != nil {
-			return err
+	for _, s := range f.parts {
+		if err := f.copySection(ctx, io.Discard, s); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return &Verified{f: f, signer: signer}, nil
 }
 
 // VerifySignature checks that the manifest is signed by one of the

@@ -104,8 +104,11 @@ func (c *Controller) fetchAndStage(ctx context.Context, cfg *machineconfig.Confi
 	file, err := share.Open(art)
 	if err != nil {
 		// A copy that cannot be read whole would fail every later try
-		// alike: the next one fetches it again.
-		c.dropCopy(share, ro.Version)
+		// alike: the next one fetches it again. The control plane that
+		// published it keeps the cluster's one copy.
+		if ro.StartedBy != cfg.Hostname {
+			c.dropCopy(share, ro.Version)
+		}
 		return nil, nodestate.UpgradeResult{}, err
 	}
 	arm, res := c.Node.Stage(ctx, cfg, file, ro.Digest, "rollout of "+ro.Version+" started by "+ro.StartedBy, policy, beforeTurn)

@@ -81,10 +81,13 @@ func (s *Share) fetchBlob(ctx context.Context, peers Peers, peer string, l v1.De
 	var errs []error
 	for _, p := range order {
 		err := s.fetchBlobFrom(ctx, peers, p, l)
-		if err == nil || !errors.Is(err, ErrDigest) {
-			return err
+		if err == nil {
+			return nil
 		}
 		errs = append(errs, fmt.Errorf("from %s: %w", p, err))
+		if !errors.Is(err, ErrDigest) {
+			break
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -129,11 +129,11 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) 
 
 // AddWhole copies the upgrade v into the share as earlier versions did,
 // and as their nodes read it: the file whole, in one layer. It is for a
-// cluster some of whose nodes run such a version. Every part is checked
-// against the signed manifest first, in a pass of its own (the whole
-// file's digest, which names its blob, is a second), and the file is
-// copied as Assemble makes it of the signed manifest and those parts.
-// Otherwise as Add.
+// cluster some of whose nodes run such a version. The file is read once,
+// as Assemble makes it of the signed manifest and v's parts, each part
+// checked against the manifest as it passes: the share keeps the file only
+// if every part matched (the file's own digest, which names its blob, is
+// a second hash). Otherwise as Add.
 func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
 	version := v.Manifest().Version
 	if !validTag(version) {
@@ -142,7 +142,10 @@ func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, er
 	manifest, sig := v.SignedManifest()
 	r, size, err := upgrade.Assemble(manifest, sig, func(p upgrade.PartInfo) (io.ReaderAt, error) {
 		sr, _, err := v.Part(p.Name)
-		return sr, err
+		if err != nil {
+			return nil, err
+		}
+		return &checkedPart{r: sr, info: p, h: sha256.New()}, nil
 	})
 	if err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
@@ -150,9 +153,6 @@ func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, er
 	if size > MaxFileSize {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, more than %d", version, size, int64(MaxFileSize))
 	} else if err := s.checkSpace(version, size); err != nil {
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
-	}
-	if err := v.CheckParts(ctx); err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
 	var a Artifact
@@ -168,6 +168,31 @@ func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, er
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
 	return a, nil
+}
+
+// checkedPart reads a part from its start to its end, in order, hashing
+// it: the read that reaches its end fails unless it matched the signed
+// manifest, so that a copy of it is kept only if it did.
+type checkedPart struct {
+	r    io.ReaderAt
+	info upgrade.PartInfo
+	h    hash.Hash
+	next int64
+}
+
+func (c *checkedPart) ReadAt(p []byte, off int64) (int, error) {
+	if off != c.next {
+		return 0, fmt.Errorf("part %s read at %d, not from where its last read ended (%d)", c.info.Name, off, c.next)
+	}
+	n, err := c.r.ReadAt(p, off)
+	c.h.Write(p[:n])
+	c.next += int64(n)
+	if c.next == c.info.Size {
+		if got := hex.EncodeToString(c.h.Sum(nil)); got != c.info.SHA256 {
+			return n, fmt.Errorf("part %s differs from its signed manifest (sha256 %s, not %s): %w", c.info.Name, got, c.info.SHA256, upgrade.ErrHashMismatch)
+		}
+	}
+	return n, err
 }
 
 // addLayers writes the layers' blobs: the signed manifest and signature,
@@ -290,6 +315,9 @@ func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit i
 		return v1.Hash{}, 0, err
 	}
 	if n > limit {
+		if want != nil {
+			return v1.Hash{}, 0, fmt.Errorf("%w: more than its %d bytes", ErrDigest, limit)
+		}
 		return v1.Hash{}, 0, fmt.Errorf("more than %d bytes", limit)
 	}
 	if want != nil && n != limit {

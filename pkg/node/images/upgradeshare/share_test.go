@@ -438,8 +438,9 @@ func TestOpenRefusesPartsOtherThanTheSignedManifests(t *testing.T) {
 }
 
 // AddWhole keeps the file whole in one layer, as earlier versions did and
-// as their nodes read it, after checking every part: a part that differs
-// is refused by name with nothing kept.
+// as their nodes read it, checking every part as it reads the file once:
+// a part that differs (here the last) is refused by name with nothing
+// kept.
 func TestAddWholeForAnEarlierVersion(t *testing.T) {
 	v, data := testUpgrade(t, "0.2.0", 4096)
 	dir := t.TempDir()
@@ -466,6 +467,19 @@ func TestAddWholeForAnEarlierVersion(t *testing.T) {
 	before := blobNames(t, dir)
 	_, err = s.AddWhole(t.Context(), verified(t, bad, key))
 	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
-	assert.ErrorContains(t, err, "initrd.img")
-	assert.Equal(t, before, blobNames(t, dir), "nothing kept")
+	assert.ErrorContains(t, err, "add upgrade 0.2.0 to the share: part initrd.img differs from its signed manifest")
+	assert.Equal(t, before, blobNames(t, dir), "nothing kept of the file read up to its last part")
+	assert.Empty(t, tempFiles(t, dir))
+}
+
+// tempFiles are the blobs being written in dir's share.
+func tempFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range blobNames(t, dir) {
+		if strings.HasPrefix(n, ".in-") {
+			out = append(out, n)
+		}
+	}
+	return out
 }
