@@ -1139,12 +1139,7 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 	require.NoError(t, err)
 	f, err := upgrade.Open(bytes.NewReader(data), int64(len(data)))
 	require.NoError(t, err)
-	blobs, err := os.ReadDir(cp.e.path(layout.UpgradesDir + "/blobs/sha256"))
-	require.NoError(t, err)
-	var names []string
-	for _, b := range blobs {
-		names = append(names, b.Name())
-	}
+	names := shareBlobs(t, cp.e)
 	require.NotEmpty(t, f.Manifest().Parts)
 	for _, p := range f.Manifest().Parts {
 		assert.NotContains(t, names, p.SHA256, "part %s is not kept", p.Name)
@@ -1179,12 +1174,7 @@ func TestStickForAClusterWithAnOlderNodeIsSharedWhole(t *testing.T) {
 	require.Len(t, list, 1)
 	want, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))
 	require.NoError(t, err)
-	blobs, err := os.ReadDir(cp.e.path(layout.UpgradesDir + "/blobs/sha256"))
-	require.NoError(t, err)
-	var names []string
-	for _, b := range blobs {
-		names = append(names, b.Name())
-	}
+	names := shareBlobs(t, cp.e)
 	assert.Contains(t, names, fmt.Sprintf("%x", sha256.Sum256(want)), "the file whole is a blob")
 
 	stopWorker := w.runInBackground(t)
@@ -1192,6 +1182,18 @@ func TestStickForAClusterWithAnOlderNodeIsSharedWhole(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(w.e.console.String(), "this node drains and reboots into it at its turn")
 	}, 15*time.Second, time.Millisecond, w.e.console.String())
+}
+
+// shareBlobs names the blobs in e's upgrade share.
+func shareBlobs(t *testing.T, e *env) []string {
+	t.Helper()
+	blobs, err := os.ReadDir(e.path(layout.UpgradesDir + "/blobs/sha256"))
+	require.NoError(t, err)
+	var names []string
+	for _, b := range blobs {
+		names = append(names, b.Name())
+	}
+	return names
 }
 
 // runsVersion writes into node's status object that it runs version, as
