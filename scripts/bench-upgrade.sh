@@ -13,7 +13,7 @@
 # is its own figure.
 #
 # BENCH_RUNS (default 3) runs of both halves, taking turns at going
-# first. One run takes about 80 minutes here, so BENCH_KEEP=1 adds runs to
+# first. One run takes about 45 minutes here, so BENCH_KEEP=1 adds runs to
 # the ones already in $BENCH_OUT (the builds are kept with them) instead
 # of starting afresh: BENCH_RUNS=1 BENCH_KEEP=1 three times makes three.
 set -euo pipefail
