@@ -112,3 +112,37 @@ func (failingReader) ReadAt(p []byte, _ int64) (int, error) {
 	clear(p)
 	return len(p), errors.New("the part does not match")
 }
+
+// Checked parts, read in order, make the file whole when every part
+// matches; the read that ends a part that differs fails, naming it; a
+// read out of order fails.
+func TestCheckedPart(t *testing.T) {
+	trustedKeys := []signature.PublicKey{signature.PublicKeyOf(fixedKey(1))}
+	data := build(t, fixedKey(1))
+	assemble := func(data []byte) ([]byte, error) {
+		f, err := open(data)
+		require.NoError(t, err)
+		v, err := f.VerifySignature(trustedKeys)
+		require.NoError(t, err)
+		manifest, sig := v.SignedManifest()
+		r, size, err := upgrade.Assemble(manifest, sig, func(p upgrade.PartInfo) (io.ReaderAt, error) { return v.CheckedPart(p.Name) })
+		require.NoError(t, err)
+		return io.ReadAll(io.NewSectionReader(r, 0, size))
+	}
+	got, err := assemble(data)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+
+	bad := bytes.Clone(data)
+	bad[bytes.Index(bad, sampleParts()[1].data)+3] ^= 1
+	_, err = assemble(bad)
+	require.ErrorIs(t, err, upgrade.ErrHashMismatch)
+	assert.ErrorContains(t, err, "part vmlinuz differs from its signed manifest")
+
+	v, err := verify(data, fixedKey(1))
+	require.NoError(t, err)
+	r, err := v.CheckedPart("vmlinuz")
+	require.NoError(t, err)
+	_, err = r.ReadAt(make([]byte, 10), 5)
+	assert.ErrorContains(t, err, "not where its last read ended")
+}

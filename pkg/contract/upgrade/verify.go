@@ -148,6 +148,43 @@ func (v *Verified) CopyPart(ctx context.Context, dst io.Writer, name string) err
 	return v.f.copySection(ctx, dst, s)
 }
 
+// CheckedPart returns a reader of the part of that name that is read in
+// order, from its start to its end, hashing it: the read that reaches
+// its end fails with ErrHashMismatch, naming the part, unless what was
+// read matches the manifest. A copy made through it is to be kept only
+// if that last read succeeded (Assemble over checked parts makes a file
+// that is copied whole).
+func (v *Verified) CheckedPart(name string) (io.ReaderAt, error) {
+	s, err := v.section(name)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedPart{f: v.f, s: s, h: sha256.New()}, nil
+}
+
+// checkedPart is CheckedPart's reader.
+type checkedPart struct {
+	f    *File
+	s    section
+	h    hash.Hash
+	next int64
+}
+
+func (c *checkedPart) ReadAt(p []byte, off int64) (int, error) {
+	if off != c.next {
+		return 0, fmt.Errorf("%s: part %s read at %d, not where its last read ended (%d)", c.f.name, c.s.info.Name, off, c.next)
+	}
+	n, err := io.NewSectionReader(c.f.r, c.s.offset, c.s.info.Size).ReadAt(p, off)
+	c.h.Write(p[:n])
+	c.next += int64(n)
+	if c.next == c.s.info.Size {
+		if serr := c.f.checkSum(c.s, c.h); serr != nil {
+			return n, fmt.Errorf("part %s differs from its signed manifest: %w", c.s.info.Name, serr)
+		}
+	}
+	return n, err
+}
+
 func (v *Verified) section(name string) (section, error) {
 	for _, s := range v.f.parts {
 		if s.info.Name == name {

@@ -101,19 +101,49 @@ func (s *Share) blobPath(h v1.Hash) string {
 // refused before anything is written (diskspace.ErrNoSpace).
 func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
 	m := v.Manifest()
-	version := m.Version
+	manifest, sig := v.SignedManifest()
+	layers := layersOf(m, manifest, sig)
+	return s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
+		return layers, s.addLayers(ctx, v, layers, manifest, sig)
+	})
+}
+
+// AddWhole copies the upgrade v into the share as earlier versions did,
+// and as their nodes read it: the file whole, in one layer. It is for a
+// cluster some of whose nodes run such a version. The file is read once,
+// as Assemble makes it of the signed manifest and v's parts, each part
+// checked against the manifest as it passes (upgrade.Verified.CheckedPart):
+// the share keeps the file only if every part matched (the file's own
+// digest, which names its blob, is a second hash). Otherwise as Add.
+func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
+	version := v.Manifest().Version
+	manifest, sig := v.SignedManifest()
+	r, size, err := upgrade.Assemble(manifest, sig, func(p upgrade.PartInfo) (io.ReaderAt, error) { return v.CheckedPart(p.Name) })
+	if err != nil {
+		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
+	}
+	return s.add(version, size, func() ([]v1.Descriptor, error) {
+		file, n, err := s.putBlob(ctx, io.NewSectionReader(r, 0, size), nil, size)
+		return []v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: n,
+			Annotations: map[string]string{titleAnnotation: "terrarium-" + version + ".upgrade"}}}, err
+	})
+}
+
+// add checks that version can be a tag and that a file of size bytes
+// fits, then writes the artifact's layers with write and records them;
+// what write copied goes again when either fails.
+func (s *Share) add(version string, size int64, write func() ([]v1.Descriptor, error)) (Artifact, error) {
 	if !validTag(version) {
 		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
 	}
-	manifest, sig := v.SignedManifest()
-	layers := layersOf(m, manifest, sig)
-	if size := fileSize(layers); size > MaxFileSize {
+	if size > MaxFileSize {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, more than %d", version, size, int64(MaxFileSize))
-	} else if err := s.checkSpace(version, size); err != nil {
+	}
+	if err := s.checkSpace(version, size); err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
+	layers, err := write()
 	var a Artifact
-	err := s.addLayers(ctx, v, layers, manifest, sig)
 	if err == nil {
 		a, err = s.record(layers, version)
 	}
@@ -125,74 +155,6 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) 
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
 	return a, nil
-}
-
-// AddWhole copies the upgrade v into the share as earlier versions did,
-// and as their nodes read it: the file whole, in one layer. It is for a
-// cluster some of whose nodes run such a version. The file is read once,
-// as Assemble makes it of the signed manifest and v's parts, each part
-// checked against the manifest as it passes: the share keeps the file only
-// if every part matched (the file's own digest, which names its blob, is
-// a second hash). Otherwise as Add.
-func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
-	version := v.Manifest().Version
-	if !validTag(version) {
-		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
-	}
-	manifest, sig := v.SignedManifest()
-	r, size, err := upgrade.Assemble(manifest, sig, func(p upgrade.PartInfo) (io.ReaderAt, error) {
-		sr, _, err := v.Part(p.Name)
-		if err != nil {
-			return nil, err
-		}
-		return &checkedPart{r: sr, info: p, h: sha256.New()}, nil
-	})
-	if err != nil {
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
-	}
-	if size > MaxFileSize {
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: the file is %d bytes, more than %d", version, size, int64(MaxFileSize))
-	} else if err := s.checkSpace(version, size); err != nil {
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
-	}
-	var a Artifact
-	file, n, err := s.putBlob(ctx, io.NewSectionReader(r, 0, size), nil, size)
-	if err == nil {
-		a, err = s.record([]v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: n,
-			Annotations: map[string]string{titleAnnotation: "terrarium-" + version + ".upgrade"}}}, version)
-	}
-	if err != nil {
-		if serr := s.sweep(); serr != nil {
-			err = errors.Join(err, fmt.Errorf("drop what was copied: %w", serr))
-		}
-		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
-	}
-	return a, nil
-}
-
-// checkedPart reads a part from its start to its end, in order, hashing
-// it: the read that reaches its end fails unless it matched the signed
-// manifest, so that a copy of it is kept only if it did.
-type checkedPart struct {
-	r    io.ReaderAt
-	info upgrade.PartInfo
-	h    hash.Hash
-	next int64
-}
-
-func (c *checkedPart) ReadAt(p []byte, off int64) (int, error) {
-	if off != c.next {
-		return 0, fmt.Errorf("part %s read at %d, not from where its last read ended (%d)", c.info.Name, off, c.next)
-	}
-	n, err := c.r.ReadAt(p, off)
-	c.h.Write(p[:n])
-	c.next += int64(n)
-	if c.next == c.info.Size {
-		if got := hex.EncodeToString(c.h.Sum(nil)); got != c.info.SHA256 {
-			return n, fmt.Errorf("part %s differs from its signed manifest (sha256 %s, not %s): %w", c.info.Name, got, c.info.SHA256, upgrade.ErrHashMismatch)
-		}
-	}
-	return n, err
 }
 
 // addLayers writes the layers' blobs: the signed manifest and signature,
