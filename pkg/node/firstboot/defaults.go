@@ -60,12 +60,14 @@ func Defaults(log *slog.Logger) Options {
 	var boot bootloader.BootLoader = esp
 	devices := slotinstall.ByPartLabel("/dev/disk/by-partlabel")
 	install, stage, arm := DiskInstaller(h, devices, esp), DiskStager(h, devices, esp), DiskArmer(esp)
+	stageAlong := DiskStreamStager(h, devices, esp)
 	var inPlace InPlacer = &inplace.Service{Disk: NewInPlaceDisk(h, esp),
 		Start: func(ctx context.Context, unit string) error { return h.Run(ctx, "systemctl", "start", unit) }}
 	var toDisk ISOInstaller
 	if liveBoot("/proc/cmdline") {
 		inPlace = nil
 		boot, install, stage, toDisk = bootloader.Live{}, refuseLive, refuseLive, liveDiskInstaller(h)
+		stageAlong = nil
 		arm = func(context.Context, slotinstall.Result, host.Reporter) (slotinstall.Result, error) {
 			return slotinstall.Result{}, errLiveUpgrade
 		}
@@ -82,6 +84,7 @@ func Defaults(log *slog.Logger) Options {
 		Install:          install,
 		Stage:            stage,
 		Arm:              arm,
+		StageAlong:       stageAlong,
 		InstallISO:       toDisk,
 		Reboot:           func(ctx context.Context) error { return h.Run(ctx, "systemctl", "reboot") },
 		PollInterval:     2 * time.Second,

@@ -76,6 +76,11 @@ type Options struct {
 	// cluster's rollout stages an upgrade before the node is drained.
 	Stage Installer
 	Arm   Armer
+	// StageAlong, on a control plane a stick is put into, stages the
+	// upgrade from the reads that copy it into the upgrade share (nil:
+	// its rollout's turn stages it from the share, as on every other
+	// node).
+	StageAlong StreamStager
 	// InstallISO, on a live boot from the ISO, installs it onto a disk
 	// (the config's install section, or terrarium.install=auto); nil on a
 	// node running from its disk.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -1398,4 +1399,105 @@ func TestStickLeftInWhileTheAPIIsDownIsNotReadAgain(t *testing.T) {
 	assert.NotContains(t, console, "the manifest says", "no part was read whole")
 	assert.NotContains(t, console, "every part")
 	assert.Equal(t, []string{"1.3.0"}, cp.inst.calls(), "installed once")
+}
+
+// fakeSlotStream records what a StageAlong was handed.
+type fakeSlotStream struct {
+	mu             sync.Mutex
+	part           string
+	got, twin      bytes.Buffer
+	finish         error
+	finished, shut bool
+}
+
+func (f *fakeSlotStream) Part() string { return f.part }
+
+func (f *fakeSlotStream) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.got.Write(p)
+}
+
+func (f *fakeSlotStream) Finish(_ context.Context, twin io.Reader) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished = true
+	if _, err := f.twin.ReadFrom(twin); err != nil {
+		return err
+	}
+	return f.finish
+}
+
+func (f *fakeSlotStream) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shut = true
+	return nil
+}
+
+// TestStickIsWrittenIntoTheSlotAlongTheShare: the control plane a stick
+// is put into writes its slot from the reads that copy the rootfs into
+// its share, then hands it the share's copy to compare; with an older
+// member the share takes the file whole, and the slot waits for the turn.
+func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		older     bool
+		finishErr error
+	}{
+		{name: "along"},
+		{name: "along, but the copies differ", finishErr: slotinstall.ErrReadBack},
+		{name: "an older member", older: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, pub, err := signature.GenerateKey()
+			require.NoError(t, err)
+			c := newFakeCluster()
+			cp := newRolloutNode(t, c, "cp-1", pub)
+			w := newRolloutNode(t, c, "w-1", pub)
+			cp.peers(w)
+			w.peers(cp)
+			require.NoError(t, c.apply(addons.Upgrades))
+			runsVersion(t, c, "w-1", "1.2.3")
+			if tc.older {
+				runsVersion(t, c, "w-1", "1.2.0")
+			}
+			slot := &fakeSlotStream{part: "rootfs.squashfs", finish: tc.finishErr}
+			var begun []string
+			cp.o.StageAlong = func(_ context.Context, v *upgrade.Verified, running layout.Slot, _ release.Release, _ upgrade.Policy, _ host.Reporter) (rollouts.SlotStream, error) {
+				begun = append(begun, v.Manifest().Version+" into the slot after "+string(running))
+				return slot, nil
+			}
+			cp.e.upgradeStick(key, "/stick", "1.3.0")
+			cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+			cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+			console := cp.e.console.String()
+
+			if tc.older {
+				assert.Empty(t, begun, "a share of the file whole is not teed")
+				assert.Zero(t, slot.got.Len())
+				return
+			}
+			assert.Equal(t, []string{"1.3.0 into the slot after a"}, begun)
+			assert.Contains(t, console, "upgrade: writing 1.3.0 into this node's other slot from the same reads")
+			data, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))
+			require.NoError(t, err)
+			uf, err := upgrade.Open(bytes.NewReader(data), int64(len(data)))
+			require.NoError(t, err)
+			v, err := uf.VerifySignature([]signature.PublicKey{pub})
+			require.NoError(t, err)
+			part, _, err := v.Part("rootfs.squashfs")
+			require.NoError(t, err)
+			want, err := io.ReadAll(part)
+			require.NoError(t, err)
+			assert.Equal(t, want, slot.got.Bytes(), "the part, from the share's reads")
+			assert.True(t, slot.finished)
+			assert.Equal(t, want, slot.twin.Bytes(), "the share's copy to compare with")
+			assert.True(t, slot.shut)
+			if tc.finishErr != nil {
+				assert.Contains(t, console, "this node's other slot was written along the way, but "+tc.finishErr.Error())
+				assert.Contains(t, console, "this node's turn writes it again from the share")
+			}
+		})
+	}
 }

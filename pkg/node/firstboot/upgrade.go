@@ -51,9 +51,55 @@ func DiskStager(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.E
 
 func diskInstaller(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP, stage bool) Installer {
 	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (slotinstall.Result, error) {
-		return slotinstall.Install(ctx, slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
-			Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries,
-			FirmwareDB: efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.DBCertificates, Stage: stage})
+		return slotinstall.Install(ctx, diskOptions(h, devices, esp, v, running, installed, policy, report, stage))
+	}
+}
+
+func diskOptions(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter, stage bool) slotinstall.Options {
+	return slotinstall.Options{Upgrade: v, Running: running, Installed: installed, Policy: policy,
+		Devices: devices, ESP: esp, Reporter: report, Clock: h.Clock, Tries: installed.BootTries,
+		FirmwareDB: efiboot.Vars{Dir: h.Path(efiboot.DefaultDir)}.DBCertificates, Stage: stage}
+}
+
+// StreamStager begins staging a verified upgrade file into the slot that
+// is not running from the reads that copy it into the node's upgrade
+// share (rollouts.Upgrade.Slot): the control plane a stick was put into
+// reads and hashes it once for both.
+type StreamStager func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, error)
+
+// DiskStreamStager is DiskStager's StreamStager (slotinstall.Begin).
+func DiskStreamStager(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) StreamStager {
+	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, error) {
+		s, err := slotinstall.Begin(ctx, diskOptions(h, devices, esp, v, running, installed, policy, report, true))
+		if err != nil {
+			return nil, err
+		}
+		return slotStream{s}, nil
+	}
+}
+
+// slotStream is a slotinstall.Stream as a rollouts.SlotStream.
+type slotStream struct{ *slotinstall.Stream }
+
+func (s slotStream) Finish(ctx context.Context, twin io.Reader) error {
+	_, err := s.Stream.Finish(ctx, twin)
+	return err
+}
+
+// slotAlong begins staging v into the other slot along its copy into the
+// share (Options.StageAlong), unless this node cannot write that slot
+// now; nil without a StageAlong.
+func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy) func(context.Context) (rollouts.SlotStream, error) {
+	if r.o.StageAlong == nil {
+		return nil
+	}
+	return func(ctx context.Context) (rollouts.SlotStream, error) {
+		if r.o.InPlace != nil {
+			if a := r.o.InPlace.Named(); a != "" {
+				return nil, fmt.Errorf("this boot runs slot %s's Kubernetes in place", a)
+			}
+		}
+		return r.o.StageAlong(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
 	}
 }
 
@@ -460,7 +506,8 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			// them.
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
-			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy})
+			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy,
+				Slot: r.slotAlong(v, policy)})
 			if !errors.Is(err, rollouts.ErrClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}

@@ -175,49 +175,80 @@ type plan struct {
 }
 
 func (in *installer) run(ctx context.Context) (Result, error) {
-	in.res = Result{Slot: in.target, Manifest: in.m}
-	if err := upgrade.Check(in.o.Installed, in.m, in.o.Policy); err != nil {
-		return in.res, err
-	}
-	if err := in.parts(); err != nil {
-		return in.res, err
-	}
-	p, err := in.plan(ctx)
+	p, err := in.prepare(ctx)
 	if err != nil {
 		return in.res, err
 	}
-	if a := p.already; a != nil {
-		in.res.Entry, in.res.SortKey, in.res.Tries, in.res.Staged = a.path(), a.sortKey, a.name.tries(), p.alreadyStaged
-		switch {
-		case p.alreadyStaged && in.o.Stage:
-			in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s is staged in slot %s already", in.m.Version, in.target))
-			return in.res, nil
-		case p.alreadyStaged:
-			// Installed whole but for the commit: Install commits it.
-			return arm(ctx, in.o.ESP, in.res, in.o.Reporter, in.w)
-		}
-		state := "blessed"
-		if a.name.counted {
-			state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", a.name.left, a.name.tries())
-		}
-		return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, a.name.file, state, upgrade.ErrAlreadyInstalled)
+	if p.already != nil {
+		return in.found(ctx, p)
 	}
-	dev, err := in.o.Devices.OpenSlot(ctx, in.target)
+	dev, err := in.begin(ctx, p)
 	if err != nil {
-		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
+		return in.res, err
 	}
 	defer dev.Close()
-	if err := in.checkSize(dev); err != nil {
-		return in.res, err
-	}
-	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
-
-	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.unbootable(dir, p.state) }); err != nil {
-		return in.res, fmt.Errorf("upgrade to %s: make slot %s unbootable while it is written: %w", in.m.Version, in.target, err)
-	}
 	if err := in.writeRootfs(ctx, dev); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
 	}
+	return in.finish(ctx, p)
+}
+
+// prepare checks the upgrade against the running release and the ESP,
+// and decides what to write (or finds the target holding it already).
+func (in *installer) prepare(ctx context.Context) (plan, error) {
+	in.res = Result{Slot: in.target, Manifest: in.m}
+	if err := upgrade.Check(in.o.Installed, in.m, in.o.Policy); err != nil {
+		return plan{}, err
+	}
+	if err := in.parts(); err != nil {
+		return plan{}, err
+	}
+	return in.plan(ctx)
+}
+
+// found answers for a target that holds the upgrade already: staged
+// (committed, unless staging again) or installed.
+func (in *installer) found(ctx context.Context, p plan) (Result, error) {
+	a := p.already
+	in.res.Entry, in.res.SortKey, in.res.Tries, in.res.Staged = a.path(), a.sortKey, a.name.tries(), p.alreadyStaged
+	switch {
+	case p.alreadyStaged && in.o.Stage:
+		in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s is staged in slot %s already", in.m.Version, in.target))
+		return in.res, nil
+	case p.alreadyStaged:
+		// Installed whole but for the commit: Install commits it.
+		return arm(ctx, in.o.ESP, in.res, in.o.Reporter, in.w)
+	}
+	state := "blessed"
+	if a.name.counted {
+		state = fmt.Sprintf("on trial, %d of %d tries left: it boots next", a.name.left, a.name.tries())
+	}
+	return in.res, fmt.Errorf("upgrade to %s: slot %s holds it (%s, %s): %w", in.m.Version, in.target, a.name.file, state, upgrade.ErrAlreadyInstalled)
+}
+
+// begin opens the target's partition, checks that the rootfs fits, and
+// makes the target unbootable while it is written. The caller closes the
+// partition.
+func (in *installer) begin(ctx context.Context, p plan) (SlotDevice, error) {
+	dev, err := in.o.Devices.OpenSlot(ctx, in.target)
+	if err != nil {
+		return nil, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)
+	}
+	if err := in.checkSize(dev); err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	in.o.Reporter.Report(reportStep, step.Checked, fmt.Sprintf("%s over %s: writing slot %s (%s)", in.m.Version, in.o.Installed.Version, in.target, dev.Name()))
+	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.unbootable(dir, p.state) }); err != nil {
+		_ = dev.Close()
+		return nil, fmt.Errorf("upgrade to %s: make slot %s unbootable while it is written: %w", in.m.Version, in.target, err)
+	}
+	return dev, nil
+}
+
+// finish writes the ESP's files and the entry, once the rootfs is
+// written and checked, and reports the slot installed (or staged).
+func (in *installer) finish(ctx context.Context, p plan) (Result, error) {
 	in.o.Reporter.Report(reportStep, step.Writing, in.espWhat()+" and boot entry")
 	if err := in.o.ESP.WithESP(true, func(dir string) error { return in.writeESP(ctx, dir, p) }); err != nil {
 		return in.res, fmt.Errorf("upgrade to %s: %w", in.m.Version, err)

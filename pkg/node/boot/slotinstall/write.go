@@ -53,28 +53,20 @@ func (in *installer) unbootable(dir string, st espState) error {
 // the read-back differs is the file's part hashed again, to tell the two
 // apart.
 func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
-	in.res.Device = dev.Name()
-	dw := &deviceWriter{dev: dev, o: in.w}
-	pw := &progressWriter{w: dw, total: in.rootfs.Size, clock: in.o.Clock, report: in.o.Reporter, last: in.o.Clock.Now()}
+	dw, pw := in.rootfsWriter(dev)
 	part, _, err := in.o.Upgrade.Part(in.rootfs.Name)
 	if err != nil {
 		return err
 	}
 	n, err := readahead.Copy(ctx, pw, part)
-	switch {
-	case dw.err != nil:
+	if dw.err != nil {
 		return dw.err
-	case err != nil:
+	}
+	if err != nil {
 		return fmt.Errorf("copy %s into %s: %w", in.rootfs.Name, dev.Name(), err)
-	case n != in.rootfs.Size:
-		return fmt.Errorf("copy %s into %s: %d of its %d bytes: %w", in.rootfs.Name, dev.Name(), n, in.rootfs.Size, upgrade.ErrTruncated)
 	}
-	pw.done()
-	if err := in.w.check("sync " + dev.Name()); err != nil {
+	if err := in.written(dev, pw, n); err != nil {
 		return err
-	}
-	if err := dev.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dev.Name(), err)
 	}
 	in.o.Reporter.Report(reportStep, step.Writing, "rootfs written; reading it back")
 	sum, err := readBackSHA256(ctx, dev, in.rootfs.Size)
@@ -86,6 +78,30 @@ func (in *installer) writeRootfs(ctx context.Context, dev SlotDevice) error {
 			return fmt.Errorf("%s holds other bytes than the manifest's %s: %w", dev.Name(), in.rootfs.Name, err)
 		}
 		return fmt.Errorf("%s: its first %d bytes have sha256 %s after writing %s: %w", dev.Name(), in.rootfs.Size, sum, in.rootfs.SHA256, ErrReadBack)
+	}
+	return nil
+}
+
+// rootfsWriter writes the rootfs into dev from its start, reporting the
+// progress.
+func (in *installer) rootfsWriter(dev SlotDevice) (*deviceWriter, *progressWriter) {
+	in.res.Device = dev.Name()
+	dw := &deviceWriter{dev: dev, o: in.w}
+	return dw, &progressWriter{w: dw, total: in.rootfs.Size, clock: in.o.Clock, report: in.o.Reporter, last: in.o.Clock.Now()}
+}
+
+// written checks that n bytes, all of the rootfs, went into dev, and
+// syncs it, dropping its cache so that the read-back reads the disk.
+func (in *installer) written(dev SlotDevice, pw *progressWriter, n int64) error {
+	if n != in.rootfs.Size {
+		return fmt.Errorf("copy %s into %s: %d of its %d bytes: %w", in.rootfs.Name, dev.Name(), n, in.rootfs.Size, upgrade.ErrTruncated)
+	}
+	pw.done()
+	if err := in.w.check("sync " + dev.Name()); err != nil {
+		return err
+	}
+	if err := dev.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dev.Name(), err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +51,27 @@ type Upgrade struct {
 	// which every node checks before it acts.
 	Signed rollout.Instructions
 	Policy upgrade.Policy
+	// Slot, when set, begins writing the upgrade into this node's other
+	// slot, staged, from the reads that copy it into the share (nil, or
+	// an error, when this node does not stage it so).
+	Slot func(ctx context.Context) (SlotStream, error)
+}
+
+// SlotStream writes a part of an upgrade into this node's other slot, staged,
+// from the bytes the share copies from the stick: the stick is read and
+// hashed once for both (slotinstall.Stream).
+type SlotStream interface {
+	// Write is handed the part's bytes as the share copies them, before
+	// they are known to match the signed manifest.
+	io.Writer
+	// Part names the part it writes.
+	Part() string
+	// Finish, once the share kept the part (every byte matched), reads
+	// the slot back beside twin, the share's copy read back from its
+	// disk, and stages the slot.
+	Finish(ctx context.Context, twin io.Reader) error
+	// Close gives the slot up, staged or not.
+	Close() error
 }
 
 // Publish hands a verified upgrade file to the cluster instead of
@@ -100,7 +122,10 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	if err != nil {
 		return "", err
 	}
-	var art upgradeshare.Artifact
+	var (
+		art  upgradeshare.Artifact
+		slot SlotStream
+	)
 	if older := c.olderMembers(ctx, admin, members, cfg.Hostname); len(older) > 0 {
 		c.Node.Say("upgrade: %s run a release older than this node's %s, which reads an upgrade share of files whole: "+
 			"checking every part of %s, then copying it whole into this node's upgrade share; every node of the cluster fetches it from there",
@@ -108,9 +133,17 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		art, err = share.AddWhole(ctx, u.File)
 	} else {
 		c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
-		art, err = share.Add(ctx, u.File)
+		var tees []upgradeshare.Tee
+		if slot = c.beginSlot(ctx, u); slot != nil {
+			defer slot.Close()
+			tees = append(tees, upgradeshare.Tee{Part: slot.Part(), W: slot})
+		}
+		art, err = share.Add(ctx, u.File, tees...)
 	}
 	if err != nil {
+		if slot != nil {
+			c.Node.Say("upgrade: this node's other slot, written along the way, has no boot entry now; this node boots as before")
+		}
 		return "", err
 	}
 	ru.Ref = art.Ref()
@@ -125,12 +158,45 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		c.Log.Warn("prune the upgrade share", "err", err)
 	}
 	c.Status.Update(func(s *status.Status) { s.Upgrade = rec.Summary() })
+	if slot != nil {
+		c.finishSlot(ctx, share, art, slot)
+	}
 	forced := ""
 	if u.Signed.Force != "" {
 		forced = ", forced by its signed instruction"
 	}
 	return fmt.Sprintf("%s is rolling out to the cluster's %d nodes, one at a time, control planes first%s (firstboot upgrade status)",
 		u.Manifest.Version, len(members), forced), nil
+}
+
+// beginSlot begins writing u into this node's other slot as it is
+// copied into the share, or returns nil when this node does not stage it
+// so (its rollout's turn then writes it from the share).
+func (c *Controller) beginSlot(ctx context.Context, u Upgrade) SlotStream {
+	if u.Slot == nil {
+		return nil
+	}
+	slot, err := u.Slot(ctx)
+	if err != nil {
+		c.Node.Say("upgrade: not writing %s into this node's other slot on the way (%v); its turn writes it from the share", u.Manifest.Version, err)
+		return nil
+	}
+	c.Node.Say("upgrade: writing %s into this node's other slot from the same reads", u.Manifest.Version)
+	return slot
+}
+
+// finishSlot checks the slot written along the share's copy against the
+// share's copy and stages it. The rollout goes on whatever it finds:
+// when the slot is not staged, this node's turn writes it again.
+func (c *Controller) finishSlot(ctx context.Context, share *upgradeshare.Share, art upgradeshare.Artifact, slot SlotStream) {
+	twin, err := share.ReadBack(art, slot.Part())
+	if err == nil {
+		err = slot.Finish(ctx, twin)
+		_ = twin.Close()
+	}
+	if err != nil {
+		c.Node.Say("upgrade: this node's other slot was written along the way, but %v; it has no boot entry, and this node's turn writes it again from the share", err)
+	}
 }
 
 // olderMembers names the members but me whose status object says they

@@ -36,6 +36,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/terrarium-os/terrarium/pkg/contract/atomicfile"
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
@@ -98,14 +99,62 @@ func (s *Share) blobPath(h v1.Hash) string {
 // is refused (ErrDigest, naming the part), and the share keeps nothing of
 // v. Adding an upgrade the share holds already copies it again. An
 // upgrade that would leave less than the reserve free (WithSpace) is
-// refused before anything is written (diskspace.ErrNoSpace).
-func (s *Share) Add(ctx context.Context, v *upgrade.Verified) (Artifact, error) {
+// refused before anything is written (diskspace.ErrNoSpace). Each tee
+// is written a part's bytes as they are copied (Tee).
+func (s *Share) Add(ctx context.Context, v *upgrade.Verified, tees ...Tee) (Artifact, error) {
 	m := v.Manifest()
 	manifest, sig := v.SignedManifest()
 	layers := layersOf(m, manifest, sig)
 	return s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
-		return layers, s.addLayers(ctx, v, layers, manifest, sig)
+		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees)
 	})
+}
+
+// Tee takes a second copy of one part as Add copies it: W is written the
+// part's bytes from the same reads, before Add knows whether they match
+// (a part is checked once whole), so W's copy is the part only once Add
+// returned without an error; ReadBack then reads the share's copy from
+// its disk, to compare. W's first error stops the copy to it, not Add.
+type Tee struct {
+	Part string
+	W    io.Writer
+}
+
+// teeWriter writes to w until its first error, and then nothing.
+type teeWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if t.err == nil {
+		n, err := t.w.Write(p)
+		if err == nil && n != len(p) {
+			err = io.ErrShortWrite
+		}
+		t.err = err
+	}
+	return len(p), nil
+}
+
+// ReadBack reads the part name of the artifact a as the share's disk
+// holds it, not from the page cache: what a tee's writer compares its
+// own copy with. Its blob was synced as it was renamed into place.
+func (s *Share) ReadBack(a Artifact, name string) (io.ReadCloser, error) {
+	for _, l := range a.layers {
+		if l.MediaType == PartMediaType && l.Annotations[titleAnnotation] == name {
+			f, err := os.Open(s.blobPath(l.Digest))
+			if err != nil {
+				return nil, fmt.Errorf("read back part %s of upgrade %s: %w", name, a.Version, err)
+			}
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				_ = f.Close()
+				return nil, fmt.Errorf("read back part %s of upgrade %s: drop %s from the cache: %w", name, a.Version, f.Name(), err)
+			}
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("read back part %s of upgrade %s: the artifact has no such part", name, a.Version)
 }
 
 // AddWhole copies the upgrade v into the share as earlier versions did,
@@ -159,7 +208,7 @@ func (s *Share) add(version string, size int64, write func() ([]v1.Descriptor, e
 
 // addLayers writes the layers' blobs: the signed manifest and signature,
 // filling in their digests, then each part of v, checked against its.
-func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.Descriptor, manifest, sig []byte) error {
+func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.Descriptor, manifest, sig []byte, tees []Tee) error {
 	for i, b := range [][]byte{manifest, sig} {
 		d, _, err := s.putBlob(ctx, bytes.NewReader(b), nil, int64(len(b)))
 		if err != nil {
@@ -173,7 +222,13 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 		if err != nil {
 			return err
 		}
-		if _, _, err := s.putBlob(ctx, part, &l.Digest, l.Size); errors.Is(err, ErrDigest) {
+		var r io.Reader = part
+		for _, t := range tees {
+			if t.Part == name {
+				r = io.TeeReader(r, &teeWriter{w: t.W})
+			}
+		}
+		if _, _, err := s.putBlob(ctx, r, &l.Digest, l.Size); errors.Is(err, ErrDigest) {
 			return fmt.Errorf("part %s differs from its signed manifest: %w", name, err)
 		} else if err != nil {
 			return fmt.Errorf("part %s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -482,4 +483,82 @@ func tempFiles(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// failingWriter fails every write after its first n bytes.
+type failingWriter struct {
+	n     int
+	got   bytes.Buffer
+	calls int
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	f.calls++
+	if f.got.Len()+len(p) > f.n {
+		return 0, errors.New("the slot is gone")
+	}
+	return f.got.Write(p)
+}
+
+// TestAddTeesAPart: a tee gets the part from the same reads, the share
+// reads it back from its blob, and a tee that fails stops only itself.
+func TestAddTeesAPart(t *testing.T) {
+	v, _ := testUpgrade(t, "0.2.0", 3<<20+17)
+	want, err := io.ReadAll(mustPart(t, v, "rootfs.squashfs"))
+	require.NoError(t, err)
+
+	s, err := Open(t.TempDir())
+	require.NoError(t, err)
+	var tee bytes.Buffer
+	a, err := s.Add(t.Context(), v, Tee{Part: "rootfs.squashfs", W: &tee})
+	require.NoError(t, err)
+	assert.Equal(t, want, tee.Bytes())
+	assert.Equal(t, want, readPart(t, s, a, "rootfs.squashfs"))
+	_, err = s.ReadBack(a, "nothing.img")
+	assert.ErrorContains(t, err, "read back part nothing.img of upgrade 0.2.0: the artifact has no such part")
+
+	t.Run("a tee that fails", func(t *testing.T) {
+		s, err := Open(t.TempDir())
+		require.NoError(t, err)
+		fw := &failingWriter{n: 1 << 20}
+		a, err := s.Add(t.Context(), v, Tee{Part: "rootfs.squashfs", W: fw})
+		require.NoError(t, err, "the share's copy goes on")
+		assert.Equal(t, want[:fw.got.Len()], fw.got.Bytes())
+		calls := fw.calls
+		assert.Equal(t, want, readPart(t, s, a, "rootfs.squashfs"))
+		assert.Equal(t, calls, fw.calls, "not written after its error")
+	})
+
+	t.Run("a part that differs", func(t *testing.T) {
+		_, data := testUpgrade(t, "0.2.0", 4096)
+		key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+		bad := verified(t, data, key)
+		sr := mustPart(t, bad, "rootfs.squashfs")
+		data[partOffset(t, sr)+100] ^= 1
+		s, err := Open(t.TempDir())
+		require.NoError(t, err)
+		var tee bytes.Buffer
+		_, err = s.Add(t.Context(), verified(t, data, key), Tee{Part: "rootfs.squashfs", W: &tee})
+		require.ErrorIs(t, err, ErrDigest, "the tee's copy is not the part")
+		assert.Equal(t, 4096, tee.Len(), "written before the part was known to differ")
+	})
+}
+
+// mustPart is v's part name.
+func mustPart(t *testing.T, v *upgrade.Verified, name string) *io.SectionReader {
+	t.Helper()
+	sr, _, err := v.Part(name)
+	require.NoError(t, err)
+	return sr
+}
+
+// readPart reads a's part name back from s.
+func readPart(t *testing.T, s *Share, a Artifact, name string) []byte {
+	t.Helper()
+	rc, err := s.ReadBack(a, name)
+	require.NoError(t, err)
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	return b
 }
