@@ -1404,13 +1404,10 @@ func TestStickLeftInWhileTheAPIIsDownIsNotReadAgain(t *testing.T) {
 // fakeSlotStream records what a StageAlong was handed.
 type fakeSlotStream struct {
 	mu             sync.Mutex
-	part           string
 	got, twin      bytes.Buffer
 	finish         error
 	finished, shut bool
 }
-
-func (f *fakeSlotStream) Part() string { return f.part }
 
 func (f *fakeSlotStream) Write(p []byte) (int, error) {
 	f.mu.Lock()
@@ -1438,16 +1435,21 @@ func (f *fakeSlotStream) Close() error {
 // TestStickIsWrittenIntoTheSlotAlongTheShare: the control plane a stick
 // is put into writes its slot from the reads that copy the rootfs into
 // its share, then hands it the share's copy to compare; with an older
-// member the share takes the file whole, and the slot waits for the turn.
+// member the share takes the file whole, and the slot waits for the turn;
+// a stick whose rootfs differs from its manifest starts no rollout, and
+// the slot it began to write has no entry.
 func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		older     bool
 		finishErr error
+		corrupt   string // the part whose byte the stick flips
 	}{
 		{name: "along"},
-		{name: "along, but the copies differ", finishErr: slotinstall.ErrReadBack},
+		{name: "along, but the copies differ", finishErr: slotinstall.ErrCopiesDiffer},
 		{name: "an older member", older: true},
+		{name: "a rootfs that differs", corrupt: "rootfs.squashfs"},
+		{name: "a kernel that differs", corrupt: "vmlinuz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, pub, err := signature.GenerateKey()
@@ -1462,24 +1464,13 @@ func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 			if tc.older {
 				runsVersion(t, c, "w-1", "1.2.0")
 			}
-			slot := &fakeSlotStream{part: "rootfs.squashfs", finish: tc.finishErr}
+			slot := &fakeSlotStream{finish: tc.finishErr}
 			var begun []string
 			cp.o.StageAlong = func(_ context.Context, v *upgrade.Verified, running layout.Slot, _ release.Release, _ upgrade.Policy, _ host.Reporter) (rollouts.SlotStream, error) {
 				begun = append(begun, v.Manifest().Version+" into the slot after "+string(running))
 				return slot, nil
 			}
 			cp.e.upgradeStick(key, "/stick", "1.3.0")
-			cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
-			cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
-			console := cp.e.console.String()
-
-			if tc.older {
-				assert.Empty(t, begun, "a share of the file whole is not teed")
-				assert.Zero(t, slot.got.Len())
-				return
-			}
-			assert.Equal(t, []string{"1.3.0 into the slot after a"}, begun)
-			assert.Contains(t, console, "upgrade: writing 1.3.0 into this node's other slot from the same reads")
 			data, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))
 			require.NoError(t, err)
 			uf, err := upgrade.Open(bytes.NewReader(data), int64(len(data)))
@@ -1490,12 +1481,48 @@ func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 			require.NoError(t, err)
 			want, err := io.ReadAll(part)
 			require.NoError(t, err)
+			if tc.corrupt != "" {
+				sr, _, err := v.Part(tc.corrupt)
+				require.NoError(t, err)
+				_, off, _ := sr.Outer()
+				data[off+3] ^= 1
+				cp.e.write("/stick/terrarium-1.3.0.upgrade", string(data))
+			}
+			cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
+			if tc.corrupt != "" {
+				cp.e.runWatching(t, cp.o, func() bool {
+					return strings.Contains(cp.e.console.String(), "differs from its signed manifest")
+				})
+				console := cp.e.console.String()
+				assert.Zero(t, cp.e.rebootCount())
+				assert.False(t, slot.finished, "what the share did not keep is not staged")
+				if tc.corrupt == "vmlinuz" {
+					assert.Empty(t, begun, "every other part is checked before the slot is written")
+					assert.NotContains(t, console, "while slot b was written")
+					return
+				}
+				assert.Equal(t, []string{"1.3.0 into the slot after a"}, begun)
+				assert.True(t, slot.shut)
+				assert.Contains(t, console, "upgrade failed while slot b was written: add upgrade 1.3.0 to the share: part rootfs.squashfs differs from its signed manifest")
+				assert.Contains(t, console, "slot b has no boot entry, and this node boots slot a as before")
+				return
+			}
+			cp.e.runWatching(t, cp.o, func() bool { return cp.e.rebootCount() == 1 })
+			console := cp.e.console.String()
+
+			if tc.older {
+				assert.Empty(t, begun, "a share of the file whole is not teed")
+				assert.Zero(t, slot.got.Len())
+				return
+			}
+			assert.Equal(t, []string{"1.3.0 into the slot after a"}, begun)
+			assert.Contains(t, console, "upgrade: writing 1.3.0 into this node's other slot from the same reads")
 			assert.Equal(t, want, slot.got.Bytes(), "the part, from the share's reads")
 			assert.True(t, slot.finished)
 			assert.Equal(t, want, slot.twin.Bytes(), "the share's copy to compare with")
 			assert.True(t, slot.shut)
 			if tc.finishErr != nil {
-				assert.Contains(t, console, "this node's other slot was written along the way, but "+tc.finishErr.Error())
+				assert.Contains(t, console, "upgrade: 1.3.0 was written into this node's other slot along its copy, but the slot and the other copy")
 				assert.Contains(t, console, "this node's turn writes it again from the share")
 			}
 		})

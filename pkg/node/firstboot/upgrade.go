@@ -88,8 +88,8 @@ func (s slotStream) Finish(ctx context.Context, twin io.Reader) error {
 
 // slotAlong begins staging v into the other slot along its copy into the
 // share (Options.StageAlong), unless this node cannot write that slot
-// now; nil without a StageAlong.
-func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy) func(context.Context) (rollouts.SlotStream, error) {
+// now, and sets *begun once it did; nil without a StageAlong.
+func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy, begun *bool) func(context.Context) (rollouts.SlotStream, error) {
 	if r.o.StageAlong == nil {
 		return nil
 	}
@@ -99,7 +99,12 @@ func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy) func(cont
 				return nil, fmt.Errorf("this boot runs slot %s's Kubernetes in place", a)
 			}
 		}
-		return r.o.StageAlong(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
+		if u := r.state.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled {
+			return nil, fmt.Errorf("the upgrade to %s waits for its reboot or trial in slot %s", u.To, u.ToSlot)
+		}
+		s, err := r.o.StageAlong(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
+		*begun = err == nil
+		return s, err
 	}
 }
 
@@ -506,8 +511,13 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 			// them.
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
+			var along bool // the other slot written from the same reads
 			published, err = r.rollouts.Publish(ctx, cfg, rollouts.Upgrade{File: v, Manifest: v.Manifest(), Digest: digest, Signed: signed, Policy: policy,
-				Slot: r.slotAlong(v, policy)})
+				Slot: r.slotAlong(v, policy, &along)})
+			if err != nil && along {
+				// Said as an install that failed while it wrote the slot.
+				res = slotinstall.Result{Slot: r.slot.Other(), Manifest: v.Manifest(), Changed: true}
+			}
 			if !errors.Is(err, rollouts.ErrClusterUnreachable) || policy != upgrade.Force {
 				return err
 			}

@@ -7,7 +7,9 @@
 //
 // # Order, and what a power cut leaves
 //
-// Install checks everything before it writes a byte, and writes in an
+// Install checks everything before it writes a byte (Begin all but the
+// rootfs's bytes, which its Stream's other writer checks as they pass,
+// the slot unbootable until then), and writes in an
 // order in which a power cut after any write leaves the running slot
 // booting and the install retryable (Install run again completes it):
 //
@@ -30,7 +32,13 @@
 //     and read back from the disk and hashed against the signed manifest,
 //     which catches both a file that changed after it was verified and a
 //     disk that loses writes (the file's part is then hashed again to say
-//     which). Cut during: a partial slot that nothing boots.
+//     which). Cut during: a partial slot that nothing boots. Begin's
+//     Stream writes the squashfs from the reads of another writer that
+//     hashes them against the signed manifest (a control plane's upgrade
+//     share, filling from a stick) instead: the slot, synced and read
+//     back, must then equal that writer's copy read back from its own
+//     disk, byte for byte (Stream.Finish); the stick is read and hashed
+//     once for both.
 //  4. Kernel and initramfs, each in terrarium/<slot>/ on the ESP: the old
 //     NAME (and a NAME.new left over) is removed; NAME.new is written,
 //     synced and read back; then it is renamed to NAME and the directory

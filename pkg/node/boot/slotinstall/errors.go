@@ -47,6 +47,12 @@ var (
 	// changed them. The slot was not made bootable.
 	ErrReadBack = errors.New("the disk returned other bytes than were written (a failing disk or controller?); " +
 		"the new slot was not made bootable; check the disk (dmesg, smartctl) and install the upgrade again")
+	// ErrCopiesDiffer means a slot written from a stream (Stream) and
+	// the stream's other copy, each read back from its disk, differ: one
+	// of the two disks lost or changed bytes. The slot was not made
+	// bootable.
+	ErrCopiesDiffer = errors.New("the slot and the other copy of its bytes, each read back from its disk, differ: one of the two disks returned other bytes than were written (a failing disk or controller? dmesg, smartctl); " +
+		"the new slot was not made bootable")
 	// ErrFailedBefore means the target slot holds this very upgrade and
 	// its entry ran out of tries: it failed its health check at every
 	// boot. Only Force installs it again.

@@ -81,7 +81,7 @@ func (s *Stream) Write(b []byte) (int, error) {
 // copy back from its disk: it syncs the target, reads it back beside
 // twin, and writes the ESP's files and the entry (staged under
 // Options.Stage) as Install does. A copy that differs from the other
-// is refused with ErrReadBack, and the target stays unbootable.
+// is refused with ErrCopiesDiffer, and the target stays unbootable.
 func (s *Stream) Finish(ctx context.Context, twin io.Reader) (Result, error) {
 	in := s.in
 	if err := s.finishRootfs(ctx, twin); err != nil {
@@ -131,13 +131,13 @@ func readBackEqual(ctx context.Context, dev SlotDevice, twin io.Reader, size int
 	case err != nil:
 		return fmt.Errorf("read back %s: %w", dev.Name(), err)
 	case n != size:
-		return fmt.Errorf("read back %s: %d of %d bytes: %w", dev.Name(), n, size, ErrReadBack)
+		return fmt.Errorf("read back %s: %d of %d bytes: %w", dev.Name(), n, size, ErrCopiesDiffer)
 	}
 	if k, err := io.ReadFull(pr, c.buf[:1]); k != 0 || err != io.EOF {
 		if err != nil && err != io.ErrUnexpectedEOF {
 			return fmt.Errorf("read the other copy of %s: %w", dev.Name(), err)
 		}
-		return fmt.Errorf("%s: the other copy has more than its %d bytes: %w", dev.Name(), size, ErrReadBack)
+		return fmt.Errorf("%s: the other copy has more than its %d bytes: %w", dev.Name(), size, ErrCopiesDiffer)
 	}
 	return nil
 }
@@ -157,13 +157,13 @@ func (c *comparer) Write(p []byte) (int, error) {
 		chunk := p[done:min(len(p), done+len(c.buf))]
 		k, err := io.ReadFull(c.twin, c.buf[:len(chunk)])
 		if i := firstDiff(chunk[:k], c.buf[:k]); i >= 0 {
-			c.err = fmt.Errorf("%s differs from the other copy at byte %d: %w", c.name, c.off+int64(i), ErrReadBack)
+			c.err = fmt.Errorf("%s differs from the other copy at byte %d: %w", c.name, c.off+int64(i), ErrCopiesDiffer)
 			return done, c.err
 		}
 		c.off += int64(k)
 		done += k
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			c.err = fmt.Errorf("%s: the other copy ends at byte %d: %w", c.name, c.off, ErrReadBack)
+			c.err = fmt.Errorf("%s: the other copy ends at byte %d: %w", c.name, c.off, ErrCopiesDiffer)
 			return done, c.err
 		}
 		if err != nil {

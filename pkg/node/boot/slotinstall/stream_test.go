@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
 )
 
 // beginStage begins staging build b from a stream.
@@ -35,7 +36,8 @@ func writeIn(t *testing.T, w io.Writer, data []byte) {
 
 func TestStreamStagesTheSlot(t *testing.T) {
 	v1, v2 := newBuild("0.1.0"), newBuild("0.2.0")
-	n := image(t, v1)
+	n := image(t, v1).withSlotB(3)
+	require.NotEmpty(t, n.entriesOf(layout.SlotB))
 
 	s, err := n.beginStage(v2)
 	require.NoError(t, err)
@@ -84,13 +86,13 @@ func TestStreamRefusesWhatIsNotTheOtherCopy(t *testing.T) {
 		wantErr       error
 		wantMsg       string
 	}{
-		{"the other copy differs", v2.rootfs, flipped, ErrReadBack, "differs from the other copy at byte 12345"},
-		{"the other copy is short", v2.rootfs, v2.rootfs[:15000], ErrReadBack, "the other copy ends at byte 15000"},
-		{"the other copy is long", v2.rootfs, append(bytes.Clone(v2.rootfs), 0), ErrReadBack, "the other copy has more than its 20000 bytes"},
+		{"the other copy differs", v2.rootfs, flipped, ErrCopiesDiffer, "differs from the other copy at byte 12345"},
+		{"the other copy is short", v2.rootfs, v2.rootfs[:15000], ErrCopiesDiffer, "the other copy ends at byte 15000"},
+		{"the other copy is long", v2.rootfs, append(bytes.Clone(v2.rootfs), 0), ErrCopiesDiffer, "the other copy has more than its 20000 bytes"},
 		{"the stream is short", v2.rootfs[:19999], v2.rootfs, upgrade.ErrTruncated, "19999 of its 20000 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := image(t, newBuild("0.1.0"))
+			n := image(t, newBuild("0.1.0")).withSlotB(3)
 			s, err := n.beginStage(v2)
 			require.NoError(t, err)
 			defer s.Close()
@@ -106,7 +108,7 @@ func TestStreamRefusesWhatIsNotTheOtherCopy(t *testing.T) {
 	}
 
 	t.Run("a stream longer than the rootfs", func(t *testing.T) {
-		n := image(t, newBuild("0.1.0"))
+		n := image(t, newBuild("0.1.0")).withSlotB(3)
 		s, err := n.beginStage(v2)
 		require.NoError(t, err)
 		defer s.Close()
@@ -134,4 +136,30 @@ func (n *node) entriesOf(slot layout.Slot) []string {
 		}
 	}
 	return out
+}
+
+// TestStreamAlongAShare: a share's Add tees the rootfs into the stream
+// from its reads, and the share's copy, read back, checks the slot.
+func TestStreamAlongAShare(t *testing.T) {
+	v2 := newBuild("0.2.0")
+	n := image(t, newBuild("0.1.0")).withSlotB(3)
+	share, err := upgradeshare.Open(t.TempDir())
+	require.NoError(t, err)
+	var s *Stream
+	a, err := share.Add(t.Context(), v2.verified(t), upgradeshare.Tee{Part: "rootfs.squashfs", Open: func() io.Writer {
+		s, err = n.beginStage(v2)
+		require.NoError(t, err)
+		return s
+	}})
+	require.NoError(t, err)
+	require.NotNil(t, s)
+	defer s.Close()
+	twin, err := share.ReadBack(a, "rootfs.squashfs")
+	require.NoError(t, err)
+	defer twin.Close()
+	res, err := s.Finish(t.Context(), twin)
+	require.NoError(t, err)
+	assert.True(t, res.Staged)
+	assert.True(t, n.slotHolds(layout.SlotB, v2))
+	assert.Equal(t, "terrarium-a.conf", n.requireBootable().name.file)
 }

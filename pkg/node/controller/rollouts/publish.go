@@ -52,20 +52,19 @@ type Upgrade struct {
 	Signed rollout.Instructions
 	Policy upgrade.Policy
 	// Slot, when set, begins writing the upgrade into this node's other
-	// slot, staged, from the reads that copy it into the share (nil, or
-	// an error, when this node does not stage it so).
+	// slot, staged, from the reads that copy its root filesystem into the
+	// share, once every other part is checked (an error when this node
+	// does not stage it so).
 	Slot func(ctx context.Context) (SlotStream, error)
 }
 
-// SlotStream writes a part of an upgrade into this node's other slot, staged,
-// from the bytes the share copies from the stick: the stick is read and
-// hashed once for both (slotinstall.Stream).
+// SlotStream writes an upgrade's root filesystem into this node's other
+// slot, staged, from the bytes the share copies from the stick: the stick
+// is read and hashed once for both (slotinstall.Stream).
 type SlotStream interface {
 	// Write is handed the part's bytes as the share copies them, before
 	// they are known to match the signed manifest.
 	io.Writer
-	// Part names the part it writes.
-	Part() string
 	// Finish, once the share kept the part (every byte matched), reads
 	// the slot back beside twin, the share's copy read back from its
 	// disk, and stages the slot.
@@ -133,17 +132,12 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		art, err = share.AddWhole(ctx, u.File)
 	} else {
 		c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
-		var tees []upgradeshare.Tee
-		if slot = c.beginSlot(ctx, u); slot != nil {
-			defer slot.Close()
-			tees = append(tees, upgradeshare.Tee{Part: slot.Part(), W: slot})
-		}
-		art, err = share.Add(ctx, u.File, tees...)
+		art, err = share.Add(ctx, u.File, c.slotTee(ctx, u, &slot)...)
+	}
+	if slot != nil {
+		defer slot.Close()
 	}
 	if err != nil {
-		if slot != nil {
-			c.Node.Say("upgrade: this node's other slot, written along the way, has no boot entry now; this node boots as before")
-		}
 		return "", err
 	}
 	ru.Ref = art.Ref()
@@ -159,7 +153,7 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	}
 	c.Status.Update(func(s *status.Status) { s.Upgrade = rec.Summary() })
 	if slot != nil {
-		c.finishSlot(ctx, share, art, slot)
+		c.finishSlot(ctx, share, art, u, slot)
 	}
 	forced := ""
 	if u.Signed.Force != "" {
@@ -169,33 +163,43 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		u.Manifest.Version, len(members), forced), nil
 }
 
-// beginSlot begins writing u into this node's other slot as it is
-// copied into the share, or returns nil when this node does not stage it
-// so (its rollout's turn then writes it from the share).
-func (c *Controller) beginSlot(ctx context.Context, u Upgrade) SlotStream {
-	if u.Slot == nil {
+// slotTee is the share's tee of u's root filesystem into this node's
+// other slot (u.Slot), which sets *slot when it begins; none without
+// u.Slot.
+func (c *Controller) slotTee(ctx context.Context, u Upgrade, slot *SlotStream) []upgradeshare.Tee {
+	rootfs, ok := u.Manifest.PartByRole(upgrade.RoleRootfs)
+	if u.Slot == nil || !ok {
 		return nil
 	}
-	slot, err := u.Slot(ctx)
-	if err != nil {
-		c.Node.Say("upgrade: not writing %s into this node's other slot on the way (%v); its turn writes it from the share", u.Manifest.Version, err)
-		return nil
-	}
-	c.Node.Say("upgrade: writing %s into this node's other slot from the same reads", u.Manifest.Version)
-	return slot
+	return []upgradeshare.Tee{{Part: rootfs.Name, Open: func() io.Writer {
+		s, err := u.Slot(ctx)
+		switch {
+		case errors.Is(err, upgrade.ErrAlreadyInstalled):
+			c.Node.Say("upgrade: %s is in this node's other slot already, and is not written again (%v)", u.Manifest.Version, err)
+			return nil
+		case err != nil:
+			c.Node.Say("upgrade: %s is not written into this node's other slot along its copy: %v", u.Manifest.Version, err)
+			return nil
+		}
+		c.Node.Say("upgrade: writing %s into this node's other slot from the same reads", u.Manifest.Version)
+		*slot = s
+		return s
+	}}}
 }
 
 // finishSlot checks the slot written along the share's copy against the
 // share's copy and stages it. The rollout goes on whatever it finds:
-// when the slot is not staged, this node's turn writes it again.
-func (c *Controller) finishSlot(ctx context.Context, share *upgradeshare.Share, art upgradeshare.Artifact, slot SlotStream) {
-	twin, err := share.ReadBack(art, slot.Part())
+// when the slot is not staged, this node's turn writes it from the
+// share, checked against the signed manifest, as every other node's.
+func (c *Controller) finishSlot(ctx context.Context, share *upgradeshare.Share, art upgradeshare.Artifact, u Upgrade, slot SlotStream) {
+	rootfs, _ := u.Manifest.PartByRole(upgrade.RoleRootfs)
+	twin, err := share.ReadBack(art, rootfs.Name)
 	if err == nil {
 		err = slot.Finish(ctx, twin)
 		_ = twin.Close()
 	}
 	if err != nil {
-		c.Node.Say("upgrade: this node's other slot was written along the way, but %v; it has no boot entry, and this node's turn writes it again from the share", err)
+		c.Node.Say("upgrade: %s was written into this node's other slot along its copy, but %v; the slot has no boot entry, and this node's turn writes it again from the share", u.Manifest.Version, err)
 	}
 }
 

@@ -110,14 +110,17 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified, tees ...Tee) (Arti
 	})
 }
 
-// Tee takes a second copy of one part as Add copies it: W is written the
-// part's bytes from the same reads, before Add knows whether they match
-// (a part is checked once whole), so W's copy is the part only once Add
-// returned without an error; ReadBack then reads the share's copy from
-// its disk, to compare. W's first error stops the copy to it, not Add.
+// Tee takes a second copy of one part as Add copies it. Add copies the
+// other parts first, each checked; then, with nothing refused yet, it
+// calls Open (nil: no copy) and writes the writer it returns the part's
+// bytes from the same reads, before Add knows whether they match (a part
+// is checked once whole): the writer's copy is the part only once Add
+// returned without an error. ReadBack then reads the share's copy from
+// its disk, to compare. The writer's first error stops the copy to it,
+// not Add.
 type Tee struct {
 	Part string
-	W    io.Writer
+	Open func() io.Writer
 }
 
 // teeWriter writes to w until its first error, and then nothing.
@@ -216,7 +219,23 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 		}
 		layers[i].Digest = d
 	}
-	for _, l := range layers[2:] {
+	// The parts a tee takes go last: every other part is checked before
+	// a tee is opened.
+	parts := slices.Clone(layers[2:])
+	teed := func(l v1.Descriptor) bool {
+		return slices.ContainsFunc(tees, func(t Tee) bool { return t.Part == l.Annotations[titleAnnotation] })
+	}
+	slices.SortStableFunc(parts, func(a, b v1.Descriptor) int {
+		switch ta, tb := teed(a), teed(b); {
+		case ta == tb:
+			return 0
+		case tb:
+			return -1
+		default:
+			return 1
+		}
+	})
+	for _, l := range parts {
 		name := l.Annotations[titleAnnotation]
 		part, _, err := v.Part(name)
 		if err != nil {
@@ -224,8 +243,11 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 		}
 		var r io.Reader = part
 		for _, t := range tees {
-			if t.Part == name {
-				r = io.TeeReader(r, &teeWriter{w: t.W})
+			if t.Part != name || t.Open == nil {
+				continue
+			}
+			if w := t.Open(); w != nil {
+				r = io.TeeReader(r, &teeWriter{w: w})
 			}
 		}
 		if _, _, err := s.putBlob(ctx, r, &l.Digest, l.Size); errors.Is(err, ErrDigest) {

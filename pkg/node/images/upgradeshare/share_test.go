@@ -510,7 +510,7 @@ func TestAddTeesAPart(t *testing.T) {
 	s, err := Open(t.TempDir())
 	require.NoError(t, err)
 	var tee bytes.Buffer
-	a, err := s.Add(t.Context(), v, Tee{Part: "rootfs.squashfs", W: &tee})
+	a, err := s.Add(t.Context(), v, teeTo("rootfs.squashfs", &tee))
 	require.NoError(t, err)
 	assert.Equal(t, want, tee.Bytes())
 	assert.Equal(t, want, readPart(t, s, a, "rootfs.squashfs"))
@@ -521,27 +521,42 @@ func TestAddTeesAPart(t *testing.T) {
 		s, err := Open(t.TempDir())
 		require.NoError(t, err)
 		fw := &failingWriter{n: 1 << 20}
-		a, err := s.Add(t.Context(), v, Tee{Part: "rootfs.squashfs", W: fw})
+		a, err := s.Add(t.Context(), v, teeTo("rootfs.squashfs", fw))
 		require.NoError(t, err, "the share's copy goes on")
-		assert.Equal(t, want[:fw.got.Len()], fw.got.Bytes())
-		calls := fw.calls
+		assert.Equal(t, want[:1<<20], fw.got.Bytes(), "its first MiB")
+		assert.Equal(t, 2, fw.calls, "the write that failed, and none after it")
 		assert.Equal(t, want, readPart(t, s, a, "rootfs.squashfs"))
-		assert.Equal(t, calls, fw.calls, "not written after its error")
 	})
 
-	t.Run("a part that differs", func(t *testing.T) {
-		_, data := testUpgrade(t, "0.2.0", 4096)
-		key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
-		bad := verified(t, data, key)
-		sr := mustPart(t, bad, "rootfs.squashfs")
-		data[partOffset(t, sr)+100] ^= 1
-		s, err := Open(t.TempDir())
-		require.NoError(t, err)
-		var tee bytes.Buffer
-		_, err = s.Add(t.Context(), verified(t, data, key), Tee{Part: "rootfs.squashfs", W: &tee})
-		require.ErrorIs(t, err, ErrDigest, "the tee's copy is not the part")
-		assert.Equal(t, 4096, tee.Len(), "written before the part was known to differ")
-	})
+	for _, tc := range []struct {
+		part   string
+		opened bool
+	}{{"rootfs.squashfs", true}, {"vmlinuz", false}, {"initrd.img", false}} {
+		t.Run("a part that differs: "+tc.part, func(t *testing.T) {
+			_, data := testUpgrade(t, "0.2.0", 4096)
+			key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+			sr := mustPart(t, verified(t, data, key), tc.part)
+			data[partOffset(t, sr)+100] ^= 1
+			s, err := Open(t.TempDir())
+			require.NoError(t, err)
+			var tee bytes.Buffer
+			opened := false
+			_, err = s.Add(t.Context(), verified(t, data, key), Tee{Part: "rootfs.squashfs", Open: func() io.Writer { opened = true; return &tee }})
+			require.ErrorIs(t, err, ErrDigest)
+			assert.ErrorContains(t, err, "part "+tc.part+" differs from its signed manifest")
+			if !tc.opened {
+				assert.False(t, opened, "every other part is checked before the tee is opened")
+				return
+			}
+			assert.True(t, opened)
+			assert.Equal(t, 4096, tee.Len(), "written before the part was known to differ")
+		})
+	}
+}
+
+// teeTo is a tee of part into w.
+func teeTo(part string, w io.Writer) Tee {
+	return Tee{Part: part, Open: func() io.Writer { return w }}
 }
 
 // mustPart is v's part name.
