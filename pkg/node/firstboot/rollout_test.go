@@ -1466,9 +1466,9 @@ func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 			}
 			slot := &fakeSlotStream{finish: tc.finishErr}
 			var begun []string
-			cp.o.StageAlong = func(_ context.Context, v *upgrade.Verified, running layout.Slot, _ release.Release, _ upgrade.Policy, _ host.Reporter) (rollouts.SlotStream, error) {
+			cp.o.StageAlong = func(_ context.Context, v *upgrade.Verified, running layout.Slot, _ release.Release, _ upgrade.Policy, _ host.Reporter) (rollouts.SlotStream, slotinstall.Result, error) {
 				begun = append(begun, v.Manifest().Version+" into the slot after "+string(running))
-				return slot, nil
+				return slot, slotinstall.Result{Changed: true}, nil
 			}
 			cp.e.upgradeStick(key, "/stick", "1.3.0")
 			data, err := os.ReadFile(cp.e.path("/stick/terrarium-1.3.0.upgrade"))

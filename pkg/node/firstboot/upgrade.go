@@ -65,16 +65,17 @@ func diskOptions(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.
 // is not running from the reads that copy it into the node's upgrade
 // share (rollouts.Upgrade.Slot): the control plane a stick was put into
 // reads and hashes it once for both.
-type StreamStager func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, error)
+// Its Result says whether it changed the slot, with its error too.
+type StreamStager func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, slotinstall.Result, error)
 
 // DiskStreamStager is DiskStager's StreamStager (slotinstall.Begin).
 func DiskStreamStager(h *host.Host, devices slotinstall.SlotDevices, esp slotinstall.ESP) StreamStager {
-	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, error) {
-		s, err := slotinstall.Begin(ctx, diskOptions(h, devices, esp, v, running, installed, policy, report, true))
+	return func(ctx context.Context, v *upgrade.Verified, running layout.Slot, installed release.Release, policy upgrade.Policy, report host.Reporter) (rollouts.SlotStream, slotinstall.Result, error) {
+		s, res, err := slotinstall.Begin(ctx, diskOptions(h, devices, esp, v, running, installed, policy, report, true))
 		if err != nil {
-			return nil, err
+			return nil, res, err
 		}
-		return slotStream{s}, nil
+		return slotStream{s}, res, nil
 	}
 }
 
@@ -88,7 +89,8 @@ func (s slotStream) Finish(ctx context.Context, twin io.Reader) error {
 
 // slotAlong begins staging v into the other slot along its copy into the
 // share (Options.StageAlong), unless this node cannot write that slot
-// now, and sets *begun once it did; nil without a StageAlong.
+// now, and sets *begun once it changed that slot (a Begin that failed
+// may have too); nil without a StageAlong.
 func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy, begun *bool) func(context.Context) (rollouts.SlotStream, error) {
 	if r.o.StageAlong == nil {
 		return nil
@@ -102,8 +104,8 @@ func (r *runner) slotAlong(v *upgrade.Verified, policy upgrade.Policy, begun *bo
 		if u := r.state.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled {
 			return nil, fmt.Errorf("the upgrade to %s waits for its reboot or trial in slot %s", u.To, u.ToSlot)
 		}
-		s, err := r.o.StageAlong(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
-		*begun = err == nil
+		s, res, err := r.o.StageAlong(ctx, v, r.slot, *r.rel, policy, host.ReporterFunc(r.report))
+		*begun = err == nil || res.Changed
 		return s, err
 	}
 }

@@ -120,6 +120,9 @@ type node struct {
 	clock   *fakeClock
 	reports *reports
 	esps    *dirESP
+	// devices, when set, opens the slots' partitions in place of the
+	// files in devDir (a stream's tests).
+	devices SlotDevices
 }
 
 // image returns a node freshly flashed from build b with slot A only, as

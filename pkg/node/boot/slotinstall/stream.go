@@ -33,32 +33,33 @@ type Stream struct {
 // unbootable and returns the stream to write its rootfs with, from its
 // first byte, and then to Finish. A target that holds the upgrade
 // already (staged or installed) is not written: Begin returns an error
-// wrapping upgrade.ErrAlreadyInstalled. Until Finish returns nil the
-// target has no boot entry (Result.Changed), and the running slot boots
+// wrapping upgrade.ErrAlreadyInstalled. From the first change on
+// (Result.Changed, which Begin returns with its error too) until Finish
+// returns nil, the target has no boot entry, and the running slot boots
 // as before. The caller closes the stream.
-func Begin(ctx context.Context, o Options) (*Stream, error) {
+func Begin(ctx context.Context, o Options) (*Stream, Result, error) {
 	return begin(ctx, o, ops{})
 }
 
-func begin(ctx context.Context, o Options, w ops) (*Stream, error) {
+func begin(ctx context.Context, o Options, w ops) (*Stream, Result, error) {
 	if err := o.validate(); err != nil {
-		return nil, err
+		return nil, Result{}, err
 	}
 	in := &installer{o: o, w: w, m: o.Upgrade.Manifest(), target: o.Running.Other(), start: o.Clock.Now()}
 	p, err := in.prepare(ctx)
 	if err != nil {
-		return nil, err
+		return nil, in.res, err
 	}
 	if a := p.already; a != nil {
-		return nil, fmt.Errorf("upgrade to %s: slot %s holds it already (%s): %w", in.m.Version, in.target, a.name.file, upgrade.ErrAlreadyInstalled)
+		return nil, in.res, fmt.Errorf("upgrade to %s: slot %s holds it already (%s): %w", in.m.Version, in.target, a.name.file, upgrade.ErrAlreadyInstalled)
 	}
 	dev, err := in.begin(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, in.res, err
 	}
 	s := &Stream{in: in, p: p, dev: dev}
 	s.dw, s.pw = in.rootfsWriter(dev)
-	return s, nil
+	return s, in.res, nil
 }
 
 // Part names the upgrade's part the stream takes: its rootfs.

@@ -3,7 +3,9 @@ package slotinstall
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,12 +16,16 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/node/images/upgradeshare"
 )
 
-// beginStage begins staging build b from a stream.
-func (n *node) beginStage(b build) (*Stream, error) {
+// beginStage begins staging build b from a stream, its writes made
+// through w.
+func (n *node) beginStage(b build, w ops) (*Stream, Result, error) {
 	n.builds[b.version] = b
 	o := n.options(b.verified(n.t))
 	o.Stage = true
-	return Begin(context.Background(), o)
+	if n.devices != nil {
+		o.Devices = n.devices
+	}
+	return begin(context.Background(), o, w)
 }
 
 // writeIn writes data to w in chunks of odd sizes, as a copy does.
@@ -39,9 +45,10 @@ func TestStreamStagesTheSlot(t *testing.T) {
 	n := image(t, v1).withSlotB(3)
 	require.NotEmpty(t, n.entriesOf(layout.SlotB))
 
-	s, err := n.beginStage(v2)
+	s, begun, err := n.beginStage(v2, ops{})
 	require.NoError(t, err)
 	defer s.Close()
+	assert.True(t, begun.Changed)
 	assert.Equal(t, "rootfs.squashfs", s.Part())
 	assert.Empty(t, n.entriesOf(layout.SlotB), "the target is unbootable while it is written")
 	writeIn(t, s, v2.rootfs)
@@ -67,8 +74,9 @@ func TestStreamStagesTheSlot(t *testing.T) {
 	})
 	t.Run("and a second stream begins nothing", func(t *testing.T) {
 		before := n.snapshot()
-		_, err := n.beginStage(v2)
+		_, res, err := n.beginStage(v2, ops{})
 		require.ErrorIs(t, err, upgrade.ErrAlreadyInstalled)
+		assert.False(t, res.Changed)
 		assert.Equal(t, before, n.snapshot())
 	})
 }
@@ -93,7 +101,7 @@ func TestStreamRefusesWhatIsNotTheOtherCopy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := image(t, newBuild("0.1.0")).withSlotB(3)
-			s, err := n.beginStage(v2)
+			s, _, err := n.beginStage(v2, ops{})
 			require.NoError(t, err)
 			defer s.Close()
 			writeIn(t, s, tc.written)
@@ -109,7 +117,7 @@ func TestStreamRefusesWhatIsNotTheOtherCopy(t *testing.T) {
 
 	t.Run("a stream longer than the rootfs", func(t *testing.T) {
 		n := image(t, newBuild("0.1.0")).withSlotB(3)
-		s, err := n.beginStage(v2)
+		s, _, err := n.beginStage(v2, ops{})
 		require.NoError(t, err)
 		defer s.Close()
 		writeIn(t, s, v2.rootfs)
@@ -147,7 +155,7 @@ func TestStreamAlongAShare(t *testing.T) {
 	require.NoError(t, err)
 	var s *Stream
 	a, err := share.Add(t.Context(), v2.verified(t), upgradeshare.Tee{Part: "rootfs.squashfs", Open: func() io.Writer {
-		s, err = n.beginStage(v2)
+		s, _, err = n.beginStage(v2, ops{})
 		require.NoError(t, err)
 		return s
 	}})
@@ -162,4 +170,48 @@ func TestStreamAlongAShare(t *testing.T) {
 	assert.True(t, res.Staged)
 	assert.True(t, n.slotHolds(layout.SlotB, v2))
 	assert.Equal(t, "terrarium-a.conf", n.requireBootable().name.file)
+}
+
+// TestStreamReadsTheSlotBack: a slot disk that returns other bytes than
+// were written is caught by the comparison, whatever the stream was.
+func TestStreamReadsTheSlotBack(t *testing.T) {
+	v2 := newBuild("0.2.0")
+	n := image(t, newBuild("0.1.0")).withSlotB(3)
+	n.devices = badDisks{ByPartLabel(n.devDir)}
+	s, _, err := n.beginStage(v2, ops{})
+	require.NoError(t, err)
+	defer s.Close()
+	writeIn(t, s, v2.rootfs)
+	_, err = s.Finish(context.Background(), bytes.NewReader(v2.rootfs))
+	require.ErrorIs(t, err, ErrCopiesDiffer)
+	assert.ErrorContains(t, err, "differs from the other copy at byte 100")
+	assert.Empty(t, n.entriesOf(layout.SlotB))
+	assert.Equal(t, "terrarium-a.conf", n.requireBootable().name.file)
+}
+
+// TestBeginSaysWhatItChanged: a Begin that fails after the target's
+// entries began to go says so, as Install's Result does.
+func TestBeginSaysWhatItChanged(t *testing.T) {
+	v2 := newBuild("0.2.0")
+	n := image(t, newBuild("0.1.0")).withSlotB(3)
+	cutGrubEnv := func(op string) error {
+		if strings.HasPrefix(op, "write "+layout.ESPGrubEnv) {
+			return errors.New("the ESP went away")
+		}
+		return nil
+	}
+	s, res, err := n.beginStage(v2, ops{cut: cutGrubEnv})
+	require.ErrorContains(t, err, "the ESP went away")
+	assert.Nil(t, s)
+	assert.True(t, res.Changed, "slot b's entries are gone")
+	assert.Empty(t, n.entriesOf(layout.SlotB))
+
+	t.Run("and one refused before it changes nothing", func(t *testing.T) {
+		n := image(t, newBuild("0.1.0")).withSlotB(3)
+		before := n.snapshot()
+		_, res, err := n.beginStage(newBuild("0.1.0"), ops{})
+		require.ErrorIs(t, err, upgrade.ErrAlreadyInstalled, "the running version")
+		assert.False(t, res.Changed)
+		assert.Equal(t, before, n.snapshot())
+	})
 }

@@ -175,7 +175,7 @@ func (c *Controller) slotTee(ctx context.Context, u Upgrade, slot *SlotStream) [
 		s, err := u.Slot(ctx)
 		switch {
 		case errors.Is(err, upgrade.ErrAlreadyInstalled):
-			c.Node.Say("upgrade: %s is in this node's other slot already, and is not written again (%v)", u.Manifest.Version, err)
+			c.Node.Say("upgrade: this node runs or holds %s already, and its other slot is not written along its copy (%v)", u.Manifest.Version, err)
 			return nil
 		case err != nil:
 			c.Node.Say("upgrade: %s is not written into this node's other slot along its copy: %v", u.Manifest.Version, err)

@@ -503,7 +503,7 @@ func (f *failingWriter) Write(p []byte) (int, error) {
 // TestAddTeesAPart: a tee gets the part from the same reads, the share
 // reads it back from its blob, and a tee that fails stops only itself.
 func TestAddTeesAPart(t *testing.T) {
-	v, _ := testUpgrade(t, "0.2.0", 3<<20+17)
+	v, data := testUpgrade(t, "0.2.0", 3<<20+17)
 	want, err := io.ReadAll(mustPart(t, v, "rootfs.squashfs"))
 	require.NoError(t, err)
 
@@ -514,6 +514,7 @@ func TestAddTeesAPart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, tee.Bytes())
 	assert.Equal(t, want, readPart(t, s, a, "rootfs.squashfs"))
+	assert.Equal(t, data, readFile(t, s, a), "the artifact is the file, its layers in the manifest's order")
 	_, err = s.ReadBack(a, "nothing.img")
 	assert.ErrorContains(t, err, "read back part nothing.img of upgrade 0.2.0: the artifact has no such part")
 
