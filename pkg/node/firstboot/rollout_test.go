@@ -512,9 +512,9 @@ func rolloutCluster(t *testing.T) (c *fakeCluster, cp, w *rolloutNode, key ed255
 	return rolloutClusterKube(t, "")
 }
 
-// rolloutClusterKube is rolloutCluster with a stick whose upgrade carries
-// Kubernetes kube ("" for none).
-func rolloutClusterKube(t *testing.T, kube string) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey) {
+// twoRolloutNodes is a formed cluster of cp-1 and w-1, each serving its
+// peer and trusting pub, the key of key, for upgrades.
+func twoRolloutNodes(t *testing.T) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey, pub signature.PublicKey) {
 	t.Helper()
 	key, pub, err := signature.GenerateKey()
 	require.NoError(t, err)
@@ -524,6 +524,14 @@ func rolloutClusterKube(t *testing.T, kube string) (c *fakeCluster, cp, w *rollo
 	cp.peers(w)
 	w.peers(cp)
 	require.NoError(t, c.apply(addons.Upgrades))
+	return c, cp, w, key, pub
+}
+
+// rolloutClusterKube is rolloutCluster with a stick whose upgrade carries
+// Kubernetes kube ("" for none).
+func rolloutClusterKube(t *testing.T, kube string) (c *fakeCluster, cp, w *rolloutNode, key ed25519.PrivateKey) {
+	t.Helper()
+	c, cp, w, key, _ = twoRolloutNodes(t)
 	runsVersion(t, c, "w-1", "1.2.3")
 	cp.e.upgradeStickKube(key, "/stick", "1.3.0", kube)
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
@@ -1154,14 +1162,7 @@ func TestCorruptStickInAControlPlaneIsNotPublished(t *testing.T) {
 // stick, then copies it whole into its share, and the worker fetches and
 // stages it from there.
 func TestStickForAClusterWithAnOlderNodeIsSharedWhole(t *testing.T) {
-	key, pub, err := signature.GenerateKey()
-	require.NoError(t, err)
-	c := newFakeCluster()
-	cp := newRolloutNode(t, c, "cp-1", pub)
-	w := newRolloutNode(t, c, "w-1", pub)
-	cp.peers(w)
-	w.peers(cp)
-	require.NoError(t, c.apply(addons.Upgrades))
+	c, cp, w, key, _ := twoRolloutNodes(t)
 	runsVersion(t, c, "w-1", "1.2.0")
 	cp.e.upgradeStick(key, "/stick", "1.3.0")
 	cp.e.media.insert(layout.LabelUpgradeFAT, "/dev/sdc1", "/stick")
@@ -1452,14 +1453,7 @@ func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 		{name: "a kernel that differs", corrupt: "vmlinuz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key, pub, err := signature.GenerateKey()
-			require.NoError(t, err)
-			c := newFakeCluster()
-			cp := newRolloutNode(t, c, "cp-1", pub)
-			w := newRolloutNode(t, c, "w-1", pub)
-			cp.peers(w)
-			w.peers(cp)
-			require.NoError(t, c.apply(addons.Upgrades))
+			c, cp, _, key, pub := twoRolloutNodes(t)
 			runsVersion(t, c, "w-1", "1.2.3")
 			if tc.older {
 				runsVersion(t, c, "w-1", "1.2.0")
