@@ -221,21 +221,15 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 	}
 	// The parts a tee takes go last: every other part is checked before
 	// a tee is opened.
-	parts := slices.Clone(layers[2:])
-	teed := func(l v1.Descriptor) bool {
-		return slices.ContainsFunc(tees, func(t Tee) bool { return t.Part == l.Annotations[titleAnnotation] })
-	}
-	slices.SortStableFunc(parts, func(a, b v1.Descriptor) int {
-		switch ta, tb := teed(a), teed(b); {
-		case ta == tb:
-			return 0
-		case tb:
-			return -1
-		default:
-			return 1
+	var parts, teed []v1.Descriptor
+	for _, l := range layers[2:] {
+		if slices.ContainsFunc(tees, func(t Tee) bool { return t.Part == l.Annotations[titleAnnotation] }) {
+			teed = append(teed, l)
+		} else {
+			parts = append(parts, l)
 		}
-	})
-	for _, l := range parts {
+	}
+	for _, l := range append(parts, teed...) {
 		name := l.Annotations[titleAnnotation]
 		part, _, err := v.Part(name)
 		if err != nil {
