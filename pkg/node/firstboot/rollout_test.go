@@ -1493,10 +1493,18 @@ func TestStickIsWrittenIntoTheSlotAlongTheShare(t *testing.T) {
 				if tc.corrupt == "vmlinuz" {
 					assert.Empty(t, begun, "every other part is checked before the slot is written")
 					assert.NotContains(t, console, "while slot b was written")
+					rec, err := rollout.Load(context.Background(), &adminAPI{c: c})
+					require.NoError(t, err)
+					assert.Nil(t, rec.Rollout, "no rollout started")
 					return
 				}
 				assert.Equal(t, []string{"1.3.0 into the slot after a"}, begun)
 				assert.True(t, slot.shut)
+				rec, err := rollout.Load(context.Background(), &adminAPI{c: c})
+				require.NoError(t, err)
+				require.NotNil(t, rec.Rollout, "started once every other part matched")
+				assert.Equal(t, rollout.Stopped, rec.Rollout.Phase)
+				assert.Contains(t, rec.Rollout.Reason, "the copy of 1.3.0 from the stick failed")
 				assert.Contains(t, console, "upgrade failed while slot b was written: add upgrade 1.3.0 to the share: part rootfs.squashfs differs from its signed manifest")
 				assert.Contains(t, console, "slot b has no boot entry, and this node boots slot a as before")
 				return

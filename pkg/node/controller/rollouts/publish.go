@@ -124,6 +124,9 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	var (
 		art  upgradeshare.Artifact
 		slot SlotStream
+		// started: the rollout started before the share held the
+		// upgrade whole (AddServing).
+		started bool
 	)
 	if older := c.olderMembers(ctx, admin, members, cfg.Hostname); len(older) > 0 {
 		c.Node.Say("upgrade: %s run a release older than this node's %s, which reads an upgrade share of files whole: "+
@@ -131,21 +134,38 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 			strings.Join(older, ", "), c.Version, u.Manifest.Version)
 		art, err = share.AddWhole(ctx, u.File)
 	} else {
-		c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there", u.Manifest.Version)
-		art, err = share.Add(ctx, u.File, c.slotTee(ctx, u, &slot)...)
+		c.Node.Say("upgrade: copying %s into this node's upgrade share, checking every part on the way; every node of the cluster fetches it from there, "+
+			"the root filesystem as it is copied", u.Manifest.Version)
+		art, err = share.AddServing(ctx, u.File, func(a upgradeshare.Artifact) error {
+			// Every part but the root filesystem matched: the rollout
+			// starts, and the peers fetch that one as it is copied.
+			ru.Ref = a.Ref()
+			r, uerr := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
+				return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
+			})
+			if uerr == nil {
+				rec, started = r, true
+			}
+			return uerr
+		}, c.slotTee(ctx, u, &slot)...)
 	}
 	if slot != nil {
 		defer slot.Close()
 	}
 	if err != nil {
+		if started {
+			c.stopStarted(ctx, admin, u, err)
+		}
 		return "", err
 	}
-	ru.Ref = art.Ref()
-	rec, err = rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-		return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
-	})
-	if err != nil {
-		return "", err
+	if !started {
+		ru.Ref = art.Ref()
+		rec, err = rollout.Update(ctx, admin, func(rec *rollout.Record) error {
+			return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
+		})
+		if err != nil {
+			return "", err
+		}
 	}
 	// Only what a rollout may still need stays in the share.
 	if err := share.Prune(art.Manifest); err != nil {
@@ -200,6 +220,21 @@ func (c *Controller) finishSlot(ctx context.Context, share *upgradeshare.Share, 
 	}
 	if err != nil {
 		c.Node.Say("upgrade: %s was written into this node's other slot along its copy, but %v; the slot has no boot entry, and this node's turn writes it again from the share", u.Manifest.Version, err)
+	}
+}
+
+// stopStarted stops the rollout of u that Publish started before the
+// share's copy failed with why: no node installs what the share does not
+// hold (a peer's fetch of it fails its digest, or finds it gone).
+func (c *Controller) stopStarted(ctx context.Context, admin rollout.API, u Upgrade, why error) {
+	_, err := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
+		if rec.Rollout != nil && rec.Rollout.Digest == u.Digest {
+			rec.Stop(fmt.Sprintf("the copy of %s from the stick failed: %v (insert a good copy of it)", u.Manifest.Version, why))
+		}
+		return nil
+	})
+	if err != nil {
+		c.Node.Say("upgrade: the rollout of %s started, and the copy from the stick failed; stopping it failed too: %v (firstboot upgrade status)", u.Manifest.Version, err)
 	}
 }
 

@@ -104,7 +104,14 @@ func (l *liveLayout) Open(ctx context.Context, d v1.Hash) (*Content, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%s: %w", d, ErrNotFound)
 	}
-	return s.Open(ctx, d)
+	c, err := s.Open(ctx, d)
+	if errors.Is(err, ErrNotFound) {
+		// A blob its writer is still writing (GrowingPrefix).
+		if g, gerr := openGrowing(ctx, l.dir, d); gerr == nil {
+			return g, nil
+		}
+	}
+	return c, err
 }
 
 // Repositories implements Lister.

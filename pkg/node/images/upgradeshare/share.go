@@ -42,6 +42,7 @@ import (
 	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/readahead"
 	"github.com/terrarium-os/terrarium/pkg/contract/upgrade"
+	"github.com/terrarium-os/terrarium/pkg/node/images/registry"
 	"github.com/terrarium-os/terrarium/pkg/node/ops/diskspace"
 )
 
@@ -106,8 +107,61 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified, tees ...Tee) (Arti
 	manifest, sig := v.SignedManifest()
 	layers := layersOf(m, manifest, sig)
 	return s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
-		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees)
+		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees, nil)
 	})
+}
+
+// AddServing is Add that names the artifact before its last part (the
+// part a tee takes, if any) is copied, and calls named with it: the
+// node's registry serves that part to its peers as it is copied (a
+// growing blob, registry.GrowingPrefix), each peer checking it as it
+// does every blob, so that a rollout can start before the share holds
+// the upgrade whole. When the copy then fails, the artifact is named no
+// more and what was copied goes, as for Add; named's caller undoes what
+// it started.
+func (s *Share) AddServing(ctx context.Context, v *upgrade.Verified, named func(Artifact) error, tees ...Tee) (Artifact, error) {
+	m := v.Manifest()
+	manifest, sig := v.SignedManifest()
+	layers := layersOf(m, manifest, sig)
+	early := false
+	a, err := s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
+		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees, func() error {
+			a, err := s.record(layers, m.Version)
+			if err != nil {
+				return err
+			}
+			early = true
+			return named(a)
+		})
+	})
+	if err != nil && early {
+		if uerr := s.unname(m.Version); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}
+	return a, err
+}
+
+// unname drops version's artifact from index.json, and what only it
+// used.
+func (s *Share) unname(version string) error {
+	entries, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if e.Annotations[refNameAnnotation] != version {
+			kept = append(kept, e)
+		}
+	}
+	if err := s.writeIndex(kept); err != nil {
+		return err
+	}
+	if err := s.sweep(); err != nil {
+		return fmt.Errorf("drop what was copied: %w", err)
+	}
+	return nil
 }
 
 // Tee takes a second copy of one part as Add copies it. Add copies the
@@ -211,7 +265,7 @@ func (s *Share) add(version string, size int64, write func() ([]v1.Descriptor, e
 
 // addLayers writes the layers' blobs: the signed manifest and signature,
 // filling in their digests, then each part of v, checked against its.
-func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.Descriptor, manifest, sig []byte, tees []Tee) error {
+func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.Descriptor, manifest, sig []byte, tees []Tee, beforeLast func() error) error {
 	for i, b := range [][]byte{manifest, sig} {
 		d, _, err := s.putBlob(ctx, bytes.NewReader(b), nil, int64(len(b)))
 		if err != nil {
@@ -229,11 +283,18 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 			parts = append(parts, l)
 		}
 	}
-	for _, l := range append(parts, teed...) {
+	parts = append(parts, teed...)
+	for i, l := range parts {
 		name := l.Annotations[titleAnnotation]
 		part, _, err := v.Part(name)
 		if err != nil {
 			return err
+		}
+		last := i == len(parts)-1 && beforeLast != nil
+		if last {
+			if err := beforeLast(); err != nil {
+				return err
+			}
 		}
 		var r io.Reader = part
 		for _, t := range tees {
@@ -244,7 +305,7 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 				r = io.TeeReader(r, &teeWriter{w: w})
 			}
 		}
-		if _, _, err := s.putBlob(ctx, r, &l.Digest, l.Size); errors.Is(err, ErrDigest) {
+		if _, _, err := s.putBlobVia(ctx, r, &l.Digest, l.Size, last); errors.Is(err, ErrDigest) {
 			return fmt.Errorf("part %s differs from its signed manifest: %w", name, err)
 		} else if err != nil {
 			return fmt.Errorf("part %s: %w", name, err)
@@ -330,8 +391,25 @@ const (
 // digest and limit bytes (ErrDigest otherwise). More than limit bytes are
 // refused.
 func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit int64) (v1.Hash, int64, error) {
+	return s.putBlobVia(ctx, r, want, limit, false)
+}
+
+// putBlobVia is putBlob, writing the blob of want under its growing name
+// (registry.GrowingName) when growing, which the node's registry serves
+// to its peers as it grows.
+func (s *Share) putBlobVia(ctx context.Context, r io.Reader, want *v1.Hash, limit int64, growing bool) (v1.Hash, int64, error) {
 	dir := filepath.Join(s.dir, "blobs", "sha256")
-	f, err := os.CreateTemp(dir, ".in-*")
+	var (
+		f   *os.File
+		err error
+	)
+	if growing && want != nil {
+		name := filepath.Join(dir, registry.GrowingName(want.Hex, limit))
+		_ = os.Remove(name) // a power cut's leftover
+		f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	} else {
+		f, err = os.CreateTemp(dir, ".in-*")
+	}
 	if err != nil {
 		return v1.Hash{}, 0, err
 	}

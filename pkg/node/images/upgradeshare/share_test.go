@@ -578,3 +578,87 @@ func readPart(t *testing.T, s *Share, a Artifact, name string) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestAddServingNamesTheArtifactBeforeItsLastPart: named is called with
+// the artifact named in index.json while its last part (the teed one)
+// is not yet copied and grows under its growing name; a copy that then
+// fails leaves nothing named and nothing kept.
+func TestAddServingNamesTheArtifactBeforeItsLastPart(t *testing.T) {
+	v, data := testUpgrade(t, "0.2.0", 3<<20+17)
+	rootfs := mustPart(t, v, "rootfs.squashfs")
+	var rootfsDigest string
+	for _, p := range v.Manifest().Parts {
+		if p.Name == "rootfs.squashfs" {
+			rootfsDigest = p.SHA256
+		}
+	}
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	var named []Artifact
+	var tee bytes.Buffer
+	a, err := s.AddServing(t.Context(), v, func(a Artifact) error {
+		named = append(named, a)
+		list, err := s.List()
+		require.NoError(t, err)
+		require.Len(t, list, 1, "named in index.json")
+		assert.Equal(t, a.Manifest, list[0].Manifest)
+		_, ok := s.Find(a.Manifest)
+		assert.False(t, ok, "not held whole yet")
+		assert.Zero(t, tee.Len(), "the teed part is the last, not begun")
+		return nil
+	}, teeTo("rootfs.squashfs", &tee))
+	require.NoError(t, err)
+	require.Len(t, named, 1)
+	assert.Equal(t, named[0].Manifest, a.Manifest)
+	_, ok := s.Find(a.Manifest)
+	assert.True(t, ok)
+	assert.Equal(t, data, readFile(t, s, a))
+	assert.Equal(t, int(rootfs.Size()), tee.Len())
+	assert.NotContains(t, strings.Join(blobNames(t, dir), " "), registry.GrowingPrefix, "renamed into place")
+	assert.Contains(t, blobNames(t, dir), rootfsDigest)
+
+	t.Run("a last part that differs", func(t *testing.T) {
+		_, data := testUpgrade(t, "0.3.0", 4096)
+		key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+		sr := mustPart(t, verified(t, data, key), "rootfs.squashfs")
+		data[partOffset(t, sr)+100] ^= 1
+		dir := t.TempDir()
+		s, err := Open(dir)
+		require.NoError(t, err)
+		before := blobNames(t, dir)
+		calls := 0
+		_, err = s.AddServing(t.Context(), verified(t, data, key), func(Artifact) error { calls++; return nil }, teeTo("rootfs.squashfs", io.Discard))
+		require.ErrorIs(t, err, ErrDigest)
+		assert.Equal(t, 1, calls, "named before the part was known to differ")
+		list, err := s.List()
+		require.NoError(t, err)
+		assert.Empty(t, list, "named no more")
+		assert.Equal(t, before, withoutEmpty(blobNames(t, dir)), "nothing kept but the empty config")
+	})
+
+	t.Run("named fails", func(t *testing.T) {
+		v, _ := testUpgrade(t, "0.4.0", 4096)
+		dir := t.TempDir()
+		s, err := Open(dir)
+		require.NoError(t, err)
+		before := blobNames(t, dir)
+		_, err = s.AddServing(t.Context(), v, func(Artifact) error { return errors.New("the API is down") })
+		require.ErrorContains(t, err, "the API is down")
+		list, err := s.List()
+		require.NoError(t, err)
+		assert.Empty(t, list)
+		assert.Equal(t, before, withoutEmpty(blobNames(t, dir)))
+	})
+}
+
+// withoutEmpty drops the empty config's blob, which the share keeps.
+func withoutEmpty(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if n != emptyHex {
+			out = append(out, n)
+		}
+	}
+	return out
+}
