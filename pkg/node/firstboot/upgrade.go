@@ -509,8 +509,9 @@ func (r *runner) writeUpgrade(ctx context.Context, cfg *machineconfig.Config, sr
 		if r.rollouts.InRollout(cfg) && !src.rollout {
 			// The stick is read once: each part is checked as it is
 			// copied into the share, which keeps the parts only if
-			// every one matched, before the cluster's record names
-			// them.
+			// every one matched; the cluster's record names them once
+			// every part but the root filesystem did, which the peers
+			// fetch as it is copied (rollouts.Publish).
 			manifest, sig := uf.SignedManifest()
 			signed := rollout.Instructions{Manifest: string(manifest), ManifestSignature: string(sig), Force: force}
 			var along bool // the other slot written from the same reads

@@ -34,7 +34,7 @@ type prestaged struct {
 // for its reboot or trial. A failure is said and left for the next turn
 // or its own, which tries again. The Kubernetes skew against the API
 // servers, some of which may be rebooting now, is checked at the arm.
-func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout, turn string, v rollout.Verified, st rollout.Status) {
+func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, turn string, v rollout.Verified, st rollout.Status) {
 	me := cfg.Hostname
 	try := ro.ID() + " during the turn of " + turn
 	if c.s.prestageTried == try || c.Version == ro.Version {
@@ -56,7 +56,9 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ro
 		return // an upgrade's reboot or trial is under way: its slot is not to be written
 	}
 	c.s.prestageTried = try
-	c.Changes.Hold("staging the rollout's upgrade before this node's turn")
+	if !c.holdFor(ctx, api, ro, "staging the rollout's upgrade before this node's turn") {
+		return
+	}
 	defer c.Changes.Unlock()
 	c.Node.Say("rollout: writing %s into the other slot while the nodes before this one take their turns", ro.Version)
 	arm, res, err := c.fetchAndStage(ctx, cfg, ro, v, true)

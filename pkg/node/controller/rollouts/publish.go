@@ -124,9 +124,11 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	var (
 		art  upgradeshare.Artifact
 		slot SlotStream
-		// started: the rollout started before the share held the
-		// upgrade whole (AddServing).
-		started bool
+		// begun: the record names the rollout before the share held the
+		// upgrade whole (AddServing); started is its ID when this node
+		// started it.
+		begun   bool
+		started string
 	)
 	if older := c.olderMembers(ctx, admin, members, cfg.Hostname); len(older) > 0 {
 		c.Node.Say("upgrade: %s run a release older than this node's %s, which reads an upgrade share of files whole: "+
@@ -143,22 +145,28 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 			r, uerr := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
 				return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
 			})
-			if uerr == nil {
-				rec, started = r, true
+			if uerr != nil {
+				return uerr
 			}
-			return uerr
+			rec, begun = r, true
+			if ro := r.Rollout; ro != nil && ro.StartedBy == cfg.Hostname {
+				// Another control plane's rollout of the same upgrade
+				// (the same stick in both) is its own.
+				started = ro.ID()
+			}
+			return nil
 		}, c.slotTee(ctx, u, &slot)...)
 	}
 	if slot != nil {
 		defer slot.Close()
 	}
 	if err != nil {
-		if started {
-			c.stopStarted(ctx, admin, u, err)
+		if started != "" {
+			c.stopStarted(ctx, admin, u, started, err)
 		}
 		return "", err
 	}
-	if !started {
+	if !begun {
 		ru.Ref = art.Ref()
 		rec, err = rollout.Update(ctx, admin, func(rec *rollout.Record) error {
 			return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
@@ -223,13 +231,19 @@ func (c *Controller) finishSlot(ctx context.Context, share *upgradeshare.Share, 
 	}
 }
 
-// stopStarted stops the rollout of u that Publish started before the
-// share's copy failed with why: no node installs what the share does not
-// hold (a peer's fetch of it fails its digest, or finds it gone).
-func (c *Controller) stopStarted(ctx context.Context, admin rollout.API, u Upgrade, why error) {
+// stopStarted stops this node's rollout of u, of ID id, that Publish
+// started before the share's copy failed with why: no node installs what
+// the share does not hold (a peer's fetch of it fails its digest, or
+// finds it gone). It is stopped even when Publish's ctx ended (firstboot
+// stopped): a record left rolling would answer the stick inserted again
+// with "rolls out already".
+func (c *Controller) stopStarted(ctx context.Context, admin rollout.API, u Upgrade, id string, why error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
 	_, err := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-		if rec.Rollout != nil && rec.Rollout.Digest == u.Digest {
-			rec.Stop(fmt.Sprintf("the copy of %s from the stick failed: %v (insert a good copy of it)", u.Manifest.Version, why))
+		if rec.Rollout == nil || rec.Rollout.ID() != id ||
+			!rec.Stop(fmt.Sprintf("the copy of %s from the stick failed: %v (insert a good copy of it)", u.Manifest.Version, why)) {
+			return rollout.ErrUnchanged
 		}
 		return nil
 	})
@@ -237,6 +251,9 @@ func (c *Controller) stopStarted(ctx context.Context, admin rollout.API, u Upgra
 		c.Node.Say("upgrade: the rollout of %s started, and the copy from the stick failed; stopping it failed too: %v (firstboot upgrade status)", u.Manifest.Version, err)
 	}
 }
+
+// stopTimeout bounds stopStarted's write of the record.
+const stopTimeout = time.Minute
 
 // olderMembers names the members but me whose status object says they
 // run a release older than this node's, or does not say (or cannot be
@@ -304,7 +321,9 @@ func (c *Controller) ClusterBad(ctx context.Context, cfg *machineconfig.Config, 
 // inserted again, or left in through the control plane's trial boot,
 // adds nothing, and is answered without reading the file whole (which
 // would compete with the trial's control plane for the CPU for minutes).
-// A rollout that stopped is not rolling: the same stick starts it again.
+// A rollout that stopped is not rolling: the same stick starts it again;
+// nor is one this node started whose copy into its share was cut short
+// (the stick copies it again, and the rollout goes on).
 // It fails when the node takes part in rollouts but cannot read the
 // record (the API out of reach, as early in a trial boot).
 func (c *Controller) RollingOut(ctx context.Context, cfg *machineconfig.Config, digest string) (string, bool, error) {
@@ -324,8 +343,28 @@ func (c *Controller) RollingOut(ctx context.Context, cfg *machineconfig.Config, 
 	if ro == nil || ro.Phase != rollout.Rolling || ro.Digest != digest {
 		return "", false, nil
 	}
+	if ro.StartedBy == cfg.Hostname && !c.holds(cfg, ro) {
+		// Started here, and its copy into the share cut short (a power
+		// cut, firstboot stopped): the stick copies it again.
+		return "", false, nil
+	}
 	return fmt.Sprintf("%s rolls out to the cluster already, started by %s at %s (firstboot upgrade status)",
 		ro.Version, ro.StartedBy, ro.StartedAt.UTC().Format(time.RFC3339)), true, nil
+}
+
+// holds reports whether the node's share holds the artifact the rollout
+// ro names whole.
+func (c *Controller) holds(cfg *machineconfig.Config, ro *rollout.Rollout) bool {
+	manifest, err := refManifest(ro)
+	if err != nil {
+		return false
+	}
+	share, err := c.openShare(cfg)
+	if err != nil {
+		return false
+	}
+	_, ok := share.Find(manifest)
+	return ok
 }
 
 // nodesEvery is how often a control plane lists the cluster's nodes, to

@@ -320,7 +320,7 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	ro := rec.Rollout
 	if turn.Name != me {
 		if verr == nil {
-			c.prestage(ctx, cfg, ro, turn.Name, v, st)
+			c.prestage(ctx, cfg, api, ro, turn.Name, v, st)
 		}
 		return
 	}
@@ -364,19 +364,41 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	case c.Node.RunsInPlace() != "":
 		// Another slot's Kubernetes runs here: whatever this boot's
 		// release, the turn reboots into that slot first.
-		c.Changes.Hold("the rollout's turn")
+		if !c.holdFor(ctx, api, ro, "the rollout's turn") {
+			return
+		}
 		defer c.Changes.Unlock()
 		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	case c.Version == ro.Version:
 		c.endTurn(ctx, api, me, ro, rollout.NodeDone, "runs "+ro.Version+" already")
 	default:
-		c.Changes.Hold("the rollout's turn")
+		if !c.holdFor(ctx, api, ro, "the rollout's turn") {
+			return
+		}
 		defer c.Changes.Unlock()
 		// A turn that got to its drain before (a restart, a power cut)
 		// may have left the node cordoned: a failure puts it back in
 		// service.
 		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	}
+}
+
+// holdFor takes the node's change lock for what, and reports whether
+// the cluster's record still rolls ro out once it holds it; it lets go
+// again when not. What held the lock before may have changed the record:
+// a Publish that started ro before its copy of the stick failed stopped
+// it again.
+func (c *Controller) holdFor(ctx context.Context, api API, ro *rollout.Rollout, what string) bool {
+	c.Changes.Hold(what)
+	rec, err := rollout.Load(ctx, api)
+	if err == nil && rec.Rollout != nil && rec.Rollout.ID() == ro.ID() && rec.Rollout.Phase == rollout.Rolling {
+		return true
+	}
+	c.Changes.Unlock()
+	if err != nil {
+		c.Log.Warn("rollout: read the cluster's record", "err", err)
+	}
+	return false
 }
 
 // markedBad refuses, before anything is done, an unforced rollout of an
@@ -698,13 +720,9 @@ const fetchAttempts = 12
 // fetching it from a peer when it does not, and returns the share and
 // the upgrade in it.
 func (c *Controller) fetch(ctx context.Context, cfg *machineconfig.Config, ro *rollout.Rollout) (*upgradeshare.Share, upgradeshare.Artifact, error) {
-	_, ref, ok := strings.Cut(ro.Ref, "@")
-	if !ok {
-		return nil, upgradeshare.Artifact{}, fmt.Errorf("the rollout names %q, not an artifact by digest", ro.Ref)
-	}
-	manifest, err := v1.NewHash(ref)
+	manifest, err := refManifest(ro)
 	if err != nil {
-		return nil, upgradeshare.Artifact{}, fmt.Errorf("the rollout names %q: %w", ro.Ref, err)
+		return nil, upgradeshare.Artifact{}, err
 	}
 	share, err := c.openShare(cfg)
 	if err != nil {
@@ -737,6 +755,20 @@ func (c *Controller) fetch(ctx context.Context, cfg *machineconfig.Config, ro *r
 		c.Log.Warn("prune the upgrade share", "err", err)
 	}
 	return share, a, nil
+}
+
+// refManifest is the digest of the manifest of the artifact the rollout
+// ro names.
+func refManifest(ro *rollout.Rollout) (v1.Hash, error) {
+	_, ref, ok := strings.Cut(ro.Ref, "@")
+	if !ok {
+		return v1.Hash{}, fmt.Errorf("the rollout names %q, not an artifact by digest", ro.Ref)
+	}
+	manifest, err := v1.NewHash(ref)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("the rollout names %q: %w", ro.Ref, err)
+	}
+	return manifest, nil
 }
 
 // openShare opens the node's upgrade share, which keeps the config's

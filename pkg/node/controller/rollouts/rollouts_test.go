@@ -578,3 +578,110 @@ func smallUpgrade(t *testing.T, version string) *upgrade.Verified {
 	require.NoError(t, err)
 	return v
 }
+
+// ctxAPI is an API that fails every call whose context ended, as a real
+// client does.
+type ctxAPI struct{ *fakeAPI }
+
+func (a ctxAPI) ConfigMap(ctx context.Context, namespace, name string) (kubeclient.ConfigMap, error) {
+	if err := ctx.Err(); err != nil {
+		return kubeclient.ConfigMap{}, err
+	}
+	return a.fakeAPI.ConfigMap(ctx, namespace, name)
+}
+
+func (a ctxAPI) UpdateConfigMap(ctx context.Context, m kubeclient.ConfigMap) (kubeclient.ConfigMap, error) {
+	if err := ctx.Err(); err != nil {
+		return kubeclient.ConfigMap{}, err
+	}
+	return a.fakeAPI.UpdateConfigMap(ctx, m)
+}
+
+// TestStopStartedStopsOnlyItsOwnRollout: the rollout a Publish started
+// before its copy failed is stopped by its ID, even once the Publish's
+// context ended (firstboot stopped); another rollout of the same upgrade
+// is not.
+func TestStopStartedStopsOnlyItsOwnRollout(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil)
+	rec, err := rollout.Load(context.Background(), e.api)
+	require.NoError(t, err)
+	id := rec.Rollout.ID()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	u := Upgrade{Digest: rec.Rollout.Digest, Manifest: upgrade.Manifest{Version: "1.3.0"}}
+
+	e.c.stopStarted(ctx, ctxAPI{e.api}, u, "another rollout of it", errors.New("part rootfs.squashfs differs"))
+	rec, err = rollout.Load(context.Background(), e.api)
+	require.NoError(t, err)
+	assert.Equal(t, rollout.Rolling, rec.Rollout.Phase, "not the one it started")
+
+	e.c.stopStarted(ctx, ctxAPI{e.api}, u, id, errors.New("part rootfs.squashfs differs"))
+	rec, err = rollout.Load(context.Background(), e.api)
+	require.NoError(t, err)
+	assert.Equal(t, rollout.Stopped, rec.Rollout.Phase)
+	assert.Equal(t, "the copy of 1.3.0 from the stick failed: part rootfs.squashfs differs (insert a good copy of it)", rec.Rollout.Reason)
+	assert.NotContains(t, e.node.Console(), "stopping it failed too")
+}
+
+// TestRollingOutCopiesAgainWhatThisNodeStartedAndLacks: the stick of a
+// rollout this control plane started, whose copy into its share was cut
+// short (a power cut), is not answered "rolls out already": it is copied
+// again. Another node's rollout of it is.
+func TestRollingOutCopiesAgainWhatThisNodeStartedAndLacks(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil) // started by cp-1
+	rec, err := rollout.Load(context.Background(), e.api)
+	require.NoError(t, err)
+	digest := rec.Rollout.Digest
+	ctx := context.Background()
+
+	e.cfg = &machineconfig.Config{Hostname: "cp-2", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleControlPlane}}
+	msg, rolling, err := e.c.RollingOut(ctx, e.cfg, digest)
+	require.NoError(t, err)
+	assert.True(t, rolling, "started by cp-1")
+	assert.Contains(t, msg, "1.3.0 rolls out to the cluster already, started by cp-1")
+
+	e.cfg.Hostname = "cp-1"
+	_, rolling, err = e.c.RollingOut(ctx, e.cfg, digest)
+	require.NoError(t, err)
+	assert.False(t, rolling, "started here, and this node's share lacks it")
+}
+
+// TestTurnWhoseRolloutStoppedWhileItWaitedDoesNothing: a turn that waited
+// for the change lock (a Publish's copy) does nothing when the rollout
+// stopped meanwhile, and lets the lock go.
+func TestTurnWhoseRolloutStoppedWhileItWaitedDoesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil)
+	e.c.Changes = holdThen(e.lock, func() {
+		_, err := rollout.Update(context.Background(), e.api, func(r *rollout.Record) error {
+			r.Stop("the copy of 1.3.0 from the stick failed")
+			return nil
+		})
+		require.NoError(t, err)
+	})
+	require.NoError(t, e.c.Reconcile(context.Background()))
+	assert.Equal(t, []string{"the rollout's turn"}, e.lock.held)
+	assert.Zero(t, e.lock.out, "let go")
+	assert.Zero(t, e.node.installs)
+	assert.Empty(t, e.api.cordonLog(), "not drained")
+	assert.Empty(t, e.node.Steps(), "no turn taken, nor reported")
+}
+
+// holdThen is l, which runs then once as the lock is taken: what held it
+// before changed something.
+func holdThen(l *lock, then func()) Holder { return &thenLock{lock: l, then: then} }
+
+type thenLock struct {
+	*lock
+	then func()
+}
+
+func (l *thenLock) Hold(what string) {
+	l.lock.Hold(what)
+	if l.then != nil {
+		l.then()
+		l.then = nil
+	}
+}

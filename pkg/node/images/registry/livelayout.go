@@ -15,8 +15,10 @@ import (
 // liveLayout serves an OCI image layout that another process adds to
 // while the registry runs (the node's upgrade share): it opens the layout
 // again whenever its index.json was replaced. The writer replaces
-// index.json atomically after the blobs it names are in place, so each
-// opening sees a whole layout. A missing layout is an empty store.
+// index.json atomically after the blobs it names are in place, or are
+// being written under their growing names (GrowingPrefix), which it
+// serves as they grow: each opening sees a layout whose every blob can
+// be read. A missing layout is an empty store.
 type liveLayout struct {
 	dir  string
 	opts []Option
@@ -105,9 +107,9 @@ func (l *liveLayout) Open(ctx context.Context, d v1.Hash) (*Content, error) {
 		return nil, fmt.Errorf("%s: %w", d, ErrNotFound)
 	}
 	c, err := s.Open(ctx, d)
-	if errors.Is(err, ErrNotFound) {
+	if ls, ok := s.(*layoutStore); ok && errors.Is(err, ErrNotFound) {
 		// A blob its writer is still writing (GrowingPrefix).
-		if g, gerr := openGrowing(ctx, l.dir, d); gerr == nil {
+		if g, gerr := openGrowing(ctx, ls.dir, d); gerr == nil {
 			return g, nil
 		}
 	}

@@ -106,35 +106,49 @@ func (s *Share) Add(ctx context.Context, v *upgrade.Verified, tees ...Tee) (Arti
 	m := v.Manifest()
 	manifest, sig := v.SignedManifest()
 	layers := layersOf(m, manifest, sig)
-	return s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
-		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees, nil)
+	return s.add(m.Version, fileSize(layers), func() (Artifact, error) {
+		if err := s.addLayers(ctx, v, layers, manifest, sig, tees, nil); err != nil {
+			return Artifact{}, err
+		}
+		return s.record(layers, m.Version)
 	})
 }
 
 // AddServing is Add that names the artifact before its last part (the
 // part a tee takes, if any) is copied, and calls named with it: the
 // node's registry serves that part to its peers as it is copied (a
-// growing blob, registry.GrowingPrefix), each peer checking it as it
-// does every blob, so that a rollout can start before the share holds
-// the upgrade whole. When the copy then fails, the artifact is named no
-// more and what was copied goes, as for Add; named's caller undoes what
-// it started.
+// growing blob, registry.GrowingPrefix, there before named is called),
+// each peer checking it as it does every blob, so that a rollout can
+// start before the share holds the upgrade whole. When the copy then
+// fails, the artifact is named no more and what was copied goes, as for
+// Add; named's caller undoes what it started. Once the last part is in
+// place, nothing more is written: the artifact named is the one kept.
 func (s *Share) AddServing(ctx context.Context, v *upgrade.Verified, named func(Artifact) error, tees ...Tee) (Artifact, error) {
 	m := v.Manifest()
 	manifest, sig := v.SignedManifest()
 	layers := layersOf(m, manifest, sig)
-	early := false
-	a, err := s.add(m.Version, fileSize(layers), func() ([]v1.Descriptor, error) {
-		return layers, s.addLayers(ctx, v, layers, manifest, sig, tees, func() error {
+	var (
+		early   Artifact
+		isNamed bool
+	)
+	a, err := s.add(m.Version, fileSize(layers), func() (Artifact, error) {
+		err := s.addLayers(ctx, v, layers, manifest, sig, tees, func() error {
 			a, err := s.record(layers, m.Version)
 			if err != nil {
 				return err
 			}
-			early = true
+			early, isNamed = a, true
 			return named(a)
 		})
+		switch {
+		case err != nil:
+			return Artifact{}, err
+		case isNamed:
+			return early, nil
+		}
+		return s.record(layers, m.Version)
 	})
-	if err != nil && early {
+	if err != nil && isNamed {
 		if uerr := s.unname(m.Version); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
@@ -228,17 +242,20 @@ func (s *Share) AddWhole(ctx context.Context, v *upgrade.Verified) (Artifact, er
 	if err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	return s.add(version, size, func() ([]v1.Descriptor, error) {
+	return s.add(version, size, func() (Artifact, error) {
 		file, n, err := s.putBlob(ctx, io.NewSectionReader(r, 0, size), nil, size)
-		return []v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: n,
-			Annotations: map[string]string{titleAnnotation: "terrarium-" + version + ".upgrade"}}}, err
+		if err != nil {
+			return Artifact{}, err
+		}
+		return s.record([]v1.Descriptor{{MediaType: FileMediaType, Digest: file, Size: n,
+			Annotations: map[string]string{titleAnnotation: "terrarium-" + version + ".upgrade"}}}, version)
 	})
 }
 
 // add checks that version can be a tag and that a file of size bytes
-// fits, then writes the artifact's layers with write and records them;
-// what write copied goes again when either fails.
-func (s *Share) add(version string, size int64, write func() ([]v1.Descriptor, error)) (Artifact, error) {
+// fits, then writes the artifact's layers and records them with write;
+// what write copied goes again when it fails.
+func (s *Share) add(version string, size int64, write func() (Artifact, error)) (Artifact, error) {
 	if !validTag(version) {
 		return Artifact{}, fmt.Errorf("add upgrade to the share: version %q cannot be a tag", version)
 	}
@@ -248,11 +265,7 @@ func (s *Share) add(version string, size int64, write func() ([]v1.Descriptor, e
 	if err := s.checkSpace(version, size); err != nil {
 		return Artifact{}, fmt.Errorf("add upgrade %s to the share: %w", version, err)
 	}
-	layers, err := write()
-	var a Artifact
-	if err == nil {
-		a, err = s.record(layers, version)
-	}
+	a, err := write()
 	if err != nil {
 		// Nothing names what was copied: it goes.
 		if serr := s.sweep(); serr != nil {
@@ -291,8 +304,14 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 			return err
 		}
 		last := i == len(parts)-1 && beforeLast != nil
+		f, done, err := s.newBlob(&l.Digest, l.Size, last)
+		if err != nil {
+			return fmt.Errorf("part %s: %w", name, err)
+		}
 		if last {
+			// Its growing blob is there before anyone is told of it.
 			if err := beforeLast(); err != nil {
+				done()
 				return err
 			}
 		}
@@ -305,7 +324,7 @@ func (s *Share) addLayers(ctx context.Context, v *upgrade.Verified, layers []v1.
 				r = io.TeeReader(r, &teeWriter{w: w})
 			}
 		}
-		if _, _, err := s.putBlobVia(ctx, r, &l.Digest, l.Size, last); errors.Is(err, ErrDigest) {
+		if _, _, err := s.writeBlob(ctx, f, done, r, &l.Digest, l.Size); errors.Is(err, ErrDigest) {
 			return fmt.Errorf("part %s differs from its signed manifest: %w", name, err)
 		} else if err != nil {
 			return fmt.Errorf("part %s: %w", name, err)
@@ -391,30 +410,40 @@ const (
 // digest and limit bytes (ErrDigest otherwise). More than limit bytes are
 // refused.
 func (s *Share) putBlob(ctx context.Context, r io.Reader, want *v1.Hash, limit int64) (v1.Hash, int64, error) {
-	return s.putBlobVia(ctx, r, want, limit, false)
+	f, done, err := s.newBlob(want, limit, false)
+	if err != nil {
+		return v1.Hash{}, 0, err
+	}
+	return s.writeBlob(ctx, f, done, r, want, limit)
 }
 
-// putBlobVia is putBlob, writing the blob of want under its growing name
-// (registry.GrowingName) when growing, which the node's registry serves
-// to its peers as it grows.
-func (s *Share) putBlobVia(ctx context.Context, r io.Reader, want *v1.Hash, limit int64, growing bool) (v1.Hash, int64, error) {
+// newBlob creates the file a blob is written to before it is renamed
+// into place: the growing blob of want (registry.CreateGrowing) when
+// growing, which the node's registry serves to its peers as it grows, or
+// else a temporary file. done closes and removes it (once renamed into
+// place, nothing is there to remove) and lets go of it.
+func (s *Share) newBlob(want *v1.Hash, limit int64, growing bool) (f *os.File, done func(), err error) {
 	dir := filepath.Join(s.dir, "blobs", "sha256")
-	var (
-		f   *os.File
-		err error
-	)
+	release := func() {}
 	if growing && want != nil {
-		name := filepath.Join(dir, registry.GrowingName(want.Hex, limit))
-		_ = os.Remove(name) // a power cut's leftover
-		f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		f, release, err = registry.CreateGrowing(dir, want.Hex, limit)
 	} else {
 		f, err = os.CreateTemp(dir, ".in-*")
 	}
 	if err != nil {
-		return v1.Hash{}, 0, err
+		return nil, nil, err
 	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }() // gone once renamed
+	return f, func() {
+		_ = f.Close() // closed already, unless it failed before its write
+		_ = os.Remove(f.Name())
+		release()
+	}, nil
+}
+
+// writeBlob writes the blob read from r to f, a file of newBlob's, and
+// renames it into place, as putBlob; done is newBlob's.
+func (s *Share) writeBlob(ctx context.Context, f *os.File, done func(), r io.Reader, want *v1.Hash, limit int64) (v1.Hash, int64, error) {
+	defer done()
 	h := sha256.New()
 	// Read (and whatever r checks on the way, a stick's parts) ahead of
 	// the write and its hash.
@@ -438,10 +467,10 @@ func (s *Share) putBlobVia(ctx context.Context, r io.Reader, want *v1.Hash, limi
 	if want != nil && d != *want {
 		return v1.Hash{}, 0, fmt.Errorf("%w: got %s, want %s", ErrDigest, d, want)
 	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
 		return v1.Hash{}, 0, err
 	}
-	if err := atomicfile.Replace(tmp, s.blobPath(d)); err != nil {
+	if err := atomicfile.Replace(f.Name(), s.blobPath(d)); err != nil {
 		return v1.Hash{}, 0, err
 	}
 	return d, n, nil

@@ -605,6 +605,7 @@ func TestAddServingNamesTheArtifactBeforeItsLastPart(t *testing.T) {
 		assert.Equal(t, a.Manifest, list[0].Manifest)
 		_, ok := s.Find(a.Manifest)
 		assert.False(t, ok, "not held whole yet")
+		assert.Contains(t, blobNames(t, dir), registry.GrowingName(rootfsDigest, rootfs.Size()), "there to be served before it is named")
 		assert.Zero(t, tee.Len(), "the teed part is the last, not begun")
 		return nil
 	}, teeTo("rootfs.squashfs", &tee))
