@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -229,9 +230,11 @@ func applyAndRecord(ctx context.Context, h *Flow, c *machineconfig.Config, api A
 	return nil
 }
 
-// slotRelease is this slot's OS release.
+// slotRelease is the OS release of the slot whose Kubernetes, and whose
+// bundle's add-on images, the node runs (KubernetesRoot): the booted
+// slot's, or the staged slot's while the node runs it in place.
 func slotRelease(h *Flow) (string, error) {
-	rel, err := release.Load(h.Path(layout.ReleaseFile))
+	rel, err := release.Load(h.Path(filepath.Join(h.KubernetesRoot(), layout.ReleaseFile)))
 	if err != nil {
 		return "", fmt.Errorf("the slot's release: %w", err)
 	}

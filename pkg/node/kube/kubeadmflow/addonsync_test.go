@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/terrarium-os/terrarium/pkg/contract/layout"
 	"github.com/terrarium-os/terrarium/pkg/contract/machineconfig"
 	"github.com/terrarium-os/terrarium/pkg/node/kube/addons"
 )
@@ -143,6 +145,39 @@ func TestClusterAddonsPhase(t *testing.T) {
 	require.NoError(t, p.Apply(ctx, c))
 	assert.Equal(t, "ConfigMap "+kindsOf(addons.Upgrades), appliedKinds(api), "CoreDNS's configuration, then the upgrades' rights")
 	require.NoError(t, p.Verify(ctx, c))
+}
+
+// A control plane that runs a staged slot's Kubernetes in place applies
+// the add-ons as that slot's bundle renders them and records that slot's
+// release, not the booted one's: a control plane still on the booted
+// release leaves them.
+func TestClusterAddonsPhaseInPlace(t *testing.T) {
+	ctx := context.Background()
+	api := &recordingAPI{}
+	f, c := addonsNode(t, "v0.28.10", "0.3.0", nil)
+	f.API = func(string) (APIClient, error) { return api, nil }
+	require.NoError(t, f.addonsPhase().Apply(ctx, c))
+
+	write(t, f, filepath.Join(layout.InPlaceSlotDir, bundleIndex), 0o600, `{"manifests":[`+
+		`{"annotations":{"io.containerd.image.name":"docker.io/flannel/flannel:v0.29.0"}}]}`)
+	write(t, f, filepath.Join(layout.InPlaceSlotDir, layout.ReleaseFile), 0o644, `{"name":"terrarium","version":"0.4.0"}`)
+	f.SetKubernetesRoot(layout.InPlaceSlotDir)
+	api.applied = nil
+	got := reports(f)
+	require.NoError(t, f.addonsPhase().Apply(ctx, c))
+	require.NotEmpty(t, api.applied)
+	assert.Contains(t, api.applied[0], "docker.io/flannel/flannel:v0.29.0")
+	var rec addonRecord
+	require.NoError(t, json.Unmarshal([]byte(api.record[addonPodNetwork]), &rec))
+	assert.Equal(t, addonRecord{Fingerprint: rec.Fingerprint, Release: "0.4.0", Node: "cp-1"}, rec)
+	assert.Contains(t, strings.Join(*got, "\n"), "add-on pod-network: started: as release 0.4.0 renders it")
+
+	older, c2 := addonsNode(t, "v0.28.10", "0.3.0", f)
+	c2.Hostname = "cp-2"
+	older.API = f.API
+	api.applied = nil
+	require.NoError(t, older.addonsPhase().Apply(ctx, c2))
+	assert.Empty(t, api.applied, "release 0.4.0's pod network, newer than cp-2's")
 }
 
 // A worker keeps no add-ons and asks no API; a control plane whose API
