@@ -55,11 +55,11 @@ func (c *Controller) prestage(ctx context.Context, cfg *machineconfig.Config, ap
 	if u := c.Journal.LastUpgrade(); u != nil && u.State == nodestate.UpgradeInstalled {
 		return // an upgrade's reboot or trial is under way: its slot is not to be written
 	}
-	c.s.prestageTried = try
 	if !c.holdFor(ctx, api, ro, "staging the rollout's upgrade before this node's turn") {
-		return
+		return // tried again at the next look, if it still rolls
 	}
 	defer c.Changes.Unlock()
+	c.s.prestageTried = try
 	c.Node.Say("rollout: writing %s into the other slot while the nodes before this one take their turns", ro.Version)
 	arm, res, err := c.fetchAndStage(ctx, cfg, ro, v, true)
 	if err != nil {

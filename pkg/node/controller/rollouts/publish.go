@@ -125,8 +125,8 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 		art  upgradeshare.Artifact
 		slot SlotStream
 		// begun: the record names the rollout before the share held the
-		// upgrade whole (AddServing); started is its ID when this node
-		// started it.
+		// upgrade whole (AddServing); started is its ID when this
+		// Publish started it.
 		begun   bool
 		started string
 	)
@@ -142,18 +142,11 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 			// Every part but the root filesystem matched: the rollout
 			// starts, and the peers fetch that one as it is copied.
 			ru.Ref = a.Ref()
-			r, uerr := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-				return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
-			})
+			r, id, uerr := c.start(ctx, admin, ru, members, cfg.Hostname)
 			if uerr != nil {
 				return uerr
 			}
-			rec, begun = r, true
-			if ro := r.Rollout; ro != nil && ro.StartedBy == cfg.Hostname {
-				// Another control plane's rollout of the same upgrade
-				// (the same stick in both) is its own.
-				started = ro.ID()
-			}
+			rec, begun, started = r, true, id
 			return nil
 		}, c.slotTee(ctx, u, &slot)...)
 	}
@@ -168,12 +161,11 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	}
 	if !begun {
 		ru.Ref = art.Ref()
-		rec, err = rollout.Update(ctx, admin, func(rec *rollout.Record) error {
-			return rec.Start(ru, members, cfg.Hostname, c.Host.Now())
-		})
-		if err != nil {
+		if rec, _, err = c.start(ctx, admin, ru, members, cfg.Hostname); err != nil {
 			return "", err
 		}
+	} else if r, lerr := rollout.Load(ctx, admin); lerr == nil {
+		rec = r // as it is now, the copy done
 	}
 	// Only what a rollout may still need stays in the share.
 	if err := share.Prune(art.Manifest); err != nil {
@@ -189,6 +181,31 @@ func (c *Controller) Publish(ctx context.Context, cfg *machineconfig.Config, u U
 	}
 	return fmt.Sprintf("%s is rolling out to the cluster's %d nodes, one at a time, control planes first%s (firstboot upgrade status)",
 		u.Manifest.Version, len(members), forced), nil
+}
+
+// start starts the rollout of ru, by me, in the cluster's record, and
+// returns the record and, when this call started it, its ID. A rollout
+// of the same upgrade that rolls already goes on: when this node started
+// it (the stick copied again after its first copy was cut short), it
+// names ru.Ref from now on, the artifact this node's share holds now.
+func (c *Controller) start(ctx context.Context, admin rollout.API, ru rollout.Upgrade, members []rollout.Member, me string) (rollout.Record, string, error) {
+	var created string
+	rec, err := rollout.Update(ctx, admin, func(rec *rollout.Record) error {
+		created = ""
+		if cur := rec.Rollout; cur != nil && cur.Phase == rollout.Rolling && cur.Digest == ru.Digest {
+			if cur.StartedBy != me || cur.Ref == ru.Ref {
+				return rollout.ErrUnchanged
+			}
+			cur.Ref = ru.Ref
+			return nil
+		}
+		if err := rec.Start(ru, members, me, c.Host.Now()); err != nil {
+			return err
+		}
+		created = rec.Rollout.ID()
+		return nil
+	})
+	return rec, created, err
 }
 
 // slotTee is the share's tee of u's root filesystem into this node's

@@ -646,6 +646,14 @@ func TestRollingOutCopiesAgainWhatThisNodeStartedAndLacks(t *testing.T) {
 	_, rolling, err = e.c.RollingOut(ctx, e.cfg, digest)
 	require.NoError(t, err)
 	assert.False(t, rolling, "started here, and this node's share lacks it")
+
+	held := newEnv(t)
+	held.rollStaged(t) // started by cp-1, whose share holds it
+	held.cfg = &machineconfig.Config{Hostname: "cp-1", Cluster: &machineconfig.Cluster{Role: machineconfig.RoleControlPlane}}
+	msg, rolling, err = held.c.RollingOut(ctx, held.cfg, digest)
+	require.NoError(t, err)
+	assert.True(t, rolling, "started here, and this node's share holds it")
+	assert.Contains(t, msg, "1.3.0 rolls out to the cluster already, started by cp-1")
 }
 
 // TestTurnWhoseRolloutStoppedWhileItWaitedDoesNothing: a turn that waited
@@ -684,4 +692,42 @@ func (l *thenLock) Hold(what string) {
 		l.then()
 		l.then = nil
 	}
+}
+
+// TestStartGoesOnWithTheRolloutOfTheSameUpgrade: a Publish of the upgrade
+// that rolls out already starts nothing; when this node started that
+// rollout (its copy of the stick cut short, and copied again), the
+// rollout names the new copy. Once stopped, the upgrade starts anew.
+func TestStartGoesOnWithTheRolloutOfTheSameUpgrade(t *testing.T) {
+	e := newEnv(t)
+	e.roll(t, "1.3.0", nil) // started by cp-1
+	ctx := context.Background()
+	rec, err := rollout.Load(ctx, e.api)
+	require.NoError(t, err)
+	first, firstRef := rec.Rollout.ID(), rec.Rollout.Ref
+	members := []rollout.Member{{Name: "cp-1", ControlPlane: true}, {Name: "w-1"}}
+	ru := rollout.Upgrade{Digest: rec.Rollout.Digest, Version: "1.3.0", Ref: "upgrades/terrarium@sha256:" + fmt.Sprintf("%064x", 3)}
+
+	rec, id, err := e.c.start(ctx, e.api, ru, members, "cp-2")
+	require.NoError(t, err)
+	assert.Empty(t, id, "cp-1's rollout")
+	assert.Equal(t, first, rec.Rollout.ID())
+	assert.Equal(t, firstRef, rec.Rollout.Ref, "cp-1's copy")
+
+	rec, id, err = e.c.start(ctx, e.api, ru, members, "cp-1")
+	require.NoError(t, err)
+	assert.Empty(t, id, "not started again")
+	assert.Equal(t, first, rec.Rollout.ID())
+	assert.Equal(t, ru.Ref, rec.Rollout.Ref, "the copy its share holds now")
+	assert.Equal(t, rollout.NodeDone, rec.Rollout.Nodes[0].Phase, "the rollout goes on where it was")
+
+	_, err = rollout.Update(ctx, e.api, func(r *rollout.Record) error { r.Stop("a test"); return nil })
+	require.NoError(t, err)
+	e.now = e.now.Add(time.Minute)
+	rec, id, err = e.c.start(ctx, e.api, ru, members, "cp-1")
+	require.NoError(t, err)
+	require.NotEmpty(t, id, "started anew")
+	assert.Equal(t, rec.Rollout.ID(), id)
+	assert.NotEqual(t, first, id)
+	assert.Equal(t, rollout.Rolling, rec.Rollout.Phase)
 }

@@ -663,3 +663,45 @@ func withoutEmpty(names []string) []string {
 	}
 	return out
 }
+
+// TestAddServingIsReadWhileItCopies: a peer's read of the last part
+// through the node's registry, begun once the artifact is named, gets it
+// whole as the share copies it: its writer lets go only once it wrote
+// the last byte.
+func TestAddServingIsReadWhileItCopies(t *testing.T) {
+	v, _ := testUpgrade(t, "0.2.0", 3<<20+17)
+	rootfs := mustPart(t, v, "rootfs.squashfs")
+	want, err := io.ReadAll(io.NewSectionReader(rootfs, 0, rootfs.Size()))
+	require.NoError(t, err)
+	var d v1.Hash
+	for _, p := range v.Manifest().Parts {
+		if p.Name == "rootfs.squashfs" {
+			d = v1.Hash{Algorithm: "sha256", Hex: p.SHA256}
+		}
+	}
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	store := registry.OpenLiveLayout(dir)
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	_, err = s.AddServing(t.Context(), v, func(Artifact) error {
+		c, err := store.Open(t.Context(), d)
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			b, err := io.ReadAll(c.Body)
+			got <- read{b, err}
+		}()
+		return nil
+	}, teeTo("rootfs.squashfs", io.Discard))
+	require.NoError(t, err)
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Equal(t, want, r.b)
+}
