@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,12 +27,7 @@ type growing struct {
 // its first n bytes written.
 func growingServer(t *testing.T, n int) *growing {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
-	img := ociImage(t, "amd64", 1, streamMin+12345)
-	p, err := layout.Write(dir, empty.Index)
-	require.NoError(t, err)
-	require.NoError(t, p.AppendImage(img, layout.WithAnnotations(refAnnotations(toolsRef))))
-	final, d := layerPath(t, dir, img)
+	dir, final, d := bigLayerLayout(t)
 	want, err := os.ReadFile(final)
 	require.NoError(t, err)
 	require.NoError(t, os.Remove(final))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/stretchr/testify/assert"
@@ -26,16 +27,25 @@ func bigBlobServer(t *testing.T) (s *Server, logs *lockedBuffer, path, url strin
 	return bigBlobServerWith(t, WithStores)
 }
 
-// bigBlobServerWith is bigBlobServer with the layout added by stores
-// (WithStores or WithReaderCheckedStores).
-func bigBlobServerWith(t *testing.T, stores func(...Store) Option) (s *Server, logs *lockedBuffer, path, url string, size int64) {
+// bigLayerLayout writes an OCI layout holding toolsRef, an image of one
+// layer bigger than streamMin, and returns its directory, the layer's
+// blob's path and its digest.
+func bigLayerLayout(t *testing.T) (dir, path string, d v1.Hash) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
+	dir = filepath.Join(t.TempDir(), "layout")
 	img := ociImage(t, "amd64", 1, streamMin+12345)
 	p, err := layout.Write(dir, empty.Index)
 	require.NoError(t, err)
 	require.NoError(t, p.AppendImage(img, layout.WithAnnotations(refAnnotations(toolsRef))))
-	path, d := layerPath(t, dir, img)
+	path, d = layerPath(t, dir, img)
+	return dir, path, d
+}
+
+// bigBlobServerWith is bigBlobServer with the layout added by stores
+// (WithStores or WithReaderCheckedStores).
+func bigBlobServerWith(t *testing.T, stores func(...Store) Option) (s *Server, logs *lockedBuffer, path, url string, size int64) {
+	t.Helper()
+	dir, path, d := bigLayerLayout(t)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, fi.Size(), int64(streamMin))
