@@ -13,7 +13,7 @@ QEMU_PARALLEL ?= 2
 export TERRARIUM_CACHE ?= $(HOME)/.cache/terrarium
 GOFLAGS_BUILD := -trimpath -ldflags=-buildid=
 
-.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-upgrade bench-idle bench-audit bench-pagein clean
+.PHONY: all deps lint-tool bin image test-image pin pin-previous test unit qemu-test e2e e2e-node e2e-backup e2e-powercut e2e-change-powercut e2e-upgrade e2e-ha vet fuzz bench bench-cluster bench-upgrade bench-idle bench-audit bench-pagein bench-firmware clean
 
 all: image
 
@@ -171,6 +171,12 @@ bench-audit: image
 bench-pagein: image
 	TERRARIUM_BIN=$(abspath $(BIN)) TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
 		$(GO) test -tags e2e -count=1 -timeout 40m -v -run 'TestSlotPageIn$$' ./qemu-tests/...
+
+# The same image booted to provisioned under OVMF and under SeaBIOS
+# (GRUB), in turn: medians of three boots each.
+bench-firmware: image
+	TERRARIUM_IMAGE=$(abspath $(OUT))/terrarium.qcow2 \
+		$(GO) test -run '^$$' -bench 'FirmwareBoot$$' -benchtime=3x -timeout 60m -v ./qemu-tests/
 
 bench: image
 	bash scripts/bench.sh

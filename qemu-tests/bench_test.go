@@ -36,9 +36,9 @@ func BenchmarkBootToProvisioned(b *testing.B) {
 	var runs, base []boot
 	for i := 0; i < b.N; i++ {
 		if baseline != "" {
-			base = append(base, bootOnce(b, baseline))
+			base = append(base, bootOnce(b, baseline, false))
 		}
-		runs = append(runs, bootOnce(b, image))
+		runs = append(runs, bootOnce(b, image, false))
 	}
 	med := medianBoot(b, "image", runs)
 	b.ReportMetric(med.total().Seconds(), "s-to-provisioned")
@@ -54,6 +54,36 @@ func BenchmarkBootToProvisioned(b *testing.B) {
 		b.ReportMetric(med.cpu.Seconds()/bmed.cpu.Seconds(), "cpu-ratio")
 		b.Logf("baseline %s, median of %d boots:\n%s", baseline, len(base), drawTimeline(bmed.at))
 	}
+}
+
+// BenchmarkFirmwareBoot boots the same image to "provisioned" under OVMF
+// and under SeaBIOS (GRUB, from the same loader entries), one of each per
+// iteration, taking turns at going first, and reports both medians and
+// their ratio: what a plant PC with a legacy BIOS, Proxmox's default or a
+// Nova instance without hw_firmware_type pays against UEFI. Run with
+// -benchtime=3x for medians of 3 (make bench-firmware).
+func BenchmarkFirmwareBoot(b *testing.B) {
+	image := fixture(b, "TERRARIUM_IMAGE")
+	var uefi, bios []boot
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			uefi = append(uefi, bootOnce(b, image, false))
+			bios = append(bios, bootOnce(b, image, true))
+		} else {
+			bios = append(bios, bootOnce(b, image, true))
+			uefi = append(uefi, bootOnce(b, image, false))
+		}
+	}
+	umed, bmed := medianBoot(b, "OVMF", uefi), medianBoot(b, "SeaBIOS", bios)
+	b.ReportMetric(umed.total().Seconds(), "ovmf-s-to-provisioned")
+	b.ReportMetric(bmed.total().Seconds(), "seabios-s-to-provisioned")
+	b.ReportMetric(umed.at[0].Seconds(), "ovmf-s-to-kernel")
+	b.ReportMetric(bmed.at[0].Seconds(), "seabios-s-to-kernel")
+	b.ReportMetric(bmed.total().Seconds()/umed.total().Seconds(), "seabios/ovmf")
+	b.ReportMetric(bmed.cpu.Seconds()/umed.cpu.Seconds(), "cpu-ratio")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("OVMF, median of %d boots:\n%s", len(uefi), drawTimeline(umed.at))
+	b.Logf("SeaBIOS, median of %d boots:\n%s", len(bios), drawTimeline(bmed.at))
 }
 
 // medianBoot logs every boot of runs and returns their median: the
@@ -80,10 +110,13 @@ type boot struct {
 
 func (r boot) total() time.Duration { return r.at[len(r.at)-1] }
 
-func bootOnce(b *testing.B, image string) boot {
+// bootOnce boots image under OVMF, or under SeaBIOS if bios, to
+// "provisioned".
+func bootOnce(b *testing.B, image string, bios bool) boot {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(b, image)
+	m.bios = bios
 	cfg := m.configDisk("config.img", goodConfig)
 	start := time.Now()
 	vm := m.boot(ctx, configAttached(cfg))
