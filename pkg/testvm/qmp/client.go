@@ -86,7 +86,14 @@ func dialRetry(ctx context.Context, path string, every time.Duration) (net.Conn,
 	}
 }
 
-// readGreeting reads the greeting synchronously, honouring ctx.
+// maxBeforeGreeting bounds how many events readGreeting accepts ahead of
+// the greeting before it gives up on the peer being a QMP monitor.
+const maxBeforeGreeting = 64
+
+// readGreeting reads the greeting synchronously, honouring ctx. QEMU can
+// send an event before the greeting: a monitor that has not yet handled
+// its socket's "opened" event still counts as negotiated and is sent
+// events. Those go to the backlog like any other event.
 func (c *Client) readGreeting(ctx context.Context) error {
 	// A deadline fails to be set only on a closed conn, whose reads fail
 	// anyway.
@@ -95,19 +102,37 @@ func (c *Client) readGreeting(ctx context.Context) error {
 		stop()
 		_ = c.conn.SetReadDeadline(time.Time{})
 	}()
-	var m message
-	if err := c.dec.Decode(&m); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for range maxBeforeGreeting + 1 {
+		var raw json.RawMessage
+		if err := c.dec.Decode(&raw); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
 		}
-		return err
+		var m message
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("first message %s: %w", clip(raw), err)
+		}
+		if g, ok := m.greeting(); ok {
+			c.greeting = g
+			return nil
+		}
+		if m.Event == "" {
+			return fmt.Errorf("first message is not a QMP greeting: %s", clip(raw))
+		}
+		c.deliverEvent(m.event())
 	}
-	g, ok := m.greeting()
-	if !ok {
-		return errors.New("first message is not a QMP greeting")
+	return fmt.Errorf("no QMP greeting after %d events", maxBeforeGreeting)
+}
+
+// clip shortens a message for an error.
+func clip(b []byte) string {
+	const most = 200
+	if len(b) <= most {
+		return string(b)
 	}
-	c.greeting = g
-	return nil
+	return string(b[:most]) + "…"
 }
 
 // Greeting returns the greeting QEMU sent on connect.

@@ -4,14 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const greeting = `{"QMP": {"version": {"qemu": {"micro": 22, "minor": 2, "major": 7}, "package": "Debian 1:7.2+dfsg-7+deb12u18"}, "capabilities": ["oob"]}}`
@@ -23,7 +25,11 @@ type fakeServer struct {
 	path   string
 	ln     net.Listener
 	handle func(w *fakeConn, cmd string, args json.RawMessage, id json.RawMessage)
-	wg     sync.WaitGroup
+	// before is sent ahead of the greeting, one line each.
+	before []string
+	// noGreeting leaves the greeting out.
+	noGreeting bool
+	wg         sync.WaitGroup
 }
 
 type fakeConn struct {
@@ -50,9 +56,7 @@ func newFakeServer(t *testing.T, handle func(w *fakeConn, cmd string, args, id j
 
 func (s *fakeServer) listen() {
 	ln, err := net.Listen("unix", s.path)
-	if err != nil {
-		s.t.Fatalf("listen: %v", err)
-	}
+	require.NoError(s.t, err, "listen")
 	s.ln = ln
 	s.wg.Add(1)
 	go func() {
@@ -70,9 +74,7 @@ func (s *fakeServer) listen() {
 		}
 	}()
 	s.t.Cleanup(func() {
-		if err := ln.Close(); err != nil {
-			s.t.Errorf("close the fake server: %v", err)
-		}
+		assert.NoError(s.t, ln.Close(), "close the fake server")
 		s.wg.Wait()
 	})
 }
@@ -80,7 +82,12 @@ func (s *fakeServer) listen() {
 func (s *fakeServer) serve(conn net.Conn) {
 	defer conn.Close()
 	w := &fakeConn{conn: conn}
-	w.send("%s", greeting)
+	for _, line := range s.before {
+		w.send("%s", line)
+	}
+	if !s.noGreeting {
+		w.send("%s", greeting)
+	}
 	sc := bufio.NewScanner(conn)
 	for sc.Scan() {
 		var req struct {
@@ -89,7 +96,7 @@ func (s *fakeServer) serve(conn net.Conn) {
 			ID        json.RawMessage `json:"id"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			s.t.Errorf("fake server: bad request %q: %v", sc.Text(), err)
+			assert.NoError(s.t, err, "fake server: bad request %q", sc.Text())
 			return
 		}
 		if req.Execute == "qmp_capabilities" {
@@ -108,14 +115,8 @@ func dial(t *testing.T, s *fakeServer, opts ...Option) *Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, s.path, opts...)
-	if err != nil {
-		t.Fatalf("Dial: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	require.NoError(t, err, "Dial")
+	t.Cleanup(func() { assert.NoError(t, c.Close(), "Close") })
 	return c
 }
 
@@ -147,11 +148,46 @@ func TestDialGreeting(t *testing.T) {
 	s := newFakeServer(t, echoHandler)
 	c := dial(t, s)
 	g := c.Greeting()
-	if got, want := g.Version.String(), "7.2.22Debian 1:7.2+dfsg-7+deb12u18"; got != want {
-		t.Errorf("version = %q, want %q", got, want)
+	assert.Equal(t, "7.2.22Debian 1:7.2+dfsg-7+deb12u18", g.Version.String())
+	assert.Equal(t, []string{"oob"}, g.Capabilities)
+}
+
+// QEMU can send an event before the greeting when the event is emitted
+// before its monitor has handled the new connection. Dial must keep the
+// event and still see the greeting.
+func TestDialEventBeforeGreeting(t *testing.T) {
+	s := &fakeServer{t: t, path: filepath.Join(t.TempDir(), "qmp.sock"), handle: echoHandler,
+		before: []string{`{"timestamp": {"seconds": 1700000000, "microseconds": 5}, "event": "NIC_RX_FILTER_CHANGED", "data": {"path": "/machine/peripheral/net0/virtio-backend"}}`}}
+	s.listen()
+	c := dial(t, s)
+	assert.Equal(t, 7, c.Greeting().Version.Major)
+	ev, err := c.WaitEvent(testCtx(t), "NIC_RX_FILTER_CHANGED")
+	require.NoError(t, err, "the event sent before the greeting")
+	assert.JSONEq(t, `{"path": "/machine/peripheral/net0/virtio-backend"}`, string(ev.Data))
+	require.NoError(t, c.Execute(testCtx(t), "echo", map[string]int{"a": 1}, nil), "a command after it")
+}
+
+func TestDialNotAGreeting(t *testing.T) {
+	event := `{"event": "RESUME", "data": {}}`
+	tests := []struct {
+		name   string
+		before []string
+		want   string
+	}{
+		{name: "a reply", before: []string{`{"return": {}, "id": 1}`}, want: `first message is not a QMP greeting: {"return": {}, "id": 1}`},
+		{name: "not an object", before: []string{`[1, 2]`}, want: "first message [1, 2]"},
+		{name: "only events", before: slices.Repeat([]string{event}, maxBeforeGreeting+1), want: "no QMP greeting after 64 events"},
 	}
-	if len(g.Capabilities) != 1 || g.Capabilities[0] != "oob" {
-		t.Errorf("capabilities = %v", g.Capabilities)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &fakeServer{t: t, path: filepath.Join(t.TempDir(), "qmp.sock"), handle: echoHandler,
+				before: tt.before, noGreeting: true}
+			s.listen()
+			_, err := Dial(testCtx(t), s.path)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Contains(t, err.Error(), s.path, "the error names the socket")
+		})
 	}
 }
 
@@ -159,25 +195,19 @@ func TestDialRetriesUntilSocketExists(t *testing.T) {
 	s := &fakeServer{t: t, path: filepath.Join(t.TempDir(), "late.sock"), handle: echoHandler}
 	time.AfterFunc(200*time.Millisecond, s.listen)
 	c := dial(t, s, WithRetryInterval(10*time.Millisecond))
-	if err := c.Execute(testCtx(t), "echo", map[string]int{"a": 1}, nil); err != nil {
-		t.Fatalf("Execute: %v", err)
-	}
+	require.NoError(t, c.Execute(testCtx(t), "echo", map[string]int{"a": 1}, nil))
 }
 
 func TestDialTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := Dial(ctx, filepath.Join(t.TempDir(), "missing.sock"))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want deadline exceeded", err)
-	}
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 func TestDialBadOption(t *testing.T) {
 	_, err := Dial(context.Background(), "x", WithEventBacklog(0))
-	if err == nil {
-		t.Fatal("want error for bad option")
-	}
+	assert.ErrorContains(t, err, "event backlog 0")
 }
 
 func TestExecute(t *testing.T) {
@@ -200,21 +230,15 @@ func TestExecute(t *testing.T) {
 			err := c.Execute(testCtx(t), tt.cmd, tt.args, &got)
 			if tt.wantClass != "" {
 				var qe *Error
-				if !errors.As(err, &qe) || qe.Class != tt.wantClass {
-					t.Fatalf("err = %v, want *Error class %s", err, tt.wantClass)
-				}
-				if !strings.Contains(err.Error(), "qmp "+tt.cmd) {
-					t.Errorf("error %q does not name the command", err)
-				}
+				require.ErrorAs(t, err, &qe)
+				assert.Equal(t, tt.wantClass, qe.Class)
+				assert.Contains(t, err.Error(), "qmp "+tt.cmd, "the error names the command")
 				return
 			}
-			if err != nil {
-				t.Fatalf("Execute: %v", err)
-			}
-			b, _ := json.Marshal(got)
-			if string(b) != tt.want {
-				t.Errorf("result = %s, want %s", b, tt.want)
-			}
+			require.NoError(t, err, "Execute")
+			b, err := json.Marshal(got)
+			require.NoError(t, err)
+			assert.JSONEq(t, tt.want, string(b))
 		})
 	}
 }
@@ -244,6 +268,6 @@ func TestExecuteConcurrent(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Error(err)
+		assert.NoError(t, err)
 	}
 }
