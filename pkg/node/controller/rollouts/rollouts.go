@@ -313,6 +313,9 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		}
 		return
 	}
+	if c.releaseStopped(ctx, api, me, rec, st, u) {
+		return
+	}
 	turn, ok := rec.Turn()
 	if !ok {
 		return
@@ -381,6 +384,73 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 		// service.
 		c.takeTurn(ctx, cfg, api, ro, v, st.Rollout == ro.ID() && st.Phase == rollout.NodeDraining)
 	}
+}
+
+// releaseStopped puts this node back in service when a turn drained it
+// and its rollout no longer rolls: the rollout stopped (a control plane
+// broke the turn as stale, the node went away drained and came back
+// later) while the node was drained, rebooting or on trial, so no step of
+// that turn will uncordon it. A trial boot under way is left to end (its
+// blessing, or its rollback, which reportRollback reports); an upgrade
+// the turn armed is booted, drained as it is, since any reboot would
+// boot it anyway. The node's status then says how the turn ended (done
+// when it runs the upgrade, failed when not), so an operator's later
+// cordon is left alone. It reports whether it acted.
+func (c *Controller) releaseStopped(ctx context.Context, api API, me string, rec rollout.Record, st rollout.Status, u *nodestate.Upgrade) bool {
+	if st.Rollout == "" || (st.Phase != rollout.NodeDraining && st.Phase != rollout.NodeTrial) {
+		return false
+	}
+	if ro := rec.Rollout; ro != nil && ro.ID() == st.Rollout && ro.Phase == rollout.Rolling {
+		return false // the turn goes on
+	}
+	if u != nil && u.State == nodestate.UpgradeInstalled {
+		switch string(c.Slot) {
+		case u.ToSlot:
+			return false // on trial: its blessing or rollback ends the turn
+		case u.FromSlot:
+			if u.Digest == st.Digest {
+				c.rebootArmed(ctx, u)
+				return true
+			}
+		}
+	}
+	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
+		return false // on its way to the trial
+	}
+	phase, detail := rollout.NodeFailed, fmt.Sprintf("its rollout stopped while this node was drained; back in service on %s", c.Version)
+	if c.Version == st.Upgrade {
+		phase, detail = rollout.NodeDone, fmt.Sprintf("runs %s, blessed after its rollout stopped; back in service", st.Upgrade)
+	}
+	if err := rollout.Uncordon(ctx, api, me); err != nil {
+		c.Log.Warn("rollout: put this node back in service", "err", err)
+		return true // tried again at the next look
+	}
+	if _, err := rollout.UpdateStatus(ctx, api, me, func(s *rollout.Status) (bool, error) {
+		if s.Rollout != st.Rollout || s.Phase != st.Phase {
+			return false, nil // written meanwhile
+		}
+		s.Phase, s.Detail, s.At = phase, detail, c.Host.Now().UTC()
+		return true, nil
+	}); err != nil {
+		c.Log.Warn("rollout: record this node's phase", "phase", phase, "err", err)
+		return true
+	}
+	c.Node.Note(StepName, step.Result(phase), detail)
+	c.Node.Say("rollout of %s: this node is %s (%s)", st.Upgrade, phase, detail)
+	return true
+}
+
+// rebootArmed boots the upgrade u that a stopped rollout's turn armed in
+// this boot, asking again after a grace when the reboot did not happen.
+// The node stays drained: its trial ends the turn.
+func (c *Controller) rebootArmed(ctx context.Context, u *nodestate.Upgrade) {
+	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
+		return // on its way
+	}
+	c.Changes.Hold("the rollout's reboot")
+	defer c.Changes.Unlock()
+	c.Node.Say("rollout: %s is armed in slot %s and this node is drained for it, though its rollout stopped: rebooting into it on trial", u.To, u.ToSlot)
+	c.Node.Reboot(ctx)
 }
 
 // holdFor takes the node's change lock for what, and reports whether
@@ -560,7 +630,13 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		// Whether the node then drains is known once the slot is
 		// written (Node.InPlace compares it with the running one).
 		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot while this node serves", ro.Version)
-		if err := c.setPhase(ctx, api, me, ro, rollout.NodeInstalling, "fetching "+ro.Ref); err != nil {
+		// A node still cordoned by an earlier try of this turn says so
+		// (draining), so that a stop now leaves it to releaseStopped.
+		phase := rollout.NodeInstalling
+		if drained {
+			phase = rollout.NodeDraining
+		}
+		if err := c.setPhase(ctx, api, me, ro, phase, "fetching "+ro.Ref); err != nil {
 			return
 		}
 		var err error
@@ -623,7 +699,11 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, arm func(context.Context) nodestate.UpgradeResult, staged nodestate.UpgradeResult, why string, drained bool) {
 	me := cfg.Hostname
 	c.Node.Say("rollout: %s is written into slot %s; %s, so this node runs it in place, without a drain or a reboot", ro.Version, staged.Slot, why)
-	if err := c.setPhase(ctx, api, me, ro, rollout.NodeInPlace, why); err != nil {
+	phase := rollout.NodeInPlace
+	if drained {
+		phase = rollout.NodeDraining // cordoned by an earlier try of this turn
+	}
+	if err := c.setPhase(ctx, api, me, ro, phase, why); err != nil {
 		return
 	}
 	c.Node.Note(StepName, step.Result(rollout.NodeInPlace), ro.Version+": "+why)

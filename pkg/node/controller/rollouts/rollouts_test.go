@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -730,4 +731,125 @@ func TestStartGoesOnWithTheRolloutOfTheSameUpgrade(t *testing.T) {
 	assert.Equal(t, rec.Rollout.ID(), id)
 	assert.NotEqual(t, first, id)
 	assert.Equal(t, rollout.Rolling, rec.Rollout.Phase)
+}
+
+// TestNodeDrainedByAStoppedRolloutIsBackInService: a rollout that stopped
+// while its turn had the node drained, rebooting or on trial leaves no
+// step of that turn to uncordon it; the node does so itself, once its
+// trial (if any) ended, and says how the turn ended. An upgrade the turn
+// armed is booted first. An operator's later cordon is left alone.
+func TestNodeDrainedByAStoppedRolloutIsBackInService(t *testing.T) {
+	const (
+		stopped   = "stopped"   // the rollout stopped
+		restarted = "restarted" // stopped, and the same upgrade rolls out again
+		cleared   = "cleared"   // the record holds no rollout
+		rolling   = "rolling"   // the rollout still rolls: the turn goes on
+	)
+	armed := func(state, digest string) *nodestate.Upgrade {
+		return &nodestate.Upgrade{Digest: digest, To: "1.3.0", FromSlot: "a", ToSlot: "b", State: state}
+	}
+	const turnsDigest = "" // filled in with the rollout's
+	tests := []struct {
+		name string
+		// record is what became of the rollout, phase the node's phase
+		// in it.
+		record, phase string
+		// upgrade is its journal's last upgrade, runs the version it runs
+		// and slot the slot it booted.
+		upgrade  *nodestate.Upgrade
+		runs     string
+		slot     layout.Slot
+		rebootAt time.Duration // since now; 0: none asked
+
+		wantPhase, wantDetail string
+		wantCordoned          bool
+		wantReboots           int
+	}{
+		{name: "drained, then stopped", record: stopped, phase: rollout.NodeDraining, runs: "1.2.3", slot: layout.SlotA,
+			wantPhase: rollout.NodeFailed, wantDetail: "its rollout stopped while this node was drained; back in service on 1.2.3"},
+		{name: "drained, then the record cleared", record: cleared, phase: rollout.NodeDraining, runs: "1.2.3", slot: layout.SlotA,
+			wantPhase: rollout.NodeFailed, wantDetail: "its rollout stopped while this node was drained; back in service on 1.2.3"},
+		{name: "drained, then the same upgrade rolls out again", record: restarted, phase: rollout.NodeDraining, runs: "1.2.3", slot: layout.SlotA,
+			wantPhase: rollout.NodeFailed, wantDetail: "its rollout stopped while this node was drained; back in service on 1.2.3"},
+		{name: "its trial blessed after the stop", record: stopped, phase: rollout.NodeTrial, runs: "1.3.0", slot: layout.SlotB,
+			upgrade:   armed(nodestate.UpgradeCommitted, turnsDigest),
+			wantPhase: rollout.NodeDone, wantDetail: "runs 1.3.0, blessed after its rollout stopped; back in service"},
+		{name: "on trial", record: stopped, phase: rollout.NodeTrial, runs: "1.3.0", slot: layout.SlotB,
+			upgrade:   armed(nodestate.UpgradeInstalled, turnsDigest),
+			wantPhase: rollout.NodeTrial, wantCordoned: true},
+		{name: "on trial of another upgrade", record: stopped, phase: rollout.NodeDraining, runs: "1.2.9", slot: layout.SlotB,
+			upgrade:   armed(nodestate.UpgradeInstalled, "sha256:"+strings.Repeat("9", 64)),
+			wantPhase: rollout.NodeDraining, wantCordoned: true},
+		{name: "armed, its reboot just asked", record: stopped, phase: rollout.NodeTrial, runs: "1.2.3", slot: layout.SlotA, rebootAt: -time.Minute,
+			upgrade:   armed(nodestate.UpgradeInstalled, turnsDigest),
+			wantPhase: rollout.NodeTrial, wantCordoned: true},
+		{name: "armed, its reboot never came", record: stopped, phase: rollout.NodeTrial, runs: "1.2.3", slot: layout.SlotA, rebootAt: -time.Hour,
+			upgrade:   armed(nodestate.UpgradeInstalled, turnsDigest),
+			wantPhase: rollout.NodeTrial, wantCordoned: true, wantReboots: 1},
+		{name: "the turn goes on", record: rolling, phase: rollout.NodeDraining, runs: "1.2.3", slot: layout.SlotA,
+			wantPhase: rollout.NodeFailed, wantDetail: "fetch: no peer answers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			e.roll(t, "1.3.0", nil)
+			rec, err := rollout.Load(ctx, e.api)
+			require.NoError(t, err)
+			ro := rec.Rollout
+			_, err = rollout.UpdateStatus(ctx, e.api, "w-1", func(s *rollout.Status) (bool, error) {
+				s.Rollout, s.Digest, s.Upgrade, s.Phase = ro.ID(), ro.Digest, ro.Version, tt.phase
+				return true, nil
+			})
+			require.NoError(t, err)
+			require.NoError(t, e.api.Cordon(ctx, "w-1", true))
+			if tt.record != rolling {
+				_, err = rollout.Update(ctx, e.api, func(r *rollout.Record) error {
+					r.Stop("w-1 gave no sign in its turn for 1h0m0s")
+					if tt.record == cleared {
+						r.Rollout = nil
+					}
+					return nil
+				})
+				require.NoError(t, err)
+			}
+			if tt.record == restarted {
+				e.now = e.now.Add(time.Minute)
+				e.roll(t, "1.3.0", nil)
+			}
+			if tt.upgrade != nil {
+				u := *tt.upgrade
+				if u.Digest == turnsDigest {
+					u.Digest = ro.Digest
+				}
+				require.NoError(t, e.c.Journal.Update(func(j *nodestate.Journal) { j.Upgrade = &u }))
+			}
+			e.c.Version, e.c.Slot = tt.runs, tt.slot
+			if tt.rebootAt != 0 {
+				e.node.rebootAt = e.now.Add(tt.rebootAt)
+			}
+
+			require.NoError(t, e.c.Reconcile(ctx))
+			s := e.status(t)
+			assert.Equal(t, tt.wantPhase, s.Phase)
+			assert.Equal(t, ro.ID(), s.Rollout, "the status speaks of the turn's rollout")
+			assert.Equal(t, tt.wantReboots, e.node.reboots)
+			cordoned, _ := e.api.isCordoned("w-1")
+			if tt.wantCordoned {
+				assert.True(t, cordoned, "left drained until its trial ends")
+				assert.Empty(t, e.node.Steps())
+				return
+			}
+			assert.False(t, cordoned, "back in service")
+			assert.Equal(t, tt.wantDetail, s.Detail)
+			assert.Equal(t, []string{"rollout=" + tt.wantPhase + ": " + tt.wantDetail}, e.node.Steps())
+
+			// An operator cordons the node again: the next look leaves it.
+			require.NoError(t, e.api.Cordon(ctx, "w-1", true))
+			e.now = e.now.Add(e.c.Options.Poll)
+			require.NoError(t, e.c.Reconcile(ctx))
+			cordoned, _ = e.api.isCordoned("w-1")
+			assert.True(t, cordoned, "an operator's cordon stays")
+		})
+	}
 }
