@@ -199,7 +199,10 @@ func configAttached(path string) qemu.Disk {
 	return qemu.Disk{ID: "config", Path: path, Format: "raw", ReadOnly: true}
 }
 
-var statusRE = regexp.MustCompile(`terrarium-status: (\{.*\})`)
+// statusRE matches a whole status line: Expect looks at the console as
+// it arrives, so a pattern that could end at an inner "}" would match a
+// line half sent.
+var statusRE = regexp.MustCompile(`terrarium-status: (\{[^\n]*\})\n`)
 
 // expectStatus waits for the next status line whose state is one of states.
 func expectStatus(ctx context.Context, t *testing.T, vm *qemu.VM, states ...string) status.Status {

@@ -197,17 +197,21 @@ func (v *VM) reap(outR *os.File, readerDone <-chan struct{}) {
 }
 
 // startFailure explains why QMP did not come up: QEMU's exit status and
-// stderr if it exited (waiting briefly for that, since a dropped QMP
-// connection usually means the process is on its way out), else err.
+// stderr if it exited (waiting for that, since a dropped QMP connection
+// usually means the process is on its way out, and a loaded host may take
+// seconds to reap it), else err.
 func (v *VM) startFailure(err error) error {
 	select {
 	case <-v.exited:
 		return fmt.Errorf("QEMU exited (%s) before QMP was up; stderr:\n%s",
 			v.cmd.ProcessState, strings.TrimSpace(v.Stderr()))
-	case <-time.After(time.Second):
+	case <-time.After(exitWait):
 		return fmt.Errorf("waiting for QMP: %w", err)
 	}
 }
+
+// exitWait is how long startFailure waits for QEMU to exit.
+const exitWait = 10 * time.Second
 
 // CommandLine returns the full command line, binary first.
 func (v *VM) CommandLine() []string { return append([]string(nil), v.argv...) }

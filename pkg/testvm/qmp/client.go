@@ -164,6 +164,11 @@ func (c *Client) Execute(ctx context.Context, command string, args any, result a
 	}()
 
 	if err := c.write(ctx, append(b, '\n')); err != nil {
+		if cerr := c.Err(); cerr != nil {
+			// The connection ended under the write: say so, as for a
+			// reply that never came.
+			return fmt.Errorf("qmp %s: %w", command, cerr)
+		}
 		return fmt.Errorf("qmp %s: sending: %w", command, err)
 	}
 	var r response

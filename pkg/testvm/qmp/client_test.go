@@ -58,6 +58,12 @@ func (s *fakeServer) listen() {
 	ln, err := net.Listen("unix", s.path)
 	require.NoError(s.t, err, "listen")
 	s.ln = ln
+	// Registered before any client can connect, so that it runs after
+	// the clients' own cleanups have closed them.
+	s.t.Cleanup(func() {
+		assert.NoError(s.t, ln.Close(), "close the fake server")
+		s.wg.Wait()
+	})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -73,10 +79,6 @@ func (s *fakeServer) listen() {
 			}()
 		}
 	}()
-	s.t.Cleanup(func() {
-		assert.NoError(s.t, ln.Close(), "close the fake server")
-		s.wg.Wait()
-	})
 }
 
 func (s *fakeServer) serve(conn net.Conn) {
