@@ -356,12 +356,7 @@ func (c *Controller) follow(ctx context.Context, cfg *machineconfig.Config) {
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled && string(c.Slot) == u.FromSlot:
 		// Installed in this boot; the reboot into it is on its way, or
 		// did not happen (a failed systemctl): asked again after a grace.
-		if last := c.Node.RebootAsked(); last.IsZero() || now.Sub(last) > rebootGrace {
-			c.Changes.Hold("the rollout's reboot")
-			defer c.Changes.Unlock()
-			c.Node.Say("rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
-			c.Node.Reboot(ctx)
-		}
+		c.rebootInto(ctx, "rollout: %s is installed in slot %s; rebooting into it", ro.Version, u.ToSlot)
 	case u != nil && u.Digest == ro.Digest && u.State == nodestate.UpgradeInstalled:
 		// The trial boot, under way.
 	case c.Node.RunsInPlace() != "":
@@ -409,13 +404,14 @@ func (c *Controller) releaseStopped(ctx context.Context, api API, me string, rec
 			return false // on trial: its blessing or rollback ends the turn
 		case u.FromSlot:
 			if u.Digest == st.Digest {
-				c.rebootArmed(ctx, u)
+				// Drained for it still: its trial ends the turn.
+				c.rebootInto(ctx, "rollout: %s is armed in slot %s and this node is drained for it, though its rollout stopped: rebooting into it on trial", u.To, u.ToSlot)
 				return true
 			}
 		}
 	}
-	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
-		return false // on its way to the trial
+	if c.rebootOnItsWay() {
+		return false // to the trial
 	}
 	phase, detail := rollout.NodeFailed, fmt.Sprintf("its rollout stopped while this node was drained; back in service on %s", c.Version)
 	if c.Version == st.Upgrade {
@@ -440,17 +436,34 @@ func (c *Controller) releaseStopped(ctx context.Context, api API, me string, rec
 	return true
 }
 
-// rebootArmed boots the upgrade u that a stopped rollout's turn armed in
-// this boot, asking again after a grace when the reboot did not happen.
-// The node stays drained: its trial ends the turn.
-func (c *Controller) rebootArmed(ctx context.Context, u *nodestate.Upgrade) {
-	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
-		return // on its way
+// rebootInto reboots the node into the slot armed in this boot, saying
+// so, under the change lock; a reboot asked for less than rebootGrace ago
+// is on its way and not asked again.
+func (c *Controller) rebootInto(ctx context.Context, format string, args ...any) {
+	if c.rebootOnItsWay() {
+		return
 	}
 	c.Changes.Hold("the rollout's reboot")
 	defer c.Changes.Unlock()
-	c.Node.Say("rollout: %s is armed in slot %s and this node is drained for it, though its rollout stopped: rebooting into it on trial", u.To, u.ToSlot)
+	c.Node.Say(format, args...)
 	c.Node.Reboot(ctx)
+}
+
+// rebootOnItsWay reports whether a reboot was asked for less than
+// rebootGrace ago.
+func (c *Controller) rebootOnItsWay() bool {
+	last := c.Node.RebootAsked()
+	return !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace
+}
+
+// cordonedAs is phase, or draining for a node an earlier try of its turn
+// left cordoned (drained): its status says so, so that a stop of the
+// rollout now leaves it to releaseStopped.
+func cordonedAs(phase string, drained bool) string {
+	if drained {
+		return rollout.NodeDraining
+	}
+	return phase
 }
 
 // holdFor takes the node's change lock for what, and reports whether
@@ -630,13 +643,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 		// Whether the node then drains is known once the slot is
 		// written (Node.InPlace compares it with the running one).
 		c.Node.Say("rollout: upgrading this node to %s: writing it into the other slot while this node serves", ro.Version)
-		// A node still cordoned by an earlier try of this turn says so
-		// (draining), so that a stop now leaves it to releaseStopped.
-		phase := rollout.NodeInstalling
-		if drained {
-			phase = rollout.NodeDraining
-		}
-		if err := c.setPhase(ctx, api, me, ro, phase, "fetching "+ro.Ref); err != nil {
+		if err := c.setPhase(ctx, api, me, ro, cordonedAs(rollout.NodeInstalling, drained), "fetching "+ro.Ref); err != nil {
 			return
 		}
 		var err error
@@ -699,11 +706,7 @@ func (c *Controller) takeTurn(ctx context.Context, cfg *machineconfig.Config, ap
 func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Config, api API, ro *rollout.Rollout, arm func(context.Context) nodestate.UpgradeResult, staged nodestate.UpgradeResult, why string, drained bool) {
 	me := cfg.Hostname
 	c.Node.Say("rollout: %s is written into slot %s; %s, so this node runs it in place, without a drain or a reboot", ro.Version, staged.Slot, why)
-	phase := rollout.NodeInPlace
-	if drained {
-		phase = rollout.NodeDraining // cordoned by an earlier try of this turn
-	}
-	if err := c.setPhase(ctx, api, me, ro, phase, why); err != nil {
+	if err := c.setPhase(ctx, api, me, ro, cordonedAs(rollout.NodeInPlace, drained), why); err != nil {
 		return
 	}
 	c.Node.Note(StepName, step.Result(rollout.NodeInPlace), ro.Version+": "+why)
@@ -721,8 +724,8 @@ func (c *Controller) takeTurnInPlace(ctx context.Context, cfg *machineconfig.Con
 // it first (drained, as for any reboot). Its trial boot, once blessed,
 // takes the turn again, drained already.
 func (c *Controller) rebootFirst(ctx context.Context, api API, me string, ro *rollout.Rollout, slot string) {
-	if last := c.Node.RebootAsked(); !last.IsZero() && c.Host.Now().Sub(last) <= rebootGrace {
-		return // on its way
+	if c.rebootOnItsWay() {
+		return
 	}
 	c.Node.Say("rollout: this node runs slot %s's Kubernetes in place, and %s goes into that slot: draining it and rebooting into slot %s first", slot, ro.Version, slot)
 	if err := c.setPhase(ctx, api, me, ro, rollout.NodeDraining, "rebooting into slot "+slot+" before the upgrade"); err != nil {
